@@ -1,0 +1,280 @@
+"""ContainerRuntime on a Docker engine, through aiodocker (asyncio only).
+
+The engine is found through ``DOCKER_HOST`` or the default socket; ``scripts/docker-up``
+starts a private one. Containers get no network (``NetworkMode: none``) unless asked, since
+the private engine has no bridge; GPUs are handed over by NVIDIA ``DeviceRequests``.
+
+Errors are translated here, at the edge (see ``services.ports``)::
+
+    ContainerError          the engine answered and refused (bad spec, failed start, ...)
+     +-- ImageNotFound      the image is not on this engine (nothing is ever pulled)
+     +-- RuntimeUnavailable no answer, a timeout or a 5xx on a plain call: retry later
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Self
+
+import aiodocker
+import aiohttp
+from aiodocker.exceptions import DockerError
+
+from services.ports import (
+    ContainerError,
+    ContainerInfo,
+    ContainerSpec,
+    ImageNotFound,
+    RuntimeUnavailable,
+)
+
+__all__ = ["DockerRuntime", "container_config"]
+
+_NO_ANSWER = 900  # aiodocker's status for "could not connect"
+_NANO_PER_MILLI_CPU = 1_000_000  # 1 CPU = 1e9 NanoCpus = 1000 millis
+# Failures below the HTTP status: no socket, a dropped connection, a timeout.
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+def container_config(
+    spec: ContainerSpec, *, network_mode: str = "none", init: bool = True
+) -> dict[str, Any]:
+    """The body of ``POST /containers/create`` for ``spec`` (the name goes in the query).
+
+    Pure: no engine needed. Limits of 0 mean "no limit" and are left out. Memory swap is
+    capped at the memory limit, so a limited container cannot swap past it. With ``init``
+    the engine's tini runs as PID 1, so SIGTERM reaches the command and zombies are reaped.
+    """
+    host: dict[str, Any] = {
+        "NetworkMode": network_mode,
+        "Init": init,
+        "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}},
+    }
+    if spec.cpu_millis > 0:
+        host["NanoCpus"] = spec.cpu_millis * _NANO_PER_MILLI_CPU
+    if spec.mem_bytes > 0:
+        host["Memory"] = spec.mem_bytes
+        host["MemorySwap"] = spec.mem_bytes
+    if spec.mounts:
+        # Mounts rather than Binds: no "src:dst:mode" string to split on colons, and a
+        # missing source is an error instead of an empty directory created on the host.
+        host["Mounts"] = [
+            {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
+            for m in spec.mounts
+        ]
+    if spec.gpu_uuids:
+        host["DeviceRequests"] = [
+            {
+                "Driver": "nvidia",
+                "DeviceIDs": list(spec.gpu_uuids),
+                "Capabilities": [["gpu"]],
+            }
+        ]
+    config: dict[str, Any] = {
+        "Image": spec.image,
+        "Labels": dict(spec.labels),
+        "Env": [f"{k}={v}" for k, v in sorted(spec.env.items())],
+        "Tty": False,
+        "OpenStdin": False,
+        "AttachStdin": False,
+        "HostConfig": host,
+    }
+    if spec.command:
+        config["Cmd"] = list(spec.command)
+    return config
+
+
+def _translate(e: Exception, what: str) -> ContainerError:
+    """The port's error for a foreign one: no answer or a 5xx is retryable, else permanent."""
+    if isinstance(e, DockerError):
+        if e.status == _NO_ANSWER or e.status >= 500:
+            return RuntimeUnavailable(f"{what}: {e}")
+        return ContainerError(f"{what}: {e}")
+    return RuntimeUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+@contextmanager
+def _engine_call(what: str) -> Iterator[None]:
+    """Wrap every foreign error of the block in the port's hierarchy."""
+    try:
+        yield
+    except (DockerError, *_TRANSPORT_ERRORS) as e:
+        raise _translate(e, what) from e
+
+
+def _info(data: dict[str, Any]) -> ContainerInfo:
+    """ContainerInfo from ``GET /containers/{id}/json``."""
+    state = data.get("State") or {}
+    running = bool(state.get("Running"))
+    # A created-but-never-started container has ExitCode 0 too; it has not exited.
+    exited = not running and state.get("Status") in ("exited", "dead")
+    return ContainerInfo(
+        id=data["Id"],
+        name=str(data.get("Name", "")).lstrip("/"),
+        labels=dict((data.get("Config") or {}).get("Labels") or {}),
+        running=running,
+        exit_code=int(state.get("ExitCode", 0)) if exited else None,
+    )
+
+
+class DockerRuntime:
+    """A Docker engine as a ContainerRuntime. Use ``async with`` or call ``close()``.
+
+    ``url`` overrides ``DOCKER_HOST``. Plain calls time out after ``request_timeout_s``
+    (RuntimeUnavailable); ``wait``, ``remove`` and ``logs`` have no total limit.
+    The aiohttp session is made on first use, inside the event loop.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        network_mode: str = "none",
+        init: bool = True,
+        request_timeout_s: float = 30.0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self._url = url
+        self._network_mode = network_mode
+        self._init = init
+        self._timeout = aiohttp.ClientTimeout(
+            total=request_timeout_s, sock_connect=connect_timeout_s
+        )
+        self._docker: aiodocker.Docker | None = None
+
+    def _client(self) -> aiodocker.Docker:
+        if self._docker is None:
+            try:
+                self._docker = aiodocker.Docker(url=self._url, timeout=self._timeout)
+            except (ValueError, AssertionError) as e:
+                # aiodocker asserts when neither DOCKER_HOST nor a local socket exists.
+                raise RuntimeUnavailable(f"no Docker engine configured: {e}") from e
+        return self._docker
+
+    async def close(self) -> None:
+        """Close the HTTP session; the runtime may be used again (a new one is made)."""
+        docker, self._docker = self._docker, None
+        if docker is not None:
+            await docker.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        """Return when the engine answers; RuntimeUnavailable otherwise."""
+        with _engine_call("ping"):
+            await self._client().version()
+
+    async def images(self) -> list[str]:
+        with _engine_call("list images"):
+            listed = await self._client().images.list()
+        return sorted(
+            tag for image in listed for tag in image.get("RepoTags") or () if tag != "<none>:<none>"
+        )
+
+    async def run(self, spec: ContainerSpec) -> ContainerInfo:
+        """Create and start; an existing container of that name is returned as it is.
+
+        A container left created-but-not-started (a crash between create and start) is
+        started. A failed start removes the container and raises ContainerError, so a
+        retry starts from scratch. Raises ImageNotFound, RuntimeUnavailable, ContainerError.
+        """
+        docker = self._client()
+        data = await self._inspect(spec.name)
+        if data is None:
+            try:
+                await docker.containers.create(
+                    container_config(spec, network_mode=self._network_mode, init=self._init),
+                    name=spec.name,
+                )
+            except DockerError as e:
+                if e.status == 404:
+                    raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
+                if e.status != 409:  # 409: another caller created the name just now
+                    raise _translate(e, f"create {spec.name}") from e
+            except _TRANSPORT_ERRORS as e:
+                raise _translate(e, f"create {spec.name}") from e
+            data = await self._inspect(spec.name)
+            if data is None:
+                raise ContainerError(f"container {spec.name} vanished right after create")
+        if (data.get("State") or {}).get("Status") == "created":
+            await self._start(data["Id"], spec.name)
+            data = await self._inspect(data["Id"])
+            if data is None:
+                raise ContainerError(f"container {spec.name} vanished right after start")
+        return _info(data)
+
+    async def _inspect(self, ref: str) -> dict[str, Any] | None:
+        """The engine's record of a container by id or name; None when there is none."""
+        try:
+            data: dict[str, Any] = await self._client().containers.container(ref).show()
+        except DockerError as e:
+            if e.status == 404:
+                return None
+            raise _translate(e, f"inspect {ref}") from e
+        except _TRANSPORT_ERRORS as e:
+            raise _translate(e, f"inspect {ref}") from e
+        return data
+
+    async def _start(self, container_id: str, name: str) -> None:
+        container = self._client().containers.container(container_id)
+        try:
+            await container.start()
+        except DockerError as e:
+            if e.status == _NO_ANSWER:
+                raise _translate(e, f"start {name}") from e
+            # The engine answered: the command, a device request or a mount is wrong for
+            # this container (runc failures come back as 500s). Not worth retrying as is.
+            await self.remove(container_id, stop_timeout_s=0)
+            raise ContainerError(f"start {name}: {e}") from e
+        except _TRANSPORT_ERRORS as e:
+            raise _translate(e, f"start {name}") from e
+
+    async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        filters = {"label": [f"{k}={v}" for k, v in sorted(labels.items())]}
+        with _engine_call("list containers"):
+            listed = await self._client().containers.list(all=True, filters=filters)
+        infos = []
+        for container in listed:
+            # The listing has no exit code; inspect each. One removed meanwhile is skipped.
+            data = await self._inspect(container.id)
+            if data is not None:
+                infos.append(_info(data))
+        return infos
+
+    async def wait(self, container_id: str) -> int:
+        """The exit code, at once if it has exited already. ContainerError if unknown."""
+        with _engine_call(f"wait {container_id}"):
+            result = await self._client().containers.container(container_id).wait()
+        return int(result["StatusCode"])
+
+    async def remove(self, container_id: str, *, stop_timeout_s: float = 5.0) -> None:
+        """Stop (SIGTERM, SIGKILL after whole seconds, rounded up) and remove; gone is fine."""
+        container = self._client().containers.container(container_id)
+        try:
+            await container.stop(t=max(0, math.ceil(stop_timeout_s)))
+            await container.delete(force=True)
+        except DockerError as e:
+            # 404: already gone. 409: a removal is already in progress.
+            if e.status in (404, 409):
+                return
+            raise _translate(e, f"remove {container_id}") from e
+        except _TRANSPORT_ERRORS as e:
+            raise _translate(e, f"remove {container_id}") from e
+
+    async def logs(self, container_id: str, *, tail: int = 200) -> str:
+        container = self._client().containers.container(container_id)
+        with _engine_call(f"logs {container_id}"):
+            lines = await container.log(stdout=True, stderr=True, tail=tail)
+        return "".join(lines)
