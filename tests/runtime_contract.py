@@ -1,0 +1,205 @@
+"""What every ContainerRuntime promises, as one test class to subclass.
+
+A subclass provides a ``runtime`` fixture (a ready ContainerRuntime with ``fgpu/busybox``);
+the contract does the rest, and removes every container a test started. Each test works
+under its own label value and name prefix, so tests can share one engine.
+
+The commands are small shell scripts that busybox runs for real and DummyRuntime simulates.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from services.ports import (
+    ContainerError,
+    ContainerRuntime,
+    ContainerSpec,
+    ImageNotFound,
+    RuntimeUnavailable,
+)
+
+__all__ = ["TEST_IMAGE", "TEST_LABEL", "ContainerRuntimeContract"]
+
+TEST_IMAGE = "fgpu/busybox:latest"
+TEST_LABEL = "fgpu.test"
+LONG = ("sleep", "60")  # runs until removed, as far as a test is concerned
+DEADLINE_S = 20.0  # a bound on any one wait; a healthy engine answers in well under a second
+
+
+class ContainerRuntimeContract:
+    """Subclass as ``Test...`` and define a ``runtime`` fixture."""
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        return "asyncio"  # aiodocker is asyncio-only
+
+    @pytest.fixture
+    def tag(self) -> str:
+        return secrets.token_hex(4)
+
+    @pytest.fixture
+    async def rt(self, runtime: ContainerRuntime, tag: str) -> AsyncIterator[ContainerRuntime]:
+        yield runtime
+        with anyio.fail_after(DEADLINE_S):
+            for info in await runtime.list({TEST_LABEL: tag}):
+                await runtime.remove(info.id, stop_timeout_s=0)
+
+    @staticmethod
+    def spec(
+        tag: str,
+        name: str,
+        command: tuple[str, ...] = LONG,
+        *,
+        image: str = TEST_IMAGE,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ContainerSpec:
+        return ContainerSpec(
+            name=f"fgpu-test-{tag}-{name}",
+            image=image,
+            command=command,
+            labels={TEST_LABEL: tag, **(labels or {})},
+            env=env or {},
+        )
+
+    @staticmethod
+    async def wait(rt: ContainerRuntime, container_id: str) -> int:
+        with anyio.fail_after(DEADLINE_S):
+            return await rt.wait(container_id)
+
+    # ---- images and run ---------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_images_include_the_test_image(self, rt: ContainerRuntime) -> None:
+        assert TEST_IMAGE in await rt.images()
+
+    @pytest.mark.anyio
+    async def test_run_starts_the_container(self, rt: ContainerRuntime, tag: str) -> None:
+        spec = self.spec(tag, "a", labels={"fgpu.session": "s1"})
+        info = await rt.run(spec)
+        assert info.name == spec.name
+        assert info.running
+        assert info.exit_code is None
+        assert info.labels.items() >= spec.labels.items()
+
+    @pytest.mark.anyio
+    async def test_run_is_idempotent_by_name(self, rt: ContainerRuntime, tag: str) -> None:
+        spec = self.spec(tag, "a")
+        first = await rt.run(spec)
+        second = await rt.run(spec)
+        assert second.id == first.id
+        assert [i.id for i in await rt.list({TEST_LABEL: tag})] == [first.id]
+
+    @pytest.mark.anyio
+    async def test_run_returns_an_exited_container_as_it_is(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        spec = self.spec(tag, "a", ("sh", "-c", "exit 3"))
+        first = await rt.run(spec)
+        assert await self.wait(rt, first.id) == 3
+        again = await rt.run(spec)
+        assert (again.id, again.running, again.exit_code) == (first.id, False, 3)
+
+    @pytest.mark.anyio
+    async def test_unknown_image_raises_image_not_found(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        with pytest.raises(ImageNotFound):
+            await rt.run(self.spec(tag, "a", image="fgpu/no-such-image:never"))
+        assert await rt.list({TEST_LABEL: tag}) == []
+
+    # ---- list -------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_list_selects_by_all_labels(self, rt: ContainerRuntime, tag: str) -> None:
+        a = await rt.run(self.spec(tag, "a", labels={"fgpu.role": "x"}))
+        b = await rt.run(self.spec(tag, "b", labels={"fgpu.role": "y"}))
+        both = await rt.list({TEST_LABEL: tag})
+        assert sorted(i.id for i in both) == sorted([a.id, b.id])
+        only_b = await rt.list({TEST_LABEL: tag, "fgpu.role": "y"})
+        assert [i.id for i in only_b] == [b.id]
+        assert await rt.list({TEST_LABEL: tag, "fgpu.role": "z"}) == []
+
+    @pytest.mark.anyio
+    async def test_list_shows_exited_containers(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 3")))
+        await self.wait(rt, info.id)
+        [listed] = await rt.list({TEST_LABEL: tag})
+        assert (listed.id, listed.running, listed.exit_code) == (info.id, False, 3)
+
+    # ---- wait -------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_wait_returns_the_exit_code(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 3")))
+        assert await self.wait(rt, info.id) == 3
+
+    @pytest.mark.anyio
+    async def test_wait_after_exit_returns_at_once(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 3")))
+        assert await self.wait(rt, info.id) == 3
+        assert await self.wait(rt, info.id) == 3
+
+    @pytest.mark.anyio
+    async def test_wait_on_an_unknown_container_raises(self, rt: ContainerRuntime) -> None:
+        with pytest.raises(ContainerError) as caught:
+            await rt.wait("fgpu-test-no-such-container")
+        assert not isinstance(caught.value, RuntimeUnavailable)
+
+    # ---- remove -----------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_remove_stops_a_running_container(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            await rt.remove(info.id, stop_timeout_s=5)
+        assert await rt.list({TEST_LABEL: tag}) == []
+        with pytest.raises(ContainerError):
+            await rt.wait(info.id)
+
+    @pytest.mark.anyio
+    async def test_remove_frees_the_name(self, rt: ContainerRuntime, tag: str) -> None:
+        spec = self.spec(tag, "a")
+        first = await rt.run(spec)
+        await rt.remove(first.id, stop_timeout_s=0)
+        second = await rt.run(spec)
+        assert second.id != first.id
+        assert second.running
+
+    @pytest.mark.anyio
+    async def test_remove_of_an_unknown_container_is_fine(self, rt: ContainerRuntime) -> None:
+        await rt.remove("fgpu-test-no-such-container")
+
+    @pytest.mark.anyio
+    async def test_remove_twice_is_fine(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 0")))
+        await rt.remove(info.id, stop_timeout_s=0)
+        await rt.remove(info.id, stop_timeout_s=0)
+
+    # ---- logs -------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_logs_return_what_the_command_printed(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "echo hello; echo world")))
+        assert await self.wait(rt, info.id) == 0
+        assert await rt.logs(info.id) == "hello\nworld\n"
+        assert await rt.logs(info.id, tail=1) == "world\n"
+
+    @pytest.mark.anyio
+    async def test_env_reaches_the_command(self, rt: ContainerRuntime, tag: str) -> None:
+        spec = self.spec(tag, "a", ("sh", "-c", 'echo "$GREETING"'), env={"GREETING": "hi there"})
+        info = await rt.run(spec)
+        await self.wait(rt, info.id)
+        assert await rt.logs(info.id) == "hi there\n"
+
+    @pytest.mark.anyio
+    async def test_logs_of_an_unknown_container_raise(self, rt: ContainerRuntime) -> None:
+        with pytest.raises(ContainerError):
+            await rt.logs("fgpu-test-no-such-container")
