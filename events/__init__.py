@@ -1,0 +1,55 @@
+"""The event catalogue: frozen, tagged, versioned msgspec Structs with no behaviour.
+
+This package imports nothing else of the project; everything else may import it.
+"""
+
+from events.agent import AgentLost, AgentRegistered, GpuInfo
+from events.base import Event
+from events.codec import SCHEMA_VERSION, decode, encode, json_schema
+from events.session import (
+    DestroyRejected,
+    DevicePlacement,
+    PayloadRejected,
+    PolicySet,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionErrored,
+    SessionPreparing,
+    SessionRejected,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+)
+from events.slots import Slots
+from events.union import AnyEvent
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentLost",
+    "AgentRegistered",
+    "AnyEvent",
+    "DestroyRejected",
+    "DevicePlacement",
+    "Event",
+    "GpuInfo",
+    "PayloadRejected",
+    "PolicySet",
+    "SessionAdmitted",
+    "SessionCancelled",
+    "SessionDestroyRequested",
+    "SessionErrored",
+    "SessionPreparing",
+    "SessionRejected",
+    "SessionRequested",
+    "SessionRunning",
+    "SessionScheduled",
+    "SessionTerminated",
+    "SessionTerminating",
+    "Slots",
+    "decode",
+    "encode",
+    "json_schema",
+]

@@ -1,0 +1,45 @@
+"""Events of the agent aggregate (subject ``fgpu.agent.<agent_id>``)."""
+
+import msgspec
+
+from events.base import Event
+from events.slots import Slots
+
+__all__ = ["AgentLost", "AgentRegistered", "GpuInfo"]
+
+
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One physical GPU as the agent sees it (from NVML or declared as a mock)."""
+
+    index: int
+    uuid: str
+    model: str
+    mem: int
+    sm_count: int
+
+
+class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1"):
+    """An agent announces itself and its whole capacity; a later one replaces the earlier.
+
+    ``fgpu_per_gpu`` is the administrator's ratio in quanta: 200 means one physical GPU is
+    2 fGPU, so one fGPU is half of its memory and half of its SMs' time. ``images`` are the
+    images the agent can start without a download.
+    """
+
+    agent_id: str
+    capacity: Slots
+    gpus: tuple[GpuInfo, ...]
+    fgpu_per_gpu: int
+    images: tuple[str, ...] = ()
+    runtime: str = "docker"
+
+
+class AgentLost(Event, frozen=True, kw_only=True, tag="agent.lost.v1"):
+    """The scheduler stopped hearing an agent's heartbeats; nothing new is placed there.
+
+    Sessions on it keep their allocation: their containers may well still run, and the
+    agent re-adopts and reports them when it comes back.
+    """
+
+    agent_id: str
+    reason: str

@@ -1,0 +1,26 @@
+"""The envelope every event carries."""
+
+from datetime import datetime
+
+import msgspec
+
+__all__ = ["Event"]
+
+
+class Event(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True
+):
+    """Common fields of every event.
+
+    ``id`` is unique per event and doubles as the JetStream ``Nats-Msg-Id`` for dedupe.
+    ``actor`` is who caused the event: an access key for a user's request, or an actor's
+    name (``quota``, ``scheduler``, ``agent:<id>``). ``causation_id`` is the id of the
+    event that directly led to this one; ``correlation_id`` ties together everything that
+    followed from one user action (for a session: its request's id).
+    """
+
+    id: str
+    at: datetime
+    actor: str
+    causation_id: str | None = None
+    correlation_id: str | None = None

@@ -1,0 +1,155 @@
+"""Events of a session's life, of quota policy and of refused input.
+
+Who writes what, and on which subject, is in ``events.subjects`` and ``docs/events.md``.
+"""
+
+import msgspec
+
+from events.base import Event
+from events.slots import Slots
+
+__all__ = [
+    "DestroyRejected",
+    "DevicePlacement",
+    "PayloadRejected",
+    "PolicySet",
+    "SessionAdmitted",
+    "SessionCancelled",
+    "SessionDestroyRequested",
+    "SessionErrored",
+    "SessionPreparing",
+    "SessionRejected",
+    "SessionRequested",
+    "SessionRunning",
+    "SessionScheduled",
+    "SessionTerminated",
+    "SessionTerminating",
+]
+
+
+class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
+    """A user asks for a session. ``owner`` is the access key; ``priority`` 0-100 (higher first)."""
+
+    session_id: str
+    owner: str
+    image: str
+    command: tuple[str, ...] = ()
+    slots: Slots
+    priority: int = 0
+    name: str | None = None
+
+
+class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):
+    """A user asks to end a session. ``requester`` need not own it: the scheduler checks."""
+
+    session_id: str
+    requester: str
+
+
+class SessionAdmitted(Event, frozen=True, kw_only=True, tag="session.admitted.v1"):
+    """The quota actor found the request within its owner's policy; it now waits to be placed."""
+
+    session_id: str
+    owner: str
+
+
+class SessionRejected(Event, frozen=True, kw_only=True, tag="session.rejected.v1"):
+    """The request is refused for good; ``reason`` is shown to the user as is."""
+
+    session_id: str
+    owner: str
+    code: str
+    reason: str
+
+
+class DevicePlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A share of one GPU given to a session: ``fgpu`` quanta of device ``gpu_index``."""
+
+    gpu_index: int
+    fgpu: int
+
+
+class SessionScheduled(Event, frozen=True, kw_only=True, tag="session.scheduled.v1"):
+    """The scheduler placed the session: from now on it holds ``slots`` on ``agent_id``."""
+
+    session_id: str
+    owner: str
+    agent_id: str
+    slots: Slots
+    devices: tuple[DevicePlacement, ...]
+
+
+class SessionCancelled(Event, frozen=True, kw_only=True, tag="session.cancelled.v1"):
+    """A session that never started was withdrawn (destroyed while pending)."""
+
+    session_id: str
+    owner: str
+    reason: str
+
+
+class SessionTerminating(Event, frozen=True, kw_only=True, tag="session.terminating.v1"):
+    """The scheduler asks the session's agent to stop it."""
+
+    session_id: str
+    agent_id: str
+    reason: str
+
+
+class SessionPreparing(Event, frozen=True, kw_only=True, tag="session.preparing.v1"):
+    """The agent started creating the session's container."""
+
+    session_id: str
+    agent_id: str
+
+
+class SessionRunning(Event, frozen=True, kw_only=True, tag="session.running.v1"):
+    """The session's container runs."""
+
+    session_id: str
+    agent_id: str
+    container_id: str
+
+
+class SessionTerminated(Event, frozen=True, kw_only=True, tag="session.terminated.v1"):
+    """The container is gone; its resources are free. ``exit_code`` is None if unknown."""
+
+    session_id: str
+    agent_id: str
+    exit_code: int | None
+    reason: str
+
+
+class SessionErrored(Event, frozen=True, kw_only=True, tag="session.errored.v1"):
+    """The session could not be started; its resources are free."""
+
+    session_id: str
+    agent_id: str
+    reason: str
+
+
+class DestroyRejected(Event, frozen=True, kw_only=True, tag="session.destroy-rejected.v1"):
+    """A destroy request was refused (unknown session, someone else's, already ended)."""
+
+    session_id: str
+    requester: str
+    reason: str
+
+
+class PolicySet(Event, frozen=True, kw_only=True, tag="policy.set.v1"):
+    """An administrator sets an access key's resource policy; None means no limit."""
+
+    owner: str
+    max_concurrent_sessions: int | None = None
+    max_slots: Slots | None = None
+
+
+class PayloadRejected(Event, frozen=True, kw_only=True, tag="payload.rejected.v1"):
+    """A message on the log could not be decoded or was invalid; it changed nothing.
+
+    Written by the quota actor, the first reader of user input, so a bad payload leaves
+    a trace instead of vanishing or crashing an actor.
+    """
+
+    stream_seq: int
+    subject: str
+    error: str

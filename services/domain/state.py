@@ -1,0 +1,385 @@
+"""The cluster as a pure fold of the log: ``evolve(state, record) -> state``.
+
+Every actor and every read folds the same records with this one function, so they all
+agree on what happened. The fold is deterministic (no clock, no I/O, no randomness) and
+total: an event that does not fit the session's current status (a duplicate, a late
+report, a decision that lost a race) changes nothing, which is what makes every actor
+idempotent under redelivery.
+
+For speed the state is mutated in place and returned; treat it as owned by the fold.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from events import (
+    AgentLost,
+    AgentRegistered,
+    AnyEvent,
+    DestroyRejected,
+    DevicePlacement,
+    GpuInfo,
+    PayloadRejected,
+    PolicySet,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionErrored,
+    SessionPreparing,
+    SessionRejected,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+    Slots,
+)
+from events import subjects as subj
+from services.domain.fit_index import FitIndex
+from services.domain.resources import add, sub
+from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
+from services.domain.validation import invalid_request
+from services.ports import Malformed, Record
+
+__all__ = [
+    "AgentView",
+    "ClusterState",
+    "GpuView",
+    "OwnerUsage",
+    "SessionView",
+    "Transition",
+    "apply_decision",
+    "evolve",
+    "fold",
+]
+
+S = SessionStatus
+
+
+@dataclass(slots=True)
+class Transition:
+    status: SessionStatus
+    at: datetime
+    seq: int
+    event_id: str
+
+
+@dataclass(slots=True)
+class SessionView:
+    session_id: str
+    owner: str
+    image: str
+    command: tuple[str, ...]
+    slots: Slots
+    priority: int
+    name: str | None
+    request_id: str
+    correlation_id: str
+    arrival_seq: int
+    requested_at: datetime
+    status: SessionStatus = S.REQUESTED
+    agent_id: str | None = None
+    devices: tuple[DevicePlacement, ...] = ()
+    container_id: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    quota_held: bool = False
+    invalid: str | None = None  # why the request can never be accepted as written
+    history: list[Transition] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class GpuView:
+    info: GpuInfo
+    capacity: int  # fGPU quanta this device is worth
+    shares: dict[str, int] = field(default_factory=dict)  # session id -> quanta
+
+    @property
+    def allocated(self) -> int:
+        return sum(self.shares.values())
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.allocated
+
+
+@dataclass(slots=True)
+class AgentView:
+    agent_id: str
+    capacity: Slots
+    fgpu_per_gpu: int
+    gpus: dict[int, GpuView]
+    images: frozenset[str]
+    runtime: str
+    allocated: Slots = Slots()
+    sessions: dict[str, None] = field(default_factory=dict)  # sessions holding an allocation
+    lost: bool = False
+
+    @property
+    def free(self) -> Slots:
+        return sub(self.capacity, self.allocated)
+
+
+@dataclass(slots=True)
+class OwnerUsage:
+    sessions: int = 0
+    slots: Slots = Slots()
+
+
+@dataclass(slots=True)
+class ClusterState:
+    last_seq: int = 0
+    sessions: dict[str, SessionView] = field(default_factory=dict)
+    agents: dict[str, AgentView] = field(default_factory=dict)
+    policies: dict[str, PolicySet] = field(default_factory=dict)
+    usage: dict[str, OwnerUsage] = field(default_factory=dict)  # quota held per owner
+    subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
+    # Work waiting for an actor, kept by the fold so no actor scans every session:
+    undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
+    queue: dict[str, None] = field(default_factory=dict)  # PENDING, for the scheduler
+    destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
+    malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
+    fit: FitIndex = field(default_factory=FitIndex)
+
+
+def fold(records: list[Record], state: ClusterState | None = None) -> ClusterState:
+    """The state after ``records``, starting from ``state`` (default: empty)."""
+    s = ClusterState() if state is None else state
+    for r in records:
+        evolve(s, r)
+    return s
+
+
+def evolve(s: ClusterState, r: Record) -> ClusterState:
+    """Apply one record. Records at or below ``s.last_seq`` were applied already: no-op."""
+    if r.seq <= s.last_seq:
+        return s
+    s.last_seq = r.seq
+    s.subject_seq[r.subject] = r.seq
+    e = r.event
+    if isinstance(e, Malformed):
+        s.malformed[r.seq] = (r.subject, e.error)
+        return s
+    problem = _subject_mismatch(r.subject, e)
+    if problem is not None:
+        s.malformed[r.seq] = (r.subject, problem)
+        return s
+    _apply(s, r.seq, e)
+    return s
+
+
+def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
+    """Apply an event this process is about to append, before the log has it.
+
+    Lets an actor account for its own decisions within one round (two placements must not
+    take the same share). When the event comes back from the log the fold's status guards
+    make it a no-op. If the append fails, the caller must rebuild the state from the log.
+    """
+    _apply(s, 0, e)
+    return s
+
+
+def _subject_mismatch(subject: str, e: AnyEvent) -> str | None:
+    """Why ``e`` may not stand on ``subject``, or None.
+
+    A user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking that the
+    event names the same key and session as its subject makes that confinement mean
+    something for every reader of the log.
+    """
+    match e:
+        case SessionRequested():
+            if subject != subj.request(e.owner, e.session_id):
+                return f"session.requested for {e.owner}/{e.session_id} on subject {subject}"
+        case SessionDestroyRequested():
+            if subject != subj.request(e.requester, e.session_id):
+                return f"destroy request by {e.requester} on subject {subject}"
+        case _:
+            return None
+    return None
+
+
+def _transition(v: SessionView, status: SessionStatus, seq: int, e: AnyEvent) -> None:
+    v.status = status
+    v.history.append(Transition(status, e.at, seq, e.id))
+
+
+def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
+    match e:
+        case SessionRequested():
+            if e.session_id in s.sessions:
+                return  # a second request for a taken id changes nothing
+            v = SessionView(
+                session_id=e.session_id,
+                owner=e.owner,
+                image=e.image,
+                command=e.command,
+                slots=e.slots,
+                priority=e.priority,
+                name=e.name,
+                request_id=e.id,
+                correlation_id=e.correlation_id or e.id,
+                arrival_seq=seq,
+                requested_at=e.at,
+                invalid=invalid_request(e),
+            )
+            v.history.append(Transition(S.REQUESTED, e.at, seq, e.id))
+            s.sessions[e.session_id] = v
+            s.undecided[e.session_id] = None
+        case SessionAdmitted():
+            v2 = s.sessions.get(e.session_id)
+            if v2 is None or v2.status is not S.REQUESTED:
+                return
+            _transition(v2, S.PENDING, seq, e)
+            s.undecided.pop(v2.session_id, None)
+            s.queue[v2.session_id] = None
+            _hold_quota(s, v2)
+        case SessionRejected():
+            v2 = s.sessions.get(e.session_id)
+            if v2 is None or v2.status not in (S.REQUESTED, S.PENDING):
+                return
+            v2.reason = e.reason
+            _release_quota(s, v2)
+            _end(s, v2, S.REJECTED, seq, e)
+        case SessionCancelled():
+            v2 = s.sessions.get(e.session_id)
+            if v2 is None or v2.status not in (S.REQUESTED, S.PENDING):
+                return
+            v2.reason = e.reason
+            _release_quota(s, v2)
+            _end(s, v2, S.CANCELLED, seq, e)
+        case SessionScheduled():
+            v2 = s.sessions.get(e.session_id)
+            a = s.agents.get(e.agent_id)
+            if v2 is None or v2.status is not S.PENDING or a is None:
+                return
+            s.queue.pop(v2.session_id, None)
+            v2.agent_id = e.agent_id
+            v2.devices = e.devices
+            _allocate(s, a, v2)
+            _transition(v2, S.SCHEDULED, seq, e)
+        case SessionTerminating():
+            v2 = s.sessions.get(e.session_id)
+            if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING, S.RUNNING):
+                return
+            v2.reason = e.reason
+            _transition(v2, S.TERMINATING, seq, e)
+        case SessionPreparing():
+            v2 = _reported(s, e.session_id, e.agent_id)
+            if v2 is None or v2.status is not S.SCHEDULED:
+                return
+            _transition(v2, S.PREPARING, seq, e)
+        case SessionRunning():
+            v2 = _reported(s, e.session_id, e.agent_id)
+            if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING):
+                return
+            v2.container_id = e.container_id
+            _transition(v2, S.RUNNING, seq, e)
+        case SessionTerminated():
+            v2 = _reported(s, e.session_id, e.agent_id)
+            if v2 is None or v2.status not in HOLDS_ALLOCATION:
+                return
+            v2.exit_code = e.exit_code
+            v2.reason = e.reason if v2.reason is None else f"{v2.reason}; {e.reason}"
+            _free(s, v2)
+            _end(s, v2, S.TERMINATED, seq, e)
+        case SessionErrored():
+            v2 = _reported(s, e.session_id, e.agent_id)
+            if v2 is None or v2.status not in HOLDS_ALLOCATION:
+                return
+            v2.reason = e.reason
+            _free(s, v2)
+            _end(s, v2, S.ERROR, seq, e)
+        case SessionDestroyRequested():
+            s.destroys[e.id] = e
+        case DestroyRejected():
+            pass
+        case PolicySet():
+            s.policies[e.owner] = e
+        case PayloadRejected():
+            s.malformed.pop(e.stream_seq, None)
+        case AgentRegistered():
+            _register(s, e)
+        case AgentLost():
+            a = s.agents.get(e.agent_id)
+            if a is not None:
+                a.lost = True
+                s.fit.update(a)
+    # A destroy request is answered by the first event that names it as its cause.
+    if e.causation_id is not None:
+        s.destroys.pop(e.causation_id, None)
+
+
+def _reported(s: ClusterState, session_id: str, agent_id: str) -> SessionView | None:
+    """The session, if ``agent_id`` is where it was placed (reports from elsewhere are void)."""
+    v = s.sessions.get(session_id)
+    if v is None or v.agent_id != agent_id:
+        return None
+    return v
+
+
+def _end(s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: AnyEvent) -> None:
+    assert status in ENDED
+    s.undecided.pop(v.session_id, None)
+    s.queue.pop(v.session_id, None)
+    _transition(v, status, seq, e)
+
+
+def _hold_quota(s: ClusterState, v: SessionView) -> None:
+    u = s.usage.setdefault(v.owner, OwnerUsage())
+    u.sessions += 1
+    u.slots = add(u.slots, v.slots)
+    v.quota_held = True
+
+
+def _release_quota(s: ClusterState, v: SessionView) -> None:
+    if not v.quota_held:
+        return
+    u = s.usage[v.owner]
+    u.sessions -= 1
+    u.slots = sub(u.slots, v.slots)
+    v.quota_held = False
+
+
+def _allocate(s: ClusterState, a: AgentView, v: SessionView) -> None:
+    a.allocated = add(a.allocated, v.slots)
+    a.sessions[v.session_id] = None
+    for d in v.devices:
+        g = a.gpus.get(d.gpu_index)
+        if g is not None:
+            g.shares[v.session_id] = g.shares.get(v.session_id, 0) + d.fgpu
+    s.fit.update(a)
+
+
+def _free(s: ClusterState, v: SessionView) -> None:
+    """Give back the session's allocation and quota; it holds neither afterwards."""
+    _release_quota(s, v)
+    a = s.agents.get(v.agent_id or "")
+    if a is None or v.session_id not in a.sessions:
+        return
+    del a.sessions[v.session_id]
+    a.allocated = sub(a.allocated, v.slots)
+    for g in a.gpus.values():
+        g.shares.pop(v.session_id, None)
+    s.fit.update(a)
+
+
+def _register(s: ClusterState, e: AgentRegistered) -> None:
+    old = s.agents.get(e.agent_id)
+    gpus = {g.index: GpuView(info=g, capacity=e.fgpu_per_gpu) for g in e.gpus}
+    a = AgentView(
+        agent_id=e.agent_id,
+        capacity=e.capacity,
+        fgpu_per_gpu=e.fgpu_per_gpu,
+        gpus=gpus,
+        images=frozenset(e.images),
+        runtime=e.runtime,
+    )
+    if old is not None:
+        # Allocations survive a re-registration: they end only with their sessions.
+        a.allocated = old.allocated
+        a.sessions = old.sessions
+        for index, g in old.gpus.items():
+            if index in gpus:
+                gpus[index].shares = g.shares
+    s.agents[e.agent_id] = a
+    s.fit.update(a)

@@ -1,0 +1,38 @@
+"""Session statuses and which of them hold what."""
+
+from enum import StrEnum
+
+__all__ = ["ENDED", "HOLDS_ALLOCATION", "SessionStatus"]
+
+
+class SessionStatus(StrEnum):
+    REQUESTED = "REQUESTED"  # on the log, quota not yet decided
+    PENDING = "PENDING"  # admitted, waiting in the queue, holding no device
+    SCHEDULED = "SCHEDULED"  # placed on an agent, which has not started it yet
+    PREPARING = "PREPARING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    CANCELLED = "CANCELLED"
+    ERROR = "ERROR"
+    REJECTED = "REJECTED"
+
+
+ENDED = frozenset(
+    {
+        SessionStatus.TERMINATED,
+        SessionStatus.CANCELLED,
+        SessionStatus.ERROR,
+        SessionStatus.REJECTED,
+    }
+)
+
+# A session holds an allocation on its agent exactly while in one of these.
+HOLDS_ALLOCATION = frozenset(
+    {
+        SessionStatus.SCHEDULED,
+        SessionStatus.PREPARING,
+        SessionStatus.RUNNING,
+        SessionStatus.TERMINATING,
+    }
+)

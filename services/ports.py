@@ -1,0 +1,201 @@
+"""The ports actors depend on. Adapters at the edge implement them; fakes implement them too.
+
+Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
+"""
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+import msgspec
+
+from events import AnyEvent, GpuInfo
+
+__all__ = [
+    "Clock",
+    "ConcurrencyConflict",
+    "ContainerError",
+    "ContainerInfo",
+    "ContainerRuntime",
+    "ContainerSpec",
+    "EventLog",
+    "GpuProbe",
+    "ImageNotFound",
+    "LogError",
+    "Malformed",
+    "Mount",
+    "Record",
+    "RuntimeUnavailable",
+]
+
+
+# ---- errors -------------------------------------------------------------------------------
+# LogError
+#  +-- ConcurrencyConflict   (retryable: re-read the log, decide again)
+# ContainerError
+#  +-- ImageNotFound          (permanent for this session)
+#  +-- RuntimeUnavailable     (retryable: the engine is down or refused)
+
+
+class LogError(Exception):
+    """The event log refused or failed an operation."""
+
+
+class ConcurrencyConflict(LogError):
+    """Another writer appended to the subject since we read it: re-read, decide again."""
+
+
+class ContainerError(Exception):
+    """The container runtime failed an operation."""
+
+
+class ImageNotFound(ContainerError):
+    """The image does not exist on this engine."""
+
+
+class RuntimeUnavailable(ContainerError):
+    """The engine cannot be reached or refused the call; trying later may work."""
+
+
+# ---- the event log ------------------------------------------------------------------------
+
+
+class Malformed(msgspec.Struct, frozen=True, kw_only=True):
+    """A message on the log whose payload is not a valid event."""
+
+    error: str
+    payload: bytes
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of the log: its global order ``seq``, its subject and its event."""
+
+    seq: int
+    subject: str
+    event: AnyEvent | Malformed
+
+
+class EventLog(Protocol):
+    """The append-only log every state change goes through."""
+
+    async def append(
+        self,
+        subject: str,
+        event: AnyEvent,
+        *,
+        expected_last_subject_seq: int | None = None,
+    ) -> int:
+        """Append one event; return its sequence.
+
+        The event id dedupes: appending the same event twice stores it once and returns
+        the first sequence. With ``expected_last_subject_seq`` the append succeeds only if
+        the subject's last sequence is that (0: no message yet), else ConcurrencyConflict.
+        """
+        ...
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        """Append ``items`` atomically, all or none; return the last one's sequence.
+
+        Succeeds only if ``expect_subject``'s last sequence is ``expected_last_subject_seq``
+        when the batch is stored, else ConcurrencyConflict and nothing is stored.
+        """
+        ...
+
+    async def last_seq(self) -> int:
+        """The sequence of the newest message (0 when empty)."""
+        ...
+
+    def read(self, after: int = 0, *, until: int | None = None) -> AsyncIterator[list[Record]]:
+        """Batches of records after ``after`` up to ``until`` (default: the end now), in order."""
+        ...
+
+    def follow(self, durable: str, after: int = 0) -> AsyncIterator[list[Record]]:
+        """Batches of new records forever, through a durable cursor named ``durable``.
+
+        Records at or below ``after`` are skipped; a batch is acknowledged when the next
+        one is asked for, so a crash redelivers at most the batch in hand.
+        """
+        ...
+
+
+# ---- containers ---------------------------------------------------------------------------
+
+
+class Mount(msgspec.Struct, frozen=True, kw_only=True):
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent asks the engine for. ``name`` is unique per session and agent."""
+
+    name: str
+    image: str
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    cpu_millis: int = 0
+    mem_bytes: int = 0
+    gpu_uuids: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+
+
+class ContainerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    labels: dict[str, str]
+    running: bool
+    exit_code: int | None = None
+
+
+class ContainerRuntime(Protocol):
+    """A container engine, as the agent uses it."""
+
+    async def images(self) -> list[str]:
+        """Tags of the images present locally."""
+        ...
+
+    async def run(self, spec: ContainerSpec) -> ContainerInfo:
+        """Create and start the container; if one named ``spec.name`` exists, return it.
+
+        Raises ImageNotFound or RuntimeUnavailable.
+        """
+        ...
+
+    async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
+        """Containers (running or not) carrying all of ``labels``."""
+        ...
+
+    async def wait(self, container_id: str) -> int:
+        """Block until the container exits; its exit code."""
+        ...
+
+    async def remove(self, container_id: str, *, stop_timeout_s: float = 5.0) -> None:
+        """Stop (SIGTERM, then SIGKILL after the timeout) and remove; no error if gone."""
+        ...
+
+    async def logs(self, container_id: str, *, tail: int = 200) -> str:
+        """The last ``tail`` lines of the container's output."""
+        ...
+
+
+# ---- GPUs and time ------------------------------------------------------------------------
+
+
+class GpuProbe(Protocol):
+    def gpus(self) -> list[GpuInfo]:
+        """The GPUs of this host."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
