@@ -107,12 +107,20 @@ class EventLog(Protocol):
         """
         ...
 
+    async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
+        """Append independent events, pipelined, each deduped by its id; not atomic."""
+        ...
+
     async def last_seq(self) -> int:
         """The sequence of the newest message (0 when empty)."""
         ...
 
     def read(self, after: int = 0, *, until: int | None = None) -> AsyncIterator[list[Record]]:
         """Batches of records after ``after`` up to ``until`` (default: the end now), in order."""
+        ...
+
+    def tail(self, after: int = 0) -> AsyncIterator[list[Record]]:
+        """Batches of records after ``after``, then new ones as they come, forever."""
         ...
 
     def follow(self, durable: str, after: int = 0) -> AsyncIterator[list[Record]]:

@@ -180,6 +180,15 @@ class JetStreamLog:
         end = await self.last_seq() if until is None else until
         if end <= after:
             return
+        async for batch in self._ordered(after, end):
+            yield batch
+
+    async def tail(self, after: int = 0) -> AsyncIterator[list[Record]]:
+        async for batch in self._ordered(after, None):
+            yield batch
+
+    async def _ordered(self, after: int, end: int | None) -> AsyncIterator[list[Record]]:
+        """An ordered push consumer from ``after + 1`` up to ``end`` (None: forever)."""
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
         async def on_msg(msg: Msg) -> None:
@@ -195,14 +204,17 @@ class JetStreamLog:
         )
         try:
             seq = after
-            while seq < end:
-                batch = [await asyncio.wait_for(queue.get(), timeout=30)]
+            while end is None or seq < end:
+                if end is None:
+                    batch = [await queue.get()]
+                else:
+                    batch = [await asyncio.wait_for(queue.get(), timeout=30)]
                 while not queue.empty() and len(batch) < 5000:
                     batch.append(queue.get_nowait())
                 records = []
                 for msg in batch:
                     seq = _stream_seq(msg)
-                    if seq > end:
+                    if end is not None and seq > end:
                         break
                     records.append(to_record(seq, msg.subject, msg.data))
                 yield records

@@ -1,0 +1,241 @@
+"""The agent actor: runs the sessions placed on its node and reports what becomes of them.
+
+Each session placed here gets one supervising task that owns its container from start
+to end and is the only writer of its reports (``fgpu.agent.<id>.s.<session>``, each
+append expecting the subject's last sequence). The supervisor looks at the container
+before acting, so the same code starts a new session and re-adopts one after a restart:
+
+    status on the log   container found        what the supervisor does
+    SCHEDULED/PREPARING none                   report PREPARING, run, report RUNNING
+    SCHEDULED/PREPARING running                report RUNNING (it started before a crash)
+    RUNNING             running                keep watching (re-adopted)
+    any                 exited                 remove it, report TERMINATED with its code
+    RUNNING/TERMINATING none                   report TERMINATED: vanished while we were down
+    TERMINATING         running                stop it, report TERMINATED
+
+Running sessions therefore survive a restart of every actor: containers keep running,
+and the new agent process picks them up by their labels.
+"""
+
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from events import (
+    AgentRegistered,
+    AnyEvent,
+    GpuInfo,
+    SessionErrored,
+    SessionPreparing,
+    SessionRunning,
+    SessionTerminated,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.common import Provenance, follow_log, stamp
+from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION, session_spec
+from services.domain.state import ClusterState, SessionView
+from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+from services.ports import (
+    Clock,
+    ContainerError,
+    ContainerInfo,
+    ContainerRuntime,
+    ContainerSpec,
+    EventLog,
+    ImageNotFound,
+    LogError,
+)
+
+__all__ = ["AgentActor", "AgentConfig"]
+
+S = SessionStatus
+log = structlog.get_logger()
+_ATTEMPTS = 6
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    agent_id: str
+    capacity: Slots  # cpu and mem the agent offers; fgpu is derived from the GPUs
+    gpus: tuple[GpuInfo, ...]
+    fgpu_per_gpu: int  # quanta of fGPU one physical GPU is worth
+    mock_gpus: bool = False  # declared GPUs: never ask the engine for devices
+    runtime_name: str = "docker"
+    stop_timeout_s: float = 5.0
+
+
+@dataclass
+class _Supervised:
+    container_id: str | None = None
+    stop_requested: bool = False
+    stopping: bool = False
+
+
+@dataclass
+class _Local:
+    supervised: dict[str, _Supervised] = field(default_factory=dict)
+    found: dict[str, ContainerInfo] = field(default_factory=dict)  # at start-up, by session
+
+
+class AgentActor:
+    def __init__(
+        self, events: EventLog, runtime: ContainerRuntime, clock: Clock, config: AgentConfig
+    ) -> None:
+        if not subj.is_token(config.agent_id):
+            raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
+        self.events = events
+        self.runtime = runtime
+        self.clock = clock
+        self.config = config
+        self.name = f"agent:{config.agent_id}"
+        self.local = _Local()
+        self.state = ClusterState()
+        self._tg: TaskGroup | None = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await tg.start(self._follow)
+            task_status.started()
+
+    async def _follow(self, *, task_status: TaskStatus[ClusterState]) -> None:
+        await follow_log(
+            self.events,
+            f"agent-{self.config.agent_id}",
+            self.react,
+            task_status=task_status,
+            on_rebuild=self._on_rebuild,
+        )
+
+    async def _on_rebuild(self, s: ClusterState) -> None:
+        """Take stock of our containers and announce our capacity."""
+        self.state = s
+        found = await self.runtime.list({LABEL_AGENT: self.config.agent_id})
+        self.local.found = {c.labels[LABEL_SESSION]: c for c in found if LABEL_SESSION in c.labels}
+        await self.register()
+
+    async def register(self) -> None:
+        c = self.config
+        images = tuple(sorted(await self.runtime.images()))
+        e = stamp(
+            AgentRegistered,
+            Provenance(self.name, self.clock.now()),
+            agent_id=c.agent_id,
+            capacity=Slots(
+                cpu=c.capacity.cpu, mem=c.capacity.mem, fgpu=len(c.gpus) * c.fgpu_per_gpu
+            ),
+            gpus=c.gpus,
+            fgpu_per_gpu=c.fgpu_per_gpu,
+            images=images,
+            runtime=c.runtime_name,
+        )
+        await self.events.append(subj.agent(c.agent_id), e)
+
+    async def react(self, s: ClusterState) -> None:
+        self.state = s
+        me = s.agents.get(self.config.agent_id)
+        assert self._tg is not None
+        if me is not None:
+            for session_id in list(me.sessions):
+                v = s.sessions[session_id]
+                sup = self.local.supervised.get(session_id)
+                if sup is None:
+                    sup = self.local.supervised[session_id] = _Supervised()
+                    self._tg.start_soon(self._supervise, session_id, sup)
+                elif v.status is S.TERMINATING and not sup.stop_requested:
+                    sup.stop_requested = True
+                    self._tg.start_soon(self._stop, sup)
+        await self._remove_orphans(s)
+
+    async def _remove_orphans(self, s: ClusterState) -> None:
+        """Containers of ours whose session holds nothing here: ended while we were down."""
+        for session_id, c in list(self.local.found.items()):
+            v = s.sessions.get(session_id)
+            if v is None or v.agent_id != self.config.agent_id or v.status not in HOLDS_ALLOCATION:
+                del self.local.found[session_id]
+                await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
+
+    async def _stop(self, sup: _Supervised) -> None:
+        if sup.container_id is not None and not sup.stopping:
+            sup.stopping = True
+            await self.runtime.remove(sup.container_id, stop_timeout_s=self.config.stop_timeout_s)
+
+    # ---- one session ----------------------------------------------------------------------
+
+    async def _supervise(self, session_id: str, sup: _Supervised) -> None:
+        try:
+            for attempt in range(_ATTEMPTS):
+                try:
+                    await self._lifecycle(session_id, sup)
+                    return
+                except ContainerError as e:
+                    await self._report(session_id, SessionErrored, reason=f"container engine: {e}")
+                    return
+                except LogError as e:
+                    # Our view of the session is stale or the log is away: look again.
+                    log.warning("agent.report_failed", session=session_id, error=str(e))
+                    await anyio.sleep(0.2 * 2**attempt)
+                    found = await self.runtime.list({LABEL_SESSION: session_id})
+                    if found:
+                        self.local.found[session_id] = found[0]
+        finally:
+            self.local.supervised.pop(session_id, None)
+
+    async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
+        v = self.state.sessions[session_id]
+        c = self.local.found.pop(session_id, None)
+        if c is None:
+            if v.status in (S.RUNNING, S.TERMINATING) and v.container_id is not None:
+                await self._report(
+                    session_id,
+                    SessionTerminated,
+                    exit_code=None,
+                    reason="the container vanished while the agent was down",
+                )
+                return
+            if v.status is S.TERMINATING or sup.stop_requested:
+                await self._report(
+                    session_id,
+                    SessionTerminated,
+                    exit_code=None,
+                    reason="stopped before it started",
+                )
+                return
+            if v.status is S.SCHEDULED:
+                await self._report(session_id, SessionPreparing)
+            try:
+                c = await self.runtime.run(self._spec(v))
+            except ImageNotFound:
+                await self._report(
+                    session_id, SessionErrored, reason=f"image {v.image!r} not found on the agent"
+                )
+                return
+        sup.container_id = c.id
+        if c.running and self.state.sessions[session_id].status in (S.SCHEDULED, S.PREPARING):
+            await self._report(session_id, SessionRunning, container_id=c.id)
+        if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
+            sup.stop_requested = True
+            await self._stop(sup)
+        code = await self.runtime.wait(c.id)
+        await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
+        reason = "stopped on request" if sup.stop_requested else "exited"
+        await self._report(session_id, SessionTerminated, exit_code=code, reason=reason)
+
+    def _spec(self, v: SessionView) -> ContainerSpec:
+        c = self.config
+        gpus = {g.index: g for g in c.gpus}
+        return session_spec(v, c.agent_id, gpus, c.fgpu_per_gpu, request_devices=not c.mock_gpus)
+
+    async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
+        """Append one report on the session's subject, expecting its last sequence."""
+        v = self.state.sessions[session_id]
+        subject = subj.agent_session(self.config.agent_id, session_id)
+        prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
+        e = stamp(cls, prov, session_id=session_id, agent_id=self.config.agent_id, **fields)
+        seq = await self.events.append(
+            subject, e, expected_last_subject_seq=self.state.subject_seq.get(subject, 0)
+        )
+        self.state.subject_seq[subject] = seq

@@ -1,0 +1,111 @@
+"""What a user does through the log: ask for sessions, destroy them, watch them.
+
+Used by the CLI, the demo, the tests and the benchmark. Writes are events on the user's
+own subjects (``fgpu.req.<access key>.>``); reads fold the log.
+"""
+
+import secrets
+from collections.abc import Callable, Iterable
+
+from events import PolicySet, SessionDestroyRequested, SessionRequested, Slots
+from events import subjects as subj
+from services.actors.common import Provenance, new_id, stamp
+from services.domain.state import ClusterState, fold
+from services.ports import Clock, EventLog
+
+__all__ = ["Client", "new_session_id"]
+
+
+def new_session_id() -> str:
+    return "s" + secrets.token_hex(6)
+
+
+class Client:
+    def __init__(self, events: EventLog, clock: Clock, access_key: str) -> None:
+        if not subj.is_token(access_key):
+            raise ValueError(f"access key {access_key!r} must be 1-64 letters, digits, - or _")
+        self.events = events
+        self.clock = clock
+        self.access_key = access_key
+
+    async def create(
+        self,
+        *,
+        image: str,
+        slots: Slots,
+        command: Iterable[str] = (),
+        count: int = 1,
+        priority: int = 0,
+        name: str | None = None,
+    ) -> list[str]:
+        """Ask for ``count`` sessions; their ids, in order. They share a correlation id."""
+        correlation = new_id()
+        prov = Provenance(self.access_key, self.clock.now(), None, correlation)
+        items = []
+        for _ in range(count):
+            sid = new_session_id()
+            e = stamp(
+                SessionRequested,
+                prov,
+                session_id=sid,
+                owner=self.access_key,
+                image=image,
+                command=tuple(command),
+                slots=slots,
+                priority=priority,
+                name=name,
+            )
+            items.append((subj.request(self.access_key, sid), e))
+        if count == 1:
+            await self.events.append(items[0][0], items[0][1], expected_last_subject_seq=0)
+        else:
+            await self.events.append_many(items)
+        return [e.session_id for _, e in items]
+
+    async def destroy(self, session_id: str) -> str:
+        """Ask to end ``session_id``; the id of the request, to find its answer."""
+        if not subj.is_token(session_id):
+            raise ValueError(f"{session_id!r} is not a session id")
+        e = stamp(
+            SessionDestroyRequested,
+            Provenance(self.access_key, self.clock.now()),
+            session_id=session_id,
+            requester=self.access_key,
+        )
+        await self.events.append(subj.request(self.access_key, session_id), e)
+        return e.id
+
+    async def set_policy(
+        self, owner: str, *, max_sessions: int | None, max_slots: Slots | None
+    ) -> None:
+        e = stamp(
+            PolicySet,
+            Provenance(self.access_key, self.clock.now()),
+            owner=owner,
+            max_concurrent_sessions=max_sessions,
+            max_slots=max_slots,
+        )
+        await self.events.append(subj.quota(owner), e)
+
+    async def state(self) -> ClusterState:
+        """The cluster as the log says now."""
+        s = ClusterState()
+        async for batch in self.events.read(0):
+            fold(batch, s)
+        return s
+
+    async def wait_until(
+        self, done: Callable[[ClusterState], bool], state: ClusterState | None = None
+    ) -> ClusterState:
+        """Fold the log, new records as they come, until ``done(state)``.
+
+        Never returns if that does not happen: put a deadline around it.
+        """
+        s = state if state is not None else ClusterState()
+        if done(s):
+            return s
+        async for batch in self.events.tail(s.last_seq):
+            fold(batch, s)
+            if done(s):
+                return s
+        raise AssertionError("the log ended")
