@@ -6,6 +6,7 @@ own subjects (``fgpu.req.<access key>.>``); reads fold the log.
 
 import secrets
 from collections.abc import Callable, Iterable
+from contextlib import aclosing
 
 from events import PolicySet, SessionDestroyRequested, SessionRequested, Slots
 from events import subjects as subj
@@ -104,8 +105,9 @@ class Client:
         s = state if state is not None else ClusterState()
         if done(s):
             return s
-        async for batch in self.events.tail(s.last_seq):
-            fold(batch, s)
-            if done(s):
-                return s
+        async with aclosing(self.events.tail(s.last_seq)) as batches:
+            async for batch in batches:
+                fold(batch, s)
+                if done(s):
+                    return s
         raise AssertionError("the log ended")

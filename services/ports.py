@@ -3,7 +3,7 @@
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -115,15 +115,17 @@ class EventLog(Protocol):
         """The sequence of the newest message (0 when empty)."""
         ...
 
-    def read(self, after: int = 0, *, until: int | None = None) -> AsyncIterator[list[Record]]:
+    def read(
+        self, after: int = 0, *, until: int | None = None
+    ) -> AsyncGenerator[list[Record], None]:
         """Batches of records after ``after`` up to ``until`` (default: the end now), in order."""
         ...
 
-    def tail(self, after: int = 0) -> AsyncIterator[list[Record]]:
+    def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
         """Batches of records after ``after``, then new ones as they come, forever."""
         ...
 
-    def follow(self, durable: str, after: int = 0) -> AsyncIterator[list[Record]]:
+    def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
         """Batches of new records forever, through a durable cursor named ``durable``.
 
         Records at or below ``after`` are skipped; a batch is acknowledged when the next

@@ -94,6 +94,7 @@ class AgentActor:
         self.local = _Local()
         self.state = ClusterState()
         self._tg: TaskGroup | None = None
+        self._reannounced = False
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -138,6 +139,12 @@ class AgentActor:
         self.state = s
         me = s.agents.get(self.config.agent_id)
         assert self._tg is not None
+        if me is not None and me.lost and not self._reannounced:
+            # Declared lost (say, heartbeats held up): alive after all, say so again.
+            self._reannounced = True
+            await self.register()
+        elif me is not None and not me.lost:
+            self._reannounced = False
         if me is not None:
             for session_id in list(me.sessions):
                 v = s.sessions[session_id]

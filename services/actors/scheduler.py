@@ -12,14 +12,19 @@ sequence. A scheduler whose view is stale gets a conflict, stores nothing, rebui
 state from the log and decides again; it can never place on a share another took.
 """
 
+import time
+from collections.abc import Callable
+
 import anyio
 from anyio.abc import TaskStatus
 
 from events import (
+    AgentLost,
     AnyEvent,
     DestroyRejected,
     SessionCancelled,
     SessionDestroyRequested,
+    SessionQueued,
     SessionRejected,
     SessionScheduled,
     SessionTerminating,
@@ -28,6 +33,7 @@ from events import (
 from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
 from services.domain.allocator import never_fits, place
+from services.domain.resources import format_cpu, format_fgpu, format_mem
 from services.domain.state import ClusterState, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog
@@ -41,10 +47,52 @@ S = SessionStatus
 
 
 class SchedulerActor:
-    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
+    """Also watches agents' heartbeats: ``heard(agent_id)`` for each one received, and an
+    agent silent for ``lost_after_s`` is declared lost (nothing new is placed there)."""
+
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        *,
+        durable: str = NAME,
+        lost_after_s: float = 15.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.events = events
         self.clock = clock
         self.durable = durable
+        self.lost_after_s = lost_after_s
+        self.monotonic = monotonic
+        self.last_heard: dict[str, float] = {}
+        self.since = monotonic()
+        self.state: ClusterState | None = None
+        self._lock = anyio.Lock()
+
+    def heard(self, agent_id: str) -> None:
+        self.last_heard[agent_id] = self.monotonic()
+
+    async def check_liveness(self) -> None:
+        """Declare lost every registered agent not heard from for ``lost_after_s``."""
+        s = self.state
+        if s is None:
+            return
+        async with self._lock:
+            now = self.monotonic()
+            out: list[AnyEvent] = []
+            for agent_id, a in s.agents.items():
+                heard = self.last_heard.get(agent_id, self.since)
+                if not a.lost and now - heard > self.lost_after_s:
+                    e = stamp(
+                        AgentLost,
+                        Provenance(NAME, self.clock.now()),
+                        agent_id=agent_id,
+                        reason=f"no heartbeat for {now - heard:.0f} s",
+                    )
+                    apply_decision(s, e)
+                    out.append(e)
+            if out:
+                await self._append(s, out)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -55,17 +103,22 @@ class SchedulerActor:
         await follow_log(self.events, self.durable, self.react, task_status=task_status)
 
     async def react(self, s: ClusterState) -> None:
-        while True:
-            decisions = self.decide(s)
-            if not decisions:
-                return
-            items = [(subj.LEDGER, d) for d in decisions]
-            expected = s.subject_seq.get(subj.LEDGER, 0)
-            s.subject_seq[subj.LEDGER] = await self.events.append_batch(
-                items, expect_subject=subj.LEDGER, expected_last_subject_seq=expected
-            )
-            if len(decisions) < _MAX_DECISIONS:
-                return
+        self.state = s
+        async with self._lock:
+            while True:
+                decisions = self.decide(s)
+                if not decisions:
+                    return
+                await self._append(s, decisions)
+                if len(decisions) < _MAX_DECISIONS:
+                    return
+
+    async def _append(self, s: ClusterState, decisions: list[AnyEvent]) -> None:
+        items = [(subj.LEDGER, d) for d in decisions]
+        expected = s.subject_seq.get(subj.LEDGER, 0)
+        s.subject_seq[subj.LEDGER] = await self.events.append_batch(
+            items, expect_subject=subj.LEDGER, expected_last_subject_seq=expected
+        )
 
     def decide(self, s: ClusterState) -> list[AnyEvent]:
         """This round's decisions, already applied to ``s`` (see ``apply_decision``)."""
@@ -90,9 +143,7 @@ class SchedulerActor:
             v = s.sessions[session_id]
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             shape = (v.slots, v.image)
-            if shape in failed:
-                continue
-            why = never_fits(s, v.slots, v.image)
+            why = None if shape in failed else never_fits(s, v.slots, v.image)
             if why is not None:
                 code = "unknown-image" if why.startswith("image") else "unsatisfiable"
                 emit(
@@ -106,9 +157,13 @@ class SchedulerActor:
                     )
                 )
                 continue
-            placement = place(s, v.slots, v.image)
+            placement = None if shape in failed else place(s, v.slots, v.image)
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
+            if placement is None or shape in failed:
+                if v.waiting is None:
+                    reason = _waiting_reason(s, v.slots)
+                    emit(stamp(SessionQueued, prov, session_id=session_id, reason=reason))
                 continue
             agent_id, devices = placement
             emit(
@@ -159,3 +214,11 @@ class SchedulerActor:
             agent_id=v.agent_id or "",
             reason=f"destroyed by {d.requester}",
         )
+
+
+def _waiting_reason(s: ClusterState, need: Slots) -> str:
+    largest = s.fit.largest()
+    return (
+        f"waiting for {format_fgpu(need.fgpu)} fGPU, {format_cpu(need.cpu)} cpu, "
+        f"{format_mem(need.mem)} mem; largest free share on a device: {format_fgpu(largest)} fGPU"
+    )

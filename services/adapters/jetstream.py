@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import msgspec
@@ -176,18 +176,18 @@ class JetStreamLog:
 
     async def read(
         self, after: int = 0, *, until: int | None = None
-    ) -> AsyncIterator[list[Record]]:
+    ) -> AsyncGenerator[list[Record], None]:
         end = await self.last_seq() if until is None else until
         if end <= after:
             return
         async for batch in self._ordered(after, end):
             yield batch
 
-    async def tail(self, after: int = 0) -> AsyncIterator[list[Record]]:
+    async def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
         async for batch in self._ordered(after, None):
             yield batch
 
-    async def _ordered(self, after: int, end: int | None) -> AsyncIterator[list[Record]]:
+    async def _ordered(self, after: int, end: int | None) -> AsyncGenerator[list[Record], None]:
         """An ordered push consumer from ``after + 1`` up to ``end`` (None: forever)."""
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
@@ -219,9 +219,10 @@ class JetStreamLog:
                     records.append(to_record(seq, msg.subject, msg.data))
                 yield records
         finally:
-            await sub.unsubscribe()
+            with contextlib.suppress(nats.errors.Error, OSError):
+                await sub.unsubscribe()
 
-    async def follow(self, durable: str, after: int = 0) -> AsyncIterator[list[Record]]:
+    async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
         await self._ensure_consumer(durable, after)
         pull = _Puller(self.nc, durable)
         await pull.start()

@@ -44,6 +44,10 @@ class FitIndex:
         self._buckets[key][a.agent_id] = None
         self._key_of[a.agent_id] = key
 
+    def largest(self) -> int:
+        """The largest share any usable agent can give on one device (0 if none)."""
+        return self._keys[-1] if self._keys else 0
+
     def candidates(self, need: int) -> Iterator[str]:
         """Agents with a device of at least ``need`` free quanta, tightest first.
 

@@ -26,6 +26,7 @@ from events import (
     SessionDestroyRequested,
     SessionErrored,
     SessionPreparing,
+    SessionQueued,
     SessionRejected,
     SessionRequested,
     SessionRunning,
@@ -85,6 +86,7 @@ class SessionView:
     reason: str | None = None
     quota_held: bool = False
     invalid: str | None = None  # why the request can never be accepted as written
+    waiting: str | None = None  # why the scheduler could not place it yet
     history: list[Transition] = field(default_factory=list)
 
 
@@ -138,6 +140,8 @@ class ClusterState:
     undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
     queue: dict[str, None] = field(default_factory=dict)  # PENDING, for the scheduler
     destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
+    # destroy request id -> None if carried out, else why it was refused
+    destroy_answers: dict[str, str | None] = field(default_factory=dict)
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
 
@@ -247,6 +251,11 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             v2.reason = e.reason
             _release_quota(s, v2)
             _end(s, v2, S.CANCELLED, seq, e)
+        case SessionQueued():
+            v2 = s.sessions.get(e.session_id)
+            if v2 is None or v2.status is not S.PENDING or v2.waiting is not None:
+                return
+            v2.waiting = e.reason
         case SessionScheduled():
             v2 = s.sessions.get(e.session_id)
             a = s.agents.get(e.agent_id)
@@ -305,8 +314,9 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
                 a.lost = True
                 s.fit.update(a)
     # A destroy request is answered by the first event that names it as its cause.
-    if e.causation_id is not None:
-        s.destroys.pop(e.causation_id, None)
+    if e.causation_id is not None and s.destroys.pop(e.causation_id, None) is not None:
+        refused = e.reason if isinstance(e, DestroyRejected) else None
+        s.destroy_answers[e.causation_id] = refused
 
 
 def _reported(s: ClusterState, session_id: str, agent_id: str) -> SessionView | None:

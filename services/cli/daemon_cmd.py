@@ -1,0 +1,257 @@
+"""``fgpu up`` (everything in one process) and ``fgpu agent|scheduler|quota`` (one each)."""
+
+import os
+import signal
+import socket
+import tomllib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from pydantic import BaseModel, ConfigDict, Field
+
+from events import GpuInfo, Slots
+from services.actors.agent import AgentConfig
+from services.adapters import nats_server
+from services.adapters.gpu_probe import MockGpus, NvmlProbe
+from services.cli.options import Settings, console, fail, resolve_nats, run_async
+from services.cli.stack import StackInfo, connected, run_agent, run_quota, run_scheduler, state_file
+from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
+from services.ports import ContainerRuntime
+
+__all__ = ["register"]
+
+
+class MockGpuConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = "MockGPU"
+    mem: str = "16g"
+    sm_count: int = Field(default=80, ge=1)
+
+
+class AgentFile(BaseModel):
+    """An agent's configuration file (TOML); command-line options override it."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str | None = None
+    fgpu_per_gpu: str | None = None
+    cpu: str | None = None
+    mem: str | None = None
+    runtime: str | None = None
+    mock_gpus: list[MockGpuConfig] = []
+
+
+AgentIdOpt = Annotated[str | None, typer.Option(help="This agent's id (default: host name).")]
+MockOpt = Annotated[
+    int, typer.Option(help="Declare N mock GPUs instead of discovering them with NVML.")
+]
+GpuMemOpt = Annotated[str, typer.Option(help="Memory of each mock GPU.")]
+RatioOpt = Annotated[
+    str | None, typer.Option(help="fGPU one physical GPU is worth (admin setting; default 1).")
+]
+CpuOpt = Annotated[str | None, typer.Option(help="CPU cores offered (default: all).")]
+MemOpt = Annotated[str | None, typer.Option(help="Memory offered (default: all).")]
+RuntimeOpt = Annotated[
+    str | None, typer.Option(help="docker (default) or dummy (instant fake, for simulation).")
+]
+ConfigOpt = Annotated[Path | None, typer.Option(help="Agent configuration file (TOML).")]
+
+
+def _host_id() -> str:
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return name[:64] or "agent"
+
+
+def _total_mem() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def agent_config(
+    agent_id: str | None,
+    mock_gpus: int,
+    gpu_mem: str,
+    fgpu_per_gpu: str | None,
+    cpu: str | None,
+    mem: str | None,
+    runtime: str | None,
+    config: Path | None,
+) -> AgentConfig:
+    """The agent's configuration from its file and options. Raises ValueError."""
+    f = AgentFile()
+    if config is not None:
+        try:
+            f = AgentFile.model_validate(tomllib.loads(config.read_text()))
+        except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
+            raise ValueError(f"bad agent config {config}: {e}") from e
+    aid = agent_id or f.agent_id or _host_id()
+    gpus: list[GpuInfo]
+    mock = True
+    if mock_gpus > 0:
+        gpus = MockGpus.uniform(
+            mock_gpus, model="MockGPU", mem=parse_mem(gpu_mem), sm_count=80, prefix=f"{aid}-"
+        ).gpus()
+    elif f.mock_gpus:
+        gpus = [
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-mock-{aid}-{i}",
+                model=g.model,
+                mem=parse_mem(g.mem),
+                sm_count=g.sm_count,
+            )
+            for i, g in enumerate(f.mock_gpus)
+        ]
+    else:
+        gpus, mock = NvmlProbe().gpus(), False
+    return AgentConfig(
+        agent_id=aid,
+        capacity=Slots(
+            cpu=parse_cpu(cpu or f.cpu or str(os.cpu_count() or 1)),
+            mem=parse_mem(mem or f.mem or str(_total_mem())),
+        ),
+        gpus=tuple(gpus),
+        fgpu_per_gpu=parse_fgpu(fgpu_per_gpu or f.fgpu_per_gpu or "1"),
+        mock_gpus=mock,
+        runtime_name=runtime or f.runtime or "docker",
+    )
+
+
+@asynccontextmanager
+async def _runtime(name: str) -> AsyncIterator[ContainerRuntime]:
+    if name == "docker":
+        from services.adapters.docker_runtime import DockerRuntime
+
+        async with DockerRuntime() as rt:
+            yield rt
+    elif name == "dummy":
+        from services.adapters.dummy_runtime import DummyRuntime
+
+        yield DummyRuntime()
+    else:
+        raise ValueError(f"runtime must be docker or dummy, got {name!r}")
+
+
+async def _until_signalled(tg: anyio.abc.TaskGroup) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            tg.cancel_scope.cancel()
+            return
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def up(
+        agent_id: AgentIdOpt = None,
+        mock_gpus: MockOpt = 0,
+        gpu_mem: GpuMemOpt = "16g",
+        fgpu_per_gpu: RatioOpt = None,
+        cpu: CpuOpt = None,
+        mem: MemOpt = None,
+        runtime: RuntimeOpt = None,
+        config: ConfigOpt = None,
+        store: Annotated[
+            str | None, typer.Option(help="JetStream store directory (default: temporary).")
+        ] = None,
+        port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
+    ) -> None:
+        """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
+        try:
+            cfg = agent_config(
+                agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config
+            )
+        except ValueError as e:
+            fail(str(e))
+        try:
+            server = nats_server.start(store, port)
+        except nats_server.NatsServerError as e:
+            fail(str(e))
+        info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
+        info.save()
+        console.print(f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir})")
+        console.print(
+            f"  agent {cfg.agent_id}: {len(cfg.gpus)} GPU(s)"
+            f"{' (mock)' if cfg.mock_gpus else ''}, 1 GPU = "
+            f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
+        )
+        console.print(f"  state file {state_file()}  (other fgpu commands find NATS there)")
+
+        async def main() -> None:
+            async with (
+                connected(server.url, "fgpu-up") as events,
+                _runtime(cfg.runtime_name) as rt,
+                anyio.create_task_group() as tg,
+            ):
+                tg.start_soon(_until_signalled, tg)
+                await tg.start(run_quota, events)
+                await tg.start(run_scheduler, events)
+                await tg.start(run_agent, events, rt, cfg)
+                console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
+
+        try:
+            run_async(main)
+        finally:
+            server.stop()
+            if state_file().exists():
+                state_file().unlink()
+            console.print("fgpu up: stopped")
+
+    @app.command()
+    def agent(
+        ctx: typer.Context,
+        agent_id: AgentIdOpt = None,
+        mock_gpus: MockOpt = 0,
+        gpu_mem: GpuMemOpt = "16g",
+        fgpu_per_gpu: RatioOpt = None,
+        cpu: CpuOpt = None,
+        mem: MemOpt = None,
+        runtime: RuntimeOpt = None,
+        config: ConfigOpt = None,
+    ) -> None:
+        """Run one agent against --nats URL: it runs the sessions placed on this node."""
+        try:
+            cfg = agent_config(
+                agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config
+            )
+        except ValueError as e:
+            fail(str(e))
+        url = _url(ctx)
+
+        async def main() -> None:
+            async with (
+                connected(url, f"fgpu-agent-{cfg.agent_id}") as events,
+                _runtime(cfg.runtime_name) as rt,
+                anyio.create_task_group() as tg,
+            ):
+                tg.start_soon(_until_signalled, tg)
+                await tg.start(run_agent, events, rt, cfg)
+                console.print(f"agent {cfg.agent_id} ready on {url}")
+
+        run_async(main)
+
+    @app.command()
+    def scheduler(ctx: typer.Context) -> None:
+        """Run the scheduler against --nats URL."""
+        _single(_url(ctx), "scheduler")
+
+    @app.command()
+    def quota(ctx: typer.Context) -> None:
+        """Run the quota actor against --nats URL."""
+        _single(_url(ctx), "quota")
+
+
+def _url(ctx: typer.Context) -> str:
+    settings: Settings = ctx.obj
+    return resolve_nats(settings.nats)
+
+
+def _single(url: str, which: str) -> None:
+    async def main() -> None:
+        async with connected(url, f"fgpu-{which}") as events, anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(run_scheduler if which == "scheduler" else run_quota, events)
+            console.print(f"{which} ready on {url}")
+
+    run_async(main)
