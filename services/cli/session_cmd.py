@@ -98,6 +98,49 @@ def create(
         fail(f"{len(unsettled)} session(s) did not settle within {timeout:g} s", code=3)
 
 
+@app.command("wait")
+def wait_cmd(
+    ctx: typer.Context,
+    session_ids: Annotated[list[str], typer.Argument(help="Sessions to wait for.")],
+    status: Annotated[
+        str, typer.Option("--for", help="running (RUNNING or ended) or ended.")
+    ] = "running",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Wait until sessions run (or end); exit 3 if they do not within the timeout."""
+    settings = _settings(ctx)
+    if status not in ("running", "ended"):
+        fail("--for must be running or ended")
+
+    def reached(v_status: SessionStatus) -> bool:
+        if status == "ended":
+            return v_status in ENDED
+        return v_status is SessionStatus.RUNNING or v_status in ENDED
+
+    async def go() -> ClusterState:
+        async with connected(settings.url, "fgpu-cli") as events:
+            client = Client(events, SystemClock(), settings.access_key)
+            state = ClusterState()
+            with anyio.move_on_after(timeout):
+                state = await client.wait_until(
+                    lambda s: all(
+                        i in s.sessions and reached(s.sessions[i].status) for i in session_ids
+                    ),
+                    state,
+                )
+            return state
+
+    state = run_async(go)
+    views = [state.sessions[i] for i in session_ids if i in state.sessions]
+    if as_json:
+        print_json({"sessions": [session_dict(v) for v in views]})
+    else:
+        console.print(sessions_table(views))
+    if len(views) < len(session_ids) or not all(reached(v.status) for v in views):
+        fail(f"not every session got there within {timeout:g} s", code=3)
+
+
 @app.command("ls")
 def ls(
     ctx: typer.Context,

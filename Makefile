@@ -1,0 +1,38 @@
+# Two entry points (see README): `make demo` runs the scenario, `make test` the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check lint typecheck pytest bench shim clean
+
+$(STAMP): pyproject.toml $(wildcard setup.py)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	scripts/demo
+
+# ruff (format + lint), mypy --strict, then every test with a real NATS server and a
+# real Docker engine (started privately by scripts/docker-up when none is running).
+test: $(STAMP) lint typecheck
+	scripts/test
+
+check: test
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+shim:
+	$(MAKE) -C gpu_shim
+
+bench: $(STAMP)
+	$(PY) bench/schedule.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
