@@ -1,0 +1,44 @@
+/*
+ * allocmap.h - this process's live counted allocations: key -> (bytes,
+ * device, context).  The driver's free functions take only a pointer or
+ * handle, so the shim must remember how many bytes each one reserved.
+ *
+ * Sharded open addressing (linear probing, backward-shift deletion, so no
+ * tombstones); one mutex per shard, held for a few instructions and never
+ * across a driver call.  Keys are unique per kind while live: the driver
+ * never hands out a live pointer twice.
+ */
+#ifndef FGPU_ALLOCMAP_H
+#define FGPU_ALLOCMAP_H
+
+#include <stdint.h>
+
+#include "hooks.h"
+
+typedef enum fgpu_alloc_kind {
+    FGPU_ALLOC_PTR = 1,      /* device pointer (cuMemAlloc*, managed, async, pitch) */
+    FGPU_ALLOC_HANDLE = 2,   /* cuMemCreate physical handle */
+    FGPU_ALLOC_ARRAY = 3,    /* CUarray */
+    FGPU_ALLOC_MIPMAP = 4    /* CUmipmappedArray */
+} fgpu_alloc_kind;
+
+typedef struct fgpu_alloc {
+    uint64_t key;
+    uint64_t bytes;
+    void *ctx;
+    uint32_t kind;
+    uint32_t device;
+} fgpu_alloc;
+
+/* Remember an allocation; returns 0, or -1 when out of host memory. */
+FGPU_HIDDEN int fgpu_allocmap_put(const fgpu_alloc *a);
+/* Remove and return (kind, key); 1 when found, 0 otherwise. */
+FGPU_HIDDEN int fgpu_allocmap_take(uint32_t kind, uint64_t key, fgpu_alloc *out);
+/* Remove every entry of ctx, calling fn on each (outside the shard lock). */
+FGPU_HIDDEN void fgpu_allocmap_take_ctx(void *ctx, void (*fn)(const fgpu_alloc *));
+/* Fork protection: lock every shard / unlock / forget all (child). */
+FGPU_HIDDEN void fgpu_allocmap_lock_all(void);
+FGPU_HIDDEN void fgpu_allocmap_unlock_all(void);
+FGPU_HIDDEN void fgpu_allocmap_clear(void);
+
+#endif /* FGPU_ALLOCMAP_H */

@@ -1,0 +1,337 @@
+/*
+ * compute.c - the soft SM share.  A container with share s may keep the GPU
+ * busy s seconds per second on each device.  Every launch is charged its
+ * estimated GPU time c; the container's pacing state is one word in the
+ * shared region, the GCRA "theoretical arrival time" tat:
+ *
+ *     base = max(tat, now);  tat = base + c / s;  wait = base - burst - now
+ *
+ * and the launching thread sleeps wait when it exceeds FGPU_MIN_SLEEP_US
+ * (shorter debts are carried to the next launch).  One compare-and-swap per
+ * launch; all processes of the container share the word, so they share the
+ * budget.
+ *
+ * The cost c of a launch is learnt per kernel (function x grid-size bucket,
+ * or graph exec) from CUDA events recorded around sampled launches on the
+ * launch's own stream: the first 8 launches of a kernel, then one in
+ * FGPU_SAMPLE_EVERY.  The estimate is the minimum of the last 8 samples:
+ * event time includes time the kernel spent waiting for another tenant's
+ * work, and the minimum is the sample least inflated by that wait.  A kernel
+ * never timed yet is charged the thread's last measured cost.
+ *
+ * Launches captured into a graph are not charged (the graph launch is).
+ * With no share set the launch path costs one branch plus a thread-local
+ * counter increment.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "shim.h"
+
+#define EST_SLOTS 256
+#define EST_WINDOW 8
+#define SAMPLES 8
+
+typedef struct est_entry {
+    uint64_t key;
+    uint32_t seen;  /* samples taken */
+    uint32_t count; /* launches since the window filled */
+    int64_t win[EST_WINDOW];
+    int64_t est; /* min of win, valid when seen > 0 */
+} est_entry;
+
+typedef struct sample {
+    CUevent start, end;
+    CUcontext ctx; /* events belong to this context */
+    uint64_t key;
+    int pending;
+} sample;
+
+typedef struct tstate {
+    est_entry est[EST_SLOTS];
+    sample s[SAMPLES];
+    int64_t last_cost;
+} tstate;
+
+static FGPU_TLS tstate *t_state;
+static pthread_key_t g_tkey;
+static pthread_once_t g_tkey_once = PTHREAD_ONCE_INIT;
+
+static void destroy_tstate(void *p) {
+    tstate *ts = p;
+    fgpu_pfn_cuEventDestroy_v2 destroy = FGPU_REAL(cuEventDestroy_v2);
+    for (int i = 0; i < SAMPLES && destroy; i++) {
+        if (ts->s[i].start)
+            destroy(ts->s[i].start);
+        if (ts->s[i].end)
+            destroy(ts->s[i].end);
+    }
+    free(ts);
+}
+
+static void make_key(void) { pthread_key_create(&g_tkey, destroy_tstate); }
+
+static tstate *get_tstate(void) {
+    if (FGPU_LIKELY(t_state != NULL))
+        return t_state;
+    pthread_once(&g_tkey_once, make_key);
+    tstate *ts = calloc(1, sizeof(*ts));
+    if (!ts)
+        return NULL;
+    pthread_setspecific(g_tkey, ts);
+    t_state = ts;
+    return ts;
+}
+
+void fgpu_compute_fork_child(void) {
+    /* The parent's events belong to contexts this process cannot use. */
+    t_state = NULL;
+}
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t kernel_key(const void *f, uint64_t blocks) {
+    /* Grid sizes within a power of two share an estimate. */
+    uint64_t bucket = blocks ? 64u - (uint64_t)__builtin_clzll(blocks) : 0;
+    return mix64((uint64_t)(uintptr_t)f ^ (bucket << 56)) | 1;
+}
+
+static est_entry *est_lookup(tstate *ts, uint64_t key) {
+    est_entry *e = &ts->est[key & (EST_SLOTS - 1)];
+    if (e->key != key) { /* direct-mapped: a collision evicts */
+        e->key = key;
+        e->seen = 0;
+        e->count = 0;
+        e->est = 0;
+    }
+    return e;
+}
+
+static void est_add(tstate *ts, uint64_t key, int64_t ns) {
+    est_entry *e = est_lookup(ts, key);
+    e->win[e->seen % EST_WINDOW] = ns;
+    e->seen++;
+    uint32_t n = e->seen < EST_WINDOW ? e->seen : EST_WINDOW;
+    int64_t m = e->win[0];
+    for (uint32_t i = 1; i < n; i++)
+        if (e->win[i] < m)
+            m = e->win[i];
+    e->est = m;
+    ts->last_cost = ns;
+}
+
+/* Harvest finished samples without waiting for unfinished ones. */
+static void poll_samples(tstate *ts) {
+    fgpu_pfn_cuEventQuery query = FGPU_REAL(cuEventQuery);
+    fgpu_pfn_cuEventElapsedTime_v2 elapsed = FGPU_REAL(cuEventElapsedTime_v2);
+    if (!query || !elapsed)
+        return;
+    for (int i = 0; i < SAMPLES; i++) {
+        sample *s = &ts->s[i];
+        if (!s->pending)
+            continue;
+        CUresult q = query(s->end);
+        if (q == CUDA_ERROR_NOT_READY)
+            continue;
+        float ms = 0;
+        s->pending = 0;
+        if (q == CUDA_SUCCESS && elapsed(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0)
+            est_add(ts, s->key, (int64_t)((double)ms * 1e6));
+    }
+}
+
+/* A free sample whose events live in ctx (created if need be), or NULL. */
+static sample *take_sample(tstate *ts, CUcontext ctx) {
+    fgpu_pfn_cuEventCreate create = FGPU_REAL(cuEventCreate);
+    fgpu_pfn_cuEventDestroy_v2 destroy = FGPU_REAL(cuEventDestroy_v2);
+    sample *spare = NULL;
+    for (int i = 0; i < SAMPLES; i++) {
+        sample *s = &ts->s[i];
+        if (s->pending)
+            continue;
+        if (s->start && s->ctx == ctx)
+            return s;
+        if (!spare || !spare->start)
+            spare = s;
+    }
+    if (!spare || !create || !destroy)
+        return NULL;
+    if (spare->start) { /* events of another context: replace them */
+        destroy(spare->start);
+        destroy(spare->end);
+        spare->start = spare->end = NULL;
+    }
+    if (create(&spare->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+        return NULL;
+    if (create(&spare->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+        destroy(spare->start);
+        spare->start = NULL;
+        return NULL;
+    }
+    spare->ctx = ctx;
+    return spare;
+}
+
+/* What pace_before decided, for pace_after. */
+typedef struct ticket {
+    fgpu_dev_shared *dev; /* NULL: not paced */
+    sample *s;
+    int64_t scaled; /* tat advance, to refund on failure */
+    int64_t cost;
+    int ptsz;
+} ticket;
+
+static void sleep_until(int64_t when_ns) {
+    struct timespec ts = {.tv_sec = when_ns / 1000000000LL, .tv_nsec = when_ns % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
+    t->dev = NULL;
+    t->s = NULL;
+    t->ptsz = ptsz;
+    CUcontext ctx;
+    uint32_t d;
+    if (!fgpu_current_device(&ctx, &d))
+        return;
+    fgpu_dev_shared *dev = &fgpu_g.l->dev[d];
+    uint32_t share = atomic_load_explicit(&dev->sm_share_ppm, memory_order_relaxed);
+    if (share == 0 || share >= FGPU_SHARE_FULL)
+        return;
+    fgpu_pfn_cuStreamIsCapturing capturing =
+        ptsz ? FGPU_REAL(cuStreamIsCapturing_ptsz) : FGPU_REAL(cuStreamIsCapturing);
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (capturing && capturing(stream, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)
+        return;
+    tstate *ts = get_tstate();
+    if (!ts)
+        return;
+    poll_samples(ts);
+    est_entry *e = est_lookup(ts, key);
+    int64_t cost = e->seen ? e->est : ts->last_cost;
+    int64_t scaled = (int64_t)((__int128)cost * FGPU_SHARE_FULL / share);
+    int64_t now = fgpu_now_ns(CLOCK_MONOTONIC);
+    int64_t tat = atomic_load_explicit(&dev->tat_ns, memory_order_relaxed);
+    int64_t base;
+    do {
+        base = tat > now ? tat : now;
+    } while (!atomic_compare_exchange_weak_explicit(&dev->tat_ns, &tat, base + scaled,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    atomic_fetch_add_explicit(&dev->charged_ns, (uint64_t)cost, memory_order_relaxed);
+    int64_t wait = base - fgpu_g.burst_ns - now;
+    if (wait > fgpu_g.min_sleep_ns) {
+        sleep_until(now + wait);
+        atomic_fetch_add_explicit(&dev->throttled_ns, (uint64_t)wait, memory_order_relaxed);
+    }
+    t->dev = dev;
+    t->scaled = scaled;
+    t->cost = cost;
+    int want = e->seen < EST_WINDOW || ++e->count % fgpu_g.sample_every == 0;
+    if (want) {
+        sample *s = take_sample(ts, ctx);
+        fgpu_pfn_cuEventRecord record =
+            ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
+        if (s && record && record(s->start, stream) == CUDA_SUCCESS) {
+            s->key = key;
+            t->s = s;
+        }
+    }
+}
+
+static void pace_after(ticket *t, CUresult rc, CUstream stream) {
+    if (!t->dev)
+        return;
+    if (rc != CUDA_SUCCESS) { /* nothing ran: refund */
+        atomic_fetch_sub_explicit(&t->dev->tat_ns, t->scaled, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&t->dev->charged_ns, (uint64_t)t->cost, memory_order_relaxed);
+        return;
+    }
+    if (t->s) {
+        fgpu_pfn_cuEventRecord record =
+            t->ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
+        if (record(t->s->end, stream) == CUDA_SUCCESS)
+            t->s->pending = 1;
+    }
+}
+
+static int is_ptsz(fgpu_sym id) {
+    return id == FGPU_SYM_cuLaunchKernel_ptsz || id == FGPU_SYM_cuLaunchKernelEx_ptsz ||
+           id == FGPU_SYM_cuLaunchCooperativeKernel_ptsz || id == FGPU_SYM_cuGraphLaunch_ptsz;
+}
+
+/* The launch-path branch: 1 when the launch must be paced (guard then held). */
+static inline int pace_wanted(void) {
+    fgpu_init();
+    fgpu_layout *l = fgpu_g.l;
+    if (FGPU_LIKELY(l == NULL))
+        return 0;
+    fgpu_count_launch();
+    if (FGPU_LIKELY(!atomic_load_explicit(&l->compute_on, memory_order_relaxed)) || fgpu_t_busy)
+        return 0;
+    fgpu_t_busy = 1;
+    return 1;
+}
+
+#define PACED(key, stream, call)                        \
+    do {                                                \
+        if (FGPU_LIKELY(!pace_wanted()))                \
+            return (call);                              \
+        ticket t_;                                      \
+        pace_before(&t_, (key), (stream), is_ptsz(id)); \
+        CUresult rc_ = (call);                          \
+        pace_after(&t_, rc_, (stream));                 \
+        fgpu_leave();                                   \
+        return rc_;                                     \
+    } while (0)
+
+/* The real function of id, typed as symbol (pasted, never macro-expanded: cuda.h renames
+ * cuMemAlloc to cuMemAlloc_v2 and so on). */
+#define REAL_OR_FAIL(symbol, id)                                         \
+    fgpu_pfn_##symbol real = (fgpu_pfn_##symbol)fgpu_real_fn[(id)];      \
+    if (FGPU_UNLIKELY(!real))                                            \
+    return fgpu_no_real(id)
+
+CUresult fgpu_policy_launch_kernel(fgpu_sym id, CUfunction f, unsigned int gridDimX,
+                                   unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY,
+                                   unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                   CUstream hStream, void **kernelParams, void **extra) {
+    REAL_OR_FAIL(cuLaunchKernel, id);
+    PACED(kernel_key(f, (uint64_t)gridDimX * gridDimY * gridDimZ), hStream,
+          real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+               hStream, kernelParams, extra));
+}
+
+CUresult fgpu_policy_launch_kernel_ex(fgpu_sym id, const CUlaunchConfig *config, CUfunction f,
+                                      void **kernelParams, void **extra) {
+    REAL_OR_FAIL(cuLaunchKernelEx, id);
+    if (FGPU_UNLIKELY(!config))
+        return real(config, f, kernelParams, extra);
+    PACED(kernel_key(f, (uint64_t)config->gridDimX * config->gridDimY * config->gridDimZ),
+          config->hStream, real(config, f, kernelParams, extra));
+}
+
+CUresult fgpu_policy_launch_cooperative(fgpu_sym id, CUfunction f, unsigned int gridDimX,
+                                        unsigned int gridDimY, unsigned int gridDimZ,
+                                        unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                        CUstream hStream, void **kernelParams) {
+    REAL_OR_FAIL(cuLaunchCooperativeKernel, id);
+    PACED(kernel_key(f, (uint64_t)gridDimX * gridDimY * gridDimZ), hStream,
+          real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,
+               hStream, kernelParams));
+}
+
+CUresult fgpu_policy_graph_launch(fgpu_sym id, CUgraphExec hGraphExec, CUstream hStream) {
+    REAL_OR_FAIL(cuGraphLaunch, id);
+    PACED(kernel_key(hGraphExec, 0), hStream, real(hGraphExec, hStream));
+}

@@ -1,0 +1,452 @@
+/*
+ * memory.c - the memory slice.  Every allocation path reserves its bytes in
+ * the shared region with a compare-and-swap BEFORE the driver is asked and
+ * rolls the reservation back when the driver fails; every free gives them
+ * back.  Over the limit the answer is always CUDA_ERROR_OUT_OF_MEMORY.
+ * cuMemGetInfo / cuDeviceTotalMem report the slice and never fail because of it.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+
+#include "allocmap.h"
+#include "shim.h"
+
+/* One accounted call: the device charged and the reservation held. */
+typedef struct acct {
+    CUcontext ctx;
+    uint32_t dev;
+    uint32_t slot;
+    uint64_t bytes;
+} acct;
+
+/*
+ * Start accounting an allocation on the current context's device.  Returns 1
+ * when the caller must finish with acct_commit/acct_abort (the re-entrancy
+ * guard is then held), 0 to pass the call through untouched.
+ */
+static int acct_begin(acct *a) {
+    if (!fgpu_enter())
+        return 0;
+    if (!fgpu_current_device(&a->ctx, &a->dev)) {
+        fgpu_leave(); /* no context: the driver will report its own error */
+        return 0;
+    }
+    a->slot = fgpu_slot();
+    a->bytes = 0;
+    return 1;
+}
+
+/* Reserve bytes; 0 (guard released) when over the limit. */
+static int acct_reserve(acct *a, uint64_t bytes) {
+    if (!fgpu_mem_reserve(fgpu_g.l, a->slot, a->dev, bytes, fgpu_g.pid)) {
+        FGPU_DEBUG("refused %llu bytes on device %u", (unsigned long long)bytes, a->dev);
+        fgpu_leave();
+        return 0;
+    }
+    a->bytes += bytes;
+    return 1;
+}
+
+/* Finish: remember the allocation when rc is success, else roll back. */
+static CUresult acct_commit(acct *a, CUresult rc, uint32_t kind, uint64_t key) {
+    if (rc == CUDA_SUCCESS) {
+        fgpu_alloc rec = {
+            .key = key, .bytes = a->bytes, .ctx = a->ctx, .kind = kind, .device = a->dev};
+        if (fgpu_allocmap_put(&rec) != 0)
+            FGPU_DEBUG("allocation map full: %llu bytes will stay counted",
+                       (unsigned long long)a->bytes);
+    } else if (a->bytes) {
+        fgpu_mem_unreserve(fgpu_g.l, a->slot, a->dev, a->bytes);
+    }
+    fgpu_leave();
+    return rc;
+}
+
+static void give_back(const fgpu_alloc *rec) {
+    fgpu_mem_unreserve(fgpu_g.l, fgpu_slot(), rec->device, rec->bytes);
+}
+
+/*
+ * Release (kind, key) around the driver's free: the entry is taken out first
+ * so a concurrent allocation that reuses the address cannot be confused with
+ * it, and put back if the driver refuses the free.
+ */
+#define RELEASE_AROUND(kind, key, call)                                      \
+    do {                                                                     \
+        if (!fgpu_enter())                                                   \
+            return (call);                                                   \
+        fgpu_alloc rec_;                                                     \
+        int found_ = fgpu_allocmap_take((kind), (uint64_t)(key), &rec_);     \
+        CUresult rc_ = (call);                                               \
+        if (found_) {                                                        \
+            if (rc_ == CUDA_SUCCESS)                                         \
+                give_back(&rec_);                                            \
+            else                                                             \
+                fgpu_allocmap_put(&rec_);                                    \
+        }                                                                    \
+        fgpu_leave();                                                        \
+        return rc_;                                                          \
+    } while (0)
+
+/* Simple allocations: reserve n, call, record *dptr. */
+#define ALLOC_AROUND(n, dptr, call)                                          \
+    do {                                                                     \
+        acct a_;                                                             \
+        if (!acct_begin(&a_))                                                \
+            return (call);                                                   \
+        if (!acct_reserve(&a_, (n)))                                         \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                 \
+        CUresult rc_ = (call);                                               \
+        return acct_commit(&a_, rc_, FGPU_ALLOC_PTR,                         \
+                           rc_ == CUDA_SUCCESS ? (uint64_t)*(dptr) : 0);     \
+    } while (0)
+
+/* The real function of id, typed as symbol (pasted, never macro-expanded: cuda.h renames
+ * cuMemAlloc to cuMemAlloc_v2 and so on). */
+#define REAL_OR_FAIL(symbol, id)                                         \
+    fgpu_pfn_##symbol real = (fgpu_pfn_##symbol)fgpu_real_fn[(id)];      \
+    if (FGPU_UNLIKELY(!real))                                            \
+    return fgpu_no_real(id)
+
+/* ------------------------------------------------------------ allocations */
+
+CUresult fgpu_policy_mem_alloc(fgpu_sym id, CUdeviceptr *dptr, size_t bytesize) {
+    REAL_OR_FAIL(cuMemAlloc_v2, id);
+    ALLOC_AROUND(bytesize, dptr, real(dptr, bytesize));
+}
+
+CUresult fgpu_policy_mem_alloc_v1(fgpu_sym id, CUdeviceptr_v1 *dptr, unsigned int bytesize) {
+    REAL_OR_FAIL(cuMemAlloc, id);
+    ALLOC_AROUND(bytesize, dptr, real(dptr, bytesize));
+}
+
+CUresult fgpu_policy_mem_alloc_managed(fgpu_sym id, CUdeviceptr *dptr, size_t bytesize,
+                                       unsigned int flags) {
+    REAL_OR_FAIL(cuMemAllocManaged, id);
+    ALLOC_AROUND(bytesize, dptr, real(dptr, bytesize, flags));
+}
+
+CUresult fgpu_policy_mem_alloc_async(fgpu_sym id, CUdeviceptr *dptr, size_t bytesize,
+                                     CUstream hStream) {
+    REAL_OR_FAIL(cuMemAllocAsync, id);
+    ALLOC_AROUND(bytesize, dptr, real(dptr, bytesize, hStream));
+}
+
+CUresult fgpu_policy_mem_alloc_from_pool(fgpu_sym id, CUdeviceptr *dptr, size_t bytesize,
+                                         CUmemoryPool pool, CUstream hStream) {
+    REAL_OR_FAIL(cuMemAllocFromPoolAsync, id);
+    ALLOC_AROUND(bytesize, dptr, real(dptr, bytesize, pool, hStream));
+}
+
+/* Pitch is chosen by the driver: reserve an estimate, then settle on pitch x height. */
+static CUresult settle_pitch(acct *a, CUresult rc, uint64_t actual, CUdeviceptr ptr) {
+    if (rc != CUDA_SUCCESS)
+        return acct_commit(a, rc, FGPU_ALLOC_PTR, 0);
+    if (actual > a->bytes) {
+        uint64_t more = actual - a->bytes;
+        if (!fgpu_mem_reserve(fgpu_g.l, a->slot, a->dev, more, fgpu_g.pid)) {
+            fgpu_pfn_cuMemFree_v2 fr = FGPU_REAL(cuMemFree_v2);
+            if (fr)
+                fr(ptr);
+            fgpu_mem_unreserve(fgpu_g.l, a->slot, a->dev, a->bytes);
+            fgpu_leave();
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else if (actual < a->bytes) {
+        fgpu_mem_unreserve(fgpu_g.l, a->slot, a->dev, a->bytes - actual);
+    }
+    a->bytes = actual;
+    return acct_commit(a, rc, FGPU_ALLOC_PTR, (uint64_t)ptr);
+}
+
+static uint64_t pitch_estimate(uint64_t width, uint64_t height) {
+    return ((width + 511) & ~(uint64_t)511) * height;
+}
+
+CUresult fgpu_policy_mem_alloc_pitch(fgpu_sym id, CUdeviceptr *dptr, size_t *pPitch,
+                                     size_t WidthInBytes, size_t Height,
+                                     unsigned int ElementSizeBytes) {
+    REAL_OR_FAIL(cuMemAllocPitch_v2, id);
+    acct a;
+    if (!acct_begin(&a))
+        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (!acct_reserve(&a, pitch_estimate(WidthInBytes, Height)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    return settle_pitch(&a, rc, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0,
+                        rc == CUDA_SUCCESS ? *dptr : 0);
+}
+
+CUresult fgpu_policy_mem_alloc_pitch_v1(fgpu_sym id, CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                        unsigned int WidthInBytes, unsigned int Height,
+                                        unsigned int ElementSizeBytes) {
+    REAL_OR_FAIL(cuMemAllocPitch, id);
+    acct a;
+    if (!acct_begin(&a))
+        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    if (!acct_reserve(&a, pitch_estimate(WidthInBytes, Height)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    return settle_pitch(&a, rc, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0,
+                        rc == CUDA_SUCCESS ? *dptr : 0);
+}
+
+CUresult fgpu_policy_mem_create(fgpu_sym id, CUmemGenericAllocationHandle *handle, size_t size,
+                                const CUmemAllocationProp *prop, unsigned long long flags) {
+    REAL_OR_FAIL(cuMemCreate, id);
+    /* Only device memory is sliced; host and host-NUMA locations pass. */
+    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+        prop->location.id >= FGPU_MAX_DEVICES || !fgpu_enter())
+        return real(handle, size, prop, flags);
+    acct a = {.ctx = NULL, .dev = (uint32_t)prop->location.id, .slot = fgpu_slot(), .bytes = 0};
+    CUcontext ctx;
+    uint32_t cur;
+    if (fgpu_current_device(&ctx, &cur))
+        a.ctx = ctx;
+    if (!acct_reserve(&a, size))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(handle, size, prop, flags);
+    return acct_commit(&a, rc, FGPU_ALLOC_HANDLE, rc == CUDA_SUCCESS ? *handle : 0);
+}
+
+/* Bytes per element of an array format (block-compressed and video formats: 4, approximate). */
+static uint64_t format_bytes(CUarray_format f) {
+    switch ((int)f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    default:
+        return 4;
+    }
+}
+
+static uint64_t at_least_one(uint64_t v) { return v ? v : 1; }
+
+static uint64_t array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int level) {
+    uint64_t w = at_least_one(d->Width >> level);
+    uint64_t h = d->Height ? at_least_one(d->Height >> level) : 1;
+    /* Layers and cube faces are not halved by mip levels. */
+    uint64_t depth = d->Depth;
+    if (!(d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)))
+        depth >>= level;
+    return w * h * at_least_one(depth) * format_bytes(d->Format) * at_least_one(d->NumChannels);
+}
+
+CUresult fgpu_policy_array_create(fgpu_sym id, CUarray *pHandle,
+                                  const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
+    REAL_OR_FAIL(cuArrayCreate_v2, id);
+    acct a;
+    if (!pAllocateArray || !acct_begin(&a))
+        return real(pHandle, pAllocateArray);
+    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
+    uint64_t n = at_least_one(d->Width) * at_least_one(d->Height) * format_bytes(d->Format) *
+                 at_least_one(d->NumChannels);
+    if (!acct_reserve(&a, n))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(pHandle, pAllocateArray);
+    return acct_commit(&a, rc, FGPU_ALLOC_ARRAY,
+                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+}
+
+CUresult fgpu_policy_array3d_create(fgpu_sym id, CUarray *pHandle,
+                                    const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
+    REAL_OR_FAIL(cuArray3DCreate_v2, id);
+    acct a;
+    if (!pAllocateArray || !acct_begin(&a))
+        return real(pHandle, pAllocateArray);
+    if (!acct_reserve(&a, array3d_bytes(pAllocateArray, 0)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(pHandle, pAllocateArray);
+    return acct_commit(&a, rc, FGPU_ALLOC_ARRAY,
+                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+}
+
+CUresult fgpu_policy_mipmapped_array_create(fgpu_sym id, CUmipmappedArray *pHandle,
+                                            const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                            unsigned int numMipmapLevels) {
+    REAL_OR_FAIL(cuMipmappedArrayCreate, id);
+    acct a;
+    if (!pMipmappedArrayDesc || !acct_begin(&a))
+        return real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    uint64_t n = 0;
+    for (unsigned int lvl = 0; lvl < at_least_one(numMipmapLevels) && lvl < 64; lvl++)
+        n += array3d_bytes(pMipmappedArrayDesc, lvl);
+    if (!acct_reserve(&a, n))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    return acct_commit(&a, rc, FGPU_ALLOC_MIPMAP,
+                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+}
+
+/* ---------------------------------------------------------------- releases */
+
+CUresult fgpu_policy_mem_free(fgpu_sym id, CUdeviceptr dptr) {
+    REAL_OR_FAIL(cuMemFree_v2, id);
+    RELEASE_AROUND(FGPU_ALLOC_PTR, dptr, real(dptr));
+}
+
+CUresult fgpu_policy_mem_free_v1(fgpu_sym id, CUdeviceptr_v1 dptr) {
+    REAL_OR_FAIL(cuMemFree, id);
+    RELEASE_AROUND(FGPU_ALLOC_PTR, dptr, real(dptr));
+}
+
+CUresult fgpu_policy_mem_free_async(fgpu_sym id, CUdeviceptr dptr, CUstream hStream) {
+    REAL_OR_FAIL(cuMemFreeAsync, id);
+    RELEASE_AROUND(FGPU_ALLOC_PTR, dptr, real(dptr, hStream));
+}
+
+CUresult fgpu_policy_mem_release(fgpu_sym id, CUmemGenericAllocationHandle handle) {
+    REAL_OR_FAIL(cuMemRelease, id);
+    RELEASE_AROUND(FGPU_ALLOC_HANDLE, handle, real(handle));
+}
+
+CUresult fgpu_policy_array_destroy(fgpu_sym id, CUarray hArray) {
+    REAL_OR_FAIL(cuArrayDestroy, id);
+    RELEASE_AROUND(FGPU_ALLOC_ARRAY, (uintptr_t)hArray, real(hArray));
+}
+
+CUresult fgpu_policy_mipmapped_array_destroy(fgpu_sym id, CUmipmappedArray hMipmappedArray) {
+    REAL_OR_FAIL(cuMipmappedArrayDestroy, id);
+    RELEASE_AROUND(FGPU_ALLOC_MIPMAP, (uintptr_t)hMipmappedArray, real(hMipmappedArray));
+}
+
+/* A destroyed context takes its allocations with it. */
+CUresult fgpu_policy_ctx_destroy(fgpu_sym id, CUcontext ctx) {
+    REAL_OR_FAIL(cuCtxDestroy_v2, id);
+    if (!fgpu_enter())
+        return real(ctx);
+    CUresult rc = real(ctx);
+    if (rc == CUDA_SUCCESS) {
+        fgpu_allocmap_take_ctx(ctx, give_back);
+        fgpu_t_ctx = NULL;
+    }
+    fgpu_leave();
+    return rc;
+}
+
+static CUcontext primary_if_active(CUdevice dev) {
+    fgpu_pfn_cuDevicePrimaryCtxGetState state = FGPU_REAL(cuDevicePrimaryCtxGetState);
+    fgpu_pfn_cuDevicePrimaryCtxRetain retain = FGPU_REAL(cuDevicePrimaryCtxRetain);
+    fgpu_pfn_cuDevicePrimaryCtxRelease_v2 release = FGPU_REAL(cuDevicePrimaryCtxRelease_v2);
+    unsigned int flags;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (!state || !retain || !release || state(dev, &flags, &active) != CUDA_SUCCESS || !active)
+        return NULL;
+    /* Active already: retain + release only reads the pointer. */
+    if (retain(&ctx, dev) != CUDA_SUCCESS)
+        return NULL;
+    release(dev);
+    return ctx;
+}
+
+/* cuDevicePrimaryCtxRelease_v2 and _Reset_v2: when the primary context is gone after the
+ * call, so are its allocations. */
+CUresult fgpu_policy_primary_ctx_release(fgpu_sym id, CUdevice dev) {
+    REAL_OR_FAIL(cuDevicePrimaryCtxRelease_v2, id);
+    if (!fgpu_enter())
+        return real(dev);
+    CUcontext before = primary_if_active(dev);
+    CUresult rc = real(dev);
+    if (rc == CUDA_SUCCESS && before && primary_if_active(dev) != before) {
+        fgpu_allocmap_take_ctx(before, give_back);
+        fgpu_t_ctx = NULL;
+    }
+    fgpu_leave();
+    return rc;
+}
+
+/* ------------------------------------------------------------------- reports */
+
+/* The slice of device d: (limit, in use); limit 0 = none. */
+static uint64_t slice_of(uint32_t d, uint64_t *in_use) {
+    fgpu_dev_shared *dev = &fgpu_g.l->dev[d];
+    *in_use = atomic_load_explicit(&dev->in_use, memory_order_relaxed);
+    return atomic_load_explicit(&dev->limit, memory_order_relaxed);
+}
+
+static void clamp_info(uint64_t *free, uint64_t *total) {
+    CUcontext ctx;
+    uint32_t d;
+    if (!fgpu_current_device(&ctx, &d))
+        return;
+    uint64_t used;
+    uint64_t limit = slice_of(d, &used);
+    if (!limit)
+        return;
+    uint64_t t = limit < *total ? limit : *total;
+    uint64_t f = used < limit ? limit - used : 0;
+    *free = f < *free ? f : *free;
+    *total = t;
+}
+
+CUresult fgpu_policy_mem_get_info(fgpu_sym id, size_t *free, size_t *total) {
+    REAL_OR_FAIL(cuMemGetInfo_v2, id);
+    if (!fgpu_enter())
+        return real(free, total);
+    CUresult rc = real(free, total);
+    if (rc == CUDA_SUCCESS && free && total) {
+        uint64_t f = *free, t = *total;
+        clamp_info(&f, &t);
+        *free = (size_t)f;
+        *total = (size_t)t;
+    }
+    fgpu_leave();
+    return rc;
+}
+
+CUresult fgpu_policy_mem_get_info_v1(fgpu_sym id, unsigned int *free, unsigned int *total) {
+    REAL_OR_FAIL(cuMemGetInfo, id);
+    if (!fgpu_enter())
+        return real(free, total);
+    CUresult rc = real(free, total);
+    if (rc == CUDA_SUCCESS && free && total) {
+        uint64_t f = *free, t = *total;
+        clamp_info(&f, &t);
+        *free = (unsigned int)(f > UINT_MAX ? UINT_MAX : f);
+        *total = (unsigned int)(t > UINT_MAX ? UINT_MAX : t);
+    }
+    fgpu_leave();
+    return rc;
+}
+
+static void clamp_total(CUdevice dev, uint64_t *bytes) {
+    if (dev < 0 || dev >= FGPU_MAX_DEVICES)
+        return;
+    uint64_t used;
+    uint64_t limit = slice_of((uint32_t)dev, &used);
+    if (limit && limit < *bytes)
+        *bytes = limit;
+}
+
+CUresult fgpu_policy_device_total_mem(fgpu_sym id, size_t *bytes, CUdevice dev) {
+    REAL_OR_FAIL(cuDeviceTotalMem_v2, id);
+    if (!fgpu_enter())
+        return real(bytes, dev);
+    CUresult rc = real(bytes, dev);
+    if (rc == CUDA_SUCCESS && bytes) {
+        uint64_t b = *bytes;
+        clamp_total(dev, &b);
+        *bytes = (size_t)b;
+    }
+    fgpu_leave();
+    return rc;
+}
+
+CUresult fgpu_policy_device_total_mem_v1(fgpu_sym id, unsigned int *bytes, CUdevice dev) {
+    REAL_OR_FAIL(cuDeviceTotalMem, id);
+    if (!fgpu_enter())
+        return real(bytes, dev);
+    CUresult rc = real(bytes, dev);
+    if (rc == CUDA_SUCCESS && bytes) {
+        uint64_t b = *bytes;
+        clamp_total(dev, &b);
+        *bytes = (unsigned int)(b > UINT_MAX ? UINT_MAX : b);
+    }
+    fgpu_leave();
+    return rc;
+}

@@ -1,0 +1,375 @@
+/*
+ * region.c - create, map, configure and read a container's shared region;
+ * claim, release and reclaim process slots.  Compiled into the shim and into
+ * the reader extension.  Everything here runs off the CUDA hot path (init,
+ * fork, exit, the agent's polls); it may make system calls.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "region_layout.h"
+
+static void init_layout(fgpu_layout *l, const fgpu_config *cfg) {
+    l->version = FGPU_REGION_VERSION;
+    l->layout_size = (uint32_t)sizeof(fgpu_layout);
+    uint32_t ndev = cfg ? cfg->ndev : 0;
+    if (ndev > FGPU_MAX_DEVICES)
+        ndev = FGPU_MAX_DEVICES;
+    uint32_t compute_on = 0;
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
+        uint64_t limit = (cfg && d < ndev) ? cfg->mem_limit[d] : 0;
+        uint32_t share = (cfg && d < ndev) ? cfg->sm_share_ppm[d] : 0;
+        if (share == 0 || share > FGPU_SHARE_FULL)
+            share = FGPU_SHARE_FULL;
+        if (share < FGPU_SHARE_FULL)
+            compute_on = 1;
+        atomic_store_explicit(&l->dev[d].limit, limit, FGPU_RELAXED);
+        atomic_store_explicit(&l->dev[d].sm_share_ppm, share, FGPU_RELAXED);
+    }
+    atomic_store_explicit(&l->ndev, ndev, FGPU_RELAXED);
+    atomic_store_explicit(&l->compute_on, compute_on, FGPU_RELAXED);
+}
+
+static int valid_layout(const fgpu_layout *l) {
+    return atomic_load_explicit(&l->magic, FGPU_ACQUIRE) == FGPU_REGION_MAGIC &&
+           l->version == FGPU_REGION_VERSION && l->layout_size == sizeof(fgpu_layout);
+}
+
+int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_region **out) {
+    int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+    int fd = open(path, flags, 0666);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    void *map = MAP_FAILED;
+    /* Creation is serialised by flock; slot locks are OFD locks and do not interact. */
+    if (flock(fd, LOCK_EX) != 0) {
+        rc = -errno;
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        goto fail_unlock;
+    }
+    size_t size = sizeof(fgpu_layout);
+    int fresh = 0;
+    if ((size_t)st.st_size < size) {
+        if (!create || st.st_size != 0) {
+            rc = -EINVAL;
+            goto fail_unlock;
+        }
+        if (ftruncate(fd, (off_t)size) != 0) {
+            rc = -errno;
+            goto fail_unlock;
+        }
+        fresh = 1;
+    }
+    map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        rc = -errno;
+        goto fail_unlock;
+    }
+    fgpu_layout *l = map;
+    if (fresh) {
+        init_layout(l, cfg);
+        atomic_store_explicit(&l->magic, FGPU_REGION_MAGIC, FGPU_RELEASE);
+    } else if (!valid_layout(l)) {
+        rc = -EINVAL;
+        goto fail_unlock;
+    }
+    flock(fd, LOCK_UN);
+    fgpu_region *r = calloc(1, sizeof(*r));
+    char *p = strdup(path);
+    if (!r || !p) {
+        free(r);
+        free(p);
+        munmap(map, size);
+        close(fd);
+        return -ENOMEM;
+    }
+    r->l = l;
+    r->fd = fd;
+    r->size = size;
+    r->path = p;
+    *out = r;
+    return 0;
+fail_unlock:
+    flock(fd, LOCK_UN);
+fail:
+    if (map != MAP_FAILED)
+        munmap(map, size);
+    close(fd);
+    return rc;
+}
+
+int fgpu_region_open_private(const fgpu_config *cfg, fgpu_region **out) {
+    size_t size = sizeof(fgpu_layout);
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    fgpu_region *r = calloc(1, sizeof(*r));
+    if (!r) {
+        munmap(map, size);
+        return -ENOMEM;
+    }
+    init_layout(map, cfg);
+    atomic_store_explicit(&((fgpu_layout *)map)->magic, FGPU_REGION_MAGIC, FGPU_RELEASE);
+    r->l = map;
+    r->fd = -1;
+    r->size = size;
+    *out = r;
+    return 0;
+}
+
+void fgpu_region_close(fgpu_region *r) {
+    if (!r)
+        return;
+    munmap(r->l, r->size);
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->path);
+    free(r);
+}
+
+int fgpu_region_configure(fgpu_region *r, uint32_t device, uint64_t mem_limit,
+                          uint32_t sm_share_ppm) {
+    if (device >= FGPU_MAX_DEVICES)
+        return -EINVAL;
+    if (sm_share_ppm == 0 || sm_share_ppm > FGPU_SHARE_FULL)
+        sm_share_ppm = FGPU_SHARE_FULL;
+    fgpu_layout *l = r->l;
+    /* One writer at a time (flock); readers retry on the seqlock. */
+    if (r->fd >= 0 && flock(r->fd, LOCK_EX) != 0)
+        return -errno;
+    uint32_t seq = atomic_load_explicit(&l->config_seq, FGPU_RELAXED);
+    atomic_store_explicit(&l->config_seq, seq + 1, FGPU_RELAXED);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&l->dev[device].limit, mem_limit, FGPU_RELAXED);
+    atomic_store_explicit(&l->dev[device].sm_share_ppm, sm_share_ppm, FGPU_RELAXED);
+    if (device >= atomic_load_explicit(&l->ndev, FGPU_RELAXED))
+        atomic_store_explicit(&l->ndev, device + 1, FGPU_RELAXED);
+    uint32_t on = 0;
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++)
+        on |= atomic_load_explicit(&l->dev[d].sm_share_ppm, FGPU_RELAXED) < FGPU_SHARE_FULL;
+    atomic_store_explicit(&l->compute_on, on, FGPU_RELAXED);
+    atomic_store_explicit(&l->config_seq, seq + 2, FGPU_RELEASE);
+    if (r->fd >= 0)
+        flock(r->fd, LOCK_UN);
+    return 0;
+}
+
+uint32_t fgpu_region_ndev(const fgpu_region *r) {
+    return atomic_load_explicit(&r->l->ndev, FGPU_ACQUIRE);
+}
+
+int fgpu_region_device(const fgpu_region *r, uint32_t device, fgpu_device_stats *out) {
+    if (device >= FGPU_MAX_DEVICES)
+        return -EINVAL;
+    fgpu_layout *l = r->l;
+    fgpu_dev_shared *d = &l->dev[device];
+    uint32_t seq;
+    do {
+        seq = atomic_load_explicit(&l->config_seq, FGPU_ACQUIRE);
+        out->limit = atomic_load_explicit(&d->limit, FGPU_RELAXED);
+        out->sm_share_ppm = atomic_load_explicit(&d->sm_share_ppm, FGPU_RELAXED);
+        atomic_thread_fence(memory_order_acquire);
+    } while ((seq & 1) || seq != atomic_load_explicit(&l->config_seq, FGPU_RELAXED));
+    out->index = device;
+    /* Counters are independent atomics; peak is read after in_use so peak >= in_use. */
+    out->in_use = atomic_load_explicit(&d->in_use, FGPU_RELAXED);
+    out->peak = atomic_load_explicit(&d->peak, FGPU_ACQUIRE);
+    if (out->peak < out->in_use)
+        out->peak = out->in_use;
+    out->launches = atomic_load_explicit(&d->launches, FGPU_RELAXED);
+    out->throttled_ns = atomic_load_explicit(&d->throttled_ns, FGPU_RELAXED);
+    out->refusals = atomic_load_explicit(&d->refusals, FGPU_RELAXED);
+    out->charged_ns = atomic_load_explicit(&d->charged_ns, FGPU_RELAXED);
+    return 0;
+}
+
+/* F_OFD_SETLK on one byte; 1 when taken, 0 when someone else holds it. */
+static int ofd_lock(int fd, uint32_t slot, short type) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = FGPU_LOCK_BASE + (off_t)slot;
+    fl.l_len = 1;
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+static int ofd_probe_alive(int fd, uint32_t slot) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = FGPU_LOCK_BASE + (off_t)slot;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return 1; /* cannot tell: assume alive, never steal */
+    return fl.l_type != F_UNLCK;
+}
+
+int fgpu_region_process(fgpu_region *r, uint32_t slot, fgpu_process *out) {
+    if (slot >= FGPU_MAX_SLOTS)
+        return -EINVAL;
+    fgpu_slot_shared *s = &r->l->slot[slot];
+    memset(out, 0, sizeof(*out));
+    out->slot = slot;
+    if (atomic_load_explicit(&s->state, FGPU_ACQUIRE) != FGPU_SLOT_ACTIVE)
+        return 0;
+    out->pid = atomic_load_explicit(&s->pid, FGPU_RELAXED);
+    out->start_time = atomic_load_explicit(&s->start_time, FGPU_RELAXED);
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++)
+        out->bytes[d] = atomic_load_explicit(&s->bytes[d], FGPU_RELAXED);
+    out->alive = r->fd >= 0 ? ofd_probe_alive(r->fd, slot) : 1;
+    return 1;
+}
+
+size_t fgpu_region_drain(const fgpu_region *r, uint64_t after, fgpu_happening *out, size_t max,
+                         uint64_t *next_after, uint64_t *lost) {
+    fgpu_layout *l = r->l;
+    uint64_t head = atomic_load_explicit(&l->ring_head, FGPU_ACQUIRE);
+    uint64_t first = after + 1;
+    *lost = 0;
+    if (head >= FGPU_RING_SIZE && first <= head - FGPU_RING_SIZE) {
+        *lost = head - FGPU_RING_SIZE + 1 - first;
+        first = head - FGPU_RING_SIZE + 1;
+    }
+    size_t n = 0;
+    uint64_t seq = first;
+    for (; seq <= head && n < max; seq++) {
+        fgpu_ring_rec *rec = &l->ring[(seq - 1) & (FGPU_RING_SIZE - 1)];
+        uint64_t st = atomic_load_explicit(&rec->stamp, FGPU_ACQUIRE);
+        if (st == 2 * seq - 1 || st < 2 * seq - 1) {
+            /* Being written (or not yet started).  Wait for it unless the ring
+             * has moved on so far that its writer must have died mid-record. */
+            if (head - seq < FGPU_RING_SIZE / 2)
+                break;
+            (*lost)++;
+            continue;
+        }
+        if (st != 2 * seq) { /* overwritten by a later lap */
+            (*lost)++;
+            continue;
+        }
+        fgpu_happening h;
+        h.seq = seq;
+        h.kind = atomic_load_explicit(&rec->kind, FGPU_RELAXED);
+        h.device = atomic_load_explicit(&rec->device, FGPU_RELAXED);
+        h.pid = atomic_load_explicit(&rec->pid, FGPU_RELAXED);
+        h.slot = atomic_load_explicit(&rec->slot, FGPU_RELAXED);
+        h.value = atomic_load_explicit(&rec->value, FGPU_RELAXED);
+        h.value2 = atomic_load_explicit(&rec->value2, FGPU_RELAXED);
+        h.time_ns = atomic_load_explicit(&rec->time_ns, FGPU_RELAXED);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&rec->stamp, FGPU_RELAXED) != st) {
+            (*lost)++;
+            continue;
+        }
+        out[n++] = h;
+    }
+    *next_after = seq - 1;
+    return n;
+}
+
+/* Give back a dead owner's bytes; the caller holds the slot's lock. */
+static uint64_t reclaim_locked(fgpu_layout *l, uint32_t slot) {
+    fgpu_slot_shared *s = &l->slot[slot];
+    if (atomic_load_explicit(&s->state, FGPU_ACQUIRE) != FGPU_SLOT_ACTIVE)
+        return 0;
+    uint64_t total = 0;
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
+        uint64_t b = atomic_exchange_explicit(&s->bytes[d], 0, FGPU_RELAXED);
+        if (b) {
+            fgpu_sub_floor(&l->dev[d].in_use, b);
+            total += b;
+        }
+    }
+    fgpu_ring_push(l, FGPU_HAPPENING_PROC_RECLAIMED, -1,
+                   atomic_load_explicit(&s->pid, FGPU_RELAXED), slot, total,
+                   atomic_load_explicit(&s->start_time, FGPU_RELAXED));
+    atomic_store_explicit(&s->state, FGPU_SLOT_FREE, FGPU_RELEASE);
+    return total;
+}
+
+uint64_t fgpu_region_reclaim_dead(fgpu_region *r) {
+    if (r->fd < 0)
+        return 0;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < FGPU_MAX_SLOTS; i++) {
+        if (atomic_load_explicit(&r->l->slot[i].state, FGPU_ACQUIRE) != FGPU_SLOT_ACTIVE)
+            continue;
+        if (!ofd_lock(r->fd, i, F_WRLCK))
+            continue; /* owner alive (or another reclaimer is at it) */
+        total += reclaim_locked(r->l, i);
+        ofd_lock(r->fd, i, F_UNLCK);
+    }
+    return total;
+}
+
+int fgpu_region_claim_slot(fgpu_region *r, int32_t pid, uint64_t start_time, uint32_t *slot_out) {
+    fgpu_layout *l = r->l;
+    for (uint32_t i = 0; i < FGPU_MAX_SLOTS; i++) {
+        if (r->fd >= 0 && !ofd_lock(r->fd, i, F_WRLCK))
+            continue;
+        if (r->fd < 0 && atomic_load_explicit(&l->slot[i].state, FGPU_RELAXED) != FGPU_SLOT_FREE)
+            continue;
+        /* Holding the lock: the slot is free or its owner is dead. */
+        reclaim_locked(l, i);
+        fgpu_slot_shared *s = &l->slot[i];
+        atomic_store_explicit(&s->pid, pid, FGPU_RELAXED);
+        atomic_store_explicit(&s->start_time, start_time, FGPU_RELAXED);
+        for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++)
+            atomic_store_explicit(&s->bytes[d], 0, FGPU_RELAXED);
+        atomic_store_explicit(&s->state, FGPU_SLOT_ACTIVE, FGPU_RELEASE);
+        fgpu_ring_push(l, FGPU_HAPPENING_PROC_START, -1, pid, i, start_time, 0);
+        *slot_out = i;
+        return 0;
+    }
+    fgpu_ring_push(l, FGPU_HAPPENING_SLOTS_FULL, -1, pid, FGPU_NO_SLOT, start_time, 0);
+    return -ENOSPC;
+}
+
+void fgpu_region_release_slot(fgpu_region *r, uint32_t slot) {
+    fgpu_layout *l = r->l;
+    fgpu_slot_shared *s = &l->slot[slot];
+    uint64_t total = 0;
+    /* The driver frees a process's memory when it exits: give it all back. */
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
+        uint64_t b = atomic_exchange_explicit(&s->bytes[d], 0, FGPU_RELAXED);
+        if (b) {
+            fgpu_sub_floor(&l->dev[d].in_use, b);
+            total += b;
+        }
+    }
+    fgpu_ring_push(l, FGPU_HAPPENING_PROC_EXIT, -1, atomic_load_explicit(&s->pid, FGPU_RELAXED),
+                   slot, total, atomic_load_explicit(&s->start_time, FGPU_RELAXED));
+    atomic_store_explicit(&s->state, FGPU_SLOT_FREE, FGPU_RELEASE);
+    if (r->fd >= 0)
+        ofd_lock(r->fd, slot, F_UNLCK);
+}
+
+int fgpu_region_reopen_fd(fgpu_region *r) {
+    if (!r->path)
+        return 0;
+    int fd = open(r->path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    r->fd = fd;
+    return 0;
+}
+
+void fgpu_region_forget_fd(fgpu_region *r) {
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+}

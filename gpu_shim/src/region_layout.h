@@ -1,0 +1,179 @@
+/*
+ * region_layout.h - the bytes of a shared region and the lock-free operations
+ * the shim performs on them on the CUDA hot path.  Private to gpu_shim's C
+ * code (the shim and the reader extension both compile region.c).
+ *
+ * Invariants:
+ *  - dev[d].in_use is the sum of every live slot's bytes[d], plus the bytes of
+ *    a process killed between the two adds of one reservation (conservative:
+ *    the budget shrinks, it never over-commits), plus unslotted bytes.
+ *  - in_use only grows through fgpu_mem_reserve's compare-and-swap, which
+ *    refuses to pass the limit, so concurrent reservations never exceed it.
+ *  - A slot is changed only by the process holding its OFD lock (byte
+ *    FGPU_LOCK_BASE + slot of the region file); a free lock on an ACTIVE slot
+ *    means its owner is dead.
+ *  - No function here makes a system call or blocks.
+ */
+#ifndef FGPU_REGION_LAYOUT_H
+#define FGPU_REGION_LAYOUT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fgpu_region.h"
+
+#define FGPU_REGION_MAGIC 0x3147455255504746ULL /* "FGPUREG1" */
+#define FGPU_REGION_VERSION 1u
+#define FGPU_LOCK_BASE 0
+#define FGPU_SLOT_FREE 0u
+#define FGPU_SLOT_ACTIVE 1u
+#define FGPU_NO_SLOT UINT32_MAX
+
+#define FGPU_RELAXED memory_order_relaxed
+#define FGPU_ACQUIRE memory_order_acquire
+#define FGPU_RELEASE memory_order_release
+
+typedef struct fgpu_dev_shared {
+    /* configuration (seqlock: fgpu_layout.config_seq) */
+    _Atomic uint64_t limit;
+    _Atomic uint32_t sm_share_ppm;
+    uint32_t pad0;
+    /* memory, written by every allocating process */
+    _Atomic uint64_t in_use;
+    _Atomic uint64_t peak;
+    _Atomic uint64_t refusals;
+    _Atomic uint64_t launches;
+    uint64_t pad1[2];
+    /* compute pacing, second cache line */
+    _Atomic int64_t tat_ns;        /* GCRA theoretical arrival time, CLOCK_MONOTONIC */
+    _Atomic uint64_t throttled_ns;
+    _Atomic uint64_t charged_ns;
+    uint64_t pad2[5];
+} fgpu_dev_shared;
+
+typedef struct fgpu_slot_shared {
+    _Atomic uint32_t state;
+    _Atomic int32_t pid;
+    _Atomic uint64_t start_time;
+    _Atomic uint64_t bytes[FGPU_MAX_DEVICES];
+    uint64_t pad[6];
+} fgpu_slot_shared;
+
+typedef struct fgpu_ring_rec {
+    _Atomic uint64_t stamp; /* 2*seq-1 while written, 2*seq when complete */
+    _Atomic uint32_t kind;
+    _Atomic int32_t device;
+    _Atomic int32_t pid;
+    _Atomic uint32_t slot;
+    _Atomic uint64_t value;
+    _Atomic uint64_t value2;
+    _Atomic int64_t time_ns;
+    uint64_t pad[2];
+} fgpu_ring_rec;
+
+typedef struct fgpu_layout {
+    _Atomic uint64_t magic; /* stored last, with release, when the file is initialised */
+    uint32_t version;
+    uint32_t layout_size;
+    _Atomic uint32_t config_seq; /* odd while the slice is being rewritten */
+    _Atomic uint32_t ndev;
+    _Atomic uint32_t compute_on; /* some device has a share below FGPU_SHARE_FULL */
+    uint32_t pad0;
+    _Atomic uint64_t ring_head; /* seq of the last record claimed */
+    uint64_t pad1[3];
+    fgpu_dev_shared dev[FGPU_MAX_DEVICES];
+    fgpu_slot_shared slot[FGPU_MAX_SLOTS];
+    fgpu_ring_rec ring[FGPU_RING_SIZE];
+} fgpu_layout;
+
+_Static_assert(sizeof(fgpu_dev_shared) == 128, "device block is two cache lines");
+_Static_assert(sizeof(fgpu_ring_rec) == 64, "ring record is one cache line");
+_Static_assert((FGPU_RING_SIZE & (FGPU_RING_SIZE - 1)) == 0, "ring size is a power of two");
+
+struct fgpu_region {
+    fgpu_layout *l;
+    int fd;           /* -1 for a private region */
+    size_t size;
+    char *path;       /* NULL for a private region */
+};
+
+static inline int64_t fgpu_now_ns(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts); /* vDSO: no system call */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Append a happening; lock-free, multi-producer. */
+static inline void fgpu_ring_push(fgpu_layout *l, uint32_t kind, int32_t device, int32_t pid,
+                                  uint32_t slot, uint64_t value, uint64_t value2) {
+    uint64_t seq = atomic_fetch_add_explicit(&l->ring_head, 1, FGPU_RELAXED) + 1;
+    fgpu_ring_rec *rec = &l->ring[(seq - 1) & (FGPU_RING_SIZE - 1)];
+    atomic_store_explicit(&rec->stamp, 2 * seq - 1, FGPU_RELAXED);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&rec->kind, kind, FGPU_RELAXED);
+    atomic_store_explicit(&rec->device, device, FGPU_RELAXED);
+    atomic_store_explicit(&rec->pid, pid, FGPU_RELAXED);
+    atomic_store_explicit(&rec->slot, slot, FGPU_RELAXED);
+    atomic_store_explicit(&rec->value, value, FGPU_RELAXED);
+    atomic_store_explicit(&rec->value2, value2, FGPU_RELAXED);
+    atomic_store_explicit(&rec->time_ns, fgpu_now_ns(CLOCK_REALTIME), FGPU_RELAXED);
+    atomic_store_explicit(&rec->stamp, 2 * seq, FGPU_RELEASE);
+}
+
+/*
+ * Reserve bytes on device d before the driver is asked.  Returns 1 on success;
+ * 0 (and records a refusal) when the limit would be passed.  slot may be
+ * FGPU_NO_SLOT (bytes then not reclaimable).
+ */
+static inline int fgpu_mem_reserve(fgpu_layout *l, uint32_t slot, uint32_t d, uint64_t bytes,
+                                   int32_t pid) {
+    fgpu_dev_shared *dev = &l->dev[d];
+    uint64_t limit = atomic_load_explicit(&dev->limit, FGPU_RELAXED);
+    uint64_t cur = atomic_load_explicit(&dev->in_use, FGPU_RELAXED);
+    uint64_t next;
+    do {
+        if (limit != 0 && (bytes > limit || cur > limit - bytes)) {
+            atomic_fetch_add_explicit(&dev->refusals, 1, FGPU_RELAXED);
+            fgpu_ring_push(l, FGPU_HAPPENING_OOM_REFUSED, (int32_t)d, pid, slot, bytes, cur);
+            return 0;
+        }
+        next = cur + bytes;
+    } while (!atomic_compare_exchange_weak_explicit(&dev->in_use, &cur, next, FGPU_RELAXED,
+                                                    FGPU_RELAXED));
+    uint64_t peak = atomic_load_explicit(&dev->peak, FGPU_RELAXED);
+    while (next > peak && !atomic_compare_exchange_weak_explicit(&dev->peak, &peak, next,
+                                                                 FGPU_RELAXED, FGPU_RELAXED)) {
+    }
+    /* Device first, slot second: a kill in between leaks (never over-commits). */
+    if (slot != FGPU_NO_SLOT)
+        atomic_fetch_add_explicit(&l->slot[slot].bytes[d], bytes, FGPU_RELAXED);
+    return 1;
+}
+
+/* Subtract without wrapping below zero. */
+static inline void fgpu_sub_floor(_Atomic uint64_t *v, uint64_t bytes) {
+    uint64_t cur = atomic_load_explicit(v, FGPU_RELAXED);
+    while (!atomic_compare_exchange_weak_explicit(v, &cur, cur > bytes ? cur - bytes : 0,
+                                                  FGPU_RELAXED, FGPU_RELAXED)) {
+    }
+}
+
+/* Give back bytes reserved with fgpu_mem_reserve. */
+static inline void fgpu_mem_unreserve(fgpu_layout *l, uint32_t slot, uint32_t d, uint64_t bytes) {
+    /* Slot first, device second: a kill in between leaks (never double-frees). */
+    if (slot != FGPU_NO_SLOT)
+        fgpu_sub_floor(&l->slot[slot].bytes[d], bytes);
+    fgpu_sub_floor(&l->dev[d].in_use, bytes);
+}
+
+/* Hidden helpers of region.c used by the shim (cold paths: init, fork, exit). */
+__attribute__((visibility("hidden"))) int fgpu_region_claim_slot(fgpu_region *r, int32_t pid,
+                                                                 uint64_t start_time,
+                                                                 uint32_t *slot_out);
+__attribute__((visibility("hidden"))) void fgpu_region_release_slot(fgpu_region *r,
+                                                                    uint32_t slot);
+__attribute__((visibility("hidden"))) int fgpu_region_reopen_fd(fgpu_region *r);
+__attribute__((visibility("hidden"))) void fgpu_region_forget_fd(fgpu_region *r);
+
+#endif /* FGPU_REGION_LAYOUT_H */
