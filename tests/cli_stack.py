@@ -1,0 +1,110 @@
+"""`fgpu up` in a subprocess, and the `fgpu` command run against it, for end-to-end tests."""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+FGPU = str(Path(sys.executable).parent / "fgpu")
+
+
+class Stack:
+    def __init__(self, home: Path, agent_id: str) -> None:
+        self.home = home
+        self.agent_id = agent_id
+        self.env = {**os.environ, "FGPU_HOME": str(home), "FGPU_ACCESS_KEY": "researcher"}
+
+    def fgpu(self, *args: str, check: bool = True, key: str | None = None) -> str:
+        env = dict(self.env)
+        if key is not None:
+            env["FGPU_ACCESS_KEY"] = key
+        p = subprocess.run(
+            [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if check and p.returncode != 0:
+            raise AssertionError(f"fgpu {' '.join(args)} exited {p.returncode}:\n{p.stderr}")
+        return p.stdout + (p.stderr if not check else "")
+
+    def json(self, *args: str, key: str | None = None) -> Any:
+        """The JSON output of a read command (``--json`` goes before a ``--``)."""
+        i = args.index("--") if "--" in args else len(args)
+        return json.loads(self.fgpu(*args[:i], "--json", *args[i:], key=key))
+
+    def run(self, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(self.env)
+        if key is not None:
+            env["FGPU_ACCESS_KEY"] = key
+        return subprocess.run(
+            [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+
+
+def wait_for_line(
+    path: Path, text: str, process: subprocess.Popen[bytes], deadline_s: float
+) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"process exited {process.returncode}:\n{path.read_text()}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {text!r} within {deadline_s} s:\n{path.read_text()}")
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
+def remove_agent_containers(agent_id: str) -> None:
+    ids = docker("ps", "-aq", "--filter", f"label=fgpu.agent={agent_id}").split()
+    if ids:
+        docker("rm", "-f", *ids)
+
+
+@contextmanager
+def fgpu_up(home: Path, *extra: str) -> Iterator[Stack]:
+    """`fgpu up` with one mock GPU worth 2 fGPU, on a fresh NATS server and Docker."""
+    stack = Stack(home, "e2e" + secrets.token_hex(3))
+    log = home / "up.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [
+                FGPU,
+                "up",
+                "--agent-id",
+                stack.agent_id,
+                "--mock-gpus",
+                "1",
+                "--gpu-mem",
+                "16g",
+                "--fgpu-per-gpu",
+                "2",
+                "--cpu",
+                "4",
+                "--mem",
+                "8g",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=stack.env,
+        )
+    try:
+        wait_for_line(log, "ready", process, 60)
+        yield stack
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        remove_agent_containers(stack.agent_id)

@@ -1,0 +1,85 @@
+"""The issue's scenario through the `fgpu` command, on a real NATS server and Docker engine.
+
+One node, one GPU split into 2 fGPU; a researcher asks for 3 sessions of 1 fGPU at once;
+two become RUNNING in real containers, the third stays PENDING holding nothing; destroying
+a running one lets the PENDING one run, with nobody doing anything.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_stack import docker, fgpu_up
+from docker_env import require_docker
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+GIB = 1 << 30
+
+
+def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
+    require_docker()
+    with fgpu_up(tmp_path) as stack:
+        created = stack.json(
+            "session",
+            "create",
+            "--image",
+            "fgpu/busybox:latest",
+            "--fgpu",
+            "1",
+            "--cpu",
+            "0.5",
+            "--mem",
+            "256m",
+            "--count",
+            "3",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo hello from $FGPU_SESSION_ID; sleep 3600",
+        )["sessions"]
+        by_status = sorted(s["status"] for s in created)
+        assert by_status == ["PENDING", "RUNNING", "RUNNING"]
+        running = [s for s in created if s["status"] == "RUNNING"]
+        pending = next(s for s in created if s["status"] == "PENDING")
+        assert pending["agent"] is None and pending["devices"] == []
+        assert "waiting for 1 fGPU" in pending["waiting"]
+
+        # Real containers, labelled, limited, told their slice.
+        for s in running:
+            inspect = json.loads(docker("inspect", s["container"]))[0]
+            assert inspect["State"]["Running"]
+            labels = inspect["Config"]["Labels"]
+            assert labels["fgpu.session"] == s["id"]
+            assert labels["fgpu.agent"] == stack.agent_id
+            env = dict(e.split("=", 1) for e in inspect["Config"]["Env"])
+            assert env["FGPU_DEVICE_MEMORY_LIMITS"] == str(8 * GIB)  # half of 16 GiB
+            assert env["FGPU_DEVICE_SM_SHARES"] == "0.5"
+            assert inspect["HostConfig"]["Memory"] == 256 << 20
+            assert inspect["HostConfig"]["NanoCpus"] == 500_000_000
+        assert f"hello from {running[0]['id']}" in stack.fgpu("session", "logs", running[0]["id"])
+
+        agents = stack.json("agents", "ls")["agents"]
+        gpu = agents[0]["gpus"][0]
+        assert gpu["allocated"] == "2" and set(gpu["shares"]) == {s["id"] for s in running}
+
+        # Someone else may not destroy it.
+        refused = stack.run("session", "rm", running[0]["id"], key="mallory")
+        assert refused.returncode == 1 and "another access key" in refused.stdout
+
+        stack.fgpu("session", "rm", running[0]["id"])
+        waited = stack.json("session", "wait", pending["id"], "--for", "running", "--timeout", "15")
+        assert waited["sessions"][0]["status"] == "RUNNING"
+        listed = {s["id"]: s["status"] for s in stack.json("session", "ls", "--all")["sessions"]}
+        assert listed[running[0]["id"]] == "TERMINATED"
+        assert listed[running[1]["id"]] == "RUNNING"
+        assert docker("ps", "-aq", "--filter", f"label=fgpu.session={running[0]['id']}") == ""
+
+        info = stack.json("session", "info", pending["id"])
+        assert [h["status"] for h in info["history"]] == [
+            "REQUESTED",
+            "PENDING",
+            "SCHEDULED",
+            "PREPARING",
+            "RUNNING",
+        ]
