@@ -15,7 +15,7 @@ from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import agent_dict, agents_table, record_dict
 from services.cli.stack import connected
 from services.client import Client
-from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
+from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 from services.domain.state import ClusterState
 from services.ports import Record
 
@@ -143,11 +143,14 @@ def policy_set(
     limits = None
     if max_fgpu or max_cpu or max_mem:
         huge = 1 << 62
-        limits = Slots(
-            fgpu=parse_fgpu(max_fgpu) if max_fgpu else huge,
-            cpu=parse_cpu(max_cpu) if max_cpu else huge,
-            mem=parse_mem(max_mem) if max_mem else huge,
-        )
+        try:
+            limits = Slots(
+                fgpu=parse_fgpu(max_fgpu) if max_fgpu else huge,
+                cpu=parse_cpu(max_cpu) if max_cpu else huge,
+                mem=parse_mem(max_mem) if max_mem else huge,
+            )
+        except InvalidAmount as e:
+            fail(str(e))
 
     async def go() -> None:
         async with connected(settings.url, "fgpu-cli") as log:

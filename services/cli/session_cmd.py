@@ -13,7 +13,7 @@ from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import session_dict, sessions_table
 from services.cli.stack import connected, logs_subject
 from services.client import Client
-from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
+from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 from services.domain.state import ClusterState, fold
 from services.domain.status import ENDED, SessionStatus
 
@@ -51,7 +51,10 @@ def create(
 ) -> None:
     """Ask for sessions. The command to run comes after `--`."""
     settings = _settings(ctx)
-    slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
+    try:
+        slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
+    except InvalidAmount as e:
+        fail(str(e))
     command = list(ctx.args)
 
     async def go() -> tuple[list[str], ClusterState | None]:
