@@ -1,6 +1,7 @@
 """What every actor shares: stamping new events, the clock, and the run loop."""
 
 import uuid
+from contextlib import aclosing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -83,14 +84,19 @@ async def follow_log(
     task_status.started(state)
     backoff = 0.05
     while True:
+        failed = False
         try:
             await react(state)
-            async for batch in events.follow(durable, after=state.last_seq):
-                fold(batch, state)
-                await react(state)
-                backoff = 0.05
-        except LogError as e:
-            log.warning("actor.rebuild", actor=durable, error=str(e))
+            async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
+                async for batch in batches:
+                    fold(batch, state)
+                    await react(state)
+                    backoff = 0.05
+        except* LogError as group:
+            # except*: an actor may append from a task group, which wraps what it raises.
+            log.warning("actor.rebuild", actor=durable, error=str(group.exceptions[0]))
+            failed = True
+        if failed:
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
             state = await rebuild(events)
