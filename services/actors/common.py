@@ -1,8 +1,8 @@
 """What every actor shares: stamping new events, the clock, and the run loop."""
 
 import uuid
-from contextlib import aclosing
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
