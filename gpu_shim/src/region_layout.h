@@ -29,6 +29,9 @@
 #define FGPU_SLOT_FREE 0u
 #define FGPU_SLOT_ACTIVE 1u
 #define FGPU_NO_SLOT UINT32_MAX
+/* At most one OOM record per device per this interval: a retry loop must not flush
+ * process start/exit records out of the ring (the refusals counter counts them all). */
+#define FGPU_OOM_RING_INTERVAL_NS 10000000LL
 
 #define FGPU_RELAXED memory_order_relaxed
 #define FGPU_ACQUIRE memory_order_acquire
@@ -44,7 +47,8 @@ typedef struct fgpu_dev_shared {
     _Atomic uint64_t peak;
     _Atomic uint64_t refusals;
     _Atomic uint64_t launches;
-    uint64_t pad1[2];
+    _Atomic int64_t last_oom_ring_ns; /* rate limit of OOM records, CLOCK_MONOTONIC */
+    uint64_t pad1;
     /* compute pacing, second cache line */
     _Atomic int64_t tat_ns;        /* GCRA theoretical arrival time, CLOCK_MONOTONIC */
     _Atomic uint64_t throttled_ns;
@@ -135,7 +139,12 @@ static inline int fgpu_mem_reserve(fgpu_layout *l, uint32_t slot, uint32_t d, ui
     do {
         if (limit != 0 && (bytes > limit || cur > limit - bytes)) {
             atomic_fetch_add_explicit(&dev->refusals, 1, FGPU_RELAXED);
-            fgpu_ring_push(l, FGPU_HAPPENING_OOM_REFUSED, (int32_t)d, pid, slot, bytes, cur);
+            int64_t now = fgpu_now_ns(CLOCK_MONOTONIC);
+            int64_t last = atomic_load_explicit(&dev->last_oom_ring_ns, FGPU_RELAXED);
+            if ((last == 0 || now - last >= FGPU_OOM_RING_INTERVAL_NS) &&
+                atomic_compare_exchange_strong_explicit(&dev->last_oom_ring_ns, &last, now,
+                                                        FGPU_RELAXED, FGPU_RELAXED))
+                fgpu_ring_push(l, FGPU_HAPPENING_OOM_REFUSED, (int32_t)d, pid, slot, bytes, cur);
             return 0;
         }
         next = cur + bytes;

@@ -189,7 +189,7 @@ static int config_from_env(fgpu_config *cfg) {
     if (mem && *mem) {
         int n = parse_list(mem, one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
         if (n < 0)
-            fgpu_log("ignoring unparsable FGPU_MEM_LIMIT=%s", mem);
+            FGPU_DEBUG("ignoring unparsable FGPU_MEM_LIMIT=%s", mem);
         else {
             any = 1;
             cfg->ndev = (uint32_t)n;
@@ -198,7 +198,7 @@ static int config_from_env(fgpu_config *cfg) {
     if (share && *share) {
         int n = parse_list(share, one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
         if (n < 0)
-            fgpu_log("ignoring unparsable FGPU_SM_SHARE=%s", share);
+            FGPU_DEBUG("ignoring unparsable FGPU_SM_SHARE=%s", share);
         else {
             any = 1;
             if ((uint32_t)n > cfg->ndev)
@@ -234,7 +234,7 @@ static void load_real(void) {
     void *h = NULL;
     if (path && *path) {
         if (path[0] != '/')
-            fgpu_log("FGPU_REAL_LIBCUDA must be an absolute path: %s", path);
+            FGPU_DEBUG("FGPU_REAL_LIBCUDA must be an absolute path: %s", path);
         else
             h = dlopen(path, mode);
     } else {
@@ -250,7 +250,7 @@ static void load_real(void) {
         return;
     }
     if (is_self(dlsym(h, "cuInit"))) {
-        fgpu_log("FGPU_REAL_LIBCUDA points at the shim itself (%s); no driver", path);
+        FGPU_DEBUG("FGPU_REAL_LIBCUDA points at the shim itself (%s); no driver", path);
         dlclose(h);
         return;
     }
@@ -295,9 +295,9 @@ static void open_region(void) {
     if (path && *path) {
         int rc = fgpu_region_open(path, 1, have_env ? &cfg : NULL, &r);
         if (rc != 0) {
-            fgpu_log("cannot open region %s (%s); limits from the environment apply to this "
-                     "process only",
-                     path, strerror(-rc));
+            FGPU_DEBUG("cannot open region %s (%s); limits from the environment apply to this "
+                       "process only",
+                       path, strerror(-rc));
             r = NULL;
             have_env = 1;
         }
@@ -408,7 +408,7 @@ uint32_t fgpu_slot(void) {
             FGPU_DEBUG("claimed slot %u", s);
         } else {
             atomic_store_explicit(&failed_pid, fgpu_g.pid, memory_order_relaxed);
-            fgpu_log("no free process slot; this process's bytes cannot be reclaimed");
+            FGPU_DEBUG("no free process slot; this process's bytes cannot be reclaimed");
         }
     }
     pthread_mutex_unlock(&g_slot_mu);

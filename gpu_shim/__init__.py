@@ -1,0 +1,38 @@
+"""gpu_shim: the fractional-GPU driver shim and the reader of its usage regions.
+
+The C shim (``gpu_shim/src``, built by ``make -C gpu_shim``) stands in for
+libcuda.so.1 inside a container.  This package holds the Python side: typed
+usage values (:mod:`gpu_shim.usage`, pure Python) and the compiled reader
+(``gpu_shim._reader``), which is imported only when a region is opened, so
+``import gpu_shim`` works before the extension is built.
+"""
+
+from gpu_shim.usage import (
+    SHARE_FULL_PPM,
+    DeviceUsage,
+    Happening,
+    HappeningKind,
+    ProcessSlot,
+    RegionClosed,
+    RegionError,
+    RegionInvalid,
+    RegionNotFound,
+    create_region,
+    open_region,
+    parse_share_ppm,
+)
+
+__all__ = [
+    "SHARE_FULL_PPM",
+    "DeviceUsage",
+    "Happening",
+    "HappeningKind",
+    "ProcessSlot",
+    "RegionClosed",
+    "RegionError",
+    "RegionInvalid",
+    "RegionNotFound",
+    "create_region",
+    "open_region",
+    "parse_share_ppm",
+]
