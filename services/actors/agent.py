@@ -98,9 +98,13 @@ class AgentActor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self.attach(tg)
             await tg.start(self._follow)
             task_status.started()
+
+    def attach(self, tg: TaskGroup) -> None:
+        """The task group the session supervisors run in (set by ``run`` or a host)."""
+        self._tg = tg
 
     async def _follow(self, *, task_status: TaskStatus[ClusterState]) -> None:
         await follow_log(
@@ -108,10 +112,10 @@ class AgentActor:
             f"agent-{self.config.agent_id}",
             self.react,
             task_status=task_status,
-            on_rebuild=self._on_rebuild,
+            on_rebuild=self.on_rebuild,
         )
 
-    async def _on_rebuild(self, s: ClusterState) -> None:
+    async def on_rebuild(self, s: ClusterState) -> None:
         """Take stock of our containers and announce our capacity."""
         self.state = s
         found = await self.runtime.list({LABEL_AGENT: self.config.agent_id})
@@ -136,26 +140,42 @@ class AgentActor:
         await self.events.append(subj.agent(c.agent_id), e)
 
     async def react(self, s: ClusterState) -> None:
+        """React to what the last batch changed (everything, after a rebuild)."""
+        me = s.agents.get(self.config.agent_id)
+        if me is None:
+            return
+        ids = [i for i in s.changed if i in me.sessions]
+        await self.react_to(s, ids, agent_changed=self.config.agent_id in s.changed_agents)
+
+    async def react_to(
+        self, s: ClusterState, session_ids: list[str], *, agent_changed: bool
+    ) -> None:
+        """React to changes of these sessions of ours (and of our registration)."""
         self.state = s
         me = s.agents.get(self.config.agent_id)
         assert self._tg is not None
-        if me is not None and me.lost and not self._reannounced:
-            # Declared lost (say, heartbeats held up): alive after all, say so again.
-            self._reannounced = True
-            await self.register()
-        elif me is not None and not me.lost:
-            self._reannounced = False
-        if me is not None:
-            for session_id in list(me.sessions):
-                v = s.sessions[session_id]
-                sup = self.local.supervised.get(session_id)
-                if sup is None:
-                    sup = self.local.supervised[session_id] = _Supervised()
-                    self._tg.start_soon(self._supervise, session_id, sup)
-                elif v.status is S.TERMINATING and not sup.stop_requested:
-                    sup.stop_requested = True
-                    self._tg.start_soon(self._stop, sup)
-        await self._remove_orphans(s)
+        if me is None:
+            return
+        if agent_changed:
+            if me.lost and not self._reannounced:
+                # Declared lost (say, heartbeats held up): alive after all, say so again.
+                self._reannounced = True
+                await self.register()
+            elif not me.lost:
+                self._reannounced = False
+        for session_id in session_ids:
+            if session_id not in me.sessions:
+                continue
+            v = s.sessions[session_id]
+            sup = self.local.supervised.get(session_id)
+            if sup is None:
+                sup = self.local.supervised[session_id] = _Supervised()
+                self._tg.start_soon(self._supervise, session_id, sup)
+            elif v.status is S.TERMINATING and not sup.stop_requested:
+                sup.stop_requested = True
+                self._tg.start_soon(self._stop, sup)
+        if self.local.found:
+            await self._remove_orphans(s)
 
     async def _remove_orphans(self, s: ClusterState) -> None:
         """Containers of ours whose session holds nothing here: ended while we were down."""

@@ -63,6 +63,13 @@ async def rebuild(events: EventLog) -> ClusterState:
 React = Callable[[ClusterState], Awaitable[None]]
 
 
+async def _react(react: React, state: ClusterState) -> None:
+    """One reaction; what changed is cleared only once it has been looked at."""
+    await react(state)
+    state.changed.clear()
+    state.changed_agents.clear()
+
+
 async def follow_log(
     events: EventLog,
     durable: str,
@@ -86,11 +93,11 @@ async def follow_log(
     while True:
         failed = False
         try:
-            await react(state)
+            await _react(react, state)
             async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
                 async for batch in batches:
                     fold(batch, state)
-                    await react(state)
+                    await _react(react, state)
                     backoff = 0.05
         except* LogError as group:
             # except*: an actor may append from a task group, which wraps what it raises.

@@ -183,11 +183,16 @@ class JetStreamLog:
         async for batch in self._ordered(after, end):
             yield batch
 
-    async def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
-        async for batch in self._ordered(after, None):
+    async def tail(
+        self, after: int = 0, *, subject: str = "fgpu.>"
+    ) -> AsyncGenerator[list[Record], None]:
+        """Like the port's ``tail``; ``subject`` may narrow it to some subjects."""
+        async for batch in self._ordered(after, None, subject):
             yield batch
 
-    async def _ordered(self, after: int, end: int | None) -> AsyncGenerator[list[Record], None]:
+    async def _ordered(
+        self, after: int, end: int | None, subject: str = "fgpu.>"
+    ) -> AsyncGenerator[list[Record], None]:
         """An ordered push consumer from ``after + 1`` up to ``end`` (None: forever)."""
         queue: asyncio.Queue[Msg] = asyncio.Queue()
 
@@ -195,7 +200,7 @@ class JetStreamLog:
             queue.put_nowait(msg)
 
         sub = await self.js.subscribe(
-            "fgpu.>",
+            subject,
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             config=ConsumerConfig(opt_start_seq=after + 1),

@@ -18,7 +18,15 @@ from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.cli.options import Settings, console, fail, resolve_nats, run_async
-from services.cli.stack import StackInfo, connected, run_agent, run_quota, run_scheduler, state_file
+from services.cli.stack import (
+    StackInfo,
+    connected,
+    run_agent,
+    run_agent_host,
+    run_quota,
+    run_scheduler,
+    state_file,
+)
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.ports import ContainerRuntime
 
@@ -228,6 +236,55 @@ def register(app: typer.Typer) -> None:
                 tg.start_soon(_until_signalled, tg)
                 await tg.start(run_agent, events, rt, cfg)
                 console.print(f"agent {cfg.agent_id} ready on {url}")
+
+        run_async(main)
+
+    sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
+    app.add_typer(sim, name="sim")
+
+    @sim.command("agents")
+    def sim_agents(
+        ctx: typer.Context,
+        count: Annotated[int, typer.Option(min=1, help="How many agents.")] = 1000,
+        gpus: Annotated[int, typer.Option(min=1, help="Mock GPUs per agent.")] = 4,
+        gpu_mem: GpuMemOpt = "80g",
+        fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per GPU.")] = "4",
+        prefix: Annotated[str, typer.Option(help="Agent ids are PREFIX-N.")] = "sim",
+        start_delay: Annotated[
+            float, typer.Option(help="Seconds a container takes to start.")
+        ] = 0.0,
+    ) -> None:
+        """Run COUNT simulated agents (dummy runtime: containers start instantly)."""
+        from services.adapters.dummy_runtime import DummyRuntime
+
+        url = _url(ctx)
+        ratio = parse_fgpu(fgpu_per_gpu)
+        configs = [
+            AgentConfig(
+                agent_id=f"{prefix}-{n}",
+                capacity=Slots(cpu=256_000, mem=2048 << 30),
+                gpus=tuple(
+                    MockGpus.uniform(
+                        gpus, model="SimGPU", mem=parse_mem(gpu_mem), sm_count=132
+                    ).gpus()
+                ),
+                fgpu_per_gpu=ratio,
+                mock_gpus=True,
+                runtime_name="dummy",
+            )
+            for n in range(count)
+        ]
+
+        async def main() -> None:
+            async with (
+                connected(url, f"fgpu-sim-{prefix}") as events,
+                anyio.create_task_group() as tg,
+            ):
+                tg.start_soon(_until_signalled, tg)
+                await tg.start(
+                    run_agent_host, events, configs, lambda: DummyRuntime(start_delay_s=start_delay)
+                )
+                console.print(f"{count} simulated agents ready on {url}")
 
         run_async(main)
 

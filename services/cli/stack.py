@@ -2,7 +2,7 @@
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 
 from events import subjects as subj
 from services.actors.agent import AgentActor, AgentConfig
+from services.actors.agent_host import AgentHost
 from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
@@ -26,6 +27,7 @@ __all__ = [
     "StackInfo",
     "connected",
     "run_agent",
+    "run_agent_host",
     "run_quota",
     "run_scheduler",
     "state_file",
@@ -124,6 +126,26 @@ async def run_agent(
     finally:
         with anyio.CancelScope(shield=True):
             await sub.unsubscribe()
+
+
+async def run_agent_host(
+    events: JetStreamLog,
+    configs: list[AgentConfig],
+    runtime: Callable[[], ContainerRuntime],
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Many simulated agents sharing one fold of the log, and their heartbeats."""
+    clock = SystemClock()
+    agents = [AgentActor(events, runtime(), clock, c) for c in configs]
+    host = AgentHost(events, agents, durable=f"agent-host-{configs[0].agent_id}")
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        task_status.started()
+        while True:
+            for c in configs:
+                await events.nc.publish(subj.heartbeat(c.agent_id), b"")
+            await anyio.sleep(HEARTBEAT_S)
 
 
 def logs_subject(agent_id: str) -> str:

@@ -144,6 +144,10 @@ class ClusterState:
     destroy_answers: dict[str, str | None] = field(default_factory=dict)
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
+    # Sessions and agents whose state changed since the owner last cleared these; lets an
+    # actor look at what a batch changed instead of everything it knows.
+    changed: dict[str, None] = field(default_factory=dict)
+    changed_agents: dict[str, None] = field(default_factory=dict)
 
 
 def fold(records: list[Record], state: ClusterState | None = None) -> ClusterState:
@@ -159,7 +163,9 @@ def evolve(s: ClusterState, r: Record) -> ClusterState:
     if r.seq <= s.last_seq:
         return s
     s.last_seq = r.seq
-    s.subject_seq[r.subject] = r.seq
+    # Never backwards: an actor may already know a later sequence of a subject it wrote.
+    if r.seq > s.subject_seq.get(r.subject, 0):
+        s.subject_seq[r.subject] = r.seq
     e = r.event
     if isinstance(e, Malformed):
         s.malformed[r.seq] = (r.subject, e.error)
@@ -202,9 +208,12 @@ def _subject_mismatch(subject: str, e: AnyEvent) -> str | None:
     return None
 
 
-def _transition(v: SessionView, status: SessionStatus, seq: int, e: AnyEvent) -> None:
+def _transition(
+    s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: AnyEvent
+) -> None:
     v.status = status
     v.history.append(Transition(status, e.at, seq, e.id))
+    s.changed[v.session_id] = None
 
 
 def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
@@ -228,12 +237,13 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             )
             v.history.append(Transition(S.REQUESTED, e.at, seq, e.id))
             s.sessions[e.session_id] = v
+            s.changed[e.session_id] = None
             s.undecided[e.session_id] = None
         case SessionAdmitted():
             v2 = s.sessions.get(e.session_id)
             if v2 is None or v2.status is not S.REQUESTED:
                 return
-            _transition(v2, S.PENDING, seq, e)
+            _transition(s, v2, S.PENDING, seq, e)
             s.undecided.pop(v2.session_id, None)
             s.queue[v2.session_id] = None
             _hold_quota(s, v2)
@@ -265,24 +275,24 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             v2.agent_id = e.agent_id
             v2.devices = e.devices
             _allocate(s, a, v2)
-            _transition(v2, S.SCHEDULED, seq, e)
+            _transition(s, v2, S.SCHEDULED, seq, e)
         case SessionTerminating():
             v2 = s.sessions.get(e.session_id)
             if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING, S.RUNNING):
                 return
             v2.reason = e.reason
-            _transition(v2, S.TERMINATING, seq, e)
+            _transition(s, v2, S.TERMINATING, seq, e)
         case SessionPreparing():
             v2 = _reported(s, e.session_id, e.agent_id)
             if v2 is None or v2.status is not S.SCHEDULED:
                 return
-            _transition(v2, S.PREPARING, seq, e)
+            _transition(s, v2, S.PREPARING, seq, e)
         case SessionRunning():
             v2 = _reported(s, e.session_id, e.agent_id)
             if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING):
                 return
             v2.container_id = e.container_id
-            _transition(v2, S.RUNNING, seq, e)
+            _transition(s, v2, S.RUNNING, seq, e)
         case SessionTerminated():
             v2 = _reported(s, e.session_id, e.agent_id)
             if v2 is None or v2.status not in HOLDS_ALLOCATION:
@@ -313,6 +323,7 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             if a is not None:
                 a.lost = True
                 s.fit.update(a)
+                s.changed_agents[a.agent_id] = None
     # A destroy request is answered by the first event that names it as its cause.
     if e.causation_id is not None and s.destroys.pop(e.causation_id, None) is not None:
         refused = e.reason if isinstance(e, DestroyRejected) else None
@@ -331,7 +342,7 @@ def _end(s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: An
     assert status in ENDED
     s.undecided.pop(v.session_id, None)
     s.queue.pop(v.session_id, None)
-    _transition(v, status, seq, e)
+    _transition(s, v, status, seq, e)
 
 
 def _hold_quota(s: ClusterState, v: SessionView) -> None:
@@ -393,3 +404,4 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
                 gpus[index].shares = g.shares
     s.agents[e.agent_id] = a
     s.fit.update(a)
+    s.changed_agents[e.agent_id] = None

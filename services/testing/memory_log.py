@@ -1,0 +1,239 @@
+"""An EventLog in memory: the fake that actor tests run on instead of JetStream.
+
+It keeps the promises of ``services.ports.EventLog`` that JetStreamLog keeps, and both pass
+the one contract in ``tests/log_contract.py``:
+
+- one global sequence from 1; each subject remembers its last sequence;
+- an event id stores once: appending it again returns the first sequence (JetStream forgets
+  ids after its 2-minute window; this log remembers them for its whole life), but an
+  expected sequence is checked first, so a resend expecting a stale one is a conflict;
+- ``expected_last_subject_seq`` guards a single append and an atomic batch, which stores all
+  of its events or none (as on JetStream, events in a batch carry no dedupe id);
+- payloads go through ``events.codec``, so what comes back was really encoded and decoded,
+  and ``publish_raw`` can store a payload that is not an event at all (it reads as Malformed);
+- only the stream's subjects (``events.subjects.STREAM_SUBJECTS``) are stored, as a stream
+  stores only what it listens to;
+- ``follow`` keeps one cursor per durable name, moved when the next batch is asked for.
+  Unlike JetStream, which redelivers an unacknowledged batch once its ack wait (30 s) runs
+  out, this log hands it out again as soon as the durable is followed anew.
+
+Waiting readers (``tail``, ``follow``) sleep on an ``anyio.Event`` set by every append; they
+never poll. Use one ``follow`` iterator per durable at a time.
+"""
+
+from collections.abc import AsyncGenerator, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from events import AnyEvent, decode, encode
+from events import subjects as subj
+from services.ports import ConcurrencyConflict, EventLog, LogError, Malformed, Record
+
+__all__ = ["MemoryLog"]
+
+_MAX_BATCH = 1000  # as the server's atomic batch limit
+_MALFORMED_PAYLOAD_KEPT = 4096
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more."""
+    want = pattern.split(".")
+    got = subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or (token != "*" and token != got[i]):
+            return False
+    return len(got) == len(want)
+
+
+def _record(seq: int, subject: str, payload: bytes) -> Record:
+    try:
+        event: AnyEvent | Malformed = decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        event = Malformed(error=str(e), payload=payload[:_MALFORMED_PAYLOAD_KEPT])
+    return Record(seq=seq, subject=subject, event=event)
+
+
+class MemoryLog:
+    """EventLog held in this process's memory. ``batch_size`` bounds each batch read hands out."""
+
+    def __init__(
+        self,
+        *,
+        subjects: Sequence[str] = subj.STREAM_SUBJECTS,
+        batch_size: int = 1000,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.subjects = tuple(subjects)
+        self.batch_size = batch_size
+        self._messages: list[tuple[str, bytes]] = []  # sequence n is at index n - 1
+        self._subject_seq: dict[str, int] = {}
+        self._seq_of_id: dict[str, int] = {}
+        self._acked: dict[str, int] = {}  # durable -> last acknowledged sequence
+        self._appended: anyio.Event | None = None  # made by the first waiter, set on append
+
+    # ---- appends --------------------------------------------------------------------------
+
+    async def append(
+        self,
+        subject: str,
+        event: AnyEvent,
+        *,
+        expected_last_subject_seq: int | None = None,
+    ) -> int:
+        """Append one event; return its sequence (the first one's, for a known id).
+
+        Raises ConcurrencyConflict if ``expected_last_subject_seq`` is not the subject's last
+        sequence, LogError if no subject of the stream matches.
+        """
+        self._check_subject(subject)
+        # As on JetStream, the expectation is checked before the id: a resend that still
+        # expects what the first send expected is a conflict.
+        self._expect(subject, expected_last_subject_seq)
+        first = self._seq_of_id.get(event.id)
+        if first is not None:
+            return first
+        seq = self._store(subject, encode(event))
+        self._seq_of_id[event.id] = seq
+        return seq
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        """Append ``items`` all or none, in order; return the last one's sequence.
+
+        Raises ConcurrencyConflict (nothing stored) if ``expect_subject``'s last sequence is
+        not ``expected_last_subject_seq``; ValueError for an empty or too large batch or one
+        with no event on ``expect_subject``; LogError for a subject outside the stream.
+        """
+        if not items:
+            raise ValueError("an empty batch")
+        if len(items) > _MAX_BATCH:
+            raise ValueError(f"a batch holds at most {_MAX_BATCH} events, got {len(items)}")
+        if all(subject != expect_subject for subject, _ in items):
+            raise ValueError(f"no event of the batch is on {expect_subject}")
+        for subject, _ in items:
+            self._check_subject(subject)
+        self._expect(expect_subject, expected_last_subject_seq)
+        payloads = [(subject, encode(event)) for subject, event in items]
+        seq = 0
+        for subject, payload in payloads:
+            seq = self._store(subject, payload, notify=False)
+        self._notify()
+        return seq
+
+    async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
+        """Append independent events, each deduped by its id; their sequences, in order."""
+        return [await self.append(subject, event) for subject, event in items]
+
+    async def publish_raw(self, subject: str, payload: bytes) -> int:
+        """Store ``payload`` as is, as a client publishing any bytes would; its sequence."""
+        self._check_subject(subject)
+        return self._store(subject, bytes(payload))
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    async def last_seq(self) -> int:
+        return len(self._messages)
+
+    async def read(
+        self, after: int = 0, *, until: int | None = None
+    ) -> AsyncGenerator[list[Record], None]:
+        """Batches of the records after ``after`` up to ``until`` (default: the last now).
+
+        With ``until`` beyond the last record, waits for the records up to it.
+        """
+        end = len(self._messages) if until is None else until
+        seq = max(after, 0)
+        while seq < end:
+            await self._wait_beyond(seq)
+            batch = self._batch(seq, end)
+            seq = batch[-1].seq
+            yield batch
+
+    async def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
+        """Batches of the records after ``after``, then of each new one as it comes, forever."""
+        seq = max(after, 0)
+        while True:
+            await self._wait_beyond(seq)
+            batch = self._batch(seq, None)
+            seq = batch[-1].seq
+            yield batch
+
+    async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
+        """Batches of new records through the cursor ``durable``, forever.
+
+        A new durable starts after ``after``; a known one after its last acknowledged record.
+        A batch is acknowledged when the next one is asked for. Records at or below ``after``
+        are skipped (and acknowledged).
+        """
+        self._acked.setdefault(durable, max(after, 0))
+        while True:
+            cursor = self._acked.get(durable, 0)
+            await self._wait_beyond(cursor)
+            batch = self._batch(cursor, None)
+            records = [r for r in batch if r.seq > after]
+            if records:
+                yield records
+            # Reached only when the consumer asks for more: the batch was applied.
+            self._acked[durable] = max(self._acked.get(durable, 0), batch[-1].seq)
+
+    async def delete_consumer(self, durable: str) -> None:
+        """Forget the cursor ``durable`` (no error if there is none)."""
+        self._acked.pop(durable, None)
+
+    async def close(self) -> None:
+        """Nothing to release; for symmetry with JetStreamLog."""
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _check_subject(self, subject: str) -> None:
+        if not any(_matches(pattern, subject) for pattern in self.subjects):
+            raise LogError(f"no stream stores {subject}")
+
+    def _expect(self, subject: str, expected: int | None) -> None:
+        if expected is None:
+            return
+        last = self._subject_seq.get(subject, 0)
+        if last != expected:
+            raise ConcurrencyConflict(
+                f"wrong last sequence for {subject}: {last}, expected {expected}"
+            )
+
+    def _store(self, subject: str, payload: bytes, *, notify: bool = True) -> int:
+        self._messages.append((subject, payload))
+        seq = len(self._messages)
+        self._subject_seq[subject] = seq
+        if notify:
+            self._notify()
+        return seq
+
+    def _notify(self) -> None:
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = None
+
+    async def _wait_beyond(self, seq: int) -> None:
+        """Return once a record after ``seq`` is stored."""
+        while len(self._messages) <= seq:
+            if self._appended is None:
+                self._appended = anyio.Event()
+            await self._appended.wait()
+
+    def _batch(self, after: int, end: int | None) -> list[Record]:
+        """The records after ``after``, at most ``batch_size`` of them, none beyond ``end``."""
+        stop = len(self._messages) if end is None else min(end, len(self._messages))
+        stop = min(stop, after + self.batch_size)
+        return [_record(seq, *self._messages[seq - 1]) for seq in range(after + 1, stop + 1)]
+
+
+if TYPE_CHECKING:
+    _conforms: EventLog = MemoryLog()  # mypy holds MemoryLog to the port
