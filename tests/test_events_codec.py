@@ -189,7 +189,11 @@ DECODED_V1: dict[str, AnyEvent] = {
             **ENVELOPE,
         ),
         AgentLost(
-            id="e-lost", actor="scheduler", agent_id="a1", reason="no heartbeat for 16 s", **ENVELOPE
+            id="e-lost",
+            actor="scheduler",
+            agent_id="a1",
+            reason="no heartbeat for 16 s",
+            **ENVELOPE,
         ),
     ]
 }
