@@ -159,14 +159,21 @@ class MemoryLog:
             seq = batch[-1].seq
             yield batch
 
-    async def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
-        """Batches of the records after ``after``, then of each new one as it comes, forever."""
+    async def tail(
+        self, after: int = 0, *, subject: str = "fgpu.>"
+    ) -> AsyncGenerator[list[Record], None]:
+        """Batches of the records after ``after``, then of each new one as it comes, forever.
+
+        ``subject`` (a NATS pattern) may narrow it to some subjects, as on JetStreamLog.
+        """
         seq = max(after, 0)
         while True:
             await self._wait_beyond(seq)
             batch = self._batch(seq, None)
             seq = batch[-1].seq
-            yield batch
+            wanted = [r for r in batch if _matches(subject, r.subject)]
+            if wanted:
+                yield wanted
 
     async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
         """Batches of new records through the cursor ``durable``, forever.
