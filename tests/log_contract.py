@@ -22,7 +22,7 @@ from events import AnyEvent, SessionAdmitted, encode
 from events import subjects as subj
 from services.ports import ConcurrencyConflict, EventLog, LogError, Malformed, Record
 
-__all__ = ["DEADLINE_S", "EventLogContract", "PublishRaw", "admitted"]
+__all__ = ["DEADLINE_S", "EventLogContract", "PublishRaw", "admitted", "read_all", "seqs", "take"]
 
 PublishRaw = Callable[[str, bytes], Awaitable[None]]
 DEADLINE_S = 10.0  # a bound on any one wait; a healthy log answers in milliseconds
