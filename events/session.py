@@ -18,6 +18,7 @@ __all__ = [
     "SessionDestroyRequested",
     "SessionErrored",
     "SessionPreparing",
+    "SessionQueued",
     "SessionRejected",
     "SessionRequested",
     "SessionRunning",
@@ -77,6 +78,17 @@ class SessionScheduled(Event, frozen=True, kw_only=True, tag="session.scheduled.
     agent_id: str
     slots: Slots
     devices: tuple[DevicePlacement, ...]
+
+
+class SessionQueued(Event, frozen=True, kw_only=True, tag="session.queued.v1"):
+    """The scheduler could not place the admitted session now; it waits, holding no device.
+
+    Written once per session, the first time it does not fit, so users and the audit see
+    why it waits. It stays PENDING and is placed as soon as capacity frees.
+    """
+
+    session_id: str
+    reason: str
 
 
 class SessionCancelled(Event, frozen=True, kw_only=True, tag="session.cancelled.v1"):

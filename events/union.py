@@ -14,6 +14,7 @@ from events.session import (
     SessionDestroyRequested,
     SessionErrored,
     SessionPreparing,
+    SessionQueued,
     SessionRejected,
     SessionRequested,
     SessionRunning,
@@ -30,6 +31,7 @@ AnyEvent = (
     | SessionAdmitted
     | SessionRejected
     | SessionScheduled
+    | SessionQueued
     | SessionCancelled
     | SessionTerminating
     | SessionPreparing

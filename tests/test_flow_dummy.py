@@ -31,8 +31,10 @@ async def test_three_sessions_on_two_fgpu_then_pending_one_runs(log: JetStreamLo
         await client.destroy(victim)
         with anyio.fail_after(20):
             s = await client.wait_until(
-                lambda s: s.sessions[pending].status == "RUNNING"
-                and s.sessions[victim].status == "TERMINATED",
+                lambda s: (
+                    s.sessions[pending].status == "RUNNING"
+                    and s.sessions[victim].status == "TERMINATED"
+                ),
                 s,
             )
         gpu = s.agents["a1"].gpus[0]

@@ -1,0 +1,78 @@
+"""An agent restarted while its containers ran: it re-adopts the living and reports the dead.
+
+Real Docker, real log, in-process actors: the agent is stopped (its task group cancelled),
+one container is killed meanwhile, then a new agent process (a new AgentActor) starts.
+"""
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from cli_stack import docker, remove_agent_containers
+from docker_env import require_docker
+
+from events import Slots
+from services.actors.agent import AgentActor
+from services.actors.common import SystemClock
+from services.actors.quota import QuotaActor
+from services.actors.scheduler import SchedulerActor
+from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.jetstream import JetStreamLog
+from services.client import Client
+from tests.cluster import agent_config, statuses
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+AGENT = "readopt"
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[DockerRuntime]:
+    require_docker()
+    async with DockerRuntime() as rt:
+        yield rt
+    remove_agent_containers(AGENT)
+
+
+async def test_restarted_agent_readopts_running_and_reports_dead_containers(
+    log: JetStreamLog, runtime: DockerRuntime
+) -> None:
+    clock = SystemClock()
+    client = Client(log, clock, "alice")
+    config = agent_config(AGENT, gpus=1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(QuotaActor(log, clock).run)
+        await tg.start(SchedulerActor(log, clock).run)
+
+        with anyio.CancelScope() as agent_scope:
+            async with anyio.create_task_group() as agent_tg:
+                await agent_tg.start(AgentActor(log, runtime, clock, config).run)
+                ids = await client.create(
+                    image="fgpu/busybox:latest",
+                    slots=Slots(cpu=100, mem=64 << 20, fgpu=50),
+                    command=["sleep", "3600"],
+                    count=2,
+                )
+                with anyio.fail_after(30):
+                    before = await client.wait_until(
+                        lambda s: all(
+                            i in s.sessions and s.sessions[i].status == "RUNNING" for i in ids
+                        )
+                    )
+                agent_scope.cancel()  # the agent goes down; its containers keep running
+
+        survivor, victim = ids
+        docker("kill", before.sessions[victim].container_id or "")
+
+        await tg.start(AgentActor(log, runtime, clock, config).run)
+        with anyio.fail_after(30):
+            s = await client.wait_until(lambda s: statuses(s, [victim]) == ["TERMINATED"])
+        assert s.sessions[victim].exit_code == 137, s.sessions[victim].reason  # SIGKILL
+        assert s.sessions[survivor].status == "RUNNING"
+        assert s.sessions[survivor].container_id == before.sessions[survivor].container_id
+        assert docker("ps", "-aq", "--filter", f"label=fgpu.session={victim}").strip() == ""
+        # The re-adopted one is watched again: destroying it still works.
+        await client.destroy(survivor)
+        with anyio.fail_after(30):
+            s = await client.wait_until(lambda s: statuses(s, [survivor]) == ["TERMINATED"])
+        assert s.agents[AGENT].allocated.fgpu == 0
+        tg.cancel_scope.cancel()
