@@ -13,10 +13,17 @@
  *
  * The cost c of a launch is learnt per kernel (function x grid-size bucket,
  * or graph exec) from CUDA events recorded around sampled launches on the
- * launch's own stream: the first 8 launches of a kernel, then one in
- * FGPU_SAMPLE_EVERY.  The estimate is the minimum of the last 8 samples:
- * event time includes time the kernel spent waiting for another tenant's
- * work, and the minimum is the sample least inflated by that wait.  A kernel
+ * launch's own stream: the first 16 launches of a kernel, then about one per
+ * SAMPLE_GPU_NS of its estimated GPU time (every launch of a kernel of 0.5 ms
+ * or more, at least one in FGPU_SAMPLE_EVERY launches of a short one), which
+ * keeps the sampling overhead near 1% of the GPU time.  On a time-sliced GPU the start event is processed when
+ * the context gets the GPU, so the pair times the kernel, not the wait for
+ * other tenants.  The estimate is the plain mean of the last 16 samples:
+ * unbiased when durations are noisy (a trimmed or minimum estimate
+ * under-charges heavy-tailed kernels); a sample inflated by another tenant's
+ * time slice only makes the container more conservative.
+ * A sampled launch is then charged its measured cost exactly (the difference
+ * to its estimate is added to tat when the sample is harvested); a kernel
  * never timed yet is charged the thread's last measured cost.
  *
  * Launches captured into a graph are not charged (the graph launch is).
@@ -32,21 +39,25 @@
 #include "shim.h"
 
 #define EST_SLOTS 256
-#define EST_WINDOW 8
+#define EST_WINDOW 16
 #define SAMPLES 8
+#define SAMPLE_GPU_NS 500000
 
 typedef struct est_entry {
     uint64_t key;
     uint32_t seen;  /* samples taken */
     uint32_t count; /* launches since the window filled */
     int64_t win[EST_WINDOW];
-    int64_t est; /* min of win, valid when seen > 0 */
+    int64_t est; /* mean of win, valid when seen > 0 */
 } est_entry;
 
 typedef struct sample {
     CUevent start, end;
-    CUcontext ctx; /* events belong to this context */
+    CUcontext ctx;         /* events belong to this context */
+    fgpu_dev_shared *dev;  /* charged device */
+    uint32_t share;        /* its share when charged */
     uint64_t key;
+    int64_t charged;       /* the estimate the launch was charged */
     int pending;
 } sample;
 
@@ -120,11 +131,10 @@ static void est_add(tstate *ts, uint64_t key, int64_t ns) {
     e->win[e->seen % EST_WINDOW] = ns;
     e->seen++;
     uint32_t n = e->seen < EST_WINDOW ? e->seen : EST_WINDOW;
-    int64_t m = e->win[0];
-    for (uint32_t i = 1; i < n; i++)
-        if (e->win[i] < m)
-            m = e->win[i];
-    e->est = m;
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += e->win[i];
+    e->est = sum / (int64_t)n;
     ts->last_cost = ns;
 }
 
@@ -143,8 +153,16 @@ static void poll_samples(tstate *ts) {
             continue;
         float ms = 0;
         s->pending = 0;
-        if (q == CUDA_SUCCESS && elapsed(&ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0)
-            est_add(ts, s->key, (int64_t)((double)ms * 1e6));
+        if (q != CUDA_SUCCESS || elapsed(&ms, s->start, s->end) != CUDA_SUCCESS || ms < 0)
+            continue;
+        int64_t ns = (int64_t)((double)ms * 1e6);
+        est_add(ts, s->key, ns);
+        /* This launch's true cost is known: settle the difference to its estimate. */
+        int64_t delta = ns - s->charged;
+        atomic_fetch_add_explicit(&s->dev->tat_ns,
+                                  (int64_t)((__int128)delta * FGPU_SHARE_FULL / s->share),
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->dev->charged_ns, (uint64_t)delta, memory_order_relaxed);
     }
 }
 
@@ -235,13 +253,19 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
     t->dev = dev;
     t->scaled = scaled;
     t->cost = cost;
-    int want = e->seen < EST_WINDOW || ++e->count % fgpu_g.sample_every == 0;
+    uint32_t every = fgpu_g.sample_every;
+    if (e->est > 0 && SAMPLE_GPU_NS / e->est < every)
+        every = SAMPLE_GPU_NS / e->est < 1 ? 1 : (uint32_t)(SAMPLE_GPU_NS / e->est);
+    int want = e->seen < EST_WINDOW || ++e->count % every == 0;
     if (want) {
         sample *s = take_sample(ts, ctx);
         fgpu_pfn_cuEventRecord record =
             ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
         if (s && record && record(s->start, stream) == CUDA_SUCCESS) {
             s->key = key;
+            s->dev = dev;
+            s->share = share;
+            s->charged = cost;
             t->s = s;
         }
     }

@@ -15,10 +15,15 @@
  * (cuGraphLaunch) points at a uint64 duration in ns.  A kernel with a duration
  * holds the device (a FIFO ticket lock shared through FAKE_CUDA_STATE) for that
  * long, so kernels of all processes run one at a time; a duration of 0 or no
- * params only counts the launch.  Events are stamped with CLOCK_MONOTONIC when
- * recorded; launches are synchronous, so an event recorded after a launch
- * marks its end and one recorded before it marks its submission (waiting for
- * the device included, as on a time-sliced GPU).
+ * params only counts the launch.
+ *
+ * Events are stamped (CLOCK_MONOTONIC) when the device would process them.  On
+ * a time-sliced GPU an event recorded just before a kernel sits in the
+ * context's channel in front of it and is processed when the context gets the
+ * GPU, right before the kernel starts; so here an event recorded less than
+ * 100 us before a launch of the same process is stamped when that kernel gets
+ * the device, and any other event when it was recorded (launches are
+ * synchronous: the stream is idle by then).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -443,12 +448,50 @@ static void device_unlock(void) {
     syscall(SYS_futex, &g_sh->serving, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+struct fake_event {
+    int64_t t;     /* stamp, once resolved */
+    int64_t t_rec; /* when cuEventRecord was called */
+    int state;     /* 0 never recorded, 1 waiting for the device, 2 stamped */
+};
+
+#define MAX_WAITING 64
+#define STAMP_AHEAD_NS 100000
+static struct fake_event *g_waiting[MAX_WAITING];
+static int g_nwaiting;
+static pthread_mutex_t g_ev_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Caller holds g_ev_mu. */
+static void forget_waiting(struct fake_event *ev) {
+    for (int i = 0; i < g_nwaiting; i++)
+        if (g_waiting[i] == ev) {
+            g_waiting[i] = g_waiting[--g_nwaiting];
+            return;
+        }
+}
+
+/* A kernel launched at call_t got the device at start: stamp the events recorded just before. */
+static void stamp_waiting(int64_t call_t, int64_t start) {
+    pthread_mutex_lock(&g_ev_mu);
+    for (int i = 0; i < g_nwaiting; i++) {
+        struct fake_event *ev = g_waiting[i];
+        ev->t = call_t - ev->t_rec < STAMP_AHEAD_NS ? start : ev->t_rec;
+        ev->state = 2;
+    }
+    g_nwaiting = 0;
+    pthread_mutex_unlock(&g_ev_mu);
+}
+
 static CUresult run_kernel(const uint64_t *duration) {
     atomic_fetch_add_explicit(&g_sh->launches, 1, memory_order_relaxed);
-    if (!duration || *duration == 0)
+    int64_t call_t = now_ns();
+    if (!duration || *duration == 0) {
+        if (g_nwaiting)
+            stamp_waiting(call_t, call_t);
         return CUDA_SUCCESS;
+    }
     device_lock();
     int64_t t0 = now_ns();
+    stamp_waiting(call_t, t0);
     struct timespec ts = {.tv_sec = (time_t)(*duration / 1000000000ULL),
                           .tv_nsec = (long)(*duration % 1000000000ULL)};
     nanosleep(&ts, NULL);
@@ -505,17 +548,15 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
 
 /* ------------------------------------------------------------------ events, streams */
 
-struct fake_event {
-    int64_t t;
-    int recorded;
-};
-
 CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     (void)flags;
     *e = (CUevent)calloc(1, sizeof(struct fake_event));
     return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 CUresult cuEventDestroy_v2(CUevent e) {
+    pthread_mutex_lock(&g_ev_mu);
+    forget_waiting((struct fake_event *)e);
+    pthread_mutex_unlock(&g_ev_mu);
     free(e);
     return CUDA_SUCCESS;
 }
@@ -523,9 +564,30 @@ static CUresult record(CUevent e) {
     struct fake_event *ev = (struct fake_event *)e;
     if (!ev)
         return CUDA_ERROR_INVALID_VALUE;
-    ev->t = now_ns();
-    ev->recorded = 1;
+    pthread_mutex_lock(&g_ev_mu);
+    forget_waiting(ev);
+    ev->t_rec = now_ns();
+    ev->state = 1;
+    if (g_nwaiting == MAX_WAITING) { /* nobody launched: the oldest is stamped as recorded */
+        g_waiting[0]->t = g_waiting[0]->t_rec;
+        g_waiting[0]->state = 2;
+        g_waiting[0] = g_waiting[--g_nwaiting];
+    }
+    g_waiting[g_nwaiting++] = ev;
+    pthread_mutex_unlock(&g_ev_mu);
     return CUDA_SUCCESS;
+}
+/* Stamp an event no launch followed (the stream was idle); 0 if never recorded. */
+static int resolve(struct fake_event *ev) {
+    pthread_mutex_lock(&g_ev_mu);
+    if (ev->state == 1) {
+        forget_waiting(ev);
+        ev->t = ev->t_rec;
+        ev->state = 2;
+    }
+    int ok = ev->state == 2;
+    pthread_mutex_unlock(&g_ev_mu);
+    return ok;
 }
 CUresult cuEventRecord(CUevent e, CUstream s) {
     (void)s;
@@ -539,7 +601,7 @@ CUresult cuEventQuery(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_
 CUresult cuEventSynchronize(CUevent e) { return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
     struct fake_event *x = (struct fake_event *)a, *y = (struct fake_event *)b;
-    if (!x || !y || !x->recorded || !y->recorded)
+    if (!x || !y || !resolve(x) || !resolve(y))
         return CUDA_ERROR_INVALID_VALUE;
     *ms = (float)((double)(y->t - x->t) / 1e6);
     return CUDA_SUCCESS;
