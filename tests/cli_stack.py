@@ -67,7 +67,8 @@ def docker(*args: str) -> str:
 def remove_agent_containers(agent_id: str) -> None:
     ids = docker("ps", "-aq", "--filter", f"label=fgpu.agent={agent_id}").split()
     if ids:
-        docker("rm", "-f", *ids)
+        # Some may be being removed by the agent right now: that is fine too.
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=60, check=False)
 
 
 @contextmanager

@@ -489,13 +489,12 @@ def test_never_fits_rejects_exactly_what_no_empty_agent_could_hold(
             seq += 1
             e = AgentLost(id=f"lost-{i}", at=T0, actor="scheduler", agent_id=f"a{i}", reason="t")
             evolve(s, Record(seq=seq, subject=subj.LEDGER, event=e))
-    # The oracle: place on each live agent alone and empty (every agent if all are lost).
-    live = [(i, shape) for i, (shape, lost) in enumerate(agents) if not lost] or [
-        (i, shape) for i, (shape, _) in enumerate(agents)
-    ]
+    # The oracle: place on each agent alone and empty. Lost agents count: they may be back.
     could = False
-    for i, shape in live:
-        alone = fold([Record(seq=1, subject="x", event=registered(f"a{i}", *shape))])
+    for i, (shape, _) in enumerate(agents):
+        alone = fold(
+            [Record(seq=1, subject=subj.agent(f"a{i}"), event=registered(f"a{i}", *shape))]
+        )
         if place(alone, need, image) is not None:
             could = True
     why = never_fits(s, need, image)
@@ -507,7 +506,8 @@ def test_never_fits_knows_nothing_without_agents() -> None:
 
 
 def test_two_and_a_half_gpus_take_two_whole_devices_and_half_of_a_third() -> None:
-    s = fold([Record(seq=1, subject="x", event=registered("a", 4, 200, 8000, 8 * GIB, (IMAGE,)))])
+    e = registered("a", 4, 200, 8000, 8 * GIB, (IMAGE,))
+    s = fold([Record(seq=1, subject=subj.agent("a"), event=e)])
     placement = place(s, Slots(cpu=1000, mem=GIB, fgpu=500), IMAGE)
     assert placement is not None
     agent_id, devices = placement

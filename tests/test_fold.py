@@ -418,11 +418,6 @@ def test_a_destroy_on_another_keys_subject_is_malformed() -> None:
     assert not log.state.destroys
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: owner is not checked to be one subject token, so owner 'alice.x' on"
-    " fgpu.req.alice.x.s1 (inside alice's fgpu.req.alice.>) is a new owner with no policy",
-)
 def test_an_owner_with_a_dot_cannot_pass_for_another_key() -> None:
     log = Log()
     e = SessionRequested(
@@ -433,11 +428,6 @@ def test_an_owner_with_a_dot_cannot_pass_for_another_key() -> None:
     assert v is None or v.invalid is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: only requests are checked against their subject; any other event type a user"
-    " publishes on fgpu.req.<key>.> (a policy, an admission, a report) is applied",
-)
 @pytest.mark.parametrize(
     "event",
     [
@@ -678,11 +668,6 @@ def test_an_answer_applied_before_the_log_has_it_is_not_applied_twice() -> None:
     assert snapshot(fold(log.records)) == decided
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a destroy request stored again (new sequence, same id) is tracked again"
-    " after its answer, so it is answered a second time and the first answer is overwritten",
-)
 def test_a_destroy_stored_twice_is_answered_once() -> None:
     log = Log()
     log.running()

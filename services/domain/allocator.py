@@ -73,12 +73,13 @@ def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
 def never_fits(s: ClusterState, slots: Slots, image: str) -> str | None:
     """Why no registered agent could ever take this session, even empty; None if one could.
 
-    With no agent registered yet nothing is known, so nothing is refused.
+    Lost agents count: they may come back, and a heartbeat gap must not turn a request
+    away for good. With no agent registered yet nothing is known, so nothing is refused.
     """
-    live = [a for a in s.agents.values() if not a.lost] or list(s.agents.values())
-    if not live:
+    known = list(s.agents.values())
+    if not known:
         return None
-    with_image = [a for a in live if image in a.images]
+    with_image = [a for a in known if image in a.images]
     if not with_image:
         return f"image {image!r} is not available on any agent"
     for a in with_image:

@@ -6,7 +6,7 @@ exactly 30 quanta, and anything finer than the quantum is refused rather than ro
 """
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, Inexact, InvalidOperation, localcontext
 
 from events.slots import FGPU_QUANTUM_PER_UNIT, Slots
 
@@ -28,6 +28,10 @@ class InvalidAmount(ValueError):
     """A resource amount given by a user is not acceptable; the message says why."""
 
 
+# Far above any real amount, far below what Decimal arithmetic cannot hold exactly.
+_LARGEST = Decimal(10) ** 18
+
+
 def _decimal(text: str, what: str) -> Decimal:
     try:
         value = Decimal(text.strip())
@@ -37,11 +41,20 @@ def _decimal(text: str, what: str) -> Decimal:
         raise InvalidAmount(f"{what} must be a finite number, got {text!r}")
     if value <= 0:
         raise InvalidAmount(f"{what} must be greater than zero, got {text!r}")
+    if value > _LARGEST:
+        raise InvalidAmount(f"{what} is too large, got {text!r}")
     return value
 
 
 def _exact(value: Decimal, scale: int, what: str, text: str, step: str) -> int:
-    scaled = value * scale
+    """``value * scale`` as an integer, refusing anything a rounding would change."""
+    with localcontext() as ctx:
+        ctx.prec = 80
+        ctx.traps[Inexact] = True
+        try:
+            scaled = value * scale
+        except Inexact as e:  # more digits than any real amount: never round them away
+            raise InvalidAmount(f"{what} must be a multiple of {step}, got {text!r}") from e
     if scaled != scaled.to_integral_value():
         raise InvalidAmount(f"{what} must be a multiple of {step}, got {text!r}")
     return int(scaled)

@@ -192,20 +192,43 @@ def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
 def _subject_mismatch(subject: str, e: AnyEvent) -> str | None:
     """Why ``e`` may not stand on ``subject``, or None.
 
-    A user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking that the
-    event names the same key and session as its subject makes that confinement mean
-    something for every reader of the log.
+    Every event has its own subject (docs/events.md), and only there does it count. A
+    user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking each
+    event against its subject makes that confinement mean something for every reader of
+    the log: a user cannot write a decision, nor a request in another key's name.
     """
+    allowed = _subjects_of(e)
+    if subject in allowed:
+        return None
+    tag = e.__struct_config__.tag
+    return f"{tag} may not stand on subject {subject} (its subject is {allowed[0]})"
+
+
+def _subjects_of(e: AnyEvent) -> tuple[str, ...]:
     match e:
         case SessionRequested():
-            if subject != subj.request(e.owner, e.session_id):
-                return f"session.requested for {e.owner}/{e.session_id} on subject {subject}"
+            return (subj.request(e.owner, e.session_id),)
         case SessionDestroyRequested():
-            if subject != subj.request(e.requester, e.session_id):
-                return f"destroy request by {e.requester} on subject {subject}"
-        case _:
-            return None
-    return None
+            return (subj.request(e.requester, e.session_id),)
+        case SessionAdmitted() | PolicySet():
+            return (subj.quota(e.owner),)
+        case SessionRejected():  # by quota (policy, bad content) or scheduler (never fits)
+            return (subj.quota(e.owner), subj.LEDGER)
+        case (
+            SessionScheduled()
+            | SessionQueued()
+            | SessionCancelled()
+            | SessionTerminating()
+            | DestroyRejected()
+            | AgentLost()
+        ):
+            return (subj.LEDGER,)
+        case SessionPreparing() | SessionRunning() | SessionTerminated() | SessionErrored():
+            return (subj.agent_session(e.agent_id, e.session_id),)
+        case AgentRegistered():
+            return (subj.agent(e.agent_id),)
+        case PayloadRejected():
+            return (subj.SYS,)
 
 
 def _transition(
@@ -309,7 +332,8 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             _free(s, v2)
             _end(s, v2, S.ERROR, seq, e)
         case SessionDestroyRequested():
-            s.destroys[e.id] = e
+            if e.id not in s.destroy_answers:  # one stored again later is answered already
+                s.destroys[e.id] = e
         case DestroyRejected():
             pass
         case PolicySet():

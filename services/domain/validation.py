@@ -20,6 +20,8 @@ def valid_image(image: str) -> bool:
 
 def invalid_request(e: SessionRequested) -> str | None:
     """Why the request can never be accepted as written, or None."""
+    if not subj.is_token(e.owner):
+        return f"access key {e.owner!r} must be 1-64 letters, digits, '-' or '_'"
     if not subj.is_token(e.session_id):
         return f"session id {e.session_id!r} must be 1-64 letters, digits, '-' or '_'"
     if e.slots.fgpu <= 0:
