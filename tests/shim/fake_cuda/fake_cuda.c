@@ -458,6 +458,7 @@ struct fake_event {
 #define STAMP_AHEAD_NS 100000
 static struct fake_event *g_waiting[MAX_WAITING];
 static int g_nwaiting;
+static _Atomic int g_any_waiting; /* g_nwaiting != 0, readable without the lock */
 static pthread_mutex_t g_ev_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Caller holds g_ev_mu. */
@@ -478,17 +479,20 @@ static void stamp_waiting(int64_t call_t, int64_t start) {
         ev->state = 2;
     }
     g_nwaiting = 0;
+    atomic_store_explicit(&g_any_waiting, 0, memory_order_relaxed);
     pthread_mutex_unlock(&g_ev_mu);
 }
 
 static CUresult run_kernel(const uint64_t *duration) {
     atomic_fetch_add_explicit(&g_sh->launches, 1, memory_order_relaxed);
-    int64_t call_t = now_ns();
     if (!duration || *duration == 0) {
-        if (g_nwaiting)
-            stamp_waiting(call_t, call_t);
+        if (atomic_load_explicit(&g_any_waiting, memory_order_relaxed)) {
+            int64_t t = now_ns();
+            stamp_waiting(t, t);
+        }
         return CUDA_SUCCESS;
     }
+    int64_t call_t = now_ns();
     device_lock();
     int64_t t0 = now_ns();
     stamp_waiting(call_t, t0);
@@ -574,6 +578,7 @@ static CUresult record(CUevent e) {
         g_waiting[0] = g_waiting[--g_nwaiting];
     }
     g_waiting[g_nwaiting++] = ev;
+    atomic_store_explicit(&g_any_waiting, 1, memory_order_relaxed);
     pthread_mutex_unlock(&g_ev_mu);
     return CUDA_SUCCESS;
 }
