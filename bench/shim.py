@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shim"))
-from shim_kit import CC, SHIM_DIR, build_fake, build_shim  # noqa: E402
+from shim_kit import CC, SHIM_DIR, build_fake, build_shim
 
 TARGET_LAUNCH_NS = 50
 TARGET_ALLOC_PAIR_NS = 200
@@ -133,10 +133,10 @@ def main() -> None:
         through = {**base, "FGPU_REAL_LIBCUDA": str(fake)}
         direct = _run(timer, fake, base, args)
         passthrough = _run(timer, shim, through, args)
-        sliced = _run(timer, shim, {**through, "FGPU_REGION": str(tmp / "r1"),
-                                    "FGPU_MEM_LIMIT": "8G"}, args)  # fmt: skip
-        shared = _run(timer, shim, {**through, "FGPU_REGION": str(tmp / "r2"),
-                                    "FGPU_MEM_LIMIT": "8G", "FGPU_SM_SHARE": "0.5"}, args)  # fmt: skip
+        limit = {"FGPU_MEM_LIMIT": "8G"}
+        sliced = _run(timer, shim, {**through, **limit, "FGPU_REGION": str(tmp / "r1")}, args)
+        share = {**limit, "FGPU_SM_SHARE": "0.5", "FGPU_REGION": str(tmp / "r2")}
+        shared = _run(timer, shim, {**through, **share}, args)
 
     def added(run: dict[str, float], key: str) -> float:
         return round(run[key] - direct[key], 1)
