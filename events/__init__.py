@@ -26,6 +26,7 @@ from events.session import (
 )
 from events.slots import Slots
 from events.union import AnyEvent
+from events.usage import GpuOomRefused, GpuUsageSampled
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -36,6 +37,8 @@ __all__ = [
     "DevicePlacement",
     "Event",
     "GpuInfo",
+    "GpuOomRefused",
+    "GpuUsageSampled",
     "PayloadRejected",
     "PolicySet",
     "SessionAdmitted",

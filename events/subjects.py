@@ -28,12 +28,13 @@ __all__ = [
     "is_token",
     "quota",
     "request",
+    "usage",
 ]
 
 STREAM = "FGPU"
 LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
-STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", SYS)
+STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", "fgpu.usage.>", SYS)
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -58,6 +59,10 @@ def agent(agent_id: str) -> str:
 
 def agent_session(agent_id: str, session_id: str) -> str:
     return f"fgpu.agent.{agent_id}.s.{session_id}"
+
+
+def usage(agent_id: str, session_id: str) -> str:
+    return f"fgpu.usage.{agent_id}.{session_id}"
 
 
 def heartbeat(agent_id: str) -> str:

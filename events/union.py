@@ -22,6 +22,7 @@ from events.session import (
     SessionTerminated,
     SessionTerminating,
 )
+from events.usage import GpuOomRefused, GpuUsageSampled
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
 
@@ -43,6 +44,8 @@ AnyEvent = (
     | PayloadRejected
     | AgentRegistered
     | AgentLost
+    | GpuUsageSampled
+    | GpuOomRefused
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -19,6 +19,8 @@ from events import (
     DestroyRejected,
     DevicePlacement,
     GpuInfo,
+    GpuOomRefused,
+    GpuUsageSampled,
     PayloadRejected,
     PolicySet,
     SessionAdmitted,
@@ -229,6 +231,8 @@ def _subjects_of(e: AnyEvent) -> tuple[str, ...]:
             return (subj.agent(e.agent_id),)
         case PayloadRejected():
             return (subj.SYS,)
+        case GpuUsageSampled() | GpuOomRefused():
+            return (subj.usage(e.agent_id, e.session_id),)
 
 
 def _transition(
@@ -342,6 +346,8 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
             s.malformed.pop(e.stream_seq, None)
         case AgentRegistered():
             _register(s, e)
+        case GpuUsageSampled() | GpuOomRefused():
+            pass  # measurements, not state: the projections keep them
         case AgentLost():
             a = s.agents.get(e.agent_id)
             if a is not None:
