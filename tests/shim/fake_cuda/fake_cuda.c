@@ -10,6 +10,9 @@
  *   FAKE_CUDA_TOTAL_MEM  bytes per device (default 16 GiB)
  *   FAKE_CUDA_DEVICES    device count (default 2)
  *   FAKE_CUDA_TENANT     0..7: whose busy time a kernel adds to (a "container")
+ *   FAKE_CUDA_HIDDEN     a base name whose look-up returns a private (non-exported)
+ *                        allocation function, as a newer driver might: the shim cannot
+ *                        swap it and must report the escape
  *
  * Kernels: kernelParams[0] (cuLaunchKernel*) or the CUgraphExec handle
  * (cuGraphLaunch) points at a uint64 duration in ns.  A kernel with a duration
@@ -705,8 +708,17 @@ static const proc k_procs[] = {
     P("cuGetProcAddress", 12000, cuGetProcAddress_v2),
 };
 
+static CUresult hidden_alloc(CUdeviceptr *p, size_t n) { return alloc(p, n); }
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status) {
+    const char *hidden = getenv("FAKE_CUDA_HIDDEN");
+    if (hidden && strcmp(hidden, symbol) == 0) {
+        *pfn = (void *)&hidden_alloc;
+        if (status)
+            *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
     const proc *best = NULL;
     int known = 0;
     int want_ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;

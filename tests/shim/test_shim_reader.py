@@ -1,0 +1,89 @@
+"""The region reader (Cython) and the pure-Python usage facade."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from shim_kit import MIB, Kit
+
+from gpu_shim import (
+    SHARE_FULL_PPM,
+    HappeningKind,
+    RegionClosed,
+    RegionInvalid,
+    RegionNotFound,
+    create_region,
+    open_region,
+    parse_share_ppm,
+)
+
+
+def test_import_does_not_need_the_extension() -> None:
+    code = "import sys, gpu_shim; assert 'gpu_shim._reader' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_shares_parse_exactly() -> None:
+    assert parse_share_ppm("0.5") == 500_000
+    assert parse_share_ppm("1") == SHARE_FULL_PPM
+    assert parse_share_ppm("0.000001") == 1
+    assert parse_share_ppm("0.1") + parse_share_ppm("0.2") == parse_share_ppm("0.3")
+    for bad in ("0", "1.5", "-0.1", "0.0000001", "abc", "nan"):
+        with pytest.raises(ValueError):
+            parse_share_ppm(bad)
+
+
+def test_open_errors(tmp_path: Path) -> None:
+    with pytest.raises(RegionNotFound):
+        open_region(tmp_path / "missing")
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"x" * 200_000)
+    with pytest.raises(RegionInvalid):
+        open_region(junk)
+    region = create_region(tmp_path / "r")
+    region.close()
+    with pytest.raises(RegionClosed):
+        region.devices()
+
+
+def test_created_slice_and_reconfiguration(tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    with create_region(path, mem_limits=(4 << 30, 2 << 30), sm_shares_ppm=(500_000,)) as r:
+        assert [(d.index, d.limit, d.sm_share_ppm) for d in r.devices()] == [
+            (0, 4 << 30, 500_000),
+            (1, 2 << 30, SHARE_FULL_PPM),
+        ]
+        r.configure(1, 1 << 30, 250_000)
+        with pytest.raises(ValueError):
+            r.configure(99, 0)
+    with open_region(path) as again:  # the slice lives in the file
+        assert (again.device(1).limit, again.device(1).sm_share_ppm) == (1 << 30, 250_000)
+        assert again.devices()[0].limited
+
+
+def test_drain_ring_resumes_after_a_cursor(kit: Kit, state: Path, tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    env = kit.env(state=state, region=path, mem_limit="64M")
+    for _ in range(2):
+        kit.run("exit", str(MIB), env=env)
+    with open_region(path) as r:
+        everything = r.drain_ring()
+        assert [h.seq for h in everything] == [1, 2, 3, 4]  # start, exit, start, exit
+        assert r.drain_ring(after=2) == everything[2:]
+        assert r.drain_ring(after=everything[-1].seq) == []
+        first = everything[0]
+        assert first.kind is HappeningKind.PROCESS_STARTED and first.device is None
+
+
+def test_a_lookup_the_shim_cannot_swap_is_reported(kit: Kit, state: Path, tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    env = kit.env(state=state, region=path, mem_limit="1G", FAKE_CUDA_HIDDEN="cuMemAllocManaged")
+    lines = kit.run("resolve", env=env)
+    (managed,) = [r for r in lines if r.get("name") == "cuMemAllocManaged"]
+    assert managed["library"] == str(kit.fake)  # not swappable: returned as is
+    with open_region(path) as r:
+        kinds = [h.kind for h in r.drain_ring()]
+        assert kinds == [HappeningKind.UNHOOKED_ENTRY]
