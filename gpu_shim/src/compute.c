@@ -138,6 +138,16 @@ static void est_add(tstate *ts, uint64_t key, int64_t ns) {
     ts->last_cost = ns;
 }
 
+static void drop_events(sample *s) {
+    fgpu_pfn_cuEventDestroy_v2 destroy = FGPU_REAL(cuEventDestroy_v2);
+    if (destroy && s->start) {
+        destroy(s->start);
+        destroy(s->end);
+    }
+    s->start = s->end = NULL;
+    s->pending = 0;
+}
+
 /* Harvest finished samples without waiting for unfinished ones. */
 static void poll_samples(tstate *ts) {
     fgpu_pfn_cuEventQuery query = FGPU_REAL(cuEventQuery);
@@ -153,7 +163,11 @@ static void poll_samples(tstate *ts) {
             continue;
         float ms = 0;
         s->pending = 0;
-        if (q != CUDA_SUCCESS || elapsed(&ms, s->start, s->end) != CUDA_SUCCESS || ms < 0)
+        if (q != CUDA_SUCCESS || elapsed(&ms, s->start, s->end) != CUDA_SUCCESS) {
+            drop_events(s); /* unusable (e.g. context gone): recreate on next use */
+            continue;
+        }
+        if (ms < 0)
             continue;
         int64_t ns = (int64_t)((double)ms * 1e6);
         est_add(ts, s->key, ns);
@@ -182,11 +196,8 @@ static sample *take_sample(tstate *ts, CUcontext ctx) {
     }
     if (!spare || !create || !destroy)
         return NULL;
-    if (spare->start) { /* events of another context: replace them */
-        destroy(spare->start);
-        destroy(spare->end);
-        spare->start = spare->end = NULL;
-    }
+    if (spare->start) /* events of another context: replace them */
+        drop_events(spare);
     if (create(&spare->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
         return NULL;
     if (create(&spare->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
@@ -228,7 +239,10 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
     fgpu_pfn_cuStreamIsCapturing capturing =
         ptsz ? FGPU_REAL(cuStreamIsCapturing_ptsz) : FGPU_REAL(cuStreamIsCapturing);
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (capturing && capturing(stream, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)
+    /* Captured work runs when its graph is launched (and charged then).  An error here
+     * (e.g. the legacy stream while another stream captures globally) means no pacing:
+     * recording an event could invalidate someone's capture. */
+    if (capturing && (capturing(stream, &cs) != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE))
         return;
     tstate *ts = get_tstate();
     if (!ts)
@@ -267,6 +281,8 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
             s->share = share;
             s->charged = cost;
             t->s = s;
+        } else if (s) {
+            drop_events(s); /* e.g. their context was destroyed: make new ones next time */
         }
     }
 }
@@ -284,13 +300,11 @@ static void pace_after(ticket *t, CUresult rc, CUstream stream) {
             t->ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
         if (record(t->s->end, stream) == CUDA_SUCCESS)
             t->s->pending = 1;
+        else
+            drop_events(t->s);
     }
 }
 
-static int is_ptsz(fgpu_sym id) {
-    return id == FGPU_SYM_cuLaunchKernel_ptsz || id == FGPU_SYM_cuLaunchKernelEx_ptsz ||
-           id == FGPU_SYM_cuLaunchCooperativeKernel_ptsz || id == FGPU_SYM_cuGraphLaunch_ptsz;
-}
 
 /* The launch-path branch: 1 when the launch must be paced (guard then held). */
 static inline int pace_wanted(void) {
@@ -310,7 +324,7 @@ static inline int pace_wanted(void) {
         if (FGPU_LIKELY(!pace_wanted()))                \
             return (call);                              \
         ticket t_;                                      \
-        pace_before(&t_, (key), (stream), is_ptsz(id)); \
+        pace_before(&t_, (key), (stream), fgpu_sym_ptsz[id]); \
         CUresult rc_ = (call);                          \
         pace_after(&t_, rc_, (stream));                 \
         fgpu_leave();                                   \

@@ -41,6 +41,8 @@ enum {
 FGPU_HIDDEN extern void *fgpu_real_fn[FGPU_SYM_COUNT];
 /* Names, indexed by fgpu_sym. */
 FGPU_HIDDEN extern const char *const fgpu_sym_name[FGPU_SYM_COUNT];
+/* 1 for the per-thread-default-stream variants (name ends in _ptsz), set at init. */
+FGPU_HIDDEN extern unsigned char fgpu_sym_ptsz[FGPU_SYM_COUNT];
 
 /* The real entry point for symbol, typed. */
 #define FGPU_REAL(symbol) ((fgpu_pfn_##symbol)fgpu_real_fn[FGPU_SYM_##symbol])

@@ -25,6 +25,7 @@ FGPU_HIDDEN FGPU_TLS uint32_t fgpu_t_launches;
 FGPU_HIDDEN FGPU_TLS CUcontext fgpu_t_ctx;
 FGPU_HIDDEN FGPU_TLS int fgpu_t_dev;
 FGPU_HIDDEN void *fgpu_real_fn[FGPU_SYM_COUNT];
+FGPU_HIDDEN unsigned char fgpu_sym_ptsz[FGPU_SYM_COUNT];
 
 FGPU_HIDDEN const char *const fgpu_sym_name[FGPU_SYM_COUNT] = {
 #define FGPU_HOOK(symbol, policy, params, args) [FGPU_SYM_##symbol] = #symbol,
@@ -268,6 +269,10 @@ static void load_real(void) {
 }
 
 static void base_names(void) {
+    for (int i = 0; i < FGPU_SYM_COUNT; i++) {
+        size_t n = strlen(fgpu_sym_name[i]);
+        fgpu_sym_ptsz[i] = n > 5 && strcmp(fgpu_sym_name[i] + n - 5, "_ptsz") == 0;
+    }
     for (int i = 0; i < FGPU_HOOK_COUNT; i++) {
         char *b = g_base_name[i];
         snprintf(b, sizeof(g_base_name[i]), "%s", fgpu_sym_name[i]);
