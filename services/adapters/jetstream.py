@@ -82,12 +82,15 @@ class JetStreamLog:
             "allow_direct": True,
             "discard": "old",
         }
-        reply = await self.nc.request(
-            f"$JS.API.STREAM.CREATE.{subj.STREAM}", json.dumps(config).encode(), timeout=10
-        )
+        body = json.dumps(config).encode()
+        reply = await self.nc.request(f"$JS.API.STREAM.CREATE.{subj.STREAM}", body, timeout=10)
         err = json.loads(reply.data).get("error")
-        # 10058: a stream of that name exists (with this or another config): keep it.
-        if err and err.get("err_code") != 10058:
+        if err and err.get("err_code") == 10058:
+            # It exists with another config, say from an older version with fewer
+            # subjects: bring it up to this one, keeping its messages.
+            reply = await self.nc.request(f"$JS.API.STREAM.UPDATE.{subj.STREAM}", body, timeout=10)
+            err = json.loads(reply.data).get("error")
+        if err:
             raise LogError(f"cannot create stream {subj.STREAM}: {err}")
 
     async def close(self) -> None:
