@@ -57,12 +57,14 @@ class SchedulerActor:
         *,
         durable: str = NAME,
         lost_after_s: float = 15.0,
+        reserve_after_s: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.events = events
         self.clock = clock
         self.durable = durable
         self.lost_after_s = lost_after_s
+        self.reserve_after_s = reserve_after_s
         self.monotonic = monotonic
         self.last_heard: dict[str, float] = {}
         self.since = monotonic()
@@ -134,6 +136,8 @@ class SchedulerActor:
                 return out
             emit(self._answer_destroy(s, request))
         failed: set[tuple[Slots, str]] = set()
+        reserved: str | None = None
+        unsatisfiable: dict[tuple[Slots, str], str | None] = {}
         queue = sorted(
             s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
         )
@@ -143,7 +147,9 @@ class SchedulerActor:
             v = s.sessions[session_id]
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             shape = (v.slots, v.image)
-            why = None if shape in failed else never_fits(s, v.slots, v.image)
+            if shape not in unsatisfiable:  # once per shape and round: it scans every agent
+                unsatisfiable[shape] = never_fits(s, v.slots, v.image)
+            why = unsatisfiable[shape]
             if why is not None:
                 code = "unknown-image" if why.startswith("image") else "unsatisfiable"
                 emit(
@@ -157,10 +163,19 @@ class SchedulerActor:
                     )
                 )
                 continue
-            placement = None if shape in failed else place(s, v.slots, v.image)
+            placement = None
+            if shape not in failed and reserved is None:
+                placement = place(s, v.slots, v.image)
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
-            if placement is None or shape in failed:
+                if (
+                    reserved is None
+                    and (now - v.requested_at).total_seconds() > self.reserve_after_s
+                ):
+                    # It waited too long behind smaller sessions that kept fitting: nothing
+                    # after it is placed until it fits (no starvation; Backend.AI #13706).
+                    reserved = session_id
+            if placement is None:
                 if v.waiting is None:
                     reason = _waiting_reason(s, v.slots)
                     emit(stamp(SessionQueued, prov, session_id=session_id, reason=reason))
