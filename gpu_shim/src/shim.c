@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "allocmap.h"
+#include "config.h"
 #include "forward.h"
 #include "shim.h"
 
@@ -92,134 +93,6 @@ static const char *const k_default_real[] = {
     "/usr/lib/wsl/lib/libcuda.so.1",
 };
 
-/* "8GiB", "512M", "1073741824": binary units. 0 on success. */
-static int parse_size(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    uint64_t mul = 1;
-    switch (*end) {
-    case 'K': case 'k': mul = 1ULL << 10; end++; break;
-    case 'M': case 'm': mul = 1ULL << 20; end++; break;
-    case 'G': case 'g': mul = 1ULL << 30; end++; break;
-    case 'T': case 't': mul = 1ULL << 40; end++; break;
-    default: break;
-    }
-    if (mul > 1) {
-        if (*end == 'i')
-            end++;
-        if (*end == 'B' || *end == 'b')
-            end++;
-    }
-    while (*end == ' ')
-        end++;
-    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
-        return -1;
-    *out = (uint64_t)v * mul;
-    return 0;
-}
-
-/* "0.5" -> 500000 exactly (decimal digits, no floating point). 0 on success. */
-static int parse_share(const char *s, uint32_t *out) {
-    uint64_t ip = 0, frac = 0;
-    int digits = 0;
-    const char *p = s;
-    if (*p < '0' || *p > '9') {
-        if (*p != '.')
-            return -1;
-    }
-    while (*p >= '0' && *p <= '9') {
-        ip = ip * 10 + (uint64_t)(*p++ - '0');
-        if (ip > 1)
-            return -1;
-    }
-    if (*p == '.') {
-        p++;
-        while (*p >= '0' && *p <= '9') {
-            if (digits < 6) {
-                frac = frac * 10 + (uint64_t)(*p - '0');
-                digits++;
-            }
-            p++;
-        }
-    }
-    if (*p != '\0')
-        return -1;
-    while (digits++ < 6)
-        frac *= 10;
-    uint64_t ppm = ip * FGPU_SHARE_FULL + frac;
-    if (ppm == 0 || ppm > FGPU_SHARE_FULL)
-        return -1;
-    *out = (uint32_t)ppm;
-    return 0;
-}
-
-/* Split a comma list; a single value applies to every device. Returns count or -1. */
-static int parse_list(const char *env, int (*one)(const char *, void *), void *vals,
-                      size_t elem) {
-    char buf[512];
-    if (strlen(env) >= sizeof(buf))
-        return -1;
-    strcpy(buf, env);
-    int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        if (n >= FGPU_MAX_DEVICES || one(tok, (char *)vals + (size_t)n * elem) != 0)
-            return -1;
-        n++;
-    }
-    if (n == 1)
-        for (int d = 1; d < FGPU_MAX_DEVICES; d++)
-            memcpy((char *)vals + (size_t)d * elem, vals, elem);
-    return n;
-}
-
-static int one_size(const char *s, void *out) { return parse_size(s, out); }
-static int one_share(const char *s, void *out) { return parse_share(s, out); }
-
-/* Slice from FGPU_MEM_LIMIT / FGPU_SM_SHARE; returns 1 when any was set. */
-static int config_from_env(fgpu_config *cfg) {
-    memset(cfg, 0, sizeof(*cfg));
-    int any = 0;
-    const char *mem = getenv("FGPU_MEM_LIMIT");
-    const char *share = getenv("FGPU_SM_SHARE");
-    if (mem && *mem) {
-        int n = parse_list(mem, one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
-        if (n < 0)
-            FGPU_DEBUG("ignoring unparsable FGPU_MEM_LIMIT=%s", mem);
-        else {
-            any = 1;
-            cfg->ndev = (uint32_t)n;
-        }
-    }
-    if (share && *share) {
-        int n = parse_list(share, one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
-        if (n < 0)
-            FGPU_DEBUG("ignoring unparsable FGPU_SM_SHARE=%s", share);
-        else {
-            any = 1;
-            if ((uint32_t)n > cfg->ndev)
-                cfg->ndev = (uint32_t)n;
-        }
-    }
-    return any;
-}
-
-static int64_t env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*end != '\0' || v < lo || v > hi)
-        return dflt;
-    return v;
-}
-
 /* ------------------------------------------------------------------ init */
 
 static int is_self(void *p) {
@@ -230,7 +103,7 @@ static int is_self(void *p) {
 static void load_real(void) {
     const char *path = getenv("FGPU_REAL_LIBCUDA");
     int mode = RTLD_NOW | RTLD_LOCAL;
-    if (env_int("FGPU_REAL_DEEPBIND", 0, 0, 1))
+    if (fgpu_env_int("FGPU_REAL_DEEPBIND", 0, 0, 1))
         mode |= RTLD_DEEPBIND;
     void *h = NULL;
     if (path && *path) {
@@ -294,7 +167,7 @@ static void base_names(void) {
 
 static void open_region(void) {
     fgpu_config cfg;
-    int have_env = config_from_env(&cfg);
+    int have_env = fgpu_config_from_env(&cfg);
     const char *path = getenv("FGPU_REGION");
     fgpu_region *r = NULL;
     if (path && *path) {
@@ -335,11 +208,11 @@ static void on_fork_child(void) {
 }
 
 static void do_init(void) {
-    fgpu_g.debug = (int)env_int("FGPU_DEBUG", 0, 0, 9);
+    fgpu_g.debug = (int)fgpu_env_int("FGPU_DEBUG", 0, 0, 9);
     fgpu_g.pid = (int32_t)getpid();
-    fgpu_g.sample_every = (uint32_t)env_int("FGPU_SAMPLE_EVERY", 16, 1, 1 << 20);
-    fgpu_g.burst_ns = env_int("FGPU_BURST_US", 20000, 0, 10000000) * 1000;
-    fgpu_g.min_sleep_ns = env_int("FGPU_MIN_SLEEP_US", 100, 0, 1000000) * 1000;
+    fgpu_g.sample_every = (uint32_t)fgpu_env_int("FGPU_SAMPLE_EVERY", 16, 1, 1 << 20);
+    fgpu_g.burst_ns = fgpu_env_int("FGPU_BURST_US", 20000, 0, 10000000) * 1000;
+    fgpu_g.min_sleep_ns = fgpu_env_int("FGPU_MIN_SLEEP_US", 100, 0, 1000000) * 1000;
     load_real();
     fgpu_forward_resolve_all(g_real_handle);
     base_names();

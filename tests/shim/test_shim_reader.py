@@ -87,3 +87,22 @@ def test_a_lookup_the_shim_cannot_swap_is_reported(kit: Kit, state: Path, tmp_pa
     with open_region(path) as r:
         kinds = [h.kind for h in r.drain_ring()]
         assert kinds == [HappeningKind.UNHOOKED_ENTRY]
+
+
+def test_the_first_process_creates_the_region_from_its_environment(
+    kit: Kit, state: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "r"
+    env = kit.env(state=state, region=path, mem_limit="1GiB,512M", sm_share="0.5,0.25")
+    kit.run("exit", str(MIB), env=env)
+    with open_region(path) as r:
+        assert [(d.limit, d.sm_share_ppm) for d in r.devices()] == [
+            (1 << 30, 500_000),
+            (512 * MIB, 250_000),
+        ]
+
+
+def test_an_unparsable_slice_is_ignored(kit: Kit, state: Path, tmp_path: Path) -> None:
+    env = kit.env(state=state, mem_limit="lots", sm_share="2.5")
+    info = kit.run("used", str(MIB), env=env)[-1]
+    assert info["total"] == 16 << 30  # no slice: the device as it is

@@ -1,0 +1,142 @@
+/*
+ * config.c - the slice and tunables from the environment.  Amounts are parsed
+ * exactly: sizes as integers with binary units, shares as decimals into parts
+ * per million (no floating point).  Unparsable values are ignored (reported
+ * only under FGPU_DEBUG).
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+/* "8GiB", "512M", "1073741824": binary units. 0 on success. */
+static int parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    switch (*end) {
+    case 'K': case 'k': mul = 1ULL << 10; end++; break;
+    case 'M': case 'm': mul = 1ULL << 20; end++; break;
+    case 'G': case 'g': mul = 1ULL << 30; end++; break;
+    case 'T': case 't': mul = 1ULL << 40; end++; break;
+    default: break;
+    }
+    if (mul > 1) {
+        if (*end == 'i')
+            end++;
+        if (*end == 'B' || *end == 'b')
+            end++;
+    }
+    while (*end == ' ')
+        end++;
+    if (*end != '\0' || (mul > 1 && v > UINT64_MAX / mul))
+        return -1;
+    *out = (uint64_t)v * mul;
+    return 0;
+}
+
+/* "0.5" -> 500000 exactly (decimal digits, no floating point). 0 on success. */
+static int parse_share(const char *s, uint32_t *out) {
+    uint64_t ip = 0, frac = 0;
+    int digits = 0;
+    const char *p = s;
+    if (*p < '0' || *p > '9') {
+        if (*p != '.')
+            return -1;
+    }
+    while (*p >= '0' && *p <= '9') {
+        ip = ip * 10 + (uint64_t)(*p++ - '0');
+        if (ip > 1)
+            return -1;
+    }
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9') {
+            if (digits < 6) {
+                frac = frac * 10 + (uint64_t)(*p - '0');
+                digits++;
+            }
+            p++;
+        }
+    }
+    if (*p != '\0')
+        return -1;
+    while (digits++ < 6)
+        frac *= 10;
+    uint64_t ppm = ip * FGPU_SHARE_FULL + frac;
+    if (ppm == 0 || ppm > FGPU_SHARE_FULL)
+        return -1;
+    *out = (uint32_t)ppm;
+    return 0;
+}
+
+/* Split a comma list; a single value applies to every device. Returns count or -1. */
+static int parse_list(const char *env, int (*one)(const char *, void *), void *vals,
+                      size_t elem) {
+    char buf[512];
+    if (strlen(env) >= sizeof(buf))
+        return -1;
+    strcpy(buf, env);
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        if (n >= FGPU_MAX_DEVICES || one(tok, (char *)vals + (size_t)n * elem) != 0)
+            return -1;
+        n++;
+    }
+    if (n == 1)
+        for (int d = 1; d < FGPU_MAX_DEVICES; d++)
+            memcpy((char *)vals + (size_t)d * elem, vals, elem);
+    return n;
+}
+
+static int one_size(const char *s, void *out) { return parse_size(s, out); }
+static int one_share(const char *s, void *out) { return parse_share(s, out); }
+
+int fgpu_config_from_env(fgpu_config *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    int any = 0;
+    const char *mem = getenv("FGPU_MEM_LIMIT");
+    const char *share = getenv("FGPU_SM_SHARE");
+    if (mem && *mem) {
+        int n = parse_list(mem, one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
+        if (n < 0)
+            FGPU_DEBUG("ignoring unparsable FGPU_MEM_LIMIT=%s", mem);
+        else {
+            any = 1;
+            cfg->ndev = (uint32_t)n;
+        }
+    }
+    if (share && *share) {
+        int n = parse_list(share, one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
+        if (n < 0)
+            FGPU_DEBUG("ignoring unparsable FGPU_SM_SHARE=%s", share);
+        else {
+            any = 1;
+            if ((uint32_t)n > cfg->ndev)
+                cfg->ndev = (uint32_t)n;
+        }
+    }
+    return any;
+}
+
+int64_t fgpu_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0' || v < lo || v > hi)
+        return dflt;
+    return v;
+}
+

@@ -1,0 +1,16 @@
+/* config.h - the slice and tunables from the environment (see config.c). */
+#ifndef FGPU_CONFIG_H
+#define FGPU_CONFIG_H
+
+#include <stdint.h>
+
+#include "fgpu_region.h"
+#include "hooks.h"
+
+/* Slice from FGPU_MEM_LIMIT / FGPU_SM_SHARE into cfg; returns 1 when either was set.
+ * A single value applies to every device; a comma list gives device 0, 1, ... */
+FGPU_HIDDEN int fgpu_config_from_env(fgpu_config *cfg);
+/* Integer environment variable within [lo, hi], dflt when unset or invalid. */
+FGPU_HIDDEN int64_t fgpu_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi);
+
+#endif /* FGPU_CONFIG_H */
