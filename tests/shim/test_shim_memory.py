@@ -20,6 +20,8 @@ def test_lookups_return_the_wrapper_of_exactly_the_real_function(
 ) -> None:
     lines = kit.run("resolve", env=kit.env(state=state, region=tmp_path / "r", mem_limit="1G"))
     shim = lines[0]["shim"]
+    via_v1 = lines.pop()
+    assert (via_v1["rc"], via_v1["symbol"], via_v1["library"]) == (0, "cuMemAlloc_v2", shim)
     got = {(r["name"], r["version"], r["flags"]): r for r in lines[1:]}
     expected = {
         ("cuGetProcAddress", 11030, 0): "cuGetProcAddress",
@@ -53,6 +55,7 @@ def test_lookups_return_the_wrapper_of_exactly_the_real_function(
 def test_without_a_slice_lookups_return_the_drivers_own_functions(kit: Kit, state: Path) -> None:
     lines = kit.run("resolve", env=kit.env(state=state))
     assert all(r["library"] in (str(kit.fake), "") for r in lines[1:])
+    assert lines[-1]["via_v1"] == "cuMemAlloc"
 
 
 @pytest.mark.parametrize("mode", [[], ["--ptds"]], ids=["legacy-stream", "per-thread-stream"])

@@ -179,6 +179,17 @@ static int cmd_resolve(void) {
                k_lookups[i].name, k_lookups[i].version, (unsigned long long)k_lookups[i].flags,
                rc, st, sym, lib);
     }
+    /* The runtime may also resolve through the cuGetProcAddress a look-up returned (v1). */
+    CUresult (*gpa_v1)(const char *, void **, int, cuuint64_t) = NULL;
+    CUdriverProcAddressQueryResult st;
+    g_gpa("cuGetProcAddress", (void **)&gpa_v1, 11030, 0, &st);
+    void *p = NULL;
+    Dl_info info = {0};
+    CUresult rc = gpa_v1 ? gpa_v1("cuMemAlloc", &p, 3020, 0) : CUDA_ERROR_NOT_FOUND;
+    if (p)
+        dladdr(p, &info);
+    printf("{\"via_v1\":\"cuMemAlloc\",\"rc\":%d,\"symbol\":\"%s\",\"library\":\"%s\"}\n", rc,
+           info.dli_sname ? info.dli_sname : "", info.dli_fname ? info.dli_fname : "");
     return 0;
 }
 
