@@ -15,6 +15,7 @@ setup(
                 "gpu_shim._reader",
                 sources=["gpu_shim/_reader.pyx", "gpu_shim/src/region.c"],
                 include_dirs=["gpu_shim/src"],
+                depends=["gpu_shim/src/fgpu_region.h", "gpu_shim/src/region_layout.h"],
                 extra_compile_args=["-std=gnu11"],
             )
         ],
