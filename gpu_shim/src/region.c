@@ -249,7 +249,7 @@ size_t fgpu_region_drain(const fgpu_region *r, uint64_t after, fgpu_happening *o
     for (; seq <= head && n < max; seq++) {
         fgpu_ring_rec *rec = &l->ring[(seq - 1) & (FGPU_RING_SIZE - 1)];
         uint64_t st = atomic_load_explicit(&rec->stamp, FGPU_ACQUIRE);
-        if (st == 2 * seq - 1 || st < 2 * seq - 1) {
+        if (st < 2 * seq) {
             /* Being written (or not yet started).  Wait for it unless the ring
              * has moved on so far that its writer must have died mid-record. */
             if (head - seq < FGPU_RING_SIZE / 2)
