@@ -67,7 +67,10 @@ async def test_restarted_agent_readopts_running_and_reports_dead_containers(
         with anyio.fail_after(30):
             s = await client.wait_until(lambda s: statuses(s, [victim]) == ["TERMINATED"])
         assert s.sessions[victim].exit_code == 137, s.sessions[victim].reason  # SIGKILL
-        assert s.sessions[survivor].status == "RUNNING"
+        assert s.sessions[survivor].status == "RUNNING", (
+            s.sessions[survivor].reason,
+            s.sessions[survivor].exit_code,
+        )
         assert s.sessions[survivor].container_id == before.sessions[survivor].container_id
         assert docker("ps", "-aq", "--filter", f"label=fgpu.session={victim}").strip() == ""
         # The re-adopted one is watched again: destroying it still works.

@@ -193,27 +193,33 @@ class AgentActor:
     # ---- one session ----------------------------------------------------------------------
 
     async def _supervise(self, session_id: str, sup: _Supervised) -> None:
-        try:
-            for attempt in range(_ATTEMPTS):
-                try:
-                    await self._lifecycle(session_id, sup)
-                    return
-                except ContainerError as e:
-                    await self._report(session_id, SessionErrored, reason=f"container engine: {e}")
-                    return
-                except LogError as e:
-                    # Our view of the session is stale or the log is away: look again.
-                    log.warning("agent.report_failed", session=session_id, error=str(e))
-                    await anyio.sleep(0.2 * 2**attempt)
-                    found = await self.runtime.list({LABEL_SESSION: session_id})
-                    if found:
-                        self.local.found[session_id] = found[0]
-        finally:
-            self.local.supervised.pop(session_id, None)
+        # Not in a `finally`: a supervisor cancelled because the agent shuts down must stay
+        # registered, or a last reaction of the dying agent would start another one that
+        # knows nothing of the container.
+        for attempt in range(_ATTEMPTS):
+            try:
+                await self._lifecycle(session_id, sup)
+                break
+            except ContainerError as e:
+                await self._report(session_id, SessionErrored, reason=f"container engine: {e}")
+                break
+            except LogError as e:
+                # Our view of the session is stale or the log is away: look again.
+                log.warning("agent.report_failed", session=session_id, error=str(e))
+                await anyio.sleep(0.2 * 2**attempt)
+                found = await self.runtime.list({LABEL_SESSION: session_id})
+                if found:
+                    self.local.found[session_id] = found[0]
+        self.local.supervised.pop(session_id, None)
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
         v = self.state.sessions[session_id]
         c = self.local.found.pop(session_id, None)
+        if c is None and v.status in (S.RUNNING, S.TERMINATING):
+            # Ask the engine, not a list taken earlier: only a container it does not have
+            # may be reported as vanished.
+            listed = await self.runtime.list({LABEL_SESSION: session_id})
+            c = listed[0] if listed else None
         if c is None:
             if v.status in (S.RUNNING, S.TERMINATING) and v.container_id is not None:
                 await self._report(
