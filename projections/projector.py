@@ -1,0 +1,205 @@
+"""The projector: keeps a ProjectionStore in step with the log, and rebuilds it.
+
+``Projector.run`` first catches up in large batches (the log's bulk reader when it has
+one), then follows a durable consumer: each batch is applied with its last sequence in
+one DuckDB transaction (in a worker thread) and acknowledged when the next one is asked
+for. The durable cursor is recreated from the store's ``last_seq`` on every start, so
+what the tables hold, not what the server remembers, decides where reading resumes:
+nothing is applied twice and nothing is skipped.
+"""
+
+import os
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from projections.store import ProjectionError, ProjectionStore, connect_reader
+from services.ports import EventLog, LogError, Record
+
+__all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
+
+DURABLE = "projector"
+_CATCH_UP_BATCH = 10_000
+log = structlog.get_logger()
+
+RawBatch = tuple[list[int], list[str], list[bytes]]
+
+
+@runtime_checkable
+class _BulkReader(Protocol):
+    """A log that can hand out stored messages undecoded (JetStreamLog.read_raw)."""
+
+    def read_raw(
+        self, after: int = 0, *, until: int | None = None, batch: int = 10_000
+    ) -> AsyncGenerator[RawBatch, None]: ...
+
+
+@runtime_checkable
+class _Durables(Protocol):
+    async def delete_consumer(self, durable: str) -> None: ...
+
+
+class Projector:
+    """Applies the log to ``store``, batch by batch, forever (``run``)."""
+
+    def __init__(
+        self,
+        events: EventLog,
+        store: ProjectionStore,
+        *,
+        durable: str = DURABLE,
+        batch: int = _CATCH_UP_BATCH,
+    ) -> None:
+        self.events = events
+        self.store = store
+        self.durable = durable
+        self.batch = batch
+        self._advanced = anyio.Event()
+        self._limiter = anyio.CapacityLimiter(1)  # one writer: batches apply in order
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence visible to readers."""
+        return self.store.last_seq
+
+    async def wait_beyond(self, seq: int) -> int:
+        """Return ``last_seq`` once it is beyond ``seq`` (wait as long as it takes)."""
+        while self.store.last_seq <= seq:
+            await self._advanced.wait()
+        return self.store.last_seq
+
+    def _notify(self) -> None:
+        self._advanced.set()
+        self._advanced = anyio.Event()
+
+    async def _apply(self, records: Sequence[Record]) -> None:
+        await anyio.to_thread.run_sync(self.store.apply, records, limiter=self._limiter)
+        self._notify()
+
+    async def _apply_raw(self, batch: RawBatch) -> None:
+        await anyio.to_thread.run_sync(self.store.apply_raw, *batch, limiter=self._limiter)
+        self._notify()
+
+    async def catch_up(self, until: int | None = None) -> int:
+        """Apply every record up to ``until`` (default: the log's end now); how many."""
+        start = self.store.last_seq
+        end = await self.events.last_seq() if until is None else until
+        if end <= start:
+            return 0
+        if isinstance(self.events, _BulkReader):
+            await self._pipelined(self.events, start, end)
+        else:
+            async with aclosing(self.events.read(start, until=end)) as batches:
+                async for records in batches:
+                    await self._apply(records)
+        return self.store.last_seq - start
+
+    async def _pipelined(self, source: _BulkReader, start: int, end: int) -> None:
+        """Read the next batch while the worker thread applies this one."""
+        send, receive = anyio.create_memory_object_stream[RawBatch](2)
+
+        async def read() -> None:
+            async with send, aclosing(source.read_raw(start, until=end, batch=self.batch)) as it:
+                async for batch in it:
+                    await send.send(batch)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            async with receive:
+                async for batch in receive:
+                    await self._apply_raw(batch)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Catch up, signal readiness, then follow the log forever.
+
+        A log or store failure is logged and retried from the store's ``last_seq``.
+        """
+        await self.catch_up()
+        task_status.started()
+        backoff = 0.05
+        while True:
+            try:
+                await self._follow()
+            except (LogError, ProjectionError) as e:
+                log.warning("projector.retry", error=str(e), last_seq=self.store.last_seq)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                try:
+                    await self.catch_up()
+                except (LogError, ProjectionError) as again:
+                    log.warning("projector.retry", error=str(again))
+
+    async def _follow(self) -> None:
+        if isinstance(self.events, _Durables):
+            # The server's cursor may be ahead of the tables (a batch delivered but not
+            # committed before a crash): start it afresh where the tables end.
+            await self.events.delete_consumer(self.durable)
+        after = self.store.last_seq
+        async with aclosing(self.events.follow(self.durable, after=after)) as batches:
+            async for records in batches:
+                await self._apply(records)
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    path: str
+    events: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+async def rebuild(
+    events: EventLog,
+    path: str | Path,
+    *,
+    batch: int = _CATCH_UP_BATCH,
+    snapshot_every: int | None = None,
+) -> RebuildResult:
+    """Rebuild every table of the store at ``path`` from the start of the log.
+
+    Builds a new file beside it and moves it into place, so readers of the old one never
+    see a half-built store. Raises StoreLocked if another process has ``path`` open (stop
+    it first), LogError if the log cannot be read.
+    """
+    target = Path(path)
+    tmp = target.with_name(target.name + ".rebuild")
+    await anyio.to_thread.run_sync(_prepare, target, tmp)
+    kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
+    store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
+    try:
+        t0 = time.perf_counter()
+        applied = await Projector(events, store, batch=batch).catch_up()
+        await anyio.to_thread.run_sync(store.con.execute, "CHECKPOINT")
+        seconds = time.perf_counter() - t0
+    finally:
+        await anyio.to_thread.run_sync(store.close)
+    await anyio.to_thread.run_sync(_move, tmp, target)
+    return RebuildResult(str(target), applied, seconds)
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + ".wal")
+
+
+def _prepare(target: Path, tmp: Path) -> None:
+    if target.exists():
+        # Refuse while a projector writes it: it would go on writing a file nobody reads.
+        connect_reader(str(target)).close()
+    for stale in (tmp, _wal(tmp)):
+        stale.unlink(missing_ok=True)
+
+
+def _move(tmp: Path, target: Path) -> None:
+    # The old file's write-ahead log must not be replayed onto the new file.
+    _wal(target).unlink(missing_ok=True)
+    os.replace(tmp, target)

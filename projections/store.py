@@ -1,0 +1,367 @@
+"""The projection store: DuckDB tables kept by folding the log, one transaction per batch.
+
+The store holds the fold's state (``services.domain.state``) in memory, in step with the
+tables: ``meta.last_seq`` is the last sequence both have applied. ``apply`` folds a batch,
+turns what changed into rows and writes them with the new ``last_seq`` in one DuckDB
+transaction, so a batch is in the tables entirely or not at all. Records at or below
+``last_seq`` were applied already and are skipped: a redelivered batch changes nothing.
+
+Opening a store restores the state from the newest snapshot at or below ``last_seq``
+plus the events stored after it, so a restart neither re-reads the log from its start
+nor applies anything twice.
+
+Every method blocks (DuckDB, CPU): call them from a worker thread, one at a time (the
+projector does). ``cursor()`` gives readers their own connection, safe in any thread.
+
+Errors::
+
+    ProjectionError             the store cannot be used as asked
+    ├── StoreLocked             another process holds the file (retry later, or elsewhere)
+    └── SchemaMismatch          the file was made by another version: rebuild it
+"""
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import msgspec
+import pyarrow as pa
+
+from events import PolicySet, SessionRequested, decode, encode
+from projections import rows
+from projections.schema import DDL, SCHEMA_VERSION, TABLES
+from projections.snapshot import ENDED_STUB, decode_state, encode_state
+from services.domain.state import ClusterState, SessionView, evolve
+from services.domain.status import ENDED
+from services.ports import Malformed, Record
+
+__all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
+    "ProjectionError",
+    "ProjectionStore",
+    "SchemaMismatch",
+    "StoreLocked",
+    "connect_reader",
+    "record_of",
+    "restore_state",
+]
+
+DEFAULT_SNAPSHOT_EVERY = 10_000
+_MALFORMED_PAYLOAD_KEPT = 4096  # as the log adapters keep of a payload that is no event
+_ENDED_SQL = ", ".join(f"'{s.value}'" for s in sorted(ENDED))
+
+
+class ProjectionError(Exception):
+    """The projection store cannot be used as asked."""
+
+
+class StoreLocked(ProjectionError):
+    """Another process has the database file open for writing."""
+
+
+class SchemaMismatch(ProjectionError):
+    """The database was written by another schema version; rebuild it."""
+
+
+def record_of(seq: int, subject: str, payload: bytes) -> Record:
+    """Decode one stored message as the log adapters do (Malformed if it is no event)."""
+    try:
+        event = decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return Record(
+            seq=seq,
+            subject=subject,
+            event=Malformed(error=str(e), payload=payload[:_MALFORMED_PAYLOAD_KEPT]),
+        )
+    return Record(seq=seq, subject=subject, event=event)
+
+
+def _payload(r: Record) -> bytes:
+    """What the events table keeps: the event's canonical JSON, or the bytes that are none."""
+    if isinstance(r.event, Malformed):
+        return r.event.payload
+    return encode(r.event)
+
+
+def _connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    try:
+        con = duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as e:
+        if "lock" in str(e).lower():
+            raise StoreLocked(f"{path} is open in another process: {e}") from e
+        raise ProjectionError(f"cannot open {path}: {e}") from e
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def connect_reader(path: str) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a store no process is writing. Raises StoreLocked."""
+    return _connect(path, read_only=True)
+
+
+class ProjectionStore:
+    """The tables of one DuckDB file and the fold's state they were made from."""
+
+    def __init__(self, path: str | Path, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
+        """Open (or create) the store at ``path``; ``:memory:`` for a private one.
+
+        Raises StoreLocked, SchemaMismatch, or ProjectionError.
+        """
+        if snapshot_every < 1:
+            raise ValueError("snapshot_every must be at least 1")
+        self.path = str(path)
+        self.snapshot_every = snapshot_every
+        self.con = _connect(self.path)
+        self._cursor_lock = threading.Lock()
+        self._reader_root = self.con.cursor()
+        try:
+            self._init_schema()
+            self.state = self._restore()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def _init_schema(self) -> None:
+        for statement in DDL:
+            self.con.execute(statement)
+        found = dict(self.con.execute("SELECT key, value FROM meta").fetchall())
+        if not found:
+            self.con.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?), ('last_seq', 0)", [SCHEMA_VERSION]
+            )
+        elif found.get("schema_version") != SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"{self.path} has schema version {found.get('schema_version')}, this is "
+                f"{SCHEMA_VERSION}: rebuild it (fgpu projections rebuild)"
+            )
+
+    def close(self) -> None:
+        self._reader_root.close()
+        self.con.close()
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence applied to the tables (and to ``state``)."""
+        return self.state.last_seq
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own for a reader; it sees committed batches only."""
+        with self._cursor_lock:
+            return self._reader_root.cursor()
+
+    # ---- restoring the fold ---------------------------------------------------------------
+
+    def _restore(self) -> ClusterState:
+        row = self.con.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()
+        checkpoint = int(row[0]) if row else 0
+        state = restore_state(self.con, checkpoint, all_ended=True)
+        _compact(state, list(state.sessions.values()))
+        state.changed.clear()
+        state.changed_agents.clear()
+        return state
+
+    # ---- applying batches -----------------------------------------------------------------
+
+    def apply_raw(
+        self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
+    ) -> int:
+        """Decode stored messages and apply them (see ``apply``); the new ``last_seq``."""
+        last = self.state.last_seq
+        records = [
+            record_of(seq, subject, payload)
+            for seq, subject, payload in zip(seqs, subjects, payloads, strict=True)
+            if seq > last
+        ]
+        return self.apply(records)
+
+    def apply(self, records: Sequence[Record]) -> int:
+        """Fold ``records`` and write what they changed, with the new ``last_seq``, at once.
+
+        Records at or below ``last_seq`` are skipped. Returns the new ``last_seq``. If the
+        transaction fails the state is restored from the tables and ProjectionError raised.
+        """
+        s = self.state
+        before = s.last_seq
+        fresh = [r for r in records if r.seq > before]
+        if not fresh:
+            return before
+        errors: list[str | None] = []
+        snapshots: list[tuple[int, bytes]] = []
+        touched: dict[str, None] = {}
+        owners: dict[str, None] = {}
+        every = self.snapshot_every
+        for r in fresh:
+            # A snapshot at each multiple of ``every``: the state after the last record at
+            # or below it, taken once a record beyond it shows that nothing else is coming.
+            boundary = -(-s.last_seq // every) * every
+            if s.last_seq > 0 and s.last_seq <= boundary < r.seq:
+                snapshots.append((s.last_seq, encode_state(s)))
+            evolve(s, r)
+            e = r.event
+            if isinstance(e, Malformed):
+                errors.append(e.error)
+                continue
+            problem = s.malformed.get(r.seq)
+            errors.append(problem[1] if problem is not None else None)
+            sid = getattr(e, "session_id", None)
+            if sid is not None:
+                touched[sid] = None
+            if isinstance(e, PolicySet):
+                owners[e.owner] = None
+        for sid in s.changed:
+            touched[sid] = None
+        views = [
+            v for sid in touched if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
+        ]
+        agent_ids = dict(s.changed_agents)
+        for v in views:
+            owners[v.owner] = None
+            if v.agent_id is not None:
+                agent_ids[v.agent_id] = None
+        tables = {
+            "events": rows.event_table(fresh, [_payload(r) for r in fresh], errors),
+            "sessions": rows.session_table(views),
+            "session_history": rows.history_table(views, before),
+            "owners": rows.owner_table(rows.changed_owners(s, owners)),
+            "policies": rows.policy_table(s.policies[o] for o in sorted(owners) if o in s.policies),
+            "snapshots": rows.snapshot_table(snapshots),
+        }
+        agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
+        tables["agents"], tables["gpus"], tables["gpu_shares"] = rows.agent_tables(agents)
+        # Rows to replace: every row of what changed is written anew.
+        replace = {
+            "sessions": ("session_id", [v.session_id for v in views]),
+            "agents": ("agent_id", list(agent_ids)),
+            "gpus": ("agent_id", list(agent_ids)),
+            "gpu_shares": ("agent_id", list(agent_ids)),
+            "owners": ("owner", list(owners)),
+            "policies": ("owner", list(owners)),
+        }
+        try:
+            self._write(tables, replace, s.last_seq)
+        except duckdb.Error as e:
+            self.state = self._restore()
+            raise ProjectionError(
+                f"could not apply records {fresh[0].seq}-{fresh[-1].seq}: {e}"
+            ) from e
+        _compact(s, views)
+        s.changed.clear()
+        s.changed_agents.clear()
+        return s.last_seq
+
+    def _write(
+        self,
+        tables: dict[str, pa.Table],
+        replace: dict[str, tuple[str, list[str]]],
+        last_seq: int,
+    ) -> None:
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for name, table in tables.items():
+                key = replace.get(name)
+                if key is not None and key[1]:
+                    column, values = key
+                    keys = pa.table({"k": pa.array(values, pa.string())})
+                    with _registered(con, "_keys", keys):
+                        con.execute(f"DELETE FROM {name} WHERE {column} IN (SELECT k FROM _keys)")
+                if table.num_rows:
+                    with _registered(con, "_rows", table):
+                        con.execute(f"INSERT INTO {name} SELECT * FROM _rows")
+            con.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", [last_seq])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    # ---- maintenance ----------------------------------------------------------------------
+
+    def wipe(self) -> None:
+        """Empty every table (for a rebuild from the start of the log)."""
+        self.con.execute("BEGIN TRANSACTION")
+        for name in TABLES:
+            self.con.execute(f"DELETE FROM {name}")
+        self.con.execute("UPDATE meta SET value = 0 WHERE key = 'last_seq'")
+        self.con.execute("COMMIT")
+        self.state = ClusterState()
+
+
+@contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)
+
+
+def _compact(s: ClusterState, views: Sequence[SessionView]) -> None:
+    """Let ended sessions go: their rows are written and the fold never changes them."""
+    for v in views:
+        if v.status in ENDED and v is not ENDED_STUB:
+            s.sessions[v.session_id] = ENDED_STUB
+
+
+def restore_state(
+    con: duckdb.DuckDBPyConnection, seq: int, *, all_ended: bool = False
+) -> ClusterState:
+    """The fold's state as of ``seq`` (at most the store's ``last_seq``), from the tables.
+
+    Starts from the newest snapshot at or below ``seq`` and folds the stored events after
+    it. Ended sessions are stubs; with ``all_ended`` every session ended by then gets one,
+    otherwise only those a later request in the folded range names again.
+    """
+    snap = con.execute(
+        "SELECT seq, state FROM snapshots WHERE seq <= ? ORDER BY seq DESC LIMIT 1", [seq]
+    ).fetchone()
+    snap_seq = int(snap[0]) if snap else 0
+    records = _stored_records(con, snap_seq, seq)
+    if all_ended:
+        ended = _ended_ids(con, snap_seq)
+    else:
+        named = [r.event.session_id for r in records if isinstance(r.event, SessionRequested)]
+        ended = _ended_ids(con, snap_seq, among=named) if named else []
+    state = decode_state(bytes(snap[1]), ended) if snap else ClusterState()
+    if not snap:
+        for sid in ended:
+            state.sessions[sid] = ENDED_STUB
+    for r in records:
+        evolve(state, r)
+    return state
+
+
+def _ended_ids(
+    con: duckdb.DuckDBPyConnection, seq: int, among: list[str] | None = None
+) -> list[str]:
+    sql = f"SELECT session_id FROM session_history WHERE seq <= ? AND status IN ({_ENDED_SQL})"
+    if among is None:
+        return [r[0] for r in con.execute(sql, [seq]).fetchall()]
+    with _registered(con, "_among", pa.table({"k": pa.array(among, pa.string())})):
+        found = con.execute(sql + " AND session_id IN (SELECT k FROM _among)", [seq]).fetchall()
+    return [r[0] for r in found]
+
+
+def _stored_records(con: duckdb.DuckDBPyConnection, after: int, until: int) -> list[Record]:
+    """The records after ``after`` up to ``until``, decoded from the events table."""
+    out: list[Record] = []
+    if until <= after:
+        return out
+    result = con.execute(
+        "SELECT seq, subject, type, error, payload FROM events "
+        "WHERE seq > ? AND seq <= ? ORDER BY seq",
+        [after, until],
+    )
+    while chunk := result.fetchmany(10_000):
+        for seq, subject, kind, error, payload in chunk:
+            data = bytes(payload)
+            if kind == "malformed":
+                out.append(
+                    Record(seq=seq, subject=subject, event=Malformed(error=error, payload=data))
+                )
+            else:
+                out.append(Record(seq=seq, subject=subject, event=decode(data)))
+    return out

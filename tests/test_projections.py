@@ -1,0 +1,348 @@
+"""The projection store: batches, restarts and redelivery never change what it holds.
+
+Random logs (hypothesis) of every event type, in orders the actors would never write
+(duplicates, late reports, reports from the wrong agent, requests on the wrong subject,
+bytes that are no event), are applied in random batches with restarts and redeliveries,
+and compared row for row with the same log applied in one go; the tables and the time
+travel agree with the pure fold.
+"""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from events import (
+    AgentLost,
+    AgentRegistered,
+    AnyEvent,
+    DestroyRejected,
+    DevicePlacement,
+    GpuInfo,
+    PayloadRejected,
+    PolicySet,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionErrored,
+    SessionPreparing,
+    SessionQueued,
+    SessionRejected,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+    Slots,
+    encode,
+)
+from events import subjects as subj
+from projections.compare import differences
+from projections.replay import seq_at, state_at
+from projections.snapshot import decode_state, encode_state
+from projections.store import ProjectionStore, record_of
+from services.domain.state import ClusterState, fold
+from services.ports import Record
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+SESSIONS = ["s0", "s1", "s2", "s3", "s4"]
+AGENTS = ["a0", "a1"]
+OWNERS = ["alice", "bob"]
+
+Raw = tuple[str, bytes]  # subject, payload
+
+
+def _id() -> str:
+    return uuid.uuid4().hex
+
+
+def _env(k: int, actor: str, cause: str | None = None) -> dict[str, object]:
+    return {"id": _id(), "at": T0 + timedelta(seconds=k), "actor": actor, "causation_id": cause}
+
+
+@st.composite
+def _message(draw: st.DrawFn, k: int) -> Raw:
+    """One message of a random but meaningful log: ids from small pools, so they meet."""
+    sid = draw(st.sampled_from(SESSIONS))
+    aid = draw(st.sampled_from(AGENTS))
+    owner = draw(st.sampled_from(OWNERS))
+    kind = draw(st.integers(0, 17))
+    e: AnyEvent
+    subject = subj.LEDGER
+    if kind == 0:
+        fgpu = draw(st.sampled_from([0, 25, 50, 100, 150, 250]))
+        e = SessionRequested(
+            **_env(k, owner),
+            session_id=sid,
+            owner=owner,
+            image=draw(st.sampled_from(["img:1", "img:2"])),
+            command=("sleep", "1"),
+            slots=Slots(cpu=500, mem=1 << 30, fgpu=fgpu),
+            priority=draw(st.integers(0, 3)),
+        )
+        wrong = draw(st.booleans()) and draw(st.booleans())
+        subject = subj.request("mallory" if wrong else owner, sid)
+    elif kind == 1:
+        e = SessionAdmitted(**_env(k, "quota"), session_id=sid, owner=owner)
+        subject = subj.quota(owner)
+    elif kind == 2:
+        e = SessionRejected(
+            **_env(k, "quota"), session_id=sid, owner=owner, code="quota", reason="r"
+        )
+        subject = subj.quota(owner)
+    elif kind == 3:
+        e = SessionQueued(**_env(k, "scheduler"), session_id=sid, reason="no room")
+    elif kind == 4:
+        gpu = draw(st.integers(0, 2))
+        e = SessionScheduled(
+            **_env(k, "scheduler"),
+            session_id=sid,
+            owner=owner,
+            agent_id=aid,
+            slots=Slots(cpu=500, mem=1 << 30, fgpu=100),
+            devices=(DevicePlacement(gpu_index=gpu, fgpu=draw(st.sampled_from([50, 100]))),),
+        )
+    elif kind == 5:
+        e = SessionCancelled(**_env(k, "scheduler"), session_id=sid, owner=owner, reason="gone")
+    elif kind == 6:
+        e = SessionTerminating(**_env(k, "scheduler"), session_id=sid, agent_id=aid, reason="rm")
+    elif kind in (7, 8, 9, 10):
+        subject = subj.agent_session(aid, sid)
+        actor = f"agent:{aid}"
+        if kind == 7:
+            e = SessionPreparing(**_env(k, actor), session_id=sid, agent_id=aid)
+        elif kind == 8:
+            e = SessionRunning(**_env(k, actor), session_id=sid, agent_id=aid, container_id="c")
+        elif kind == 9:
+            code = draw(st.sampled_from([0, 1, 137, None]))
+            e = SessionTerminated(
+                **_env(k, actor), session_id=sid, agent_id=aid, exit_code=code, reason="exit"
+            )
+        else:
+            e = SessionErrored(**_env(k, actor), session_id=sid, agent_id=aid, reason="no image")
+    elif kind == 11:
+        e = SessionDestroyRequested(**_env(k, owner), session_id=sid, requester=owner)
+        subject = subj.request(owner, sid)
+    elif kind == 12:
+        e = DestroyRejected(**_env(k, "scheduler"), session_id=sid, requester=owner, reason="no")
+    elif kind == 13:
+        e = PolicySet(
+            **_env(k, "admin"),
+            owner=owner,
+            max_concurrent_sessions=draw(st.one_of(st.none(), st.integers(0, 3))),
+            max_slots=draw(st.one_of(st.none(), st.just(Slots(cpu=1000, mem=1 << 31, fgpu=200)))),
+        )
+        subject = subj.quota(owner)
+    elif kind == 14:
+        gpus = draw(st.integers(1, 2))
+        e = AgentRegistered(
+            **_env(k, f"agent:{aid}"),
+            agent_id=aid,
+            capacity=Slots(cpu=8000, mem=1 << 34, fgpu=200 * gpus),
+            gpus=tuple(
+                GpuInfo(index=i, uuid=f"GPU-{aid}-{i}", model="M", mem=1 << 34, sm_count=80)
+                for i in range(gpus)
+            ),
+            fgpu_per_gpu=200,
+            images=("img:1",),
+        )
+        subject = subj.agent(aid)
+    elif kind == 15:
+        e = AgentLost(**_env(k, "scheduler"), agent_id=aid, reason="silent")
+    elif kind == 16:
+        e = PayloadRejected(**_env(k, "quota"), stream_seq=k, subject=subj.SYS, error="bad")
+        subject = subj.SYS
+    else:
+        return subj.SYS, draw(st.sampled_from([b"not json", b'{"type": "nope.v1"}', b"[]"]))
+    return subject, encode(e)
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> list[Raw]:
+    n = draw(st.integers(0, 70))
+    out: list[Raw] = [draw(_message(k)) for k in range(n)]
+    # Resends: the same message twice (the fold must treat the copy as a no-op or a dup).
+    for _ in range(draw(st.integers(0, 3))):
+        if out:
+            out.insert(draw(st.integers(0, len(out))), out[draw(st.integers(0, len(out) - 1))])
+    return out
+
+
+def _records(log: list[Raw]) -> list[Record]:
+    return [record_of(i + 1, subject, payload) for i, (subject, payload) in enumerate(log)]
+
+
+def _apply_in_one_go(path: Path, records: list[Record], every: int) -> None:
+    store = ProjectionStore(path, snapshot_every=every)
+    store.apply(records)
+    store.close()
+
+
+def _session_rows(store: ProjectionStore) -> dict[str, tuple[object, ...]]:
+    rows = store.con.execute(
+        "SELECT session_id, status, agent_id, devices, exit_code, reason, waiting FROM sessions"
+    ).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def _fold_rows(s: ClusterState) -> dict[str, tuple[object, ...]]:
+    return {
+        v.session_id: (
+            v.status.value,
+            v.agent_id,
+            [{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices],
+            v.exit_code,
+            v.reason,
+            v.waiting,
+        )
+        for v in s.sessions.values()
+    }
+
+
+def _shares(s: ClusterState) -> dict[tuple[str, int], dict[str, int]]:
+    return {
+        (a.agent_id, i): dict(g.shares)
+        for a in s.agents.values()
+        for i, g in a.gpus.items()
+        if g.shares
+    }
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    log=logs(),
+    cuts=st.lists(st.integers(1, 30), min_size=1, max_size=8),
+    every=st.integers(1, 20),
+    restart_each=st.integers(2, 5),
+)
+def test_batches_restarts_and_redelivery_change_nothing(
+    tmp_path_factory: pytest.TempPathFactory,
+    log: list[Raw],
+    cuts: list[int],
+    every: int,
+    restart_each: int,
+) -> None:
+    tmp = tmp_path_factory.mktemp("p")
+    records = _records(log)
+    _apply_in_one_go(tmp / "one.duckdb", records, every)
+
+    store = ProjectionStore(tmp / "batched.duckdb", snapshot_every=every)
+    i = 0
+    k = 0
+    while i < len(records):
+        j = min(len(records), i + cuts[k % len(cuts)])
+        # A redelivery: the batch comes with some of what was applied before it.
+        again = records[max(0, i - cuts[(k + 1) % len(cuts)]) : j]
+        assert store.apply(again) == records[j - 1].seq
+        assert store.apply(records[i:j]) == records[j - 1].seq  # and once more: a no-op
+        i = j
+        k += 1
+        if k % restart_each == 0:  # a crash between batches: reopen from the file
+            store.close()
+            store = ProjectionStore(tmp / "batched.duckdb", snapshot_every=every)
+    truth = fold(records)
+    assert _session_rows(store) == _fold_rows(truth)
+    store.close()
+    assert differences(tmp / "one.duckdb", tmp / "batched.duckdb") == {}
+
+
+@settings(max_examples=15, deadline=None)
+@given(log=logs(), every=st.integers(1, 15), data=st.data())
+def test_time_travel_is_the_fold_of_the_prefix(
+    tmp_path_factory: pytest.TempPathFactory, log: list[Raw], every: int, data: st.DataObject
+) -> None:
+    records = _records(log)
+    path = tmp_path_factory.mktemp("t") / "p.duckdb"
+    _apply_in_one_go(path, records, every)
+    store = ProjectionStore(path, snapshot_every=every)
+    try:
+        for _ in range(3):
+            n = data.draw(st.integers(0, len(records)))
+            past = state_at(store.cursor(), n)
+            truth = fold(records[:n])
+            assert past.seq == n
+            live = {v.session_id: v for v in past.sessions() if v.status.value not in _ENDED}
+            expected = {k: v for k, v in _fold_rows(truth).items() if v[0] not in _ENDED}
+            assert _fold_rows(_with(live)) == expected
+            assert _shares(past.state) == _shares(truth)
+            ended = sum(1 for v in truth.sessions.values() if v.status.value in _ENDED)
+            assert sum(past.ended_counts.values()) == ended
+            for aid, a in truth.agents.items():
+                b = past.state.agents[aid]
+                assert (b.allocated, b.lost, b.capacity) == (a.allocated, a.lost, a.capacity)
+            assert past.state.usage == truth.usage
+    finally:
+        store.close()
+
+
+_ENDED = {"TERMINATED", "CANCELLED", "ERROR", "REJECTED"}
+
+
+def _with(sessions: dict[str, object]) -> ClusterState:
+    s = ClusterState()
+    s.sessions = sessions  # type: ignore[assignment]
+    return s
+
+
+def test_an_event_is_stamped_and_found_by_time(tmp_path: Path) -> None:
+    log: list[Raw] = []
+    for k, owner in enumerate(OWNERS):
+        e = SessionRequested(
+            **_env(k * 10, owner),
+            session_id=f"s{k}",
+            owner=owner,
+            image="img:1",
+            slots=Slots(fgpu=100),
+        )
+        log.append((subj.request(owner, f"s{k}"), encode(e)))
+    store = ProjectionStore(tmp_path / "p.duckdb")
+    try:
+        store.apply(_records(log))
+        con = store.cursor()
+        assert seq_at(con, T0 - timedelta(seconds=1)) == 0
+        assert seq_at(con, T0) == 1
+        assert seq_at(con, T0 + timedelta(seconds=9)) == 1
+        assert seq_at(con, T0 + timedelta(hours=1)) == 2
+        past = state_at(con, 1)
+        assert past.at == T0 and [v.session_id for v in past.sessions()] == ["s0"]
+    finally:
+        store.close()
+
+
+def test_a_snapshot_round_trips_and_folds_on_the_same(tmp_path: Path) -> None:
+    records = _records(
+        [
+            (subj.agent("a0"), encode(_agent("a0"))),
+            (subj.request("alice", "s0"), encode(_request("alice", "s0", 1))),
+            (
+                subj.quota("alice"),
+                encode(SessionAdmitted(**_env(2, "quota"), session_id="s0", owner="alice")),
+            ),
+        ]
+    )
+    s = fold(records)
+    copy = decode_state(encode_state(s))
+    assert encode_state(copy) == encode_state(s)
+    assert copy.sessions["s0"].status.value == "PENDING"
+    assert copy.queue == s.queue and copy.usage == s.usage
+
+
+def _agent(aid: str) -> AgentRegistered:
+    return AgentRegistered(
+        **_env(0, f"agent:{aid}"),
+        agent_id=aid,
+        capacity=Slots(cpu=8000, mem=1 << 34, fgpu=200),
+        gpus=(GpuInfo(index=0, uuid="GPU-0", model="M", mem=1 << 34, sm_count=80),),
+        fgpu_per_gpu=200,
+    )
+
+
+def _request(owner: str, sid: str, k: int) -> SessionRequested:
+    return SessionRequested(
+        **_env(k, owner), session_id=sid, owner=owner, image="img:1", slots=Slots(fgpu=100)
+    )

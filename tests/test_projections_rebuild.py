@@ -1,0 +1,169 @@
+"""A live projection equals a rebuild from the start of the log, row for row.
+
+Real actors (quota, scheduler, agents on the dummy runtime) over a real NATS server run a
+random workload (hypothesis) while the projector follows the log, and is killed and
+restarted along the way. Then ``rebuild`` (the bulk reader) makes a second store from the
+start of the log: both hold exactly the same rows, and the rows say what the fold says.
+"""
+
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+import hypothesis.strategies as st
+import pytest
+from anyio.abc import TaskGroup
+from hypothesis import HealthCheck, given, settings
+
+from events import Slots
+from projections import ProjectionStore, Projector, rebuild
+from projections.compare import differences
+from services.actors.agent import AgentActor
+from services.actors.common import SystemClock
+from services.actors.quota import QuotaActor
+from services.actors.scheduler import SchedulerActor
+from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.jetstream import JetStreamLog, connect
+from services.client import Client
+from services.domain.state import ClusterState
+from tests.cluster import GIB, agent_config
+
+IMAGE = "fgpu/busybox:latest"
+OWNERS = ("alice", "bob")
+Step = tuple[str, int, int]  # (what, a, b)
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("create"), st.integers(0, 1), st.sampled_from([25, 50, 100, 150, 300])),
+        st.tuples(st.just("destroy"), st.integers(0, 30), st.just(0)),
+        st.tuples(st.just("policy"), st.integers(0, 1), st.integers(1, 3)),
+        st.tuples(st.just("restart"), st.just(0), st.just(0)),
+        st.tuples(st.just("bad"), st.just(0), st.just(0)),
+    ),
+    min_size=4,
+    max_size=12,
+)
+
+
+def _settled(ids: list[str]) -> Callable[[ClusterState], bool]:
+    def done(s: ClusterState) -> bool:
+        if s.destroys:
+            return False
+        for i in ids:
+            v = s.sessions.get(i)
+            if v is None:
+                return False
+            stable = v.status.value in ("RUNNING", "REJECTED", "CANCELLED", "TERMINATED", "ERROR")
+            if not stable and not (v.status.value == "PENDING" and v.waiting is not None):
+                return False
+        return True
+
+    return done
+
+
+class _Live:
+    """A projector on its own store, which can be killed and started again."""
+
+    def __init__(self, log: JetStreamLog, path: Path, tg: TaskGroup) -> None:
+        self.log, self.path, self.tg = log, path, tg
+        self.scope: anyio.CancelScope | None = None
+        self.store: ProjectionStore | None = None
+        self.projector: Projector | None = None
+
+    async def start(self) -> None:
+        self.store = ProjectionStore(self.path, snapshot_every=7)
+        self.projector = Projector(self.log, self.store)
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        scope, projector, done = self.scope, self.projector, self.done
+
+        async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            try:
+                with scope:
+                    await projector.run(task_status=task_status)
+            finally:
+                done.set()
+
+        await self.tg.start(run)
+
+    async def stop(self) -> None:
+        """Kill the projector between two awaits, as a crash would, then close its file."""
+        assert self.scope is not None and self.store is not None
+        self.scope.cancel()
+        await self.done.wait()  # a batch being written in its thread finishes first
+        await anyio.to_thread.run_sync(self.store.close)
+
+
+async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
+    log = await connect(url)
+    try:
+        await log.js.delete_stream("FGPU")
+    finally:
+        await log.ensure_stream()
+    clock = SystemClock()
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(log.close)
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        await tg.start(QuotaActor(log, clock).run)
+        await tg.start(SchedulerActor(log, clock).run)
+        for n in range(2):
+            config = agent_config(f"a{n}", gpus=2, fgpu_per_gpu=200)
+            await tg.start(AgentActor(log, DummyRuntime(), clock, config).run)
+        live = _Live(log, tmp / "live.duckdb", tg)
+        await live.start()
+        clients = [Client(log, clock, o) for o in OWNERS]
+        ids: list[str] = []
+        for what, a, b in plan:
+            if what == "create":
+                slots = Slots(cpu=100, mem=GIB, fgpu=b)
+                ids += await clients[a].create(image=IMAGE, slots=slots, count=3)
+            elif what == "destroy" and ids:
+                target = ids[a % len(ids)]
+                await clients[OWNERS.index("alice" if a % 3 else "bob")].destroy(target)
+            elif what == "policy":
+                await clients[0].set_policy(OWNERS[a], max_sessions=b, max_slots=None)
+            elif what == "restart":
+                await live.stop()
+                await live.start()
+            elif what == "bad":
+                await log.js.publish("fgpu.req.alice.s0bad", b"{not an event")
+        with anyio.fail_after(30):
+            await clients[0].wait_until(_settled(ids))
+        end = await log.last_seq()
+        assert live.projector is not None
+        with anyio.fail_after(10):
+            await live.projector.wait_beyond(end - 1)
+        await live.stop()
+        tg.cancel_scope.cancel()
+
+    log = await connect(url)
+    try:
+        result = await rebuild(log, tmp / "rebuilt.duckdb", snapshot_every=7)
+        truth = await Client(log, clock, "alice").state()
+    finally:
+        await log.close()
+    assert result.events == end
+    assert differences(tmp / "live.duckdb", tmp / "rebuilt.duckdb") == {}
+    store = ProjectionStore(tmp / "rebuilt.duckdb", snapshot_every=7)
+    try:
+        found = dict(store.con.execute("SELECT session_id, status FROM sessions").fetchall())
+        assert found == {sid: v.status.value for sid, v in truth.sessions.items()}
+        used = dict(store.con.execute("SELECT agent_id, alloc_fgpu FROM agents").fetchall())
+        assert used == {aid: a.allocated.fgpu for aid, a in truth.agents.items()}
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=steps)
+def test_a_live_projection_equals_a_rebuild_row_for_row(
+    nats_url: str, tmp_path_factory: pytest.TempPathFactory, plan: list[Step]
+) -> None:
+    tmp = tmp_path_factory.mktemp("rebuild")
+    anyio.run(_workload, nats_url, tmp, plan, backend="asyncio")
