@@ -12,13 +12,16 @@ import pytest
 from cli_stack import docker, fgpu_up
 from docker_env import require_docker
 
+from tests.shim.shim_kit import build_shim
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 GIB = 1 << 30
 
 
 def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
     require_docker()
-    with fgpu_up(tmp_path) as stack:
+    shim = build_shim(tmp_path / "shim")
+    with fgpu_up(tmp_path, "--shim-dir", str(shim)) as stack:
         created = stack.json(
             "session",
             "create",
@@ -53,8 +56,16 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
             assert labels["fgpu.session"] == s["id"]
             assert labels["fgpu.agent"] == stack.agent_id
             env = dict(e.split("=", 1) for e in inspect["Config"]["Env"])
-            assert env["FGPU_DEVICE_MEMORY_LIMITS"] == str(8 * GIB)  # half of 16 GiB
-            assert env["FGPU_DEVICE_SM_SHARES"] == "0.5"
+            assert env["FGPU_MEM_LIMIT"] == str(8 * GIB)  # half of 16 GiB
+            assert env["FGPU_SM_SHARE"] == "0.5"
+            assert env["FGPU_REGION"] == "/run/fgpu/region"
+            assert env["LD_LIBRARY_PATH"] == "/opt/fgpu/lib"
+            mounts = {m["Destination"]: m for m in inspect["Mounts"]}
+            assert mounts["/opt/fgpu/lib"]["RW"] is False
+            assert mounts["/run/fgpu/region"]["RW"] is True
+            # The shim stands in for libcuda.so.1 inside the container.
+            listed = docker("exec", s["container"], "ls", "/opt/fgpu/lib")
+            assert "libcuda.so.1" in listed.split()
             assert inspect["HostConfig"]["Memory"] == 256 << 20
             assert inspect["HostConfig"]["NanoCpus"] == 500_000_000
         assert f"hello from {running[0]['id']}" in stack.fgpu("session", "logs", running[0]["id"])

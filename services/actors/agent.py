@@ -27,6 +27,8 @@ from events import (
     AgentRegistered,
     AnyEvent,
     GpuInfo,
+    GpuOomRefused,
+    GpuUsageSampled,
     SessionErrored,
     SessionPreparing,
     SessionRunning,
@@ -36,6 +38,7 @@ from events import (
 from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION, session_spec
+from services.domain.gpu_slice import slices
 from services.domain.state import ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.ports import (
@@ -47,6 +50,7 @@ from services.ports import (
     EventLog,
     ImageNotFound,
     LogError,
+    SliceRegions,
 )
 
 __all__ = ["AgentActor", "AgentConfig"]
@@ -65,6 +69,9 @@ class AgentConfig:
     mock_gpus: bool = False  # declared GPUs: never ask the engine for devices
     runtime_name: str = "docker"
     stop_timeout_s: float = 5.0
+    shim_lib_dir: str | None = None  # the built shim, mounted into every session's container
+    usage_interval_s: float = 5.0  # how often usage samples are published per session
+    oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
 
 
 @dataclass
@@ -82,7 +89,12 @@ class _Local:
 
 class AgentActor:
     def __init__(
-        self, events: EventLog, runtime: ContainerRuntime, clock: Clock, config: AgentConfig
+        self,
+        events: EventLog,
+        runtime: ContainerRuntime,
+        clock: Clock,
+        config: AgentConfig,
+        regions: SliceRegions | None = None,
     ) -> None:
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
@@ -90,6 +102,7 @@ class AgentActor:
         self.runtime = runtime
         self.clock = clock
         self.config = config
+        self.regions = regions
         self.name = f"agent:{config.agent_id}"
         self.local = _Local()
         self.state = ClusterState()
@@ -100,6 +113,8 @@ class AgentActor:
         async with anyio.create_task_group() as tg:
             self.attach(tg)
             await tg.start(self._follow)
+            if self.regions is not None:
+                tg.start_soon(self._meter, self.regions)
             task_status.started()
 
     def attach(self, tg: TaskGroup) -> None:
@@ -210,6 +225,8 @@ class AgentActor:
                 found = await self.runtime.list({LABEL_SESSION: session_id})
                 if found:
                     self.local.found[session_id] = found[0]
+        if self.regions is not None:
+            self.regions.remove(session_id)  # whichever way it ended
         self.local.supervised.pop(session_id, None)
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
@@ -240,7 +257,7 @@ class AgentActor:
             if v.status is S.SCHEDULED:
                 await self._report(session_id, SessionPreparing)
             try:
-                c = await self.runtime.run(self._spec(v))
+                c = await self.runtime.run(self._spec(v, self._create_region(v)))
             except ImageNotFound:
                 await self._report(
                     session_id, SessionErrored, reason=f"image {v.image!r} not found on the agent"
@@ -254,13 +271,114 @@ class AgentActor:
             await self._stop(sup)
         code = await self.runtime.wait(c.id)
         await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
+        if self.regions is not None:
+            self.regions.reclaim(session_id)  # its processes are all gone now
+        await self._publish_usage(session_id)
+        if self.regions is not None:
+            self.regions.remove(session_id)
         reason = "stopped on request" if sup.stop_requested else "exited"
         await self._report(session_id, SessionTerminated, exit_code=code, reason=reason)
 
-    def _spec(self, v: SessionView) -> ContainerSpec:
+    def _create_region(self, v: SessionView) -> str | None:
+        """The session's shared region with its slice, if this agent enforces slices."""
+        if self.regions is None:
+            return None
+        c = self.config
+        parts = slices(v.devices, {g.index: g for g in c.gpus}, c.fgpu_per_gpu)
+        return self.regions.create(
+            v.session_id, [p.mem_limit for p in parts], [p.sm_share_ppm for p in parts]
+        )
+
+    def _spec(self, v: SessionView, region_path: str | None) -> ContainerSpec:
         c = self.config
         gpus = {g.index: g for g in c.gpus}
-        return session_spec(v, c.agent_id, gpus, c.fgpu_per_gpu, request_devices=not c.mock_gpus)
+        return session_spec(
+            v,
+            c.agent_id,
+            gpus,
+            c.fgpu_per_gpu,
+            request_devices=not c.mock_gpus,
+            shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
+            region_path=region_path,
+        )
+
+    # ---- usage from the shim --------------------------------------------------------------
+
+    async def _meter(self, regions: SliceRegions) -> None:
+        """Publish out-of-memory refusals at once and usage samples every few seconds; give
+        back the bytes of processes that died in a container (kill -9 frees no memory in
+        the shared budget by itself)."""
+        c = self.config
+        every = max(1, round(c.usage_interval_s / c.oom_poll_s))
+        tick = 0
+        while True:
+            await anyio.sleep(c.oom_poll_s)
+            tick += 1
+            for session_id, sup in list(self.local.supervised.items()):
+                if sup.container_id is None:
+                    continue
+                regions.reclaim(session_id)
+                await self._publish_ooms(regions, session_id)
+                if tick % every == 0:
+                    await self._publish_usage(session_id)
+
+    async def _publish_ooms(self, regions: SliceRegions, session_id: str) -> None:
+        v = self.state.sessions.get(session_id)
+        ooms = regions.drain_ooms(session_id)
+        if v is None or not ooms:
+            return
+        prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
+        subject = subj.usage(self.config.agent_id, session_id)
+        limits = {d.index: d.mem_limit for d in regions.sample(session_id)}
+        items: list[tuple[str, AnyEvent]] = [
+            (
+                subject,
+                stamp(
+                    GpuOomRefused,
+                    prov,
+                    session_id=session_id,
+                    agent_id=self.config.agent_id,
+                    gpu_index=_host_index(v, o.index),
+                    pid=o.pid,
+                    requested=o.requested,
+                    mem_used=o.mem_used,
+                    mem_limit=limits.get(o.index, 0),
+                ),
+            )
+            for o in ooms
+        ]
+        await self.events.append_many(items)
+
+    async def _publish_usage(self, session_id: str) -> None:
+        """One sample per device of the session."""
+        v = self.state.sessions.get(session_id)
+        if self.regions is None or v is None:
+            return
+        samples = self.regions.sample(session_id)
+        if not samples:
+            return
+        prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
+        subject = subj.usage(self.config.agent_id, session_id)
+        items: list[tuple[str, AnyEvent]] = [
+            (
+                subject,
+                stamp(
+                    GpuUsageSampled,
+                    prov,
+                    session_id=session_id,
+                    agent_id=self.config.agent_id,
+                    gpu_index=_host_index(v, d.index),
+                    mem_used=d.mem_used,
+                    mem_peak=d.mem_peak,
+                    mem_limit=d.mem_limit,
+                    launches=d.launches,
+                    throttled_ns=d.throttled_ns,
+                    oom_refusals=d.refusals,
+                ),
+            )
+            for d in samples
+        ]
+        await self.events.append_many(items)
 
     async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
         """Append one report on the session's subject, expecting its last sequence."""
@@ -272,3 +390,10 @@ class AgentActor:
             subject, e, expected_last_subject_seq=self.state.subject_seq.get(subject, 0)
         )
         self.state.subject_seq[subject] = seq
+
+
+def _host_index(v: SessionView, container_index: int) -> int:
+    """The agent's GPU index of the session's ``container_index``-th visible device."""
+    if 0 <= container_index < len(v.devices):
+        return v.devices[container_index].gpu_index
+    return container_index

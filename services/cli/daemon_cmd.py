@@ -1,5 +1,6 @@
 """``fgpu up`` (everything in one process) and ``fgpu agent|scheduler|quota`` (one each)."""
 
+import dataclasses
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from events import GpuInfo, Slots
 from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
+from services.adapters.shim_regions import ShimRegions, shim_lib_dir
 from services.cli.options import Settings, console, fail, resolve_nats, run_async
 from services.cli.stack import (
     StackInfo,
@@ -28,7 +30,7 @@ from services.cli.stack import (
     state_file,
 )
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
-from services.ports import ContainerRuntime
+from services.ports import ContainerRuntime, SliceRegions
 
 __all__ = ["register"]
 
@@ -66,6 +68,31 @@ RuntimeOpt = Annotated[
     str | None, typer.Option(help="docker (default) or dummy (instant fake, for simulation).")
 ]
 ConfigOpt = Annotated[Path | None, typer.Option(help="Agent configuration file (TOML).")]
+ShimOpt = Annotated[
+    str | None,
+    typer.Option(help="Directory of the built shim (libcuda.so.1); default: gpu_shim/build/lib."),
+]
+NoShimOpt = Annotated[bool, typer.Option("--no-shim", help="Do not enforce slices with the shim.")]
+RegionsOpt = Annotated[
+    str | None,
+    typer.Option(help="Where the shim's per-session regions live (default: $FGPU_HOME/regions)."),
+]
+
+
+def _regions(
+    cfg: AgentConfig, shim_dir: str | None, no_shim: bool, regions_dir: str | None
+) -> tuple[AgentConfig, SliceRegions | None]:
+    """The agent's config with its shim, and the regions it enforces slices through."""
+    if no_shim:
+        return cfg, None
+    shim = shim_dir or shim_lib_dir()
+    if shim is None:
+        console.print("[yellow]no shim built (make -C gpu_shim): slices are not enforced[/]")
+        return cfg, None
+    if not Path(shim, "libcuda.so.1").exists():
+        fail(f"--shim-dir {shim} has no libcuda.so.1 (build it: make -C gpu_shim)")
+    root = regions_dir or str(state_file().parent / "regions" / cfg.agent_id)
+    return dataclasses.replace(cfg, shim_lib_dir=str(Path(shim).resolve())), ShimRegions(root)
 
 
 def _host_id() -> str:
@@ -164,6 +191,9 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="JetStream store directory (default: temporary).")
         ] = None,
         port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
+        shim_dir: ShimOpt = None,
+        no_shim: NoShimOpt = False,
+        regions_dir: RegionsOpt = None,
     ) -> None:
         """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
         try:
@@ -172,6 +202,7 @@ def register(app: typer.Typer) -> None:
             )
         except ValueError as e:
             fail(str(e))
+        cfg, regions = _regions(cfg, shim_dir, no_shim, regions_dir)
         try:
             server = nats_server.start(store, port)
         except nats_server.NatsServerError as e:
@@ -195,7 +226,7 @@ def register(app: typer.Typer) -> None:
                 tg.start_soon(_until_signalled, tg)
                 await tg.start(run_quota, events)
                 await tg.start(run_scheduler, events)
-                await tg.start(run_agent, events, rt, cfg)
+                await tg.start(run_agent, events, rt, cfg, regions)
                 console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
 
         try:
@@ -217,6 +248,9 @@ def register(app: typer.Typer) -> None:
         mem: MemOpt = None,
         runtime: RuntimeOpt = None,
         config: ConfigOpt = None,
+        shim_dir: ShimOpt = None,
+        no_shim: NoShimOpt = False,
+        regions_dir: RegionsOpt = None,
     ) -> None:
         """Run one agent against --nats URL: it runs the sessions placed on this node."""
         try:
@@ -225,6 +259,7 @@ def register(app: typer.Typer) -> None:
             )
         except ValueError as e:
             fail(str(e))
+        cfg, regions = _regions(cfg, shim_dir, no_shim, regions_dir)
         url = _url(ctx)
 
         async def main() -> None:
@@ -234,7 +269,7 @@ def register(app: typer.Typer) -> None:
                 anyio.create_task_group() as tg,
             ):
                 tg.start_soon(_until_signalled, tg)
-                await tg.start(run_agent, events, rt, cfg)
+                await tg.start(run_agent, events, rt, cfg, regions)
                 console.print(f"agent {cfg.agent_id} ready on {url}")
 
         run_async(main)

@@ -20,7 +20,7 @@ from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.jetstream import JetStreamLog, connect
 from services.domain.container_spec import LABEL_SESSION
-from services.ports import ContainerError, ContainerRuntime
+from services.ports import ContainerError, ContainerRuntime, SliceRegions
 
 __all__ = [
     "HEARTBEAT_S",
@@ -99,11 +99,12 @@ async def run_agent(
     events: JetStreamLog,
     runtime: ContainerRuntime,
     config: AgentConfig,
+    regions: SliceRegions | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The agent, its heartbeat, and its answer to ``fgpu session logs``."""
-    actor = AgentActor(events, runtime, SystemClock(), config)
+    actor = AgentActor(events, runtime, SystemClock(), config, regions)
 
     async def on_logs(msg: Msg) -> None:
         session_id = msg.data.decode(errors="replace")

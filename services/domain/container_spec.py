@@ -1,16 +1,26 @@
 """The container a session gets: limits, labels, and the fGPU shim's configuration."""
 
 from events import GpuInfo
-from services.domain.gpu_slice import slices
+from services.domain.gpu_slice import format_share, slices
 from services.domain.resources import format_fgpu
 from services.domain.state import SessionView
-from services.ports import ContainerSpec
+from services.ports import ContainerSpec, Mount
 
-__all__ = ["LABEL_AGENT", "LABEL_OWNER", "LABEL_SESSION", "container_name", "session_spec"]
+__all__ = [
+    "LABEL_AGENT",
+    "LABEL_OWNER",
+    "LABEL_SESSION",
+    "REGION_IN_CONTAINER",
+    "SHIM_IN_CONTAINER",
+    "container_name",
+    "session_spec",
+]
 
 LABEL_SESSION = "fgpu.session"
 LABEL_AGENT = "fgpu.agent"
 LABEL_OWNER = "fgpu.owner"
+SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # holds the shim as libcuda.so.1, first on the path
+REGION_IN_CONTAINER = "/run/fgpu/region"
 
 
 def container_name(agent_id: str, session_id: str) -> str:
@@ -24,12 +34,16 @@ def session_spec(
     fgpu_per_gpu: int,
     *,
     request_devices: bool,
+    shim_lib_dir: str | None = None,
+    region_path: str | None = None,
 ) -> ContainerSpec:
     """The spec for ``v``'s container on ``agent_id``.
 
-    The environment tells the shim its slice, per visible device in order:
-    FGPU_DEVICE_MEMORY_LIMITS (bytes) and FGPU_DEVICE_SM_SHARES (0-1). With
-    ``request_devices`` false (mock GPUs) the engine is not asked for any device.
+    The environment tells the shim its slice, per visible device in order (the shim's own
+    variables, see gpu_shim/README.md): FGPU_MEM_LIMIT (bytes) and FGPU_SM_SHARE (0-1).
+    With ``shim_lib_dir`` the shim is mounted first on the library path; with
+    ``region_path`` the session's shared region (read-write, the agent reads usage from
+    it). With ``request_devices`` false (mock GPUs) the engine is asked for no device.
     """
     parts = slices(v.devices, gpus, fgpu_per_gpu)
     uuids = tuple(p.gpu.uuid for p in parts)
@@ -37,11 +51,18 @@ def session_spec(
         "FGPU_SESSION_ID": v.session_id,
         "FGPU_OWNER": v.owner,
         "FGPU_AMOUNT": format_fgpu(v.slots.fgpu),
-        "FGPU_DEVICE_MEMORY_LIMITS": ",".join(str(p.mem_limit) for p in parts),
-        "FGPU_DEVICE_SM_SHARES": ",".join(f"{p.sm_share.normalize():f}" for p in parts),
+        "FGPU_MEM_LIMIT": ",".join(str(p.mem_limit) for p in parts),
+        "FGPU_SM_SHARE": ",".join(format_share(p.sm_share_ppm) for p in parts),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(parts))),
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
     }
+    mounts = []
+    if shim_lib_dir is not None:
+        mounts.append(Mount(source=shim_lib_dir, target=SHIM_IN_CONTAINER, read_only=True))
+        env["LD_LIBRARY_PATH"] = SHIM_IN_CONTAINER
+    if region_path is not None:
+        mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
+        env["FGPU_REGION"] = REGION_IN_CONTAINER
     return ContainerSpec(
         name=container_name(agent_id, v.session_id),
         image=v.image,
@@ -51,4 +72,5 @@ def session_spec(
         cpu_millis=v.slots.cpu,
         mem_bytes=v.slots.mem,
         gpu_uuids=uuids if request_devices else (),
+        mounts=tuple(mounts),
     )

@@ -1,0 +1,10 @@
+"""The read API (FastAPI) and the audit console: an entry point over the projections.
+
+Read only; it lives in the projector's process (``serve_read_api``), since only one
+process may write the DuckDB file and readers use cursors of the same database.
+"""
+
+from services.api.app import create_app
+from services.api.serve import ReadApi, default_db_path, open_store, serve_read_api
+
+__all__ = ["ReadApi", "create_app", "default_db_path", "open_store", "serve_read_api"]

@@ -1,0 +1,221 @@
+"""The read API's response bodies (they are its OpenAPI schema).
+
+Amounts are exact decimal strings as users write them (``"1.5"`` fGPU, ``"0.5"`` CPU
+cores); memory is in bytes. Times are RFC 3339 in UTC.
+"""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "Agent",
+    "AgentList",
+    "AgentUsage",
+    "Amounts",
+    "ClusterAt",
+    "Device",
+    "Event",
+    "EventPage",
+    "Gpu",
+    "GpuUsage",
+    "OwnerUsage",
+    "Problem",
+    "Session",
+    "SessionHistory",
+    "SessionPage",
+    "Share",
+    "StoryLine",
+    "Times",
+    "Transition",
+    "Usage",
+]
+
+
+class Problem(BaseModel):
+    """Every error: what was wrong, in words."""
+
+    detail: str
+    errors: list[dict[str, Any]] = []
+
+
+class Amounts(BaseModel):
+    fgpu: str = Field(description="fGPU, exact decimal (0.01 steps)")
+    cpu: str = Field(description="CPU cores, exact decimal (0.001 steps)")
+    mem: int = Field(description="bytes")
+
+
+class Device(BaseModel):
+    gpu: int
+    fgpu: str
+
+
+class Times(BaseModel):
+    """When the session entered each status (null: it never did)."""
+
+    requested: datetime | None = None
+    admitted: datetime | None = None
+    scheduled: datetime | None = None
+    preparing: datetime | None = None
+    running: datetime | None = None
+    terminating: datetime | None = None
+    ended: datetime | None = None
+
+
+class Session(BaseModel):
+    id: str
+    name: str | None
+    owner: str
+    status: str
+    image: str
+    command: list[str]
+    priority: int
+    requested: Amounts
+    holds_allocation: bool = Field(description="placed and not yet ended")
+    agent: str | None
+    devices: list[Device]
+    container: str | None
+    exit_code: int | None
+    reason: str | None = Field(description="why it was rejected, cancelled, stopped or failed")
+    waiting: str | None = Field(description="why the scheduler could not place it at first")
+    invalid: str | None
+    correlation_id: str
+    times: Times
+
+
+class SessionPage(BaseModel):
+    total: int
+    limit: int
+    offset: int
+    last_seq: int = Field(description="the last log sequence the projection holds")
+    sessions: list[Session]
+
+
+class Transition(BaseModel):
+    seq: int
+    at: datetime
+    status: str
+    event_id: str
+    actor: str | None
+    type: str | None
+
+
+class Event(BaseModel):
+    seq: int
+    subject: str
+    type: str = Field(description="the event's tag, or 'malformed'")
+    id: str | None
+    at: datetime | None
+    actor: str | None
+    causation_id: str | None
+    correlation_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    owner: str | None
+    error: str | None = Field(description="why the fold refused it, if it did")
+    data: dict[str, Any] | None = Field(description="the event as JSON")
+    raw: str | None = Field(description="the payload, when it is not JSON")
+
+
+class EventPage(BaseModel):
+    events: list[Event]
+    last_seq: int
+    next_after: int = Field(description="pass as `after` for the next page")
+
+
+class StoryLine(BaseModel):
+    seq: int
+    at: datetime
+    actor: str
+    text: str
+    effect: bool = Field(description="false: the fold ignored this event")
+
+
+class SessionHistory(BaseModel):
+    session: Session
+    summary: str
+    story: list[StoryLine]
+    transitions: list[Transition]
+    events: list[Event]
+
+
+class Share(BaseModel):
+    session: str
+    owner: str | None
+    fgpu: str
+
+
+class Gpu(BaseModel):
+    index: int
+    model: str
+    uuid: str
+    mem: int
+    sm_count: int
+    capacity: str
+    allocated: str
+    free: str
+    shares: list[Share]
+
+
+class Agent(BaseModel):
+    id: str
+    lost: bool
+    runtime: str
+    fgpu_per_gpu: str
+    capacity: Amounts
+    allocated: Amounts
+    free: Amounts
+    sessions: int
+    images: list[str]
+    gpus: list[Gpu]
+
+
+class AgentList(BaseModel):
+    last_seq: int
+    agents: list[Agent]
+
+
+class GpuUsage(BaseModel):
+    index: int
+    capacity: str
+    allocated: str
+    free: str
+
+
+class AgentUsage(BaseModel):
+    id: str
+    lost: bool
+    capacity: Amounts
+    allocated: Amounts
+    free: Amounts
+    gpus: list[GpuUsage]
+
+
+class OwnerUsage(BaseModel):
+    owner: str
+    sessions: int = Field(description="sessions holding an allocation on an agent")
+    allocated: Amounts
+    quota_sessions: int = Field(description="sessions counted against the owner's policy")
+    quota: Amounts
+
+
+class Usage(BaseModel):
+    last_seq: int
+    capacity: Amounts
+    allocated: Amounts
+    free: Amounts
+    agents: list[AgentUsage]
+    owners: list[OwnerUsage]
+
+
+class ClusterAt(BaseModel):
+    """The cluster as the log says it was after record ``seq``."""
+
+    seq: int
+    at: datetime | None = Field(description="when the event at `seq` happened")
+    last_seq: int
+    counts: dict[str, int] = Field(description="sessions by status, ended ones included")
+    sessions: list[Session] = Field(description="sessions that had not ended by then")
+    agents: list[Agent]
+    owners: list[OwnerUsage]

@@ -1,0 +1,126 @@
+"""Run the projector and the read API (with the console) in the caller's task group.
+
+Only one process may open a DuckDB file for writing, so the API lives beside the projector
+that writes the file, and reads it through cursors of the same database.
+"""
+
+import contextlib
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import structlog
+import uvicorn
+from anyio.abc import TaskStatus
+
+from projections import ProjectionStore, Projector, SchemaMismatch
+from services.api.app import create_app
+from services.ports import EventLog
+
+__all__ = ["ReadApi", "default_db_path", "open_store", "serve_read_api"]
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class ReadApi:
+    """Where the read API listens, once it is ready."""
+
+    url: str  # http://host:port
+    db_path: str
+    projector: Projector
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def console(self) -> str:
+        return f"{self.url}/console"
+
+    @property
+    def openapi(self) -> str:
+        return f"{self.url}/openapi.json"
+
+
+def default_db_path(home: Path) -> Path:
+    """Where ``fgpu up`` keeps its projections: beside its state file."""
+    return home / "projections.duckdb"
+
+
+def open_store(path: str | Path) -> ProjectionStore:
+    """The store at ``path``; one of another schema version is started afresh (it is
+    only ever a projection: the log rebuilds it). Blocks. Raises StoreLocked."""
+    try:
+        return ProjectionStore(path)
+    except SchemaMismatch as e:
+        log.warning("projections.schema_changed", path=str(path), error=str(e))
+        for stale in (Path(path), Path(f"{path}.wal")):
+            stale.unlink(missing_ok=True)
+        return ProjectionStore(path)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the caller's task group decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_read_api(
+    events: EventLog,
+    db_path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
+    free port), until cancelled. Signals readiness with the ``ReadApi`` (its URL) once the
+    projections have caught up with the log and the server listens.
+
+    Raises StoreLocked if another process has the file open, OSError if the port is taken.
+    """
+    store = await anyio.to_thread.run_sync(open_store, str(db_path))
+    try:
+        projector = Projector(events, store)
+        closing = anyio.Event()
+        app = create_app(projector, closing=closing)
+        sock = _listen(host, port)
+        bound = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        server = _Server(config)
+        async with anyio.create_task_group() as tg:
+            await tg.start(projector.run)
+            config.load()
+            server.lifespan = config.lifespan_class(config)
+            await server.startup(sockets=[sock])
+            shown = f"[{host}]" if ":" in host else host
+            task_status.started(ReadApi(f"http://{shown}:{bound}", str(db_path), projector))
+            try:
+                await server.main_loop()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    closing.set()  # event streams end, so their connections can close
+                    await server.shutdown(sockets=[sock])
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(store.close)

@@ -1,0 +1,248 @@
+"""Response bodies from projection rows (now) and from the fold's views (time travel).
+
+Both give the same shapes, so a client reads the cluster of the past as it reads today's.
+"""
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from events import Slots
+from services.api.models import (
+    Agent,
+    Amounts,
+    Device,
+    Event,
+    Gpu,
+    OwnerUsage,
+    Session,
+    Share,
+    Times,
+)
+from services.domain.resources import format_cpu, format_fgpu
+from services.domain.state import AgentView, ClusterState, SessionView
+from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+
+__all__ = [
+    "agent_from_row",
+    "agent_from_view",
+    "amounts",
+    "event_from_row",
+    "owners_from_rows",
+    "owners_from_state",
+    "session_from_row",
+    "session_from_view",
+]
+
+Row = dict[str, Any]
+S = SessionStatus
+_TIMES = {
+    S.REQUESTED: "requested",
+    S.PENDING: "admitted",
+    S.SCHEDULED: "scheduled",
+    S.PREPARING: "preparing",
+    S.RUNNING: "running",
+    S.TERMINATING: "terminating",
+    S.TERMINATED: "ended",
+    S.CANCELLED: "ended",
+    S.ERROR: "ended",
+    S.REJECTED: "ended",
+}
+
+
+def amounts(fgpu: int, cpu: int, mem: int) -> Amounts:
+    return Amounts(fgpu=format_fgpu(fgpu), cpu=format_cpu(cpu), mem=mem)
+
+
+def _slots(s: Slots) -> Amounts:
+    return amounts(s.fgpu, s.cpu, s.mem)
+
+
+def session_from_row(r: Row) -> Session:
+    return Session(
+        id=r["session_id"],
+        name=r["name"],
+        owner=r["owner"],
+        status=r["status"],
+        image=r["image"],
+        command=list(r["command"] or ()),
+        priority=r["priority"],
+        requested=amounts(r["req_fgpu"], r["req_cpu"], r["req_mem"]),
+        holds_allocation=r["holds_allocation"],
+        agent=r["agent_id"],
+        devices=[Device(gpu=d["gpu_index"], fgpu=format_fgpu(d["fgpu"])) for d in r["devices"]],
+        container=r["container_id"],
+        exit_code=r["exit_code"],
+        reason=r["reason"],
+        waiting=r["waiting"],
+        invalid=r["invalid"],
+        correlation_id=r["correlation_id"],
+        times=Times(
+            requested=r["requested_at"],
+            admitted=r["admitted_at"],
+            scheduled=r["scheduled_at"],
+            preparing=r["preparing_at"],
+            running=r["running_at"],
+            terminating=r["terminating_at"],
+            ended=r["ended_at"],
+        ),
+    )
+
+
+def session_from_view(v: SessionView) -> Session:
+    times = {_TIMES[t.status]: t.at for t in v.history}
+    return Session(
+        id=v.session_id,
+        name=v.name,
+        owner=v.owner,
+        status=v.status.value,
+        image=v.image,
+        command=list(v.command),
+        priority=v.priority,
+        requested=_slots(v.slots),
+        holds_allocation=v.status in HOLDS_ALLOCATION,
+        agent=v.agent_id,
+        devices=[Device(gpu=d.gpu_index, fgpu=format_fgpu(d.fgpu)) for d in v.devices],
+        container=v.container_id,
+        exit_code=v.exit_code,
+        reason=v.reason,
+        waiting=v.waiting,
+        invalid=v.invalid,
+        correlation_id=v.correlation_id,
+        times=Times(**times),
+    )
+
+
+def agent_from_row(a: Row) -> Agent:
+    return Agent(
+        id=a["agent_id"],
+        lost=a["lost"],
+        runtime=a["runtime"],
+        fgpu_per_gpu=format_fgpu(a["fgpu_per_gpu"]),
+        capacity=amounts(a["cap_fgpu"], a["cap_cpu"], a["cap_mem"]),
+        allocated=amounts(a["alloc_fgpu"], a["alloc_cpu"], a["alloc_mem"]),
+        free=amounts(a["free_fgpu"], a["free_cpu"], a["free_mem"]),
+        sessions=a["sessions"],
+        images=list(a["images"] or ()),
+        gpus=[
+            Gpu(
+                index=g["gpu_index"],
+                model=g["model"],
+                uuid=g["uuid"],
+                mem=g["mem"],
+                sm_count=g["sm_count"],
+                capacity=format_fgpu(g["capacity"]),
+                allocated=format_fgpu(g["allocated"]),
+                free=format_fgpu(g["free"]),
+                shares=[
+                    Share(session=s["session_id"], owner=s["owner"], fgpu=format_fgpu(s["fgpu"]))
+                    for s in g["shares"]
+                ],
+            )
+            for g in a["gpus"]
+        ],
+    )
+
+
+def agent_from_view(a: AgentView, owners: dict[str, str]) -> Agent:
+    """``owners``: session id -> owner, for the shares' labels."""
+    return Agent(
+        id=a.agent_id,
+        lost=a.lost,
+        runtime=a.runtime,
+        fgpu_per_gpu=format_fgpu(a.fgpu_per_gpu),
+        capacity=_slots(a.capacity),
+        allocated=_slots(a.allocated),
+        free=_slots(a.free),
+        sessions=len(a.sessions),
+        images=sorted(a.images),
+        gpus=[
+            Gpu(
+                index=index,
+                model=g.info.model,
+                uuid=g.info.uuid,
+                mem=g.info.mem,
+                sm_count=g.info.sm_count,
+                capacity=format_fgpu(g.capacity),
+                allocated=format_fgpu(g.allocated),
+                free=format_fgpu(g.free),
+                shares=[
+                    Share(session=sid, owner=owners.get(sid), fgpu=format_fgpu(q))
+                    for sid, q in g.shares.items()
+                ],
+            )
+            for index, g in sorted(a.gpus.items())
+        ],
+    )
+
+
+def owners_from_rows(rows: Iterable[Row]) -> list[OwnerUsage]:
+    return [
+        OwnerUsage(
+            owner=r["owner"],
+            sessions=r["alloc_sessions"],
+            allocated=amounts(r["alloc_fgpu"], r["alloc_cpu"], r["alloc_mem"]),
+            quota_sessions=r["quota_sessions"],
+            quota=amounts(r["quota_fgpu"], r["quota_cpu"], r["quota_mem"]),
+        )
+        for r in rows
+    ]
+
+
+def owners_from_state(s: ClusterState, sessions: Iterable[SessionView]) -> list[OwnerUsage]:
+    held: dict[str, tuple[int, Slots]] = {}
+    for v in sessions:
+        if v.status in HOLDS_ALLOCATION:
+            n, total = held.get(v.owner, (0, Slots()))
+            held[v.owner] = (
+                n + 1,
+                Slots(
+                    cpu=total.cpu + v.slots.cpu,
+                    mem=total.mem + v.slots.mem,
+                    fgpu=total.fgpu + v.slots.fgpu,
+                ),
+            )
+    out = []
+    for owner in sorted(set(held) | set(s.usage)):
+        n, alloc = held.get(owner, (0, Slots()))
+        quota = s.usage.get(owner)
+        out.append(
+            OwnerUsage(
+                owner=owner,
+                sessions=n,
+                allocated=_slots(alloc),
+                quota_sessions=quota.sessions if quota else 0,
+                quota=_slots(quota.slots if quota else Slots()),
+            )
+        )
+    return out
+
+
+def event_from_row(r: Row) -> Event:
+    payload = bytes(r["payload"])
+    data: dict[str, Any] | None = None
+    raw: str | None = None
+    try:
+        decoded = json.loads(payload)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and r["type"] != "malformed":
+        data = decoded
+    else:
+        raw = payload.decode("utf-8", errors="replace")
+    return Event(
+        seq=r["seq"],
+        subject=r["subject"],
+        type=r["type"],
+        id=r["event_id"],
+        at=r["happened_at"],
+        actor=r["actor"],
+        causation_id=r["causation_id"],
+        correlation_id=r["correlation_id"],
+        session_id=r["session_id"],
+        agent_id=r["agent_id"],
+        owner=r["owner"],
+        error=r["error"],
+        data=data,
+        raw=raw,
+    )

@@ -1,0 +1,83 @@
+"""The live event stream (server-sent events), resumable without gap or duplicate.
+
+Each log record is one SSE message whose ``id`` is its stream sequence. The stream reads
+the projection's events table after the last id it sent, then waits for the projector to
+commit more, so a client that reconnects with ``Last-Event-ID: N`` gets exactly the
+records after N, in order.
+"""
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import anyio
+import duckdb
+from starlette.responses import StreamingResponse
+
+from projections.queries import EventFilter, event_rows
+from services.api.shapes import event_from_row
+
+__all__ = ["event_stream"]
+
+T = TypeVar("T")
+_BATCH = 500
+_KEEPALIVE_S = 15.0
+Query = Callable[[Callable[[duckdb.DuckDBPyConnection], T]], Awaitable[T]]
+
+
+class _Source(Protocol):
+    async def wait_beyond(self, seq: int) -> int: ...
+
+
+def _frame(row: dict[str, Any]) -> bytes:
+    data = event_from_row(row).model_dump(mode="json")
+    text = json.dumps(data, separators=(",", ":"))  # one line: no newline inside data
+    return f"id: {row['seq']}\nevent: {row['type']}\ndata: {text}\n\n".encode()
+
+
+async def _more(source: _Source, last: int, stop: anyio.Event) -> bool:
+    """Wait until a record beyond ``last`` is projected (True), or a keep-alive is due or
+    the server stops (False)."""
+    woke = False
+    with anyio.move_on_after(_KEEPALIVE_S):
+        async with anyio.create_task_group() as tg:
+
+            async def beyond() -> None:
+                nonlocal woke
+                await source.wait_beyond(last)
+                woke = True
+                tg.cancel_scope.cancel()
+
+            async def stopped() -> None:
+                await stop.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(beyond)
+            tg.start_soon(stopped)
+    return woke
+
+
+def event_stream(
+    source: _Source, after: int, stop: anyio.Event, query: Query[list[dict[str, Any]]]
+) -> StreamingResponse:
+    """Every record after ``after``, then each new one as it is projected, until ``stop``."""
+
+    async def body() -> AsyncIterator[bytes]:
+        last = after
+        yield b"retry: 1000\n\n"
+        while not stop.is_set():
+            f = EventFilter(after=last)
+            rows = await query(lambda con: event_rows(con, f, _BATCH))
+            for row in rows:
+                yield _frame(row)
+                last = row["seq"]
+            if len(rows) == _BATCH:
+                continue
+            if not await _more(source, last, stop) and not stop.is_set():
+                yield b": keep-alive\n\n"
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

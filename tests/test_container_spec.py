@@ -1,0 +1,73 @@
+"""A GPU session's container spec, as a host with real GPUs would send it to Docker.
+
+No GPU here: the spec and the Engine API body are built and checked all the same.
+"""
+
+from datetime import UTC, datetime
+
+from events import DevicePlacement, GpuInfo, Slots
+from services.adapters.docker_runtime import container_config
+from services.domain.container_spec import session_spec
+from services.domain.state import SessionView
+
+GIB = 1 << 30
+GPUS = {
+    i: GpuInfo(index=i, uuid=f"GPU-{i}", model="H100", mem=80 * GIB, sm_count=132) for i in range(4)
+}
+
+
+def _session(devices: tuple[DevicePlacement, ...], fgpu: int) -> SessionView:
+    return SessionView(
+        session_id="s1",
+        owner="alice",
+        image="pytorch/pytorch:2.3",
+        command=("python", "train.py"),
+        slots=Slots(cpu=4000, mem=32 * GIB, fgpu=fgpu),
+        priority=0,
+        name=None,
+        request_id="r",
+        correlation_id="c",
+        arrival_seq=1,
+        requested_at=datetime(2026, 1, 1, tzinfo=UTC),
+        devices=devices,
+    )
+
+
+def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> None:
+    # 1 GPU = 2 fGPU (200 quanta); 5 fGPU = 2.5 GPUs: devices 2 and 0 whole, half of 3.
+    v = _session(
+        (
+            DevicePlacement(gpu_index=2, fgpu=200),
+            DevicePlacement(gpu_index=0, fgpu=200),
+            DevicePlacement(gpu_index=3, fgpu=100),
+        ),
+        fgpu=500,
+    )
+    spec = session_spec(
+        v, "node1", GPUS, 200, request_devices=True,
+        shim_lib_dir="/opt/fgpu-shim", region_path="/run/fgpu/regions/s1.region",
+    )  # fmt: skip
+    assert spec.gpu_uuids == ("GPU-2", "GPU-0", "GPU-3")
+    assert spec.env["FGPU_MEM_LIMIT"] == f"{80 * GIB},{80 * GIB},{40 * GIB}"
+    assert spec.env["FGPU_SM_SHARE"] == "1,1,0.5"
+    assert spec.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-2,GPU-0,GPU-3"
+    body = container_config(spec)
+    host = body["HostConfig"]
+    assert host["DeviceRequests"] == [
+        {"Driver": "nvidia", "DeviceIDs": ["GPU-2", "GPU-0", "GPU-3"], "Capabilities": [["gpu"]]}
+    ]
+    assert host["NanoCpus"] == 4_000_000_000 and host["Memory"] == 32 * GIB
+    mounts = {m["Target"]: m for m in host["Mounts"]}
+    assert mounts["/opt/fgpu/lib"]["Source"] == "/opt/fgpu-shim"
+    assert mounts["/opt/fgpu/lib"]["ReadOnly"] is True
+    assert mounts["/run/fgpu/region"]["ReadOnly"] is False
+    assert body["Labels"] == {"fgpu.session": "s1", "fgpu.agent": "node1", "fgpu.owner": "alice"}
+
+
+def test_a_third_of_a_gpu_rounds_the_slice_down_never_up() -> None:
+    v = _session((DevicePlacement(gpu_index=1, fgpu=100),), fgpu=100)  # 1 GPU = 3 fGPU
+    spec = session_spec(v, "node1", GPUS, 300, request_devices=False)
+    assert spec.env["FGPU_MEM_LIMIT"] == str(80 * GIB // 3)
+    assert spec.env["FGPU_SM_SHARE"] == "0.333333"
+    assert spec.gpu_uuids == () and spec.mounts == ()  # mock GPUs, no shim: nothing asked
