@@ -1,5 +1,6 @@
 """What every actor shares: stamping new events, the clock, and the run loop."""
 
+import gc
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -88,6 +89,9 @@ async def follow_log(
     state = await rebuild(events)
     if on_rebuild is not None:
         await on_rebuild(state)
+    # The state just built lives as long as the actor: keep the collector from walking it
+    # again and again (full collections of a large state stall the actor for 100s of ms).
+    gc.freeze()
     task_status.started(state)
     backoff = 0.05
     while True:
@@ -109,3 +113,4 @@ async def follow_log(
             state = await rebuild(events)
             if on_rebuild is not None:
                 await on_rebuild(state)
+            gc.freeze()

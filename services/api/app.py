@@ -54,7 +54,7 @@ class ReadSource(Protocol):
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Seq = Annotated[int, Query(ge=0, le=MAX_SEQ)]
-_NOT_FOUND = {404: {"model": models.Problem}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": models.Problem}}
 
 
 def _utc(at: datetime | None, name: str) -> datetime | None:
@@ -69,7 +69,12 @@ def _utc(at: datetime | None, name: str) -> datetime | None:
 
 def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> FastAPI:
     """The API over ``source``; ``closing`` (set on shutdown) ends the event streams."""
-    app = FastAPI(title="fgpu read API", version="1", description=DESCRIPTION)
+    app = FastAPI(
+        title="fgpu read API",
+        version="1",
+        description=DESCRIPTION,
+        responses={422: {"model": models.Problem, "description": "bad parameters"}},
+    )
     _errors(app)
     stop = closing or anyio.Event()
 

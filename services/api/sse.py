@@ -8,6 +8,7 @@ records after N, in order.
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -27,6 +28,10 @@ Query = Callable[[Callable[[duckdb.DuckDBPyConnection], T]], Awaitable[T]]
 
 class _Source(Protocol):
     async def wait_beyond(self, seq: int) -> int: ...
+
+
+def _page(f: EventFilter, con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    return event_rows(con, f, _BATCH)
 
 
 def _frame(row: dict[str, Any]) -> bytes:
@@ -66,8 +71,7 @@ def event_stream(
         last = after
         yield b"retry: 1000\n\n"
         while not stop.is_set():
-            f = EventFilter(after=last)
-            rows = await query(lambda con: event_rows(con, f, _BATCH))
+            rows = await query(partial(_page, EventFilter(after=last)))
             for row in rows:
                 yield _frame(row)
                 last = row["seq"]

@@ -19,7 +19,7 @@ from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
-from services.cli.options import Settings, console, fail, resolve_nats, run_async
+from services.cli.options import Settings, console, fail, resolve_nats, run_async, tune_gc
 from services.cli.stack import (
     StackInfo,
     connected,
@@ -230,6 +230,7 @@ def register(app: typer.Typer) -> None:
                 console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
 
         try:
+            tune_gc()
             run_async(main)
         finally:
             server.stop()
@@ -272,6 +273,9 @@ def register(app: typer.Typer) -> None:
                 await tg.start(run_agent, events, rt, cfg, regions)
                 console.print(f"agent {cfg.agent_id} ready on {url}")
 
+        tune_gc()
+
+        tune_gc()
         run_async(main)
 
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
@@ -321,6 +325,9 @@ def register(app: typer.Typer) -> None:
                 )
                 console.print(f"{count} simulated agents ready on {url}")
 
+        tune_gc()
+
+        tune_gc()
         run_async(main)
 
     @app.command()
@@ -346,4 +353,7 @@ def _single(url: str, which: str) -> None:
             await tg.start(run_scheduler if which == "scheduler" else run_quota, events)
             console.print(f"{which} ready on {url}")
 
+    tune_gc()
+
+    tune_gc()
     run_async(main)
