@@ -327,58 +327,50 @@ class AgentActor:
         ooms = regions.drain_ooms(session_id)
         if v is None or not ooms:
             return
-        prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
-        subject = subj.usage(self.config.agent_id, session_id)
         limits = {d.index: d.mem_limit for d in regions.sample(session_id)}
-        items: list[tuple[str, AnyEvent]] = [
-            (
-                subject,
-                stamp(
-                    GpuOomRefused,
-                    prov,
-                    session_id=session_id,
-                    agent_id=self.config.agent_id,
-                    gpu_index=_host_index(v, o.index),
-                    pid=o.pid,
-                    requested=o.requested,
-                    mem_used=o.mem_used,
-                    mem_limit=limits.get(o.index, 0),
-                ),
-            )
+        rows = [
+            {
+                "gpu_index": _host_index(v, o.index),
+                "pid": o.pid,
+                "requested": o.requested,
+                "mem_used": o.mem_used,
+                "mem_limit": limits.get(o.index, 0),
+            }
             for o in ooms
         ]
-        await self.events.append_many(items)
+        await self._publish_measured(v, GpuOomRefused, rows)
 
     async def _publish_usage(self, session_id: str) -> None:
         """One sample per device of the session."""
         v = self.state.sessions.get(session_id)
         if self.regions is None or v is None:
             return
-        samples = self.regions.sample(session_id)
-        if not samples:
+        rows = [
+            {
+                "gpu_index": _host_index(v, d.index),
+                "mem_used": d.mem_used,
+                "mem_peak": d.mem_peak,
+                "mem_limit": d.mem_limit,
+                "launches": d.launches,
+                "throttled_ns": d.throttled_ns,
+                "oom_refusals": d.refusals,
+            }
+            for d in self.regions.sample(session_id)
+        ]
+        await self._publish_measured(v, GpuUsageSampled, rows)
+
+    async def _publish_measured(
+        self, v: SessionView, cls: type[AnyEvent], rows: list[dict[str, int]]
+    ) -> None:
+        """Events of ``cls`` on the session's usage subject (measurements: no concurrency)."""
+        if not rows:
             return
         prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
-        subject = subj.usage(self.config.agent_id, session_id)
-        items: list[tuple[str, AnyEvent]] = [
-            (
-                subject,
-                stamp(
-                    GpuUsageSampled,
-                    prov,
-                    session_id=session_id,
-                    agent_id=self.config.agent_id,
-                    gpu_index=_host_index(v, d.index),
-                    mem_used=d.mem_used,
-                    mem_peak=d.mem_peak,
-                    mem_limit=d.mem_limit,
-                    launches=d.launches,
-                    throttled_ns=d.throttled_ns,
-                    oom_refusals=d.refusals,
-                ),
-            )
-            for d in samples
-        ]
-        await self.events.append_many(items)
+        subject = subj.usage(self.config.agent_id, v.session_id)
+        fields = {"session_id": v.session_id, "agent_id": self.config.agent_id}
+        await self.events.append_many(
+            [(subject, stamp(cls, prov, **fields, **row)) for row in rows]
+        )
 
     async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
         """Append one report on the session's subject, expecting its last sequence."""

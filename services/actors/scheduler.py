@@ -96,12 +96,10 @@ class SchedulerActor:
             if out:
                 await self._append(s, out)
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            await tg.start(self._follow)
-            task_status.started()
-
-    async def _follow(self, *, task_status: TaskStatus[ClusterState]) -> None:
+    async def run(
+        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Decide for ever; started once the state is rebuilt from the log."""
         await follow_log(self.events, self.durable, self.react, task_status=task_status)
 
     async def react(self, s: ClusterState) -> None:

@@ -20,6 +20,7 @@ from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.jetstream import JetStreamLog, connect
 from services.domain.container_spec import LABEL_SESSION
+from services.domain.state import ClusterState
 from services.ports import ContainerError, ContainerRuntime, SliceRegions
 
 __all__ = [
@@ -65,7 +66,7 @@ async def connected(url: str, name: str) -> AsyncIterator[JetStreamLog]:
 
 
 async def run_quota(
-    events: JetStreamLog, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    events: JetStreamLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     await QuotaActor(events, SystemClock()).run(task_status=task_status)
 
