@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import anyio
+import duckdb
 import structlog
 from anyio.abc import TaskStatus
 
@@ -68,6 +69,10 @@ class Projector:
     def last_seq(self) -> int:
         """The last sequence visible to readers."""
         return self.store.last_seq
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of the reader's own (see ``ProjectionStore.cursor``)."""
+        return self.store.cursor()
 
     async def wait_beyond(self, seq: int) -> int:
         """Return ``last_seq`` once it is beyond ``seq`` (wait as long as it takes)."""

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from events import PolicySet
+from events import GpuUsageSampled, PolicySet
 from projections.schema import ARROW
 from services.domain.state import AgentView, ClusterState, OwnerUsage, SessionView
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
@@ -25,6 +25,7 @@ __all__ = [
     "policy_table",
     "session_table",
     "snapshot_table",
+    "usage_table",
 ]
 
 S = SessionStatus
@@ -201,6 +202,17 @@ def policy_table(policies: Iterable[PolicySet]) -> pa.Table:
         cols["max_fgpu"].append(None if limits is None else limits.fgpu)
         cols["set_at"].append(p.at)
     return pa.table(cols, schema=ARROW["policies"])
+
+
+def usage_table(samples: Iterable[tuple[int, GpuUsageSampled]]) -> pa.Table:
+    cols: dict[str, list[object]] = {name: [] for name in ARROW["gpu_usage"].names}
+    for seq, e in samples:
+        cols["seq"].append(seq)
+        cols["happened_at"].append(e.at)
+        for name in cols:
+            if name not in ("seq", "happened_at"):
+                cols[name].append(getattr(e, name))
+    return pa.table(cols, schema=ARROW["gpu_usage"])
 
 
 def snapshot_table(snapshots: Sequence[tuple[int, bytes]]) -> pa.Table:

@@ -141,17 +141,21 @@ ARROW: dict[str, pa.Schema] = {
             ("set_at", _TS),
         ]
     ),
-    # Usage samples reported from inside containers (by the GPU shim through the agent).
-    # The catalogue has no such event yet: the table stays empty until it does.
+    # What the GPU shim measured inside each session's container (gpu.usage-sampled):
+    # bytes, and totals since the session started.
     "gpu_usage": _schema(
         [
             ("seq", pa.int64()),
             ("happened_at", _TS),
             ("agent_id", pa.string()),
-            ("gpu_index", pa.int32()),
             ("session_id", pa.string()),
+            ("gpu_index", pa.int32()),
             ("mem_used", pa.int64()),
-            ("sm_share_ppm", pa.int64()),
+            ("mem_peak", pa.int64()),
+            ("mem_limit", pa.int64()),
+            ("launches", pa.int64()),
+            ("throttled_ns", pa.int64()),
+            ("oom_refusals", pa.int64()),
         ]
     ),
     # The fold's state at fixed points of the log, for time travel and fast restarts.

@@ -29,7 +29,14 @@ import duckdb
 import msgspec
 import pyarrow as pa
 
-from events import PolicySet, SessionRequested, decode, encode
+from events import (
+    GpuOomRefused,
+    GpuUsageSampled,
+    PolicySet,
+    SessionRequested,
+    decode,
+    encode,
+)
 from projections import rows
 from projections.schema import DDL, SCHEMA_VERSION, TABLES
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
@@ -114,6 +121,7 @@ class ProjectionStore:
         self.path = str(path)
         self.snapshot_every = snapshot_every
         self.con = _connect(self.path)
+        self._closed = False
         self._cursor_lock = threading.Lock()
         self._reader_root = self.con.cursor()
         try:
@@ -140,8 +148,15 @@ class ProjectionStore:
             )
 
     def close(self) -> None:
+        """Close the file. Idempotent; readers' cursors must be closed first."""
+        if self._closed:
+            return
+        self._closed = True
         self._reader_root.close()
         self.con.close()
+        # Let go of the connections: DuckDB objects alive at interpreter exit are reported
+        # as leaks, and a closed store may stay referenced (by a server's app) until then.
+        del self._reader_root, self.con
 
     @property
     def last_seq(self) -> int:
@@ -193,6 +208,7 @@ class ProjectionStore:
         snapshots: list[tuple[int, bytes]] = []
         touched: dict[str, None] = {}
         owners: dict[str, None] = {}
+        samples: list[tuple[int, GpuUsageSampled]] = []
         every = self.snapshot_every
         for r in fresh:
             # A snapshot at each multiple of ``every``: the state after the last record at
@@ -207,6 +223,11 @@ class ProjectionStore:
                 continue
             problem = s.malformed.get(r.seq)
             errors.append(problem[1] if problem is not None else None)
+            if isinstance(e, GpuUsageSampled):
+                samples.append((r.seq, e))
+                continue  # a measurement: it changes no session
+            if isinstance(e, GpuOomRefused):
+                continue
             sid = getattr(e, "session_id", None)
             if sid is not None:
                 touched[sid] = None
@@ -229,6 +250,7 @@ class ProjectionStore:
             "owners": rows.owner_table(rows.changed_owners(s, owners)),
             "policies": rows.policy_table(s.policies[o] for o in sorted(owners) if o in s.policies),
             "snapshots": rows.snapshot_table(snapshots),
+            "gpu_usage": rows.usage_table(samples),
         }
         agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
         tables["agents"], tables["gpus"], tables["gpu_shares"] = rows.agent_tables(agents)

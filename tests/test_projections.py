@@ -22,6 +22,8 @@ from events import (
     DestroyRejected,
     DevicePlacement,
     GpuInfo,
+    GpuOomRefused,
+    GpuUsageSampled,
     PayloadRejected,
     PolicySet,
     SessionAdmitted,
@@ -69,7 +71,7 @@ def _message(draw: st.DrawFn, k: int) -> Raw:
     sid = draw(st.sampled_from(SESSIONS))
     aid = draw(st.sampled_from(AGENTS))
     owner = draw(st.sampled_from(OWNERS))
-    kind = draw(st.integers(0, 17))
+    kind = draw(st.integers(0, 19))
     e: AnyEvent
     subject = subj.LEDGER
     if kind == 0:
@@ -155,6 +157,32 @@ def _message(draw: st.DrawFn, k: int) -> Raw:
     elif kind == 16:
         e = PayloadRejected(**_env(k, "quota"), stream_seq=k, subject=subj.SYS, error="bad")
         subject = subj.SYS
+    elif kind == 17:
+        e = GpuUsageSampled(
+            **_env(k, f"agent:{aid}"),
+            session_id=sid,
+            agent_id=aid,
+            gpu_index=0,
+            mem_used=k,
+            mem_peak=k + 1,
+            mem_limit=1 << 30,
+            launches=k,
+            throttled_ns=0,
+            oom_refusals=0,
+        )
+        subject = subj.usage(aid, sid)
+    elif kind == 18:
+        e = GpuOomRefused(
+            **_env(k, f"agent:{aid}"),
+            session_id=sid,
+            agent_id=aid,
+            gpu_index=0,
+            pid=7,
+            requested=1 << 31,
+            mem_used=1 << 29,
+            mem_limit=1 << 30,
+        )
+        subject = subj.usage(aid, sid)
     else:
         return subj.SYS, draw(st.sampled_from([b"not json", b'{"type": "nope.v1"}', b"[]"]))
     return subject, encode(e)

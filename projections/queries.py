@@ -1,0 +1,190 @@
+"""Read queries over the projection tables: plain rows (dicts) for the read API and the CLI.
+
+Each function takes its own connection (``ProjectionStore.cursor()``) and blocks: call it
+from a worker thread. Values are bound as parameters, never pasted into SQL.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+__all__ = [
+    "EventFilter",
+    "agent_rows",
+    "event_rows",
+    "owner_usage",
+    "session_events",
+    "session_rows",
+    "session_transitions",
+]
+
+Row = dict[str, Any]
+
+
+def _rows(result: duckdb.DuckDBPyConnection) -> list[Row]:
+    names = [d[0] for d in result.description or ()]
+    out = []
+    for values in result.fetchall():
+        row = dict(zip(names, values, strict=True))
+        for k, v in row.items():
+            if isinstance(v, datetime) and v.tzinfo is None:
+                row[k] = v.replace(tzinfo=UTC)  # stored as naive UTC
+        out.append(row)
+    return out
+
+
+def _utc(at: datetime) -> datetime:
+    """``at`` as the naive UTC the tables hold (a naive ``at`` is taken to be UTC)."""
+    return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
+
+
+def session_rows(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    session_id: str | None = None,
+    statuses: Sequence[str] = (),
+    owner: str | None = None,
+    agent: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[int, list[Row]]:
+    """How many sessions match, and one page of them, newest request first."""
+    where: list[str] = ["TRUE"]
+    args: list[object] = []
+    if session_id is not None:
+        where.append("session_id = ?")
+        args.append(session_id)
+    if statuses:
+        where.append("list_contains(?, status)")
+        args.append(list(statuses))
+    if owner is not None:
+        where.append("owner = ?")
+        args.append(owner)
+    if agent is not None:
+        where.append("agent_id = ?")
+        args.append(agent)
+    cond = " AND ".join(where)
+    total_row = con.execute(f"SELECT count(*) FROM sessions WHERE {cond}", args).fetchone()
+    total = int(total_row[0]) if total_row else 0
+    page = _rows(
+        con.execute(
+            f"SELECT * FROM sessions WHERE {cond} ORDER BY arrival_seq DESC LIMIT ? OFFSET ?",
+            [*args, limit, offset],
+        )
+    )
+    return total, page
+
+
+def session_transitions(con: duckdb.DuckDBPyConnection, session_id: str) -> list[Row]:
+    return _rows(
+        con.execute(
+            "SELECT h.seq, h.happened_at, h.status, h.event_id, e.actor, e.type "
+            "FROM session_history h LEFT JOIN events e ON e.seq = h.seq "
+            "WHERE h.session_id = ? ORDER BY h.seq",
+            [session_id],
+        )
+    )
+
+
+def session_events(con: duckdb.DuckDBPyConnection, session_id: str) -> list[Row]:
+    """Every event naming the session, in log order."""
+    return _rows(
+        con.execute("SELECT * FROM events WHERE session_id = ? ORDER BY seq", [session_id])
+    )
+
+
+def agent_rows(con: duckdb.DuckDBPyConnection, agent_id: str | None = None) -> list[Row]:
+    """Agents with their GPUs (``gpus``) and each GPU's shares (``shares``), by id."""
+    cond, args = ("WHERE agent_id = ?", [agent_id]) if agent_id is not None else ("", [])
+    agents = _rows(con.execute(f"SELECT * FROM agents {cond} ORDER BY agent_id", args))
+    gpus = _rows(con.execute(f"SELECT * FROM gpus {cond} ORDER BY agent_id, gpu_index", args))
+    shares = _rows(
+        con.execute(
+            "SELECT g.agent_id, g.gpu_index, g.session_id, g.fgpu, s.owner "
+            "FROM gpu_shares g LEFT JOIN sessions s USING (session_id) "
+            + cond.replace("agent_id", "g.agent_id")
+            + " ORDER BY g.agent_id, g.gpu_index, s.arrival_seq",
+            args,
+        )
+    )
+    by_gpu: dict[tuple[str, int], list[Row]] = {}
+    for share in shares:
+        by_gpu.setdefault((share["agent_id"], share["gpu_index"]), []).append(share)
+    by_agent: dict[str, list[Row]] = {}
+    for g in gpus:
+        g["shares"] = by_gpu.get((g["agent_id"], g["gpu_index"]), [])
+        by_agent.setdefault(g["agent_id"], []).append(g)
+    for a in agents:
+        a["gpus"] = by_agent.get(a["agent_id"], [])
+    return agents
+
+
+def owner_usage(con: duckdb.DuckDBPyConnection) -> list[Row]:
+    """Per access key: what its sessions hold on agents now, and the quota it holds."""
+    return _rows(
+        con.execute(
+            """
+            WITH alloc AS (
+                SELECT owner, count(*) AS sessions, sum(req_cpu) AS cpu,
+                       sum(req_mem) AS mem, sum(req_fgpu) AS fgpu
+                FROM sessions WHERE holds_allocation GROUP BY owner
+            )
+            SELECT coalesce(o.owner, a.owner) AS owner,
+                   coalesce(a.sessions, 0) AS alloc_sessions,
+                   coalesce(a.cpu, 0)::BIGINT AS alloc_cpu,
+                   coalesce(a.mem, 0)::BIGINT AS alloc_mem,
+                   coalesce(a.fgpu, 0)::BIGINT AS alloc_fgpu,
+                   coalesce(o.sessions, 0) AS quota_sessions,
+                   coalesce(o.cpu, 0) AS quota_cpu,
+                   coalesce(o.mem, 0) AS quota_mem,
+                   coalesce(o.fgpu, 0) AS quota_fgpu
+            FROM owners o FULL OUTER JOIN alloc a ON a.owner = o.owner
+            ORDER BY owner
+            """
+        )
+    )
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    after: int = 0
+    since: datetime | None = None
+    until: datetime | None = None
+    session: str | None = None
+    owner: str | None = None
+    agent: str | None = None
+    types: tuple[str, ...] = ()
+
+
+def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> list[Row]:
+    """Events matching ``f`` after sequence ``f.after``, oldest first, at most ``limit``.
+
+    ``owner`` matches events that name the key and events of the key's sessions.
+    """
+    where: list[str] = ["seq > ?"]
+    args: list[object] = [f.after]
+    if f.since is not None:
+        where.append("happened_at >= ?")
+        args.append(_utc(f.since))
+    if f.until is not None:
+        where.append("happened_at <= ?")
+        args.append(_utc(f.until))
+    if f.session is not None:
+        where.append("session_id = ?")
+        args.append(f.session)
+    if f.agent is not None:
+        where.append("agent_id = ?")
+        args.append(f.agent)
+    if f.owner is not None:
+        where.append(
+            "(owner = ? OR session_id IN (SELECT session_id FROM sessions WHERE owner = ?))"
+        )
+        args += [f.owner, f.owner]
+    if f.types:
+        where.append("list_contains(?, type)")
+        args.append(list(f.types))
+    sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+    return _rows(con.execute(sql, [*args, limit]))

@@ -1,0 +1,151 @@
+"""A session's story in words: who asked, when it waited and why, where it ran, how it ended.
+
+Pure: it reads the session's events (in log order) and the transitions the fold made of
+them, so an event that changed nothing (a duplicate, a late report, a decision that lost
+a race) is told as such. The read API and ``fgpu audit session`` tell the same story.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from events import (
+    AnyEvent,
+    DestroyRejected,
+    GpuOomRefused,
+    GpuUsageSampled,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionDestroyRequested,
+    SessionErrored,
+    SessionPreparing,
+    SessionQueued,
+    SessionRejected,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+)
+from services.domain.resources import format_cpu, format_fgpu, format_mem
+
+__all__ = ["Line", "story", "summary"]
+
+# Events that move a session from one status to another when the fold accepts them.
+_TRANSITIONS = (
+    SessionAdmitted,
+    SessionRejected,
+    SessionCancelled,
+    SessionScheduled,
+    SessionTerminating,
+    SessionPreparing,
+    SessionRunning,
+    SessionTerminated,
+    SessionErrored,
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    seq: int
+    at: datetime
+    actor: str
+    text: str
+    effect: bool  # False: the fold ignored it (duplicate, late, from elsewhere)
+
+
+def _duration(start: datetime | None, end: datetime) -> str:
+    if start is None:
+        return ""
+    seconds = (end - start).total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min"
+
+
+def story(events: Sequence[tuple[int, AnyEvent]], transitions: set[str]) -> list[Line]:
+    """One line per event of the session, in log order; of its usage samples, only the
+    last one of each GPU.
+
+    ``transitions`` are the ids of the events the fold turned into status changes.
+    """
+    out: list[Line] = []
+    admitted: datetime | None = None
+    running: datetime | None = None
+    measured: dict[int, tuple[int, GpuUsageSampled]] = {}  # the last sample of each GPU
+    for seq, e in events:
+        if isinstance(e, GpuUsageSampled):
+            measured[e.gpu_index] = (seq, e)
+            continue
+        effect = not isinstance(e, _TRANSITIONS) or e.id in transitions
+        text = _text(e, admitted, running)
+        if effect and isinstance(e, SessionAdmitted):
+            admitted = e.at
+        if effect and isinstance(e, SessionRunning):
+            running = e.at
+        if not effect:
+            text += " (no effect: it did not fit the session's status then)"
+        out.append(Line(seq=seq, at=e.at, actor=e.actor, text=text, effect=effect))
+    for seq, e in measured.values():
+        out.append(Line(seq=seq, at=e.at, actor=e.actor, text=_text(e, None, None), effect=True))
+    out.sort(key=lambda line: line.seq)
+    return out
+
+
+def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> str:
+    match e:
+        case SessionRequested():
+            s = e.slots
+            what = f"{format_fgpu(s.fgpu)} fGPU, {format_cpu(s.cpu)} CPU, {format_mem(s.mem)}"
+            prio = f", priority {e.priority}" if e.priority else ""
+            return f"{e.owner} asked for {what} to run {e.image}{prio}"
+        case SessionAdmitted():
+            return "quota admitted it: it waits for a place (PENDING)"
+        case SessionRejected():
+            return f"rejected ({e.code}): {e.reason}"
+        case SessionQueued():
+            return f"it waits: {e.reason}"
+        case SessionScheduled():
+            where = ", ".join(f"gpu{d.gpu_index} {format_fgpu(d.fgpu)} fGPU" for d in e.devices)
+            waited = _duration(admitted, e.at)
+            after = f" after waiting {waited}" if waited else ""
+            return f"placed on {e.agent_id} ({where or 'no GPU'}){after}"
+        case SessionPreparing():
+            return f"{e.agent_id} prepares its container"
+        case SessionRunning():
+            return f"running on {e.agent_id} in container {e.container_id[:12]}"
+        case SessionDestroyRequested():
+            return f"{e.requester} asked to destroy it"
+        case DestroyRejected():
+            return f"destroy by {e.requester} refused: {e.reason}"
+        case SessionCancelled():
+            return f"cancelled before it started: {e.reason}"
+        case SessionTerminating():
+            return f"{e.agent_id} is asked to stop it: {e.reason}"
+        case SessionTerminated():
+            ran = _duration(running, e.at)
+            code = "unknown" if e.exit_code is None else str(e.exit_code)
+            return f"ended with exit code {code} ({e.reason})" + (f" after {ran}" if ran else "")
+        case SessionErrored():
+            return f"could not start on {e.agent_id}: {e.reason}"
+        case GpuOomRefused():
+            return (
+                f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"
+                f" {format_mem(e.mem_used)} of its {format_mem(e.mem_limit)} in use"
+            )
+        case GpuUsageSampled():
+            return (
+                f"last measured on gpu{e.gpu_index}: {format_mem(e.mem_used)} of"
+                f" {format_mem(e.mem_limit)} in use (peak {format_mem(e.mem_peak)}),"
+                f" {e.launches} kernel launches, {e.oom_refusals} refused allocations"
+            )
+        case _:
+            return str(e.__struct_config__.tag or type(e).__name__)
+
+
+def summary(lines: Sequence[Line]) -> str:
+    """The story in one sentence (the last thing that had an effect)."""
+    done = [line for line in lines if line.effect]
+    return done[-1].text if done else "nothing is known of this session"
