@@ -16,6 +16,7 @@ import uvicorn
 from anyio.abc import TaskStatus
 
 from projections import ProjectionStore, Projector, SchemaMismatch
+from projections.paths import default_db_path
 from services.api.app import create_app
 from services.ports import EventLog
 
@@ -43,11 +44,6 @@ class ReadApi:
     @property
     def openapi(self) -> str:
         return f"{self.url}/openapi.json"
-
-
-def default_db_path(home: Path) -> Path:
-    """Where ``fgpu up`` keeps its projections: beside its state file."""
-    return home / "projections.duckdb"
 
 
 def open_store(path: str | Path) -> ProjectionStore:
