@@ -19,6 +19,7 @@ from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
+from services.api.serve import serve_read_api
 from services.cli.options import Settings, console, fail, resolve_nats, run_async, tune_gc
 from services.cli.stack import (
     StackInfo,
@@ -194,6 +195,12 @@ def register(app: typer.Typer) -> None:
         shim_dir: ShimOpt = None,
         no_shim: NoShimOpt = False,
         regions_dir: RegionsOpt = None,
+        api_port: Annotated[
+            int, typer.Option(help="Port of the read API and console (0: a free one).")
+        ] = 0,
+        no_api: Annotated[
+            bool, typer.Option("--no-api", help="No projector, no read API.")
+        ] = False,
     ) -> None:
         """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
         try:
@@ -227,6 +234,14 @@ def register(app: typer.Typer) -> None:
                 await tg.start(run_quota, events)
                 await tg.start(run_scheduler, events)
                 await tg.start(run_agent, events, rt, cfg, regions)
+                if not no_api:
+                    # The projections live with the log they project: a new store, a new file.
+                    db = Path(server.store_dir) / "projections.duckdb"
+                    api = await tg.start(serve_read_api, events, db, "127.0.0.1", api_port)
+                    info.api_url = api.url
+                    info.save()
+                    console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
+                    console.print(f"  console  {api.console}", highlight=False)
                 console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
 
         try:

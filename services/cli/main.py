@@ -10,7 +10,7 @@ import typer
 from events import Slots, json_schema
 from events import subjects as subj
 from services.actors.common import SystemClock
-from services.cli import daemon_cmd, session_cmd
+from services.cli import audit_cmd, daemon_cmd, session_cmd
 from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import agent_dict, agents_table, record_dict
 from services.cli.stack import connected
@@ -47,6 +47,7 @@ def main(
 
 app.add_typer(session_cmd.app, name="session")
 daemon_cmd.register(app)
+audit_cmd.register(app)
 
 events_app = typer.Typer(help="The event log.", invoke_without_command=True)
 app.add_typer(events_app, name="events")

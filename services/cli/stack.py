@@ -49,6 +49,7 @@ class StackInfo:
     store_dir: str
     agent_id: str | None
     pid: int
+    api_url: str | None = None
 
     def save(self) -> None:
         path = state_file()
