@@ -9,9 +9,10 @@ nothing is applied twice and nothing is skipped.
 """
 
 import os
+import sys
 import time
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -28,6 +29,8 @@ __all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
 
 DURABLE = "projector"
 _CATCH_UP_BATCH = 10_000
+# A rebuild writes larger transactions: fewer commits and each session written about once.
+_REBUILD_BATCH = 50_000
 log = structlog.get_logger()
 
 RawBatch = tuple[list[int], list[str], list[bytes]]
@@ -107,19 +110,20 @@ class Projector:
         return self.store.last_seq - start
 
     async def _pipelined(self, source: _BulkReader, start: int, end: int) -> None:
-        """Read the next batch while the worker thread applies this one."""
+        """The event loop reads the next batch while a worker thread applies this one."""
         send, receive = anyio.create_memory_object_stream[RawBatch](2)
 
         async def read() -> None:
             async with send, aclosing(source.read_raw(start, until=end, batch=self.batch)) as it:
-                async for batch in it:
-                    await send.send(batch)
+                async for raw in it:
+                    await send.send(raw)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read)
-            async with receive:
-                async for batch in receive:
-                    await self._apply_raw(batch)
+        with _short_switch_interval():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                async with receive:
+                    async for raw in receive:
+                        await self._apply_raw(raw)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Catch up, signal readiness, then follow the log forever.
@@ -152,6 +156,21 @@ class Projector:
                 await self._apply(records)
 
 
+@contextmanager
+def _short_switch_interval(seconds: float = 0.001) -> Iterator[None]:
+    """Hand the GIL over more often while a bulk read and a folding thread share it.
+
+    The reader needs the GIL for a moment whenever data arrives; at the default 5 ms it
+    waits behind the folding thread and the server sits idle (a third slower, measured).
+    """
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 @dataclass(frozen=True)
 class RebuildResult:
     path: str
@@ -167,7 +186,7 @@ async def rebuild(
     events: EventLog,
     path: str | Path,
     *,
-    batch: int = _CATCH_UP_BATCH,
+    batch: int = _REBUILD_BATCH,
     snapshot_every: int | None = None,
 ) -> RebuildResult:
     """Rebuild every table of the store at ``path`` from the start of the log.
@@ -181,6 +200,9 @@ async def rebuild(
     await anyio.to_thread.run_sync(_prepare, target, tmp)
     kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
     store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
+    # The new file is thrown away if the rebuild fails: let its write-ahead log grow and
+    # compress everything once, at the end, rather than at every 16 MB of it.
+    await anyio.to_thread.run_sync(store.con.execute, "SET checkpoint_threshold = '8GB'")
     try:
         t0 = time.perf_counter()
         applied = await Projector(events, store, batch=batch).catch_up()

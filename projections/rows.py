@@ -7,6 +7,7 @@ projection built batch by batch and one rebuilt in one go hold the same rows.
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,72 +43,70 @@ _STAMP = {
 _STAMP_COLUMNS = tuple(dict.fromkeys(_STAMP.values()))
 
 
-def _tag(event: object) -> str:
-    tag = type(event).__struct_config__.tag  # type: ignore[attr-defined]
-    return str(tag)
+class _NoEvent:
+    """Stands in for the event of a malformed record: every field is None."""
+
+    id = at = actor = causation_id = correlation_id = None
+    session_id = agent_id = owner = requester = None
+
+
+_NO_EVENT = _NoEvent()
 
 
 def event_table(
     records: Sequence[Record], payloads: Sequence[bytes], errors: Sequence[str | None]
 ) -> pa.Table:
     """The audit rows of ``records``; ``payloads`` their JSON, ``errors`` the fold's verdict."""
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["events"].names}
-    for r in records:
-        e = r.event
-        cols["seq"].append(r.seq)
-        cols["subject"].append(r.subject)
-        if isinstance(e, Malformed):
-            for name in ("event_id", "happened_at", "actor", "causation_id", "correlation_id"):
-                cols[name].append(None)
-            cols["type"].append("malformed")
-            cols["session_id"].append(None)
-            cols["agent_id"].append(None)
-            cols["owner"].append(None)
-            continue
-        cols["type"].append(_tag(e))
-        cols["event_id"].append(e.id)
-        cols["happened_at"].append(e.at)
-        cols["actor"].append(e.actor)
-        cols["causation_id"].append(e.causation_id)
-        cols["correlation_id"].append(e.correlation_id)
-        cols["session_id"].append(getattr(e, "session_id", None))
-        cols["agent_id"].append(getattr(e, "agent_id", None))
-        cols["owner"].append(getattr(e, "owner", None) or getattr(e, "requester", None))
-    cols["error"] = list(errors)
-    cols["payload"] = list(payloads)
+    # Column by column: a comprehension per column is about twice as fast as appending
+    # to thirteen lists per record, and this runs for every event of a rebuild.
+    events: list[Any] = [_NO_EVENT if isinstance(r.event, Malformed) else r.event for r in records]
+    cols: dict[str, list[Any]] = {
+        "seq": [r.seq for r in records],
+        "subject": [r.subject for r in records],
+        "type": ["malformed" if e is _NO_EVENT else e.__struct_config__.tag for e in events],
+        "event_id": [e.id for e in events],
+        "happened_at": [e.at for e in events],
+        "actor": [e.actor for e in events],
+        "causation_id": [e.causation_id for e in events],
+        "correlation_id": [e.correlation_id for e in events],
+        "session_id": [getattr(e, "session_id", None) for e in events],
+        "agent_id": [getattr(e, "agent_id", None) for e in events],
+        "owner": [getattr(e, "owner", None) or getattr(e, "requester", None) for e in events],
+        "error": list(errors),
+        "payload": list(payloads),
+    }
     return pa.table(cols, schema=ARROW["events"])
 
 
 def session_table(views: Iterable[SessionView]) -> pa.Table:
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["sessions"].names}
-    for v in views:
-        stamps: dict[str, datetime] = {}
-        for t in v.history:
-            stamps[_STAMP[t.status]] = t.at
-        cols["session_id"].append(v.session_id)
-        cols["name"].append(v.name)
-        cols["owner"].append(v.owner)
-        cols["image"].append(v.image)
-        cols["command"].append(list(v.command))
-        cols["priority"].append(v.priority)
-        cols["status"].append(v.status.value)
-        cols["req_cpu"].append(v.slots.cpu)
-        cols["req_mem"].append(v.slots.mem)
-        cols["req_fgpu"].append(v.slots.fgpu)
-        cols["holds_allocation"].append(v.status in HOLDS_ALLOCATION)
-        cols["agent_id"].append(v.agent_id)
-        cols["devices"].append([{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices])
-        cols["container_id"].append(v.container_id)
-        cols["exit_code"].append(v.exit_code)
-        cols["reason"].append(v.reason)
-        cols["waiting"].append(v.waiting)
-        cols["invalid"].append(v.invalid)
-        cols["request_id"].append(v.request_id)
-        cols["correlation_id"].append(v.correlation_id)
-        cols["arrival_seq"].append(v.arrival_seq)
-        cols["last_seq"].append(v.history[-1].seq if v.history else v.arrival_seq)
-        for name in _STAMP_COLUMNS:
-            cols[name].append(stamps.get(name))
+    vs = list(views)
+    stamps: list[dict[str, datetime]] = [{_STAMP[t.status]: t.at for t in v.history} for v in vs]
+    cols: dict[str, list[Any]] = {
+        "session_id": [v.session_id for v in vs],
+        "name": [v.name for v in vs],
+        "owner": [v.owner for v in vs],
+        "image": [v.image for v in vs],
+        "command": [list(v.command) for v in vs],
+        "priority": [v.priority for v in vs],
+        "status": [v.status.value for v in vs],
+        "req_cpu": [v.slots.cpu for v in vs],
+        "req_mem": [v.slots.mem for v in vs],
+        "req_fgpu": [v.slots.fgpu for v in vs],
+        "holds_allocation": [v.status in HOLDS_ALLOCATION for v in vs],
+        "agent_id": [v.agent_id for v in vs],
+        "devices": [[{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices] for v in vs],
+        "container_id": [v.container_id for v in vs],
+        "exit_code": [v.exit_code for v in vs],
+        "reason": [v.reason for v in vs],
+        "waiting": [v.waiting for v in vs],
+        "invalid": [v.invalid for v in vs],
+        "request_id": [v.request_id for v in vs],
+        "correlation_id": [v.correlation_id for v in vs],
+        "arrival_seq": [v.arrival_seq for v in vs],
+        "last_seq": [v.history[-1].seq if v.history else v.arrival_seq for v in vs],
+    }
+    for name in _STAMP_COLUMNS:
+        cols[name] = [st.get(name) for st in stamps]
     return pa.table(cols, schema=ARROW["sessions"])
 
 

@@ -20,9 +20,11 @@ Errors::
     └── SchemaMismatch          the file was made by another version: rebuild it
 """
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -46,6 +48,7 @@ from services.ports import Malformed, Record
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
+    "Batch",
     "ProjectionError",
     "ProjectionStore",
     "SchemaMismatch",
@@ -121,6 +124,7 @@ class ProjectionStore:
         self.path = str(path)
         self.snapshot_every = snapshot_every
         self.con = _connect(self.path)
+        self.committed = 0
         self._closed = False
         self._cursor_lock = threading.Lock()
         self._reader_root = self.con.cursor()
@@ -160,8 +164,8 @@ class ProjectionStore:
 
     @property
     def last_seq(self) -> int:
-        """The last sequence applied to the tables (and to ``state``)."""
-        return self.state.last_seq
+        """The last sequence the tables hold (committed; what readers see)."""
+        return self.committed
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own for a reader; it sees committed batches only."""
@@ -177,7 +181,13 @@ class ProjectionStore:
         _compact(state, list(state.sessions.values()))
         state.changed.clear()
         state.changed_agents.clear()
+        self.committed = checkpoint
         return state
+
+    def recover(self) -> None:
+        """Throw the in-memory fold away and restore it from the tables (after a failed
+        write, when prepared batches may be ahead of what was committed)."""
+        self.state = self._restore()
 
     # ---- applying batches -----------------------------------------------------------------
 
@@ -185,13 +195,18 @@ class ProjectionStore:
         self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
     ) -> int:
         """Decode stored messages and apply them (see ``apply``); the new ``last_seq``."""
+        return self.apply(self.decode(seqs, subjects, payloads))
+
+    def decode(
+        self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
+    ) -> list[Record]:
+        """Records of stored messages not yet folded."""
         last = self.state.last_seq
-        records = [
+        return [
             record_of(seq, subject, payload)
             for seq, subject, payload in zip(seqs, subjects, payloads, strict=True)
             if seq > last
         ]
-        return self.apply(records)
 
     def apply(self, records: Sequence[Record]) -> int:
         """Fold ``records`` and write what they changed, with the new ``last_seq``, at once.
@@ -199,11 +214,23 @@ class ProjectionStore:
         Records at or below ``last_seq`` are skipped. Returns the new ``last_seq``. If the
         transaction fails the state is restored from the tables and ProjectionError raised.
         """
+        batch = self.prepare(records)
+        if batch is not None:
+            self.write(batch)
+        return self.committed
+
+    def prepare(self, records: Sequence[Record]) -> "Batch | None":
+        """Fold ``records`` (those not folded yet) and turn what they changed into rows.
+
+        The first half of ``apply``, pure Python: a bulk reader may prepare the next batch
+        while ``write`` has DuckDB store this one. Prepared batches must be written in
+        order; if one fails, call ``recover`` before preparing again. None: nothing new.
+        """
         s = self.state
         before = s.last_seq
         fresh = [r for r in records if r.seq > before]
         if not fresh:
-            return before
+            return None
         errors: list[str | None] = []
         snapshots: list[tuple[int, bytes]] = []
         touched: dict[str, None] = {}
@@ -263,17 +290,26 @@ class ProjectionStore:
             "owners": ("owner", list(owners)),
             "policies": ("owner", list(owners)),
         }
-        try:
-            self._write(tables, replace, s.last_seq)
-        except duckdb.Error as e:
-            self.state = self._restore()
-            raise ProjectionError(
-                f"could not apply records {fresh[0].seq}-{fresh[-1].seq}: {e}"
-            ) from e
-        _compact(s, views)
+        _compact(s, views)  # their rows are built: ended sessions can go
         s.changed.clear()
         s.changed_agents.clear()
-        return s.last_seq
+        return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replace=replace)
+
+    def write(self, batch: "Batch") -> None:
+        """Store a prepared batch and its last sequence in one transaction.
+
+        Raises ProjectionError if it fails; the fold is then ahead of the tables: call
+        ``recover`` (``apply`` does).
+        """
+        if batch.first <= self.committed:
+            raise ProjectionError(f"batch {batch.first}-{batch.last} is already committed")
+        try:
+            self._write(batch.tables, batch.replace, batch.last)
+        except duckdb.Error as e:
+            if batch.last == self.state.last_seq:  # nothing prepared after it: recover now
+                self.recover()
+            raise ProjectionError(f"could not apply records {batch.first}-{batch.last}: {e}") from e
+        self.committed = batch.last
 
     def _write(
         self,
@@ -281,24 +317,34 @@ class ProjectionStore:
         replace: dict[str, tuple[str, list[str]]],
         last_seq: int,
     ) -> None:
+        # One script, one call: each call into DuckDB gives the GIL back and must win it
+        # again, which costs milliseconds while another thread folds the next batch.
         con = self.con
-        con.execute("BEGIN TRANSACTION")
+        script = ["BEGIN TRANSACTION"]
+        registered = []
         try:
             for name, table in tables.items():
                 key = replace.get(name)
                 if key is not None and key[1]:
                     column, values = key
-                    keys = pa.table({"k": pa.array(values, pa.string())})
-                    with _registered(con, "_keys", keys):
-                        con.execute(f"DELETE FROM {name} WHERE {column} IN (SELECT k FROM _keys)")
+                    con.register(f"_k_{name}", pa.table({"k": pa.array(values, pa.string())}))
+                    registered.append(f"_k_{name}")
+                    script.append(f"DELETE FROM {name} WHERE {column} IN (SELECT k FROM _k_{name})")
                 if table.num_rows:
-                    with _registered(con, "_rows", table):
-                        con.execute(f"INSERT INTO {name} SELECT * FROM _rows")
-            con.execute("UPDATE meta SET value = ? WHERE key = 'last_seq'", [last_seq])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+                    con.register(f"_r_{name}", table)
+                    registered.append(f"_r_{name}")
+                    script.append(f"INSERT INTO {name} SELECT * FROM _r_{name}")
+            script.append(f"UPDATE meta SET value = {int(last_seq)} WHERE key = 'last_seq'")
+            script.append("COMMIT")
+            try:
+                con.execute(";\n".join(script))
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise
+        finally:
+            for name in registered:
+                con.unregister(name)
 
     # ---- maintenance ----------------------------------------------------------------------
 
@@ -310,6 +356,7 @@ class ProjectionStore:
         self.con.execute("UPDATE meta SET value = 0 WHERE key = 'last_seq'")
         self.con.execute("COMMIT")
         self.state = ClusterState()
+        self.committed = 0
 
 
 @contextmanager
@@ -319,6 +366,16 @@ def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> I
         yield
     finally:
         con.unregister(name)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A prepared batch: the rows of records ``first`` to ``last``, ready to be written."""
+
+    first: int
+    last: int
+    tables: dict[str, pa.Table]
+    replace: dict[str, tuple[str, list[str]]]  # table -> (key column, keys to rewrite)
 
 
 def _compact(s: ClusterState, views: Sequence[SessionView]) -> None:

@@ -1,0 +1,306 @@
+"""Rebuild benchmark: 1,000,000 events from the log into DuckDB, against a raw replay.
+
+Starts a real nats-server, fills the stream with a synthetic but valid history (agents
+registering, then sessions going requested, admitted, sometimes queued, scheduled,
+preparing, running, sometimes destroyed, terminated; a few hundred alive at a time), then
+in the same run:
+
+1. baseline: a raw ordered-consumer replay of the whole stream with nats-py and no
+   processing (a callback that only counts);
+2. the bulk reader alone (``JetStreamLog.read_raw``, no processing), for reference;
+3. ``projections.rebuild``: every table rebuilt from the start of the log into a new
+   DuckDB file (decode, fold, rows, one transaction per batch, final checkpoint).
+
+Prints one JSON line. Usage: python bench/rebuild.py [--events 1000000]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from nats.js.api import DeliverPolicy
+
+from events import (
+    AgentRegistered,
+    AnyEvent,
+    DevicePlacement,
+    GpuInfo,
+    SessionAdmitted,
+    SessionDestroyRequested,
+    SessionPreparing,
+    SessionQueued,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+    Slots,
+    encode,
+)
+from events import subjects as subj
+from projections import rebuild
+from services.adapters import nats_server
+from services.adapters.jetstream import JetStreamLog, connect
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def synthetic_log(
+    n_events: int, *, agents: int = 100, gpus: int = 4, live: int = 400, seed: int = 1
+) -> Iterator[tuple[str, bytes]]:
+    """(subject, payload) of a valid history of about ``n_events`` events, in log order.
+
+    ``live`` sessions are alive at any time; each step moves one of them one event on.
+    Event times advance 1 ms per event from 2025-01-01T00:00:00Z.
+    """
+    k = 0
+
+    def at() -> datetime:
+        return T0 + timedelta(milliseconds=k)
+
+    def ident() -> str:
+        return uuid.UUID(int=(seed << 64) + k).hex
+
+    for a in range(agents):
+        aid = f"agent-{a}"
+        yield (
+            subj.agent(aid),
+            encode(
+                AgentRegistered(
+                    id=ident(),
+                    at=at(),
+                    actor=f"agent:{aid}",
+                    agent_id=aid,
+                    capacity=Slots(cpu=256_000, mem=2048 << 30, fgpu=gpus * 400),
+                    gpus=tuple(
+                        GpuInfo(
+                            index=i,
+                            uuid=f"GPU-{aid}-{i}",
+                            model="SimGPU",
+                            mem=80 << 30,
+                            sm_count=132,
+                        )
+                        for i in range(gpus)
+                    ),
+                    fgpu_per_gpu=400,
+                    images=("fgpu/busybox:latest",),
+                    runtime="dummy",
+                )
+            ),
+        )
+        k += 1
+    slots = Slots(cpu=1000, mem=1 << 30, fgpu=100)
+    # Each session's remaining events, built lazily; ``window`` holds the live ones.
+    window: list[Iterator[tuple[str, AnyEvent]]] = []
+    number = 0
+
+    def lifecycle(n: int) -> Iterator[tuple[str, AnyEvent]]:
+        sid = f"s{n:012x}"
+        owner = f"team{n % 10}"
+        aid = f"agent-{n % agents}"
+        gpu = (n // agents) % gpus
+        rid = ident()
+        env = {"causation_id": rid, "correlation_id": rid}
+        yield (
+            subj.request(owner, sid),
+            SessionRequested(
+                id=rid,
+                at=at(),
+                actor=owner,
+                correlation_id=rid,
+                session_id=sid,
+                owner=owner,
+                image="fgpu/busybox:latest",
+                command=("sleep", "60"),
+                slots=slots,
+            ),
+        )
+        yield (
+            subj.quota(owner),
+            SessionAdmitted(id=ident(), at=at(), actor="quota", **env, session_id=sid, owner=owner),
+        )
+        if n % 10 == 0:
+            yield (
+                subj.LEDGER,
+                SessionQueued(
+                    id=ident(),
+                    at=at(),
+                    actor="scheduler",
+                    **env,
+                    session_id=sid,
+                    reason="waiting for 1 fGPU; largest free share on a device: 0 fGPU",
+                ),
+            )
+        yield (
+            subj.LEDGER,
+            SessionScheduled(
+                id=ident(),
+                at=at(),
+                actor="scheduler",
+                **env,
+                session_id=sid,
+                owner=owner,
+                agent_id=aid,
+                slots=slots,
+                devices=(DevicePlacement(gpu_index=gpu, fgpu=100),),
+            ),
+        )
+        yield (
+            subj.agent_session(aid, sid),
+            SessionPreparing(
+                id=ident(), at=at(), actor=f"agent:{aid}", **env, session_id=sid, agent_id=aid
+            ),
+        )
+        yield (
+            subj.agent_session(aid, sid),
+            SessionRunning(
+                id=ident(),
+                at=at(),
+                actor=f"agent:{aid}",
+                **env,
+                session_id=sid,
+                agent_id=aid,
+                container_id=f"c{n:063x}",
+            ),
+        )
+        reason = "exited"
+        if n % 2 == 0:
+            destroy = ident()
+            yield (
+                subj.request(owner, sid),
+                SessionDestroyRequested(
+                    id=destroy, at=at(), actor=owner, session_id=sid, requester=owner
+                ),
+            )
+            yield (
+                subj.LEDGER,
+                SessionTerminating(
+                    id=ident(),
+                    at=at(),
+                    actor="scheduler",
+                    causation_id=destroy,
+                    correlation_id=rid,
+                    session_id=sid,
+                    agent_id=aid,
+                    reason="destroyed by its owner",
+                ),
+            )
+            reason = "stopped"
+        yield (
+            subj.agent_session(aid, sid),
+            SessionTerminated(
+                id=ident(),
+                at=at(),
+                actor=f"agent:{aid}",
+                **env,
+                session_id=sid,
+                agent_id=aid,
+                exit_code=0 if reason == "exited" else 143,
+                reason=reason,
+            ),
+        )
+
+    while k < n_events:
+        while len(window) < live:
+            window.append(lifecycle(number))
+            number += 1
+        slot = k % len(window)
+        step = next(window[slot], None)
+        if step is None:
+            window[slot] = lifecycle(number)
+            number += 1
+            continue
+        subject, event = step
+        yield subject, encode(event)
+        k += 1
+
+
+async def fill(events: JetStreamLog, n: int, **kwargs: int) -> int:
+    """Publish ``n`` synthetic events (core publishes, flushed in rounds); the last seq."""
+    nc = events.nc
+    sent = 0
+    for subject, payload in synthetic_log(n, **kwargs):
+        await nc.publish(subject, payload)
+        sent += 1
+        if sent % 20_000 == 0:
+            await nc.flush()
+            # Let the server keep up; its count is all there is to wait on.
+            while await events.last_seq() < sent - 40_000:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    await nc.flush()
+    while await events.last_seq() < sent:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    return sent
+
+
+async def raw_ordered_replay(events: JetStreamLog, n: int) -> float:
+    """nats-py's ordered push consumer over the whole stream, doing nothing per message."""
+    done = asyncio.Event()
+    count = 0
+
+    async def on_msg(msg: object) -> None:
+        nonlocal count
+        count += 1
+        if count >= n:
+            done.set()
+
+    t0 = time.perf_counter()
+    sub = await events.js.subscribe(
+        "fgpu.>",
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL,
+        cb=on_msg,
+        stream=subj.STREAM,
+    )
+    await done.wait()
+    seconds = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return n / seconds
+
+
+async def bulk_read(events: JetStreamLog) -> float:
+    t0 = time.perf_counter()
+    n = 0
+    async for seqs, _, _ in events.read_raw(0):
+        n += len(seqs)
+    return n / (time.perf_counter() - t0)
+
+
+async def main(args: argparse.Namespace) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="fgpu-bench-rebuild-"))
+    with nats_server.nats_server() as server:
+        events = await connect(server.url, name="bench-rebuild")
+        t0 = time.perf_counter()
+        n = await fill(events, args.events)
+        fill_s = time.perf_counter() - t0
+        raw = await raw_ordered_replay(events, n)
+        bulk = await bulk_read(events)
+        result = await rebuild(events, work / "projections.duckdb")
+        await events.close()
+    return {
+        "bench": "rebuild",
+        "events": result.events,
+        "rebuild_events_per_s": round(result.rate),
+        "rebuild_s": round(result.seconds, 2),
+        "raw_ordered_replay_per_s": round(raw),
+        "ratio_rebuild_to_raw_replay": round(result.rate / raw, 3),
+        "bulk_reader_no_processing_per_s": round(bulk),
+        "fill_s": round(fill_s, 1),
+        "targets": {"rebuild_events_per_s": 100_000, "ratio_rebuild_to_raw_replay": 0.5},
+        "db": result.path,
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    out = asyncio.run(main(parser.parse_args()))
+    out["db_mb"] = round(os.path.getsize(str(out["db"])) / 1e6, 1)
+    print(json.dumps(out))
