@@ -4,7 +4,7 @@ from pathlib import Path
 
 import duckdb
 
-from projections.schema import TABLES
+from projections.schema import TABLES, VIEWS
 
 __all__ = ["differences"]
 
@@ -24,7 +24,7 @@ def differences(a: str | Path, b: str | Path) -> dict[str, int]:
         con.execute(f"ATTACH {_quoted(a)} AS a (READ_ONLY)")
         con.execute(f"ATTACH {_quoted(b)} AS b (READ_ONLY)")
         out: dict[str, int] = {}
-        for table in (*TABLES, "meta"):
+        for table in (*TABLES, *VIEWS, "meta"):
             row = con.execute(
                 f"SELECT (SELECT count(*) FROM (FROM a.{table} EXCEPT ALL FROM b.{table}))"
                 f" + (SELECT count(*) FROM (FROM b.{table} EXCEPT ALL FROM a.{table}))"

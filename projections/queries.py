@@ -97,28 +97,21 @@ def session_events(con: duckdb.DuckDBPyConnection, session_id: str) -> list[Row]
 
 
 def agent_rows(con: duckdb.DuckDBPyConnection, agent_id: str | None = None) -> list[Row]:
-    """Agents with their GPUs (``gpus``) and each GPU's shares (``shares``), by id."""
+    """Agents with their GPUs (``gpus``) and each GPU's shares (``shares``, with the owner
+    of each session), by id."""
     cond, args = ("WHERE agent_id = ?", [agent_id]) if agent_id is not None else ("", [])
     agents = _rows(con.execute(f"SELECT * FROM agents {cond} ORDER BY agent_id", args))
-    gpus = _rows(con.execute(f"SELECT * FROM gpus {cond} ORDER BY agent_id, gpu_index", args))
-    shares = _rows(
+    owners = dict(
         con.execute(
-            "SELECT g.agent_id, g.gpu_index, g.session_id, g.fgpu, s.owner "
-            "FROM gpu_shares g LEFT JOIN sessions s USING (session_id) "
-            + cond.replace("agent_id", "g.agent_id")
-            + " ORDER BY g.agent_id, g.gpu_index, s.arrival_seq",
+            "SELECT session_id, owner FROM sessions WHERE session_id IN "
+            f"(SELECT session_id FROM gpu_shares {cond})",
             args,
-        )
+        ).fetchall()
     )
-    by_gpu: dict[tuple[str, int], list[Row]] = {}
-    for share in shares:
-        by_gpu.setdefault((share["agent_id"], share["gpu_index"]), []).append(share)
-    by_agent: dict[str, list[Row]] = {}
-    for g in gpus:
-        g["shares"] = by_gpu.get((g["agent_id"], g["gpu_index"]), [])
-        by_agent.setdefault(g["agent_id"], []).append(g)
     for a in agents:
-        a["gpus"] = by_agent.get(a["agent_id"], [])
+        for g in a["gpus"]:
+            for share in g["shares"]:
+                share["owner"] = owners.get(share["session_id"])
     return agents
 
 

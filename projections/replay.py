@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import duckdb
 
 from projections.snapshot import is_stub
-from projections.store import restore_state
+from projections.store import applied_seq, restore_state
 from services.domain.state import ClusterState, SessionView
 from services.domain.status import ENDED
 
@@ -34,8 +34,8 @@ class PastState:
 
 
 def last_seq(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()
-    return int(row[0]) if row else 0
+    """The last sequence the tables hold."""
+    return applied_seq(con)
 
 
 def seq_at(con: duckdb.DuckDBPyConnection, at: datetime) -> int:

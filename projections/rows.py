@@ -13,16 +13,14 @@ import pyarrow as pa
 
 from events import GpuUsageSampled, PolicySet
 from projections.schema import ARROW
-from services.domain.state import AgentView, ClusterState, OwnerUsage, SessionView
+from services.domain.state import AgentView, SessionView
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import Malformed, Record
 
 __all__ = [
-    "agent_tables",
-    "changed_owners",
+    "agent_table",
     "event_table",
     "history_table",
-    "owner_table",
     "policy_table",
     "session_table",
     "snapshot_table",
@@ -128,11 +126,9 @@ def history_table(views: Iterable[SessionView], after_seq: int) -> pa.Table:
     return pa.table(cols, schema=ARROW["session_history"])
 
 
-def agent_tables(agents: Iterable[AgentView]) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Rows of ``agents``, of their GPUs, and of the fGPU shares on each GPU."""
-    a_cols: dict[str, list[object]] = {name: [] for name in ARROW["agents"].names}
-    g_cols: dict[str, list[object]] = {name: [] for name in ARROW["gpus"].names}
-    s_cols: dict[str, list[object]] = {name: [] for name in ARROW["gpu_shares"].names}
+def agent_table(agents: Iterable[AgentView]) -> pa.Table:
+    """Rows of ``agents``, each with its GPUs and the fGPU shares on each GPU."""
+    cols: dict[str, list[object]] = {name: [] for name in ARROW["agents"].names}
     for a in agents:
         free = a.free
         for name, value in (
@@ -152,42 +148,25 @@ def agent_tables(agents: Iterable[AgentView]) -> tuple[pa.Table, pa.Table, pa.Ta
             ("sessions", len(a.sessions)),
             ("images", sorted(a.images)),
         ):
-            a_cols[name].append(value)
+            cols[name].append(value)
+        gpus = []
         for index, g in a.gpus.items():
             allocated = g.allocated
-            for name, value in (
-                ("agent_id", a.agent_id),
-                ("gpu_index", index),
-                ("uuid", g.info.uuid),
-                ("model", g.info.model),
-                ("mem", g.info.mem),
-                ("sm_count", g.info.sm_count),
-                ("capacity", g.capacity),
-                ("allocated", allocated),
-                ("free", g.capacity - allocated),
-            ):
-                g_cols[name].append(value)
-            for session_id, quanta in g.shares.items():
-                s_cols["agent_id"].append(a.agent_id)
-                s_cols["gpu_index"].append(index)
-                s_cols["session_id"].append(session_id)
-                s_cols["fgpu"].append(quanta)
-    return (
-        pa.table(a_cols, schema=ARROW["agents"]),
-        pa.table(g_cols, schema=ARROW["gpus"]),
-        pa.table(s_cols, schema=ARROW["gpu_shares"]),
-    )
-
-
-def owner_table(usage: Iterable[tuple[str, OwnerUsage]]) -> pa.Table:
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["owners"].names}
-    for owner, u in usage:
-        cols["owner"].append(owner)
-        cols["sessions"].append(u.sessions)
-        cols["cpu"].append(u.slots.cpu)
-        cols["mem"].append(u.slots.mem)
-        cols["fgpu"].append(u.slots.fgpu)
-    return pa.table(cols, schema=ARROW["owners"])
+            gpus.append(
+                {
+                    "gpu_index": index,
+                    "uuid": g.info.uuid,
+                    "model": g.info.model,
+                    "mem": g.info.mem,
+                    "sm_count": g.info.sm_count,
+                    "capacity": g.capacity,
+                    "allocated": allocated,
+                    "free": g.capacity - allocated,
+                    "shares": [{"session_id": k, "fgpu": q} for k, q in g.shares.items()],
+                }
+            )
+        cols["gpus"].append(gpus)
+    return pa.table(cols, schema=ARROW["agents"])
 
 
 def policy_table(policies: Iterable[PolicySet]) -> pa.Table:
@@ -219,8 +198,3 @@ def snapshot_table(snapshots: Sequence[tuple[int, bytes]]) -> pa.Table:
         {"seq": [s for s, _ in snapshots], "state": [b for _, b in snapshots]},
         schema=ARROW["snapshots"],
     )
-
-
-def changed_owners(s: ClusterState, owners: Iterable[str]) -> list[tuple[str, OwnerUsage]]:
-    """The quota rows of ``owners`` that the fold knows (sorted, for stable output)."""
-    return [(o, s.usage[o]) for o in sorted(set(owners)) if o in s.usage]

@@ -7,13 +7,27 @@ start of the log gives the same rows (``tests/test_projections_rebuild.py``). Ti
 
 import pyarrow as pa
 
-__all__ = ["ARROW", "DDL", "SCHEMA_VERSION", "TABLES"]
+__all__ = ["ARROW", "DDL", "SCHEMA_VERSION", "TABLES", "VIEWS"]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
+_SHARE = pa.struct([("session_id", pa.string()), ("fgpu", pa.int64())])
+_GPU = pa.struct(
+    [
+        ("gpu_index", pa.int32()),
+        ("uuid", pa.string()),
+        ("model", pa.string()),
+        ("mem", pa.int64()),
+        ("sm_count", pa.int32()),
+        ("capacity", pa.int64()),  # fGPU quanta this device is worth
+        ("allocated", pa.int64()),
+        ("free", pa.int64()),
+        ("shares", pa.list_(_SHARE)),
+    ]
+)
 
 
 def _schema(columns: list[tuple[str, pa.DataType]]) -> pa.Schema:
@@ -98,37 +112,9 @@ ARROW: dict[str, pa.Schema] = {
             ("free_fgpu", pa.int64()),
             ("sessions", pa.int32()),  # sessions holding an allocation here
             ("images", pa.list_(pa.string())),
-        ]
-    ),
-    "gpus": _schema(
-        [
-            ("agent_id", pa.string()),
-            ("gpu_index", pa.int32()),
-            ("uuid", pa.string()),
-            ("model", pa.string()),
-            ("mem", pa.int64()),
-            ("sm_count", pa.int32()),
-            ("capacity", pa.int64()),  # fGPU quanta this device is worth
-            ("allocated", pa.int64()),
-            ("free", pa.int64()),
-        ]
-    ),
-    "gpu_shares": _schema(
-        [
-            ("agent_id", pa.string()),
-            ("gpu_index", pa.int32()),
-            ("session_id", pa.string()),
-            ("fgpu", pa.int64()),
-        ]
-    ),
-    # Quota held per access key (admitted and not ended), as the quota actor counts it.
-    "owners": _schema(
-        [
-            ("owner", pa.string()),
-            ("sessions", pa.int32()),
-            ("cpu", pa.int64()),
-            ("mem", pa.int64()),
-            ("fgpu", pa.int64()),
+            # Its GPUs, each with its fGPU shares by session (views ``gpus`` and
+            # ``gpu_shares`` give them as rows): an agent is one row, written at once.
+            ("gpus", pa.list_(_GPU)),
         ]
     ),
     "policies": _schema(
@@ -171,6 +157,11 @@ _SQL_TYPES = {
     _TS: "TIMESTAMP",
     pa.list_(pa.string()): "VARCHAR[]",
     pa.list_(_DEVICE): "STRUCT(gpu_index INTEGER, fgpu BIGINT)[]",
+    pa.list_(_GPU): (
+        "STRUCT(gpu_index INTEGER, uuid VARCHAR, model VARCHAR, mem BIGINT, sm_count INTEGER,"
+        " capacity BIGINT, allocated BIGINT, free BIGINT,"
+        " shares STRUCT(session_id VARCHAR, fgpu BIGINT)[])[]"
+    ),
 }
 
 TABLES: tuple[str, ...] = tuple(ARROW)
@@ -189,7 +180,32 @@ def _create(name: str, schema: pa.Schema) -> str:
     return f"CREATE TABLE IF NOT EXISTS {name} ({cols})"
 
 
+_HELD = "'PENDING', 'SCHEDULED', 'PREPARING', 'RUNNING', 'TERMINATING'"
+
+# Derived tables, computed when read (nothing to write per batch).
+VIEWS: dict[str, str] = {
+    "gpus": """
+        SELECT agent_id, g.gpu_index, g.uuid, g.model, g.mem, g.sm_count, g.capacity,
+               g.allocated, g.free
+        FROM (SELECT agent_id, unnest(gpus) AS g FROM agents)""",
+    "gpu_shares": """
+        SELECT agent_id, gpu_index, s.session_id, s.fgpu
+        FROM (SELECT agent_id, g.gpu_index, unnest(g.shares) AS s
+              FROM (SELECT agent_id, unnest(gpus) AS g FROM agents))""",
+    # Quota held per access key, as the quota actor counts it: a session holds its
+    # request against its owner's policy from admission until it ends.
+    "owners": f"""
+        SELECT owner,
+               count(*) FILTER (WHERE status IN ({_HELD}))::INTEGER AS sessions,
+               coalesce(sum(req_cpu) FILTER (WHERE status IN ({_HELD})), 0)::BIGINT AS cpu,
+               coalesce(sum(req_mem) FILTER (WHERE status IN ({_HELD})), 0)::BIGINT AS mem,
+               coalesce(sum(req_fgpu) FILTER (WHERE status IN ({_HELD})), 0)::BIGINT AS fgpu
+        FROM sessions GROUP BY owner""",
+}
+
 DDL: tuple[str, ...] = (
+    # The last sequence applied is max(events.seq): written with the batch's other rows.
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value BIGINT)",
     *(_create(name, schema) for name, schema in ARROW.items()),
+    *(f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()),
 )

@@ -1,9 +1,10 @@
 """The projection store: DuckDB tables kept by folding the log, one transaction per batch.
 
 The store holds the fold's state (``services.domain.state``) in memory, in step with the
-tables: ``meta.last_seq`` is the last sequence both have applied. ``apply`` folds a batch,
-turns what changed into rows and writes them with the new ``last_seq`` in one DuckDB
-transaction, so a batch is in the tables entirely or not at all. Records at or below
+tables: ``last_seq`` is the last sequence both have applied, ``max(events.seq)`` in the
+tables. ``apply`` folds a batch, turns what changed into rows and writes them, the batch's
+own rows of ``events`` included, in one DuckDB transaction, so a batch is in the tables
+entirely or not at all and the last sequence commits with it. Records at or below
 ``last_seq`` were applied already and are skipped: a redelivered batch changes nothing.
 
 Opening a store restores the state from the newest snapshot at or below ``last_seq``
@@ -53,9 +54,11 @@ __all__ = [
     "ProjectionStore",
     "SchemaMismatch",
     "StoreLocked",
+    "applied_seq",
     "connect_reader",
     "record_of",
     "restore_state",
+    "stored_records",
 ]
 
 DEFAULT_SNAPSHOT_EVERY = 10_000
@@ -103,6 +106,7 @@ def _connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection
             raise StoreLocked(f"{path} is open in another process: {e}") from e
         raise ProjectionError(f"cannot open {path}: {e}") from e
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # a server's terminal is not DuckDB's
     return con
 
 
@@ -114,8 +118,18 @@ def connect_reader(path: str) -> duckdb.DuckDBPyConnection:
 class ProjectionStore:
     """The tables of one DuckDB file and the fold's state they were made from."""
 
-    def __init__(self, path: str | Path, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        threads: int | None = None,
+    ) -> None:
         """Open (or create) the store at ``path``; ``:memory:`` for a private one.
+
+        ``threads``: DuckDB's worker threads (default: one per core). A projector that
+        follows the log writes small transactions, for which one thread is faster (a
+        third, measured): its fixed cost per statement is what the lag is made of.
 
         Raises StoreLocked, SchemaMismatch, or ProjectionError.
         """
@@ -124,6 +138,8 @@ class ProjectionStore:
         self.path = str(path)
         self.snapshot_every = snapshot_every
         self.con = _connect(self.path)
+        if threads is not None:
+            self.con.execute(f"SET threads = {int(threads)}")
         self.committed = 0
         self._closed = False
         self._cursor_lock = threading.Lock()
@@ -142,9 +158,7 @@ class ProjectionStore:
             self.con.execute(statement)
         found = dict(self.con.execute("SELECT key, value FROM meta").fetchall())
         if not found:
-            self.con.execute(
-                "INSERT INTO meta VALUES ('schema_version', ?), ('last_seq', 0)", [SCHEMA_VERSION]
-            )
+            self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [SCHEMA_VERSION])
         elif found.get("schema_version") != SCHEMA_VERSION:
             raise SchemaMismatch(
                 f"{self.path} has schema version {found.get('schema_version')}, this is "
@@ -175,8 +189,7 @@ class ProjectionStore:
     # ---- restoring the fold ---------------------------------------------------------------
 
     def _restore(self) -> ClusterState:
-        row = self.con.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()
-        checkpoint = int(row[0]) if row else 0
+        checkpoint = applied_seq(self.con)
         state = restore_state(self.con, checkpoint, all_ended=True)
         _compact(state, list(state.sessions.values()))
         state.changed.clear()
@@ -234,7 +247,7 @@ class ProjectionStore:
         errors: list[str | None] = []
         snapshots: list[tuple[int, bytes]] = []
         touched: dict[str, None] = {}
-        owners: dict[str, None] = {}
+        policy_owners: dict[str, None] = {}
         samples: list[tuple[int, GpuUsageSampled]] = []
         every = self.snapshot_every
         for r in fresh:
@@ -259,7 +272,7 @@ class ProjectionStore:
             if sid is not None:
                 touched[sid] = None
             if isinstance(e, PolicySet):
-                owners[e.owner] = None
+                policy_owners[e.owner] = None
         for sid in s.changed:
             touched[sid] = None
         views = [
@@ -267,28 +280,23 @@ class ProjectionStore:
         ]
         agent_ids = dict(s.changed_agents)
         for v in views:
-            owners[v.owner] = None
             if v.agent_id is not None:
                 agent_ids[v.agent_id] = None
         tables = {
             "events": rows.event_table(fresh, [_payload(r) for r in fresh], errors),
             "sessions": rows.session_table(views),
             "session_history": rows.history_table(views, before),
-            "owners": rows.owner_table(rows.changed_owners(s, owners)),
-            "policies": rows.policy_table(s.policies[o] for o in sorted(owners) if o in s.policies),
+            "policies": rows.policy_table(s.policies[o] for o in sorted(policy_owners)),
             "snapshots": rows.snapshot_table(snapshots),
             "gpu_usage": rows.usage_table(samples),
         }
         agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
-        tables["agents"], tables["gpus"], tables["gpu_shares"] = rows.agent_tables(agents)
+        tables["agents"] = rows.agent_table(agents)
         # Rows to replace: every row of what changed is written anew.
         replace = {
             "sessions": ("session_id", [v.session_id for v in views]),
             "agents": ("agent_id", list(agent_ids)),
-            "gpus": ("agent_id", list(agent_ids)),
-            "gpu_shares": ("agent_id", list(agent_ids)),
-            "owners": ("owner", list(owners)),
-            "policies": ("owner", list(owners)),
+            "policies": ("owner", list(policy_owners)),
         }
         _compact(s, views)  # their rows are built: ended sessions can go
         s.changed.clear()
@@ -334,7 +342,6 @@ class ProjectionStore:
                     con.register(f"_r_{name}", table)
                     registered.append(f"_r_{name}")
                     script.append(f"INSERT INTO {name} SELECT * FROM _r_{name}")
-            script.append(f"UPDATE meta SET value = {int(last_seq)} WHERE key = 'last_seq'")
             script.append("COMMIT")
             try:
                 con.execute(";\n".join(script))
@@ -353,7 +360,6 @@ class ProjectionStore:
         self.con.execute("BEGIN TRANSACTION")
         for name in TABLES:
             self.con.execute(f"DELETE FROM {name}")
-        self.con.execute("UPDATE meta SET value = 0 WHERE key = 'last_seq'")
         self.con.execute("COMMIT")
         self.state = ClusterState()
         self.committed = 0
@@ -385,6 +391,13 @@ def _compact(s: ClusterState, views: Sequence[SessionView]) -> None:
             s.sessions[v.session_id] = ENDED_STUB
 
 
+def applied_seq(con: duckdb.DuckDBPyConnection) -> int:
+    """The last sequence the tables hold: every record has its row in ``events``, written
+    in the same transaction as everything it changed."""
+    row = con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+    return int(row[0]) if row else 0
+
+
 def restore_state(
     con: duckdb.DuckDBPyConnection, seq: int, *, all_ended: bool = False
 ) -> ClusterState:
@@ -398,7 +411,7 @@ def restore_state(
         "SELECT seq, state FROM snapshots WHERE seq <= ? ORDER BY seq DESC LIMIT 1", [seq]
     ).fetchone()
     snap_seq = int(snap[0]) if snap else 0
-    records = _stored_records(con, snap_seq, seq)
+    records = stored_records(con, snap_seq, seq)
     if all_ended:
         ended = _ended_ids(con, snap_seq)
     else:
@@ -424,7 +437,7 @@ def _ended_ids(
     return [r[0] for r in found]
 
 
-def _stored_records(con: duckdb.DuckDBPyConnection, after: int, until: int) -> list[Record]:
+def stored_records(con: duckdb.DuckDBPyConnection, after: int, until: int) -> list[Record]:
     """The records after ``after`` up to ``until``, decoded from the events table."""
     out: list[Record] = []
     if until <= after:

@@ -46,9 +46,14 @@ steps = st.lists(
 )
 
 
-def _settled(ids: list[str]) -> Callable[[ClusterState], bool]:
+def _settled(ids: list[str], seen: int) -> Callable[[ClusterState], bool]:
+    """Every session at rest and every request answered, in a fold that has read at least
+    up to ``seen``."""
+
     def done(s: ClusterState) -> bool:
-        if s.destroys:
+        if (
+            s.last_seq < seen or s.destroys or s.malformed
+        ):  # unanswered destroys, bad payloads not yet refused
             return False
         for i in ids:
             v = s.sessions.get(i)
@@ -129,7 +134,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
             elif what == "bad":
                 await log.js.publish("fgpu.req.alice.s0bad", b"{not an event")
         with anyio.fail_after(30):
-            await clients[0].wait_until(_settled(ids))
+            await clients[0].wait_until(_settled(ids, await log.last_seq()))
         end = await log.last_seq()
         assert live.projector is not None
         with anyio.fail_after(10):

@@ -50,12 +50,12 @@ def open_store(path: str | Path) -> ProjectionStore:
     """The store at ``path``; one of another schema version is started afresh (it is
     only ever a projection: the log rebuilds it). Blocks. Raises StoreLocked."""
     try:
-        return ProjectionStore(path)
+        return ProjectionStore(path, threads=1)
     except SchemaMismatch as e:
         log.warning("projections.schema_changed", path=str(path), error=str(e))
         for stale in (Path(path), Path(f"{path}.wal")):
             stale.unlink(missing_ok=True)
-        return ProjectionStore(path)
+        return ProjectionStore(path, threads=1)
 
 
 class _Server(uvicorn.Server):

@@ -1,0 +1,138 @@
+"""Projection lag: an event published, to the same event visible in the read API.
+
+A real nats-server; the projector and the read API in a process of their own (as in
+``fgpu up``); in this process a publisher appends the synthetic history of
+``bench/rebuild.py`` at a steady rate (1,000 events per second by default), a client of
+the API's event stream (server-sent events, read from the DuckDB projections) notes when
+each sequence arrives, and, as the baseline of the same run, a plain core-NATS
+subscriber notes when each message reaches it straight from the server.
+
+Prints one JSON line. Usage: python bench/projection_lag.py [--rate 1000] [--seconds 20]
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import nats
+from nats.aio.msg import Msg
+from rebuild import synthetic_log  # bench/rebuild.py, beside this file
+
+from services.adapters import nats_server
+from services.adapters.jetstream import connect
+
+SERVER = """
+import sys, anyio
+from services.adapters.jetstream import connect
+from services.api import serve_read_api
+
+async def main():
+    events = await connect(sys.argv[1], name="bench-api")
+    async with anyio.create_task_group() as tg:
+        api = await tg.start(serve_read_api, events, sys.argv[2])
+        print("ready", api.url, flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+        "max_ms": round(ordered[-1], 2),
+    }
+
+
+async def _stream(url: str, seen: dict[int, float], ready: asyncio.Event) -> None:
+    """Note when each sequence arrives on the API's event stream."""
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=None) as http,
+        http.stream("GET", "/v1/events/stream") as r,
+    ):
+        async for line in r.aiter_lines():
+            if line.startswith("retry:"):
+                ready.set()
+            elif line.startswith("id: "):
+                seen[int(line[4:])] = time.perf_counter()
+
+
+async def main(args: argparse.Namespace) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="fgpu-bench-lag-"))
+    with nats_server.nats_server() as server:
+        api = subprocess.Popen(
+            [sys.executable, "-c", SERVER, server.url, str(work / "projections.duckdb")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert api.stdout is not None
+            line = await asyncio.to_thread(api.stdout.readline)
+            if not line.startswith("ready "):
+                raise RuntimeError(f"the API did not start: {line!r}")
+            url = line.split()[1]
+            events = await connect(server.url, name="bench-publisher")
+            raw = await nats.connect(server.url, name="bench-baseline")
+            direct: list[float] = []
+
+            async def on_msg(msg: Msg) -> None:
+                direct.append(time.perf_counter())
+
+            await raw.subscribe("fgpu.>", cb=on_msg)
+            await raw.flush()
+            seen: dict[int, float] = {}
+            ready = asyncio.Event()
+            listener = asyncio.create_task(_stream(url, seen, ready))
+            await ready.wait()
+
+            total = args.rate * args.seconds
+            sent: dict[int, float] = {}
+            order: list[float] = []
+            interval = 1.0 / args.rate
+            next_at = time.perf_counter()
+            for subject, payload in synthetic_log(total):
+                now = time.perf_counter()
+                if next_at > now:
+                    await asyncio.sleep(next_at - now)
+                next_at += interval
+                t = time.perf_counter()
+                ack = await events.js.publish(subject, payload)
+                sent[ack.seq] = t
+                order.append(t)
+            deadline = time.perf_counter() + 60
+            while len(seen) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            listener.cancel()
+            await raw.close()
+            await events.close()
+        finally:
+            api.terminate()
+            api.wait(30)
+    lag = [(seen[s] - t) * 1000 for s, t in sent.items() if s in seen]
+    base = [(r - t) * 1000 for t, r in zip(order, direct, strict=False)]
+    return {
+        "bench": "projection_lag",
+        "rate_per_s": args.rate,
+        "events": len(sent),
+        "visible": len(lag),
+        **_quantiles(lag),
+        "baseline_core_nats_delivery": _quantiles(base),
+        "path": "publish -> JetStream -> durable pull -> DuckDB transaction -> SSE client",
+        "target_p99_ms": 100,
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=20)
+    print(json.dumps(asyncio.run(main(parser.parse_args()))))
