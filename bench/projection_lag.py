@@ -66,57 +66,41 @@ async def _stream(url: str, seen: dict[int, float], ready: asyncio.Event) -> Non
                 seen[int(line[4:])] = time.perf_counter()
 
 
-async def main(args: argparse.Namespace) -> dict[str, object]:
-    work = Path(tempfile.mkdtemp(prefix="fgpu-bench-lag-"))
-    with nats_server.nats_server() as server:
-        api = subprocess.Popen(
-            [sys.executable, "-c", SERVER, server.url, str(work / "projections.duckdb")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert api.stdout is not None
-            line = await asyncio.to_thread(api.stdout.readline)
-            if not line.startswith("ready "):
-                raise RuntimeError(f"the API did not start: {line!r}")
-            url = line.split()[1]
-            events = await connect(server.url, name="bench-publisher")
-            raw = await nats.connect(server.url, name="bench-baseline")
-            direct: list[float] = []
+async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str, object]:
+    events = await connect(nats_url, name="bench-publisher")
+    raw = await nats.connect(nats_url, name="bench-baseline")
+    direct: list[float] = []
 
-            async def on_msg(msg: Msg) -> None:
-                direct.append(time.perf_counter())
+    async def on_msg(msg: Msg) -> None:
+        direct.append(time.perf_counter())
 
-            await raw.subscribe("fgpu.>", cb=on_msg)
-            await raw.flush()
-            seen: dict[int, float] = {}
-            ready = asyncio.Event()
-            listener = asyncio.create_task(_stream(url, seen, ready))
-            await ready.wait()
+    await raw.subscribe("fgpu.>", cb=on_msg)
+    await raw.flush()
+    seen: dict[int, float] = {}
+    ready = asyncio.Event()
+    listener = asyncio.create_task(_stream(url, seen, ready))
+    await ready.wait()
 
-            total = args.rate * args.seconds
-            sent: dict[int, float] = {}
-            order: list[float] = []
-            interval = 1.0 / args.rate
-            next_at = time.perf_counter()
-            for subject, payload in synthetic_log(total):
-                now = time.perf_counter()
-                if next_at > now:
-                    await asyncio.sleep(next_at - now)
-                next_at += interval
-                t = time.perf_counter()
-                ack = await events.js.publish(subject, payload)
-                sent[ack.seq] = t
-                order.append(t)
-            deadline = time.perf_counter() + 60
-            while len(seen) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-            listener.cancel()
-            await raw.close()
-            await events.close()
-        finally:
-            api.terminate()
-            api.wait(30)
+    total = args.rate * args.seconds
+    sent: dict[int, float] = {}
+    order: list[float] = []
+    interval = 1.0 / args.rate
+    next_at = time.perf_counter()
+    for subject, payload in synthetic_log(total):
+        now = time.perf_counter()
+        if next_at > now:
+            await asyncio.sleep(next_at - now)
+        next_at += interval
+        t = time.perf_counter()
+        ack = await events.js.publish(subject, payload)
+        sent[ack.seq] = t
+        order.append(t)
+    deadline = time.perf_counter() + 60
+    while len(seen) < len(sent) and time.perf_counter() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    listener.cancel()
+    await raw.close()
+    await events.close()
     lag = [(seen[s] - t) * 1000 for s, t in sent.items() if s in seen]
     base = [(r - t) * 1000 for t, r in zip(order, direct, strict=False)]
     return {
@@ -131,8 +115,27 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def main(args: argparse.Namespace) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="fgpu-bench-lag-"))
+    with nats_server.nats_server() as server:
+        api = subprocess.Popen(
+            [sys.executable, "-c", SERVER, server.url, str(work / "projections.duckdb")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert api.stdout is not None
+            line = api.stdout.readline()
+            if not line.startswith("ready "):
+                raise RuntimeError(f"the API did not start: {line!r}")
+            return asyncio.run(measure(server.url, line.split()[1], args))
+        finally:
+            api.terminate()
+            api.wait(30)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=20)
-    print(json.dumps(asyncio.run(main(parser.parse_args()))))
+    print(json.dumps(main(parser.parse_args())))
