@@ -49,6 +49,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
     """What a person does in the console, checked on the DOM; the screenshot's path."""
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -71,14 +72,20 @@ def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
     ):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    wait = WebDriverWait(driver, 20)
+    # The page re-renders as the log moves on: an element read mid-render is read again.
+    wait = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
 
     def until(check: Callable[[WebDriver], object], what: str) -> None:
         wait.until(check, message=what)
 
     def texts(selector: str, attribute: str | None = None) -> list[str]:
-        found = driver.find_elements(By.CSS_SELECTOR, selector)
-        return [(e.get_attribute(attribute) or "") if attribute else e.text for e in found]
+        for _ in range(10):  # a re-render between finding and reading: find them again
+            try:
+                found = driver.find_elements(By.CSS_SELECTOR, selector)
+                return [(e.get_attribute(attribute) or "") if attribute else e.text for e in found]
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{selector} kept changing under the test")
 
     busy = {i: v for i, v in sc.final.sessions.items() if i in sc.ids}
     then_running = sorted(i for i in sc.ids if i != sc.waited)

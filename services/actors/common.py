@@ -1,5 +1,6 @@
 """What every actor shares: stamping new events, the clock, and the run loop."""
 
+import atexit
 import gc
 import uuid
 from collections.abc import Awaitable, Callable
@@ -64,6 +65,15 @@ async def rebuild(events: EventLog) -> ClusterState:
 React = Callable[[ClusterState], Awaitable[None]]
 
 
+def _freeze() -> None:
+    """Move everything alive now out of the collector's sight (see follow_log)."""
+    if not gc.get_freeze_count():
+        # Frozen objects are never freed, not even at exit, which extension modules (DuckDB)
+        # report as leaks: give them back to the collector when the process ends.
+        atexit.register(gc.unfreeze)
+    gc.freeze()
+
+
 async def _react(react: React, state: ClusterState) -> None:
     """One reaction; what changed is cleared only once it has been looked at."""
     await react(state)
@@ -91,7 +101,7 @@ async def follow_log(
         await on_rebuild(state)
     # The state just built lives as long as the actor: keep the collector from walking it
     # again and again (full collections of a large state stall the actor for 100s of ms).
-    gc.freeze()
+    _freeze()
     task_status.started(state)
     backoff = 0.05
     while True:
@@ -113,4 +123,4 @@ async def follow_log(
             state = await rebuild(events)
             if on_rebuild is not None:
                 await on_rebuild(state)
-            gc.freeze()
+            _freeze()

@@ -19,7 +19,6 @@ from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
-from services.api.serve import serve_read_api
 from services.cli.options import Settings, console, fail, resolve_nats, run_async, tune_gc
 from services.cli.stack import (
     StackInfo,
@@ -235,6 +234,8 @@ def register(app: typer.Typer) -> None:
                 await tg.start(run_scheduler, events)
                 await tg.start(run_agent, events, rt, cfg, regions)
                 if not no_api:
+                    from services.api.serve import serve_read_api  # heavy: only when serving
+
                     # The projections live with the log they project: a new store, a new file.
                     db = Path(server.store_dir) / "projections.duckdb"
                     api = await tg.start(serve_read_api, events, db, "127.0.0.1", api_port)
