@@ -65,12 +65,17 @@ async def rebuild(events: EventLog) -> ClusterState:
 React = Callable[[ClusterState], Awaitable[None]]
 
 
+def _thaw() -> None:
+    gc.unfreeze()
+    gc.collect()
+
+
 def _freeze() -> None:
     """Move everything alive now out of the collector's sight (see follow_log)."""
     if not gc.get_freeze_count():
         # Frozen objects are never freed, not even at exit, which extension modules (DuckDB)
         # report as leaks: give them back to the collector when the process ends.
-        atexit.register(gc.unfreeze)
+        atexit.register(_thaw)
     gc.freeze()
 
 
