@@ -17,6 +17,7 @@ Running sessions therefore survive a restart of every actor: containers keep run
 and the new agent process picks them up by their labels.
 """
 
+import contextlib
 from dataclasses import dataclass, field
 
 import anyio
@@ -50,6 +51,7 @@ from services.ports import (
     EventLog,
     ImageNotFound,
     LogError,
+    RuntimeUnavailable,
     SliceRegions,
 )
 
@@ -57,7 +59,6 @@ __all__ = ["AgentActor", "AgentConfig"]
 
 S = SessionStatus
 log = structlog.get_logger()
-_ATTEMPTS = 6
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,9 @@ class _Supervised:
     container_id: str | None = None
     stop_requested: bool = False
     stopping: bool = False
+    # Its last report is appended but perhaps not folded yet: kept until the session
+    # holds nothing here, so an older report folded late cannot start a second one.
+    done: bool = False
 
 
 @dataclass
@@ -159,7 +163,8 @@ class AgentActor:
         me = s.agents.get(self.config.agent_id)
         if me is None:
             return
-        ids = [i for i in s.changed if i in me.sessions]
+        supervised = self.local.supervised
+        ids = [i for i in s.changed if i in me.sessions or i in supervised]
         await self.react_to(s, ids, agent_changed=self.config.agent_id in s.changed_agents)
 
     async def react_to(
@@ -180,9 +185,12 @@ class AgentActor:
                 self._reannounced = False
         for session_id in session_ids:
             if session_id not in me.sessions:
+                self.local.supervised.pop(session_id, None)  # it ended: forget it
                 continue
             v = s.sessions[session_id]
             sup = self.local.supervised.get(session_id)
+            if sup is not None and sup.done:
+                continue
             if sup is None:
                 sup = self.local.supervised[session_id] = _Supervised()
                 self._tg.start_soon(self._supervise, session_id, sup)
@@ -208,26 +216,40 @@ class AgentActor:
     # ---- one session ----------------------------------------------------------------------
 
     async def _supervise(self, session_id: str, sup: _Supervised) -> None:
-        # Not in a `finally`: a supervisor cancelled because the agent shuts down must stay
-        # registered, or a last reaction of the dying agent would start another one that
-        # knows nothing of the container.
-        for attempt in range(_ATTEMPTS):
+        """Run the session's lifecycle until its end is on the log, whatever fails meanwhile.
+
+        A log or engine that is away is waited for (capped backoff), never given up on: a
+        supervisor that stopped would leave the session holding its share for ever. A
+        supervisor cancelled because the agent shuts down stays registered (no `finally`),
+        or a last reaction of the dying agent would start another one.
+        """
+        attempt = 0
+        failed: ContainerError | None = None
+        while True:
             try:
-                await self._lifecycle(session_id, sup)
+                if failed is None:
+                    await self._lifecycle(session_id, sup)
+                else:
+                    reason = f"container engine: {failed}"
+                    await self._report(session_id, SessionErrored, reason=reason)
                 break
+            except RuntimeUnavailable as e:
+                log.warning("agent.engine_unavailable", session=session_id, error=str(e))
             except ContainerError as e:
-                await self._report(session_id, SessionErrored, reason=f"container engine: {e}")
-                break
+                failed = e  # permanent for this session: report it (and retry the report)
+                continue
             except LogError as e:
                 # Our view of the session is stale or the log is away: look again.
                 log.warning("agent.report_failed", session=session_id, error=str(e))
-                await anyio.sleep(0.2 * 2**attempt)
+            await anyio.sleep(min(0.2 * 2**attempt, 5.0))
+            attempt += 1
+            with contextlib.suppress(ContainerError):
                 found = await self.runtime.list({LABEL_SESSION: session_id})
                 if found:
                     self.local.found[session_id] = found[0]
         if self.regions is not None:
             self.regions.remove(session_id)  # whichever way it ended
-        self.local.supervised.pop(session_id, None)
+        sup.done = True
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
         v = self.state.sessions[session_id]
@@ -273,7 +295,10 @@ class AgentActor:
         await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
         if self.regions is not None:
             self.regions.reclaim(session_id)  # its processes are all gone now
-        await self._publish_usage(session_id)
+        try:
+            await self._publish_usage(session_id)
+        except LogError as e:  # best effort: the exit must be reported whatever happens here
+            log.warning("agent.usage_not_published", session=session_id, error=str(e))
         if self.regions is not None:
             self.regions.remove(session_id)
         reason = "stopped on request" if sup.stop_requested else "exited"
@@ -315,12 +340,15 @@ class AgentActor:
             await anyio.sleep(c.oom_poll_s)
             tick += 1
             for session_id, sup in list(self.local.supervised.items()):
-                if sup.container_id is None:
+                if sup.container_id is None or sup.done:
                     continue
-                regions.reclaim(session_id)
-                await self._publish_ooms(regions, session_id)
-                if tick % every == 0:
-                    await self._publish_usage(session_id)
+                try:
+                    regions.reclaim(session_id)
+                    await self._publish_ooms(regions, session_id)
+                    if tick % every == 0:
+                        await self._publish_usage(session_id)
+                except LogError as e:  # measurements are best effort: the next tick tries
+                    log.warning("agent.usage_not_published", session=session_id, error=str(e))
 
     async def _publish_ooms(self, regions: SliceRegions, session_id: str) -> None:
         v = self.state.sessions.get(session_id)

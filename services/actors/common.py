@@ -110,7 +110,6 @@ async def follow_log(
     task_status.started(state)
     backoff = 0.05
     while True:
-        failed = False
         try:
             await _react(react, state)
             async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
@@ -121,11 +120,16 @@ async def follow_log(
         except* LogError as group:
             # except*: an actor may append from a task group, which wraps what it raises.
             log.warning("actor.rebuild", actor=durable, error=str(group.exceptions[0]))
-            failed = True
-        if failed:
+        # Rebuilt until it works: the server may still be away.
+        while True:
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
-            state = await rebuild(events)
-            if on_rebuild is not None:
-                await on_rebuild(state)
-            _freeze()
+            try:
+                state = await rebuild(events)
+                if on_rebuild is not None:
+                    await on_rebuild(state)
+                break
+            except* LogError as group:
+                log.warning("actor.rebuild_failed", actor=durable, error=str(group.exceptions[0]))
+        gc.collect()  # the state thrown away must not be frozen with the new one
+        _freeze()

@@ -14,8 +14,10 @@ state from the log and decides again; it can never place on a share another took
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 import anyio
+import structlog
 from anyio.abc import TaskStatus
 
 from events import (
@@ -34,13 +36,14 @@ from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
 from services.domain.allocator import never_fits, place
 from services.domain.resources import format_cpu, format_fgpu, format_mem
-from services.domain.state import ClusterState, apply_decision
+from services.domain.state import ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
-from services.ports import Clock, EventLog
+from services.ports import Clock, EventLog, LogError
 
 __all__ = ["SchedulerActor"]
 
 NAME = "scheduler"
+log = structlog.get_logger()
 _MAX_DECISIONS = 1000  # the server's largest atomic batch
 
 S = SessionStatus
@@ -75,7 +78,10 @@ class SchedulerActor:
         self.last_heard[agent_id] = self.monotonic()
 
     async def check_liveness(self) -> None:
-        """Declare lost every registered agent not heard from for ``lost_after_s``."""
+        """Declare lost every registered agent not heard from for ``lost_after_s``.
+
+        Applied only once on the log: if the append fails, the next check tries again.
+        """
         s = self.state
         if s is None:
             return
@@ -85,16 +91,23 @@ class SchedulerActor:
             for agent_id, a in s.agents.items():
                 heard = self.last_heard.get(agent_id, self.since)
                 if not a.lost and now - heard > self.lost_after_s:
-                    e = stamp(
-                        AgentLost,
-                        Provenance(NAME, self.clock.now()),
-                        agent_id=agent_id,
-                        reason=f"no heartbeat for {now - heard:.0f} s",
+                    out.append(
+                        stamp(
+                            AgentLost,
+                            Provenance(NAME, self.clock.now()),
+                            agent_id=agent_id,
+                            reason=f"no heartbeat for {now - heard:.0f} s",
+                        )
                     )
-                    apply_decision(s, e)
-                    out.append(e)
-            if out:
+            if not out:
+                return
+            try:
                 await self._append(s, out)
+            except LogError as err:
+                log.warning("scheduler.liveness_not_appended", error=str(err))
+                return
+            for lost in out:
+                apply_decision(s, lost)
 
     async def run(
         self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
@@ -168,7 +181,8 @@ class SchedulerActor:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (
                     reserved is None
-                    and (now - v.requested_at).total_seconds() > self.reserve_after_s
+                    and (now - _admitted_at(v)).total_seconds() > self.reserve_after_s
+                    and never_fits(s, v.slots, v.image, live_only=True) is None
                 ):
                     # It waited too long behind smaller sessions that kept fitting: nothing
                     # after it is placed until it fits (no starvation; Backend.AI #13706).
@@ -235,3 +249,11 @@ def _waiting_reason(s: ClusterState, need: Slots) -> str:
         f"waiting for {format_fgpu(need.fgpu)} fGPU, {format_cpu(need.cpu)} cpu, "
         f"{format_mem(need.mem)} mem; largest free share on a device: {format_fgpu(largest)} fGPU"
     )
+
+
+def _admitted_at(v: SessionView) -> datetime:
+    """When the quota actor admitted it: our own clock's time, not the client's."""
+    for t in v.history:
+        if t.status is S.PENDING:
+            return t.at
+    return v.requested_at

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -50,6 +50,25 @@ def _stream_seq(msg: Msg) -> int:
     # domain and account hash in front (v2, 12 tokens): the stream sequence is 4th from end.
     tokens = (msg.reply or "").split(".")
     return int(tokens[-4])
+
+
+_FOREIGN = (nats.errors.Error, TimeoutError, OSError)
+
+
+@contextlib.contextmanager
+def _wrapped(what: str) -> Iterator[None]:
+    """NATS and transport errors of the block as LogError (retryable: rebuild, try again)."""
+    try:
+        yield
+    except LogError:
+        raise
+    except _FOREIGN as e:
+        raise LogError(f"{what}: {type(e).__name__}: {e}") from e
+
+
+def _consumer_seq(msg: Msg) -> int:
+    # $JS.ACK...<delivered>.<sseq>.<cseq>.<ts>.<pending>: the consumer sequence, 3rd from end.
+    return int((msg.reply or "").split(".")[-3])
 
 
 def _check_ack(data: bytes) -> int:
@@ -112,14 +131,13 @@ class JetStreamLog:
 
     async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
         """Append independent events, pipelined (not atomic); return their sequences."""
-        futures = [
-            await self.js.publish_async(subject, encode(e), headers={"Nats-Msg-Id": e.id})
-            for subject, e in items
-        ]
-        try:
-            acks = await asyncio.gather(*futures)
-        except nats.js.errors.APIError as e:
-            raise LogError(f"JetStream refused an append: {e}") from e
+        with _wrapped("append"):
+            futures = [
+                await self.js.publish_async(subject, encode(e), headers={"Nats-Msg-Id": e.id})
+                for subject, e in items
+            ]
+            # Bounded: an ack lost with a broken connection must not hang the caller.
+            acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=10)
         return [ack.seq for ack in acks]
 
     async def append_batch(
@@ -154,7 +172,10 @@ class JetStreamLog:
                 return await self._request(subject, encode(event), headers)
             if i == 1:
                 # The first message is a request, so a bad batch is refused before we send more.
-                reply = await self.nc.request(subject, encode(event), headers=headers, timeout=10)
+                with _wrapped(f"append a batch to {subject}"):
+                    reply = await self.nc.request(
+                        subject, encode(event), headers=headers, timeout=10
+                    )
                 if reply.data:
                     _check_ack(reply.data)
             else:
@@ -173,7 +194,8 @@ class JetStreamLog:
     # ---- reads ----------------------------------------------------------------------------
 
     async def last_seq(self) -> int:
-        info = await self.js.stream_info(subj.STREAM)
+        with _wrapped("stream info"):
+            info = await self.js.stream_info(subj.STREAM)
         seq: int = info.state.last_seq
         return seq
 
@@ -202,21 +224,23 @@ class JetStreamLog:
         async def on_msg(msg: Msg) -> None:
             queue.put_nowait(msg)
 
-        sub = await self.js.subscribe(
-            subject,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            config=ConsumerConfig(opt_start_seq=after + 1),
-            cb=on_msg,
-            stream=subj.STREAM,
-        )
+        with _wrapped("replay"):
+            sub = await self.js.subscribe(
+                subject,
+                ordered_consumer=True,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                config=ConsumerConfig(opt_start_seq=after + 1),
+                cb=on_msg,
+                stream=subj.STREAM,
+            )
         try:
             seq = after
             while end is None or seq < end:
                 if end is None:
                     batch = [await queue.get()]
                 else:
-                    batch = [await asyncio.wait_for(queue.get(), timeout=30)]
+                    with _wrapped("replay"):
+                        batch = [await asyncio.wait_for(queue.get(), timeout=30)]
                 while not queue.empty() and len(batch) < 5000:
                     batch.append(queue.get_nowait())
                 records = []
@@ -231,21 +255,32 @@ class JetStreamLog:
                 await sub.unsubscribe()
 
     async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
-        await self._ensure_consumer(durable, after)
-        pull = _Puller(self.nc, durable)
-        await pull.start()
+        with _wrapped(f"consumer {durable}"):
+            await self._ensure_consumer(durable, after)
+            pull = _Puller(self.nc, durable)
+            await pull.start()
+        delivered: int | None = None
         try:
             while True:
-                msgs = await pull.next_batch()
+                with _wrapped(f"consumer {durable}"):
+                    msgs = await pull.next_batch()
                 records = []
                 for msg in msgs:
+                    # A gap in the consumer's sequence: deliveries lost with a broken
+                    # connection. Acknowledging past them (AckPolicy.ALL) would skip them
+                    # for good, so stop: the caller rebuilds from the log.
+                    cseq = _consumer_seq(msg)
+                    if delivered is not None and cseq != delivered + 1 and cseq > delivered:
+                        raise LogError(f"consumer {durable} skipped {delivered + 1}-{cseq - 1}")
+                    delivered = max(cseq, delivered or 0)
                     seq = _stream_seq(msg)
                     if seq > after:
                         records.append(to_record(seq, msg.subject, msg.data))
                 if records:
                     yield records
                 # Acknowledged only once the actor has applied the batch and asked for more.
-                await msgs[-1].ack()
+                with _wrapped(f"ack {durable}"):
+                    await msgs[-1].ack()
         finally:
             await pull.stop()
 

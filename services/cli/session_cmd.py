@@ -253,7 +253,9 @@ def rm(
             for sid, rid in requests.items():
                 refused = state.destroy_answers.get(rid)
                 v = state.sessions.get(sid)
-                if refused is not None:
+                if rid not in state.destroy_answers:
+                    out[sid] = {"result": "unanswered", "reason": f"no answer in {timeout:g} s"}
+                elif refused is not None:
                     out[sid] = {"result": "refused", "reason": refused}
                 elif v is not None:
                     out[sid] = {"result": v.status.value, "reason": v.reason or ""}

@@ -70,13 +70,14 @@ def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
     return None if best is None else (best[1], best[2])
 
 
-def never_fits(s: ClusterState, slots: Slots, image: str) -> str | None:
+def never_fits(s: ClusterState, slots: Slots, image: str, *, live_only: bool = False) -> str | None:
     """Why no registered agent could ever take this session, even empty; None if one could.
 
     Lost agents count: they may come back, and a heartbeat gap must not turn a request
-    away for good. With no agent registered yet nothing is known, so nothing is refused.
+    away for good (``live_only``: count only agents not lost). With no agent registered yet
+    nothing is known, so nothing is refused.
     """
-    known = list(s.agents.values())
+    known = [a for a in s.agents.values() if not (live_only and a.lost)]
     if not known:
         return None
     with_image = [a for a in known if image in a.images]

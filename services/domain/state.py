@@ -244,6 +244,15 @@ def _transition(
 
 
 def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
+    _apply_event(s, seq, e)
+    # A destroy request is answered by the first event that names it as its cause, even
+    # one that changed nothing (a stop order that lost the race to the session's end).
+    if e.causation_id is not None and s.destroys.pop(e.causation_id, None) is not None:
+        refused = e.reason if isinstance(e, DestroyRejected) else None
+        s.destroy_answers[e.causation_id] = refused
+
+
+def _apply_event(s: ClusterState, seq: int, e: AnyEvent) -> None:
     match e:
         case SessionRequested():
             if e.session_id in s.sessions:
@@ -354,10 +363,6 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
                 a.lost = True
                 s.fit.update(a)
                 s.changed_agents[a.agent_id] = None
-    # A destroy request is answered by the first event that names it as its cause.
-    if e.causation_id is not None and s.destroys.pop(e.causation_id, None) is not None:
-        refused = e.reason if isinstance(e, DestroyRejected) else None
-        s.destroy_answers[e.causation_id] = refused
 
 
 def _reported(s: ClusterState, session_id: str, agent_id: str) -> SessionView | None:
