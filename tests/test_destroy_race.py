@@ -28,11 +28,13 @@ def test_a_stop_order_that_arrives_after_the_end_answers_the_destroy() -> None:
     gpu = GpuInfo(index=0, uuid="g", model="m", mem=1 << 34, sm_count=1)
     log: list[tuple[str, AnyEvent]] = [
         (subj.agent("a"), AgentRegistered(
-            id="r", at=T, actor="agent:a", agent_id="a", capacity=Slots(cpu=9, mem=1 << 34, fgpu=200),
+            id="r", at=T, actor="agent:a", agent_id="a",
+            capacity=Slots(cpu=9, mem=1 << 34, fgpu=200),
             gpus=(gpu,), fgpu_per_gpu=200, images=("i",))),
         (subj.request("u", "s1"), SessionRequested(
             id="q", at=T, actor="u", session_id="s1", owner="u", image="i", slots=ONE)),
-        (subj.quota("u"), SessionAdmitted(id="ad", at=T, actor="quota", session_id="s1", owner="u")),
+        (subj.quota("u"), SessionAdmitted(
+            id="ad", at=T, actor="quota", session_id="s1", owner="u")),
         (subj.LEDGER, SessionScheduled(
             id="sc", at=T, actor="scheduler", session_id="s1", owner="u", agent_id="a", slots=ONE,
             devices=(DevicePlacement(gpu_index=0, fgpu=100),))),
