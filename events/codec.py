@@ -7,12 +7,10 @@ import msgspec
 
 from events.union import EVENT_TYPES, AnyEvent
 
-__all__ = ["SCHEMA_VERSION", "DecodeError", "decode", "encode", "json_schema"]
+__all__ = ["SCHEMA_VERSION", "decode", "encode", "json_schema"]
 
 # Bumped when an event gets a new tag; past tags stay decodable through UPCASTERS.
 SCHEMA_VERSION = 1
-
-DecodeError = msgspec.DecodeError | msgspec.ValidationError
 
 # tag of a past version -> function turning its raw dict into the current version's dict.
 # Empty while every event is at version 1; see docs/events.md "Evolution".

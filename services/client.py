@@ -10,7 +10,7 @@ from contextlib import aclosing
 
 from events import PolicySet, SessionDestroyRequested, SessionRequested, Slots
 from events import subjects as subj
-from services.actors.common import Provenance, new_id, stamp
+from services.actors.common import Provenance, new_id, rebuild, stamp
 from services.domain.state import ClusterState, fold
 from services.ports import Clock, EventLog
 
@@ -90,10 +90,7 @@ class Client:
 
     async def state(self) -> ClusterState:
         """The cluster as the log says now."""
-        s = ClusterState()
-        async for batch in self.events.read(0):
-            fold(batch, s)
-        return s
+        return await rebuild(self.events)
 
     async def wait_until(
         self, done: Callable[[ClusterState], bool], state: ClusterState | None = None

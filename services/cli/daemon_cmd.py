@@ -79,6 +79,27 @@ RegionsOpt = Annotated[
 ]
 
 
+def _agent_setup(
+    agent_id: str | None,
+    mock_gpus: int,
+    gpu_mem: str,
+    fgpu_per_gpu: str | None,
+    cpu: str | None,
+    mem: str | None,
+    runtime: str | None,
+    config: Path | None,
+    shim_dir: str | None,
+    no_shim: bool,
+    regions_dir: str | None,
+) -> tuple[AgentConfig, SliceRegions | None]:
+    """The agent's configuration and regions from its options; a clear error if bad."""
+    try:
+        cfg = agent_config(agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config)
+    except ValueError as e:
+        fail(str(e))
+    return _regions(cfg, shim_dir, no_shim, regions_dir)
+
+
 def _regions(
     cfg: AgentConfig, shim_dir: str | None, no_shim: bool, regions_dir: str | None
 ) -> tuple[AgentConfig, SliceRegions | None]:
@@ -202,13 +223,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
-        try:
-            cfg = agent_config(
-                agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config
-            )
-        except ValueError as e:
-            fail(str(e))
-        cfg, regions = _regions(cfg, shim_dir, no_shim, regions_dir)
+        cfg, regions = _agent_setup(
+            agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config,
+            shim_dir, no_shim, regions_dir,
+        )  # fmt: skip
         try:
             server = nats_server.start(store, port)
         except nats_server.NatsServerError as e:
@@ -270,13 +288,10 @@ def register(app: typer.Typer) -> None:
         regions_dir: RegionsOpt = None,
     ) -> None:
         """Run one agent against --nats URL: it runs the sessions placed on this node."""
-        try:
-            cfg = agent_config(
-                agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config
-            )
-        except ValueError as e:
-            fail(str(e))
-        cfg, regions = _regions(cfg, shim_dir, no_shim, regions_dir)
+        cfg, regions = _agent_setup(
+            agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config,
+            shim_dir, no_shim, regions_dir,
+        )  # fmt: skip
         url = _url(ctx)
 
         async def main() -> None:
