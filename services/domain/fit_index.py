@@ -26,23 +26,29 @@ class FitIndex:
 
     def update(self, a: "AgentView") -> None:
         """Re-file ``a`` after its allocations, capacity or liveness changed."""
-        old = self._key_of.pop(a.agent_id, None)
-        if old is not None:
+        key = 0 if a.lost or not a.gpus else max([g.free for g in a.gpus.values()])
+        agent_id = a.agent_id
+        old = self._key_of.get(agent_id, 0)
+        if key == old:
+            if key > 0:  # re-filed last in its bucket, as a removal and insertion would
+                bucket = self._buckets[key]
+                del bucket[agent_id]
+                bucket[agent_id] = None
+            return
+        if old > 0:
             bucket = self._buckets[old]
-            del bucket[a.agent_id]
+            del bucket[agent_id]
             if not bucket:
                 del self._buckets[old]
                 del self._keys[bisect_left(self._keys, old)]
-        if a.lost or not a.gpus:
-            return
-        key = max(g.free for g in a.gpus.values())
         if key <= 0:
+            self._key_of.pop(agent_id, None)
             return
         if key not in self._buckets:
             self._buckets[key] = {}
             insort(self._keys, key)
-        self._buckets[key][a.agent_id] = None
-        self._key_of[a.agent_id] = key
+        self._buckets[key][agent_id] = None
+        self._key_of[agent_id] = key
 
     def largest(self) -> int:
         """The largest share any usable agent can give on one device (0 if none)."""

@@ -92,19 +92,45 @@ class SessionView:
     history: list[Transition] = field(default_factory=list)
 
 
+class _Shares:
+    """A device's shares with their running total, which is kept out of GpuView's fields.
+
+    A slot of a base class is not a dataclass field, so encoding a GpuView (the
+    projections' snapshots) stays as it was; ``__post_init__`` sets the total on every
+    path that builds one, decoding included (msgspec calls it).
+    """
+
+    __slots__ = ("_allocated",)
+    _allocated: int
+    shares: dict[str, int]  # GpuView's field
+
+    def __post_init__(self) -> None:
+        self._allocated = sum(self.shares.values())
+
+    def give(self, session_id: str, quanta: int) -> None:
+        self.shares[session_id] = self.shares.get(session_id, 0) + quanta
+        self._allocated += quanta
+
+    def take_back(self, session_id: str) -> None:
+        self._allocated -= self.shares.pop(session_id, 0)
+
+
 @dataclass(slots=True)
-class GpuView:
+class GpuView(_Shares):
+    """One device of an agent. Change ``shares`` only through ``give`` and ``take_back``."""
+
     info: GpuInfo
     capacity: int  # fGPU quanta this device is worth
     shares: dict[str, int] = field(default_factory=dict)  # session id -> quanta
 
     @property
     def allocated(self) -> int:
-        return sum(self.shares.values())
+        """The sum of ``shares``."""
+        return self._allocated
 
     @property
     def free(self) -> int:
-        return self.capacity - self.allocated
+        return self.capacity - self._allocated
 
 
 @dataclass(slots=True)
@@ -402,7 +428,7 @@ def _allocate(s: ClusterState, a: AgentView, v: SessionView) -> None:
     for d in v.devices:
         g = a.gpus.get(d.gpu_index)
         if g is not None:
-            g.shares[v.session_id] = g.shares.get(v.session_id, 0) + d.fgpu
+            g.give(v.session_id, d.fgpu)
     s.fit.update(a)
 
 
@@ -415,13 +441,22 @@ def _free(s: ClusterState, v: SessionView) -> None:
     del a.sessions[v.session_id]
     a.allocated = sub(a.allocated, v.slots)
     for g in a.gpus.values():
-        g.shares.pop(v.session_id, None)
+        g.take_back(v.session_id)
     s.fit.update(a)
 
 
 def _register(s: ClusterState, e: AgentRegistered) -> None:
     old = s.agents.get(e.agent_id)
-    gpus = {g.index: GpuView(info=g, capacity=e.fgpu_per_gpu) for g in e.gpus}
+    before = {} if old is None else old.gpus
+    # Allocations survive a re-registration: they end only with their sessions.
+    gpus = {
+        g.index: GpuView(
+            info=g,
+            capacity=e.fgpu_per_gpu,
+            shares=before[g.index].shares if g.index in before else {},
+        )
+        for g in e.gpus
+    }
     a = AgentView(
         agent_id=e.agent_id,
         capacity=e.capacity,
@@ -431,12 +466,8 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
         runtime=e.runtime,
     )
     if old is not None:
-        # Allocations survive a re-registration: they end only with their sessions.
         a.allocated = old.allocated
         a.sessions = old.sessions
-        for index, g in old.gpus.items():
-            if index in gpus:
-                gpus[index].shares = g.shares
     s.agents[e.agent_id] = a
     s.fit.update(a)
     s.changed_agents[e.agent_id] = None
