@@ -9,10 +9,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from events import GpuUsageSampled, PolicySet
-from projections.schema import ARROW
+from projections.schema import ROWS
 from services.domain.state import AgentView, SessionView
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import Malformed, Record
@@ -49,6 +50,12 @@ class _NoEvent:
 
 
 _NO_EVENT = _NoEvent()
+_encode = msgspec.json.Encoder().encode
+
+
+def _json(value: object) -> str:
+    """A list column as the JSON text the table stores (``schema.ROWS``)."""
+    return _encode(value).decode()
 
 
 def event_table(
@@ -73,7 +80,7 @@ def event_table(
         "error": list(errors),
         "payload": list(payloads),
     }
-    return pa.table(cols, schema=ARROW["events"])
+    return pa.table(cols, schema=ROWS["events"])
 
 
 def session_table(views: Iterable[SessionView]) -> pa.Table:
@@ -84,7 +91,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "name": [v.name for v in vs],
         "owner": [v.owner for v in vs],
         "image": [v.image for v in vs],
-        "command": [list(v.command) for v in vs],
+        "command": [_json(v.command) for v in vs],
         "priority": [v.priority for v in vs],
         "status": [v.status.value for v in vs],
         "req_cpu": [v.slots.cpu for v in vs],
@@ -92,7 +99,9 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "req_fgpu": [v.slots.fgpu for v in vs],
         "holds_allocation": [v.status in HOLDS_ALLOCATION for v in vs],
         "agent_id": [v.agent_id for v in vs],
-        "devices": [[{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices] for v in vs],
+        "devices": [
+            _json([{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices]) for v in vs
+        ],
         "container_id": [v.container_id for v in vs],
         "exit_code": [v.exit_code for v in vs],
         "reason": [v.reason for v in vs],
@@ -105,12 +114,12 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
     }
     for name in _STAMP_COLUMNS:
         cols[name] = [st.get(name) for st in stamps]
-    return pa.table(cols, schema=ARROW["sessions"])
+    return pa.table(cols, schema=ROWS["sessions"])
 
 
 def history_table(views: Iterable[SessionView], after_seq: int) -> pa.Table:
     """The transitions of ``views`` made by records after ``after_seq``."""
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["session_history"].names}
+    cols: dict[str, list[object]] = {name: [] for name in ROWS["session_history"].names}
     for v in views:
         new = []
         for t in reversed(v.history):
@@ -123,12 +132,12 @@ def history_table(views: Iterable[SessionView], after_seq: int) -> pa.Table:
             cols["happened_at"].append(t.at)
             cols["status"].append(t.status.value)
             cols["event_id"].append(t.event_id)
-    return pa.table(cols, schema=ARROW["session_history"])
+    return pa.table(cols, schema=ROWS["session_history"])
 
 
 def agent_table(agents: Iterable[AgentView]) -> pa.Table:
     """Rows of ``agents``, each with its GPUs and the fGPU shares on each GPU."""
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["agents"].names}
+    cols: dict[str, list[object]] = {name: [] for name in ROWS["agents"].names}
     for a in agents:
         free = a.free
         for name, value in (
@@ -146,7 +155,7 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
             ("free_mem", free.mem),
             ("free_fgpu", free.fgpu),
             ("sessions", len(a.sessions)),
-            ("images", sorted(a.images)),
+            ("images", _json(sorted(a.images))),
         ):
             cols[name].append(value)
         gpus = []
@@ -165,12 +174,12 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
                     "shares": [{"session_id": k, "fgpu": q} for k, q in g.shares.items()],
                 }
             )
-        cols["gpus"].append(gpus)
-    return pa.table(cols, schema=ARROW["agents"])
+        cols["gpus"].append(_json(gpus))
+    return pa.table(cols, schema=ROWS["agents"])
 
 
 def policy_table(policies: Iterable[PolicySet]) -> pa.Table:
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["policies"].names}
+    cols: dict[str, list[object]] = {name: [] for name in ROWS["policies"].names}
     for p in policies:
         limits = p.max_slots
         cols["owner"].append(p.owner)
@@ -179,22 +188,22 @@ def policy_table(policies: Iterable[PolicySet]) -> pa.Table:
         cols["max_mem"].append(None if limits is None else limits.mem)
         cols["max_fgpu"].append(None if limits is None else limits.fgpu)
         cols["set_at"].append(p.at)
-    return pa.table(cols, schema=ARROW["policies"])
+    return pa.table(cols, schema=ROWS["policies"])
 
 
 def usage_table(samples: Iterable[tuple[int, GpuUsageSampled]]) -> pa.Table:
-    cols: dict[str, list[object]] = {name: [] for name in ARROW["gpu_usage"].names}
+    cols: dict[str, list[object]] = {name: [] for name in ROWS["gpu_usage"].names}
     for seq, e in samples:
         cols["seq"].append(seq)
         cols["happened_at"].append(e.at)
         for name in cols:
             if name not in ("seq", "happened_at"):
                 cols[name].append(getattr(e, name))
-    return pa.table(cols, schema=ARROW["gpu_usage"])
+    return pa.table(cols, schema=ROWS["gpu_usage"])
 
 
 def snapshot_table(snapshots: Sequence[tuple[int, bytes]]) -> pa.Table:
     return pa.table(
         {"seq": [s for s, _ in snapshots], "state": [b for _, b in snapshots]},
-        schema=ARROW["snapshots"],
+        schema=ROWS["snapshots"],
     )

@@ -7,10 +7,10 @@ start of the log gives the same rows (``tests/test_projections_rebuild.py``). Ti
 
 import pyarrow as pa
 
-__all__ = ["ARROW", "DDL", "SCHEMA_VERSION", "TABLES", "VIEWS"]
+__all__ = ["ARROW", "DDL", "ROWS", "SCHEMA_VERSION", "STORED", "TABLES", "VIEWS"]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -164,7 +164,28 @@ _SQL_TYPES = {
     ),
 }
 
-TABLES: tuple[str, ...] = tuple(ARROW)
+# List columns of the tables rewritten at every batch are stored as JSON text, and views of
+# the tables' own names give them back as typed lists. DuckDB's write-ahead log writes a
+# table's list data not yet checkpointed again at every append: the agents' GPUs added
+# about 8 KB to every batch after the last, so the log filled, and forced a checkpoint
+# (tens of milliseconds), every few dozen batches. Text columns cost the same every time.
+_AS_JSON: dict[str, tuple[str, ...]] = {
+    "sessions": ("command", "devices"),
+    "agents": ("images", "gpus"),
+}
+
+# The table each kind of row is stored in.
+STORED: dict[str, str] = {name: f"{name}_rows" if name in _AS_JSON else name for name in ARROW}
+
+# The shapes of the stored rows: ARROW's, with the JSON columns as text.
+ROWS: dict[str, pa.Schema] = {
+    name: pa.schema(
+        [pa.field(f.name, pa.string()) if f.name in _AS_JSON.get(name, ()) else f for f in schema]
+    )
+    for name, schema in ARROW.items()
+}
+
+TABLES: tuple[str, ...] = tuple(STORED.values())
 
 
 # Compressing payloads costs more than a third of a rebuild for a factor of two on disk.
@@ -177,13 +198,22 @@ def _create(name: str, schema: pa.Schema) -> str:
         + (" USING COMPRESSION uncompressed" if (name, f.name) in _UNCOMPRESSED else "")
         for f in schema
     )
-    return f"CREATE TABLE IF NOT EXISTS {name} ({cols})"
+    return f"CREATE TABLE IF NOT EXISTS {STORED[name]} ({cols})"
+
+
+def _typed(name: str) -> str:
+    """The rows of ``name`` with its JSON columns as the typed lists ARROW describes."""
+    casts = ", ".join(
+        f"{c}::JSON::{_SQL_TYPES[ARROW[name].field(c).type]} AS {c}" for c in _AS_JSON[name]
+    )
+    return f"SELECT * REPLACE ({casts}) FROM {STORED[name]}"
 
 
 _HELD = "'PENDING', 'SCHEDULED', 'PREPARING', 'RUNNING', 'TERMINATING'"
 
 # Derived tables, computed when read (nothing to write per batch).
 VIEWS: dict[str, str] = {
+    **{name: _typed(name) for name in _AS_JSON},
     "gpus": """
         SELECT agent_id, g.gpu_index, g.uuid, g.model, g.mem, g.sm_count, g.capacity,
                g.allocated, g.free
@@ -206,6 +236,6 @@ VIEWS: dict[str, str] = {
 DDL: tuple[str, ...] = (
     # The last sequence applied is max(events.seq): written with the batch's other rows.
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value BIGINT)",
-    *(_create(name, schema) for name, schema in ARROW.items()),
+    *(_create(name, schema) for name, schema in ROWS.items()),
     *(f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()),
 )

@@ -41,7 +41,7 @@ from events import (
     encode,
 )
 from projections import rows
-from projections.schema import DDL, SCHEMA_VERSION, TABLES
+from projections.schema import DDL, SCHEMA_VERSION, STORED, TABLES
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
@@ -318,11 +318,11 @@ class ProjectionStore:
         for name, table in tables.items():
             if not table.num_rows:
                 continue
-            key = _KEYS.get(name)
+            key, stored = _KEYS.get(name), STORED[name]
             if key is not None:
                 # Every row of what changed is written anew: out with the old ones first.
-                script.append(f"DELETE FROM {name} WHERE {key} IN (SELECT {key} FROM _{name})")
-            script.append(f"INSERT INTO {name} SELECT * FROM _{name}")
+                script.append(f"DELETE FROM {stored} WHERE {key} IN (SELECT {key} FROM _{name})")
+            script.append(f"INSERT INTO {stored} SELECT * FROM _{name}")
         script.append("COMMIT")
         try:
             _execute(self.con, ";\n".join(script), **{f"_{n}": t for n, t in tables.items()})

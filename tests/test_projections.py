@@ -374,3 +374,52 @@ def _request(owner: str, sid: str, k: int) -> SessionRequested:
     return SessionRequested(
         **_env(k, owner), session_id=sid, owner=owner, image="img:1", slots=Slots(fgpu=100)
     )
+
+
+def test_every_batch_adds_as_much_to_the_write_ahead_log_as_the_first(tmp_path: Path) -> None:
+    """Rewriting an agent and its sessions costs the same at the 40th batch as at the 5th.
+
+    DuckDB logs a table's unflushed list data again at every append; with the rows' lists
+    stored as such, the log grew by more at every batch until a checkpoint.
+    """
+    path = tmp_path / "p.duckdb"
+    store = ProjectionStore(path)
+    store.con.execute("SET checkpoint_threshold = '1GB'")  # no checkpoint resets the log
+    wal = tmp_path / "p.duckdb.wal"
+    raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
+    store.apply(_records(raw))
+    grew: list[int] = []
+    try:
+        for n in range(40):
+            sid, k = f"s{n}", 10 * n + 1
+            admitted = SessionAdmitted(**_env(k, "quota"), session_id=sid, owner="alice")
+            placed = SessionScheduled(
+                **_env(k + 1, "scheduler"),
+                session_id=sid,
+                owner="alice",
+                agent_id="a0",
+                slots=Slots(fgpu=100),
+                devices=(DevicePlacement(gpu_index=0, fgpu=100),),
+            )
+            batch: list[Raw] = [
+                (subj.request("alice", sid), encode(_request("alice", sid, k))),
+                (subj.quota("alice"), encode(admitted)),
+                (subj.LEDGER, encode(placed)),
+            ]
+            if n:
+                ended = SessionTerminated(
+                    **_env(k + 2, "agent:a0"),
+                    session_id=f"s{n - 1}",
+                    agent_id="a0",
+                    exit_code=0,
+                    reason="exited",
+                )
+                batch.append((subj.agent_session("a0", f"s{n - 1}"), encode(ended)))
+            raw += batch
+            before = wal.stat().st_size if wal.exists() else 0
+            store.apply(_records(raw)[-len(batch) :])
+            grew.append(wal.stat().st_size - before)
+        assert store.con.execute("SELECT count(*) FROM sessions").fetchone() == (40,)
+    finally:
+        store.close()
+    assert grew[-1] <= 1.25 * grew[5], grew
