@@ -9,8 +9,10 @@ idempotent under redelivery.
 For speed the state is mutated in place and returned; treat it as owned by the fold.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from events import (
     AgentLost,
@@ -18,6 +20,7 @@ from events import (
     AnyEvent,
     DestroyRejected,
     DevicePlacement,
+    Event,
     GpuInfo,
     GpuOomRefused,
     GpuUsageSampled,
@@ -188,21 +191,24 @@ def fold(records: list[Record], state: ClusterState | None = None) -> ClusterSta
 
 def evolve(s: ClusterState, r: Record) -> ClusterState:
     """Apply one record. Records at or below ``s.last_seq`` were applied already: no-op."""
-    if r.seq <= s.last_seq:
+    seq = r.seq
+    if seq <= s.last_seq:
         return s
-    s.last_seq = r.seq
+    s.last_seq = seq
+    subject = r.subject
     # Never backwards: an actor may already know a later sequence of a subject it wrote.
-    if r.seq > s.subject_seq.get(r.subject, 0):
-        s.subject_seq[r.subject] = r.seq
+    subject_seq = s.subject_seq
+    if seq > subject_seq.get(subject, 0):
+        subject_seq[subject] = seq
     e = r.event
     if isinstance(e, Malformed):
-        s.malformed[r.seq] = (r.subject, e.error)
+        s.malformed[seq] = (subject, e.error)
         return s
-    problem = _subject_mismatch(r.subject, e)
+    problem = _subject_mismatch(subject, e)
     if problem is not None:
-        s.malformed[r.seq] = (r.subject, problem)
+        s.malformed[seq] = (subject, problem)
         return s
-    _apply(s, r.seq, e)
+    _apply(s, seq, e)
     return s
 
 
@@ -225,40 +231,61 @@ def _subject_mismatch(subject: str, e: AnyEvent) -> str | None:
     event against its subject makes that confinement mean something for every reader of
     the log: a user cannot write a decision, nor a request in another key's name.
     """
-    allowed = _subjects_of(e)
-    if subject in allowed:
+    own = _SUBJECT_OF[type(e)](e)
+    if subject == own or (subject == subj.LEDGER and type(e) is SessionRejected):
         return None
     tag = e.__struct_config__.tag
-    return f"{tag} may not stand on subject {subject} (its subject is {allowed[0]})"
+    return f"{tag} may not stand on subject {subject} (its subject is {own})"
 
 
-def _subjects_of(e: AnyEvent) -> tuple[str, ...]:
-    match e:
-        case SessionRequested():
-            return (subj.request(e.owner, e.session_id),)
-        case SessionDestroyRequested():
-            return (subj.request(e.requester, e.session_id),)
-        case SessionAdmitted() | PolicySet():
-            return (subj.quota(e.owner),)
-        case SessionRejected():  # by quota (policy, bad content) or scheduler (never fits)
-            return (subj.quota(e.owner), subj.LEDGER)
-        case (
-            SessionScheduled()
-            | SessionQueued()
-            | SessionCancelled()
-            | SessionTerminating()
-            | DestroyRejected()
-            | AgentLost()
-        ):
-            return (subj.LEDGER,)
-        case SessionPreparing() | SessionRunning() | SessionTerminated() | SessionErrored():
-            return (subj.agent_session(e.agent_id, e.session_id),)
-        case AgentRegistered():
-            return (subj.agent(e.agent_id),)
-        case PayloadRejected():
-            return (subj.SYS,)
-        case GpuUsageSampled() | GpuOomRefused():
-            return (subj.usage(e.agent_id, e.session_id),)
+_E = TypeVar("_E", bound=Event)
+
+
+def _rule(t: type[_E], subject_of: Callable[[_E], str]) -> tuple[type[Event], Callable[[Any], str]]:
+    """A row of ``_SUBJECT_OF``, typed so that mypy checks ``subject_of`` against ``t``."""
+    return t, subject_of
+
+
+def _ledger(e: Event) -> str:
+    return subj.LEDGER
+
+
+def _agent_session(
+    e: SessionPreparing | SessionRunning | SessionTerminated | SessionErrored,
+) -> str:
+    return subj.agent_session(e.agent_id, e.session_id)
+
+
+def _usage(e: GpuUsageSampled | GpuOomRefused) -> str:
+    return subj.usage(e.agent_id, e.session_id)
+
+
+# Each event type's own subject, looked up by exact type. A rejection may stand on the
+# ledger as well: quota rejects on the owner's account, the scheduler (never fits) on the
+# ledger; the mismatch message names the first.
+_SUBJECT_OF: dict[type[Event], Callable[[Any], str]] = dict(
+    [
+        _rule(SessionRequested, lambda e: subj.request(e.owner, e.session_id)),
+        _rule(SessionDestroyRequested, lambda e: subj.request(e.requester, e.session_id)),
+        _rule(SessionAdmitted, lambda e: subj.quota(e.owner)),
+        _rule(PolicySet, lambda e: subj.quota(e.owner)),
+        _rule(SessionRejected, lambda e: subj.quota(e.owner)),
+        _rule(SessionScheduled, _ledger),
+        _rule(SessionQueued, _ledger),
+        _rule(SessionCancelled, _ledger),
+        _rule(SessionTerminating, _ledger),
+        _rule(DestroyRejected, _ledger),
+        _rule(AgentLost, _ledger),
+        _rule(SessionPreparing, _agent_session),
+        _rule(SessionRunning, _agent_session),
+        _rule(SessionTerminated, _agent_session),
+        _rule(SessionErrored, _agent_session),
+        _rule(AgentRegistered, lambda e: subj.agent(e.agent_id)),
+        _rule(PayloadRejected, lambda e: subj.SYS),
+        _rule(GpuUsageSampled, _usage),
+        _rule(GpuOomRefused, _usage),
+    ]
+)
 
 
 def _transition(
@@ -270,125 +297,183 @@ def _transition(
 
 
 def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
-    _apply_event(s, seq, e)
+    _HANDLERS.get(type(e), _nothing)(s, seq, e)
     # A destroy request is answered by the first event that names it as its cause, even
     # one that changed nothing (a stop order that lost the race to the session's end).
-    if e.causation_id is not None and s.destroys.pop(e.causation_id, None) is not None:
-        refused = e.reason if isinstance(e, DestroyRejected) else None
-        s.destroy_answers[e.causation_id] = refused
+    cause = e.causation_id
+    if cause is not None and s.destroys.pop(cause, None) is not None:
+        s.destroy_answers[cause] = e.reason if isinstance(e, DestroyRejected) else None
 
 
-def _apply_event(s: ClusterState, seq: int, e: AnyEvent) -> None:
-    match e:
-        case SessionRequested():
-            if e.session_id in s.sessions:
-                return  # a second request for a taken id changes nothing
-            v = SessionView(
-                session_id=e.session_id,
-                owner=e.owner,
-                image=e.image,
-                command=e.command,
-                slots=e.slots,
-                priority=e.priority,
-                name=e.name,
-                request_id=e.id,
-                correlation_id=e.correlation_id or e.id,
-                arrival_seq=seq,
-                requested_at=e.at,
-                invalid=invalid_request(e),
-            )
-            v.history.append(Transition(S.REQUESTED, e.at, seq, e.id))
-            s.sessions[e.session_id] = v
-            s.changed[e.session_id] = None
-            s.undecided[e.session_id] = None
-        case SessionAdmitted():
-            v2 = s.sessions.get(e.session_id)
-            if v2 is None or v2.status is not S.REQUESTED:
-                return
-            _transition(s, v2, S.PENDING, seq, e)
-            s.undecided.pop(v2.session_id, None)
-            s.queue[v2.session_id] = None
-            _hold_quota(s, v2)
-        case SessionRejected():
-            v2 = s.sessions.get(e.session_id)
-            if v2 is None or v2.status not in (S.REQUESTED, S.PENDING):
-                return
-            v2.reason = e.reason
-            _release_quota(s, v2)
-            _end(s, v2, S.REJECTED, seq, e)
-        case SessionCancelled():
-            v2 = s.sessions.get(e.session_id)
-            if v2 is None or v2.status not in (S.REQUESTED, S.PENDING):
-                return
-            v2.reason = e.reason
-            _release_quota(s, v2)
-            _end(s, v2, S.CANCELLED, seq, e)
-        case SessionQueued():
-            v2 = s.sessions.get(e.session_id)
-            if v2 is None or v2.status is not S.PENDING or v2.waiting is not None:
-                return
-            v2.waiting = e.reason
-        case SessionScheduled():
-            v2 = s.sessions.get(e.session_id)
-            a = s.agents.get(e.agent_id)
-            if v2 is None or v2.status is not S.PENDING or a is None:
-                return
-            s.queue.pop(v2.session_id, None)
-            v2.agent_id = e.agent_id
-            v2.devices = e.devices
-            _allocate(s, a, v2)
-            _transition(s, v2, S.SCHEDULED, seq, e)
-        case SessionTerminating():
-            v2 = s.sessions.get(e.session_id)
-            if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING, S.RUNNING):
-                return
-            v2.reason = e.reason
-            _transition(s, v2, S.TERMINATING, seq, e)
-        case SessionPreparing():
-            v2 = _reported(s, e.session_id, e.agent_id)
-            if v2 is None or v2.status is not S.SCHEDULED:
-                return
-            _transition(s, v2, S.PREPARING, seq, e)
-        case SessionRunning():
-            v2 = _reported(s, e.session_id, e.agent_id)
-            if v2 is None or v2.status not in (S.SCHEDULED, S.PREPARING):
-                return
-            v2.container_id = e.container_id
-            _transition(s, v2, S.RUNNING, seq, e)
-        case SessionTerminated():
-            v2 = _reported(s, e.session_id, e.agent_id)
-            if v2 is None or v2.status not in HOLDS_ALLOCATION:
-                return
-            v2.exit_code = e.exit_code
-            v2.reason = e.reason if v2.reason is None else f"{v2.reason}; {e.reason}"
-            _free(s, v2)
-            _end(s, v2, S.TERMINATED, seq, e)
-        case SessionErrored():
-            v2 = _reported(s, e.session_id, e.agent_id)
-            if v2 is None or v2.status not in HOLDS_ALLOCATION:
-                return
-            v2.reason = e.reason
-            _free(s, v2)
-            _end(s, v2, S.ERROR, seq, e)
-        case SessionDestroyRequested():
-            if e.id not in s.destroy_answers:  # one stored again later is answered already
-                s.destroys[e.id] = e
-        case DestroyRejected():
-            pass
-        case PolicySet():
-            s.policies[e.owner] = e
-        case PayloadRejected():
-            s.malformed.pop(e.stream_seq, None)
-        case AgentRegistered():
-            _register(s, e)
-        case GpuUsageSampled() | GpuOomRefused():
-            pass  # measurements, not state: the projections keep them
-        case AgentLost():
-            a = s.agents.get(e.agent_id)
-            if a is not None:
-                a.lost = True
-                s.fit.update(a)
-                s.changed_agents[a.agent_id] = None
+# What each event does to the state, one handler per type (dispatched on the exact type).
+# Each checks that the event fits the session's current status and otherwise does nothing.
+
+
+def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
+    if e.session_id in s.sessions:
+        return  # a second request for a taken id changes nothing
+    v = SessionView(
+        session_id=e.session_id,
+        owner=e.owner,
+        image=e.image,
+        command=e.command,
+        slots=e.slots,
+        priority=e.priority,
+        name=e.name,
+        request_id=e.id,
+        correlation_id=e.correlation_id or e.id,
+        arrival_seq=seq,
+        requested_at=e.at,
+        invalid=invalid_request(e),
+    )
+    v.history.append(Transition(S.REQUESTED, e.at, seq, e.id))
+    s.sessions[e.session_id] = v
+    s.changed[e.session_id] = None
+    s.undecided[e.session_id] = None
+
+
+def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
+    v = s.sessions.get(e.session_id)
+    if v is None or v.status is not S.REQUESTED:
+        return
+    _transition(s, v, S.PENDING, seq, e)
+    s.undecided.pop(v.session_id, None)
+    s.queue[v.session_id] = None
+    _hold_quota(s, v)
+
+
+def _rejected(s: ClusterState, seq: int, e: SessionRejected) -> None:
+    _withdraw(s, seq, e, S.REJECTED)
+
+
+def _cancelled(s: ClusterState, seq: int, e: SessionCancelled) -> None:
+    _withdraw(s, seq, e, S.CANCELLED)
+
+
+def _withdraw(
+    s: ClusterState, seq: int, e: SessionRejected | SessionCancelled, status: SessionStatus
+) -> None:
+    """End a session that was never placed."""
+    v = s.sessions.get(e.session_id)
+    if v is None or v.status not in (S.REQUESTED, S.PENDING):
+        return
+    v.reason = e.reason
+    _release_quota(s, v)
+    _end(s, v, status, seq, e)
+
+
+def _queued(s: ClusterState, seq: int, e: SessionQueued) -> None:
+    v = s.sessions.get(e.session_id)
+    if v is None or v.status is not S.PENDING or v.waiting is not None:
+        return
+    v.waiting = e.reason
+
+
+def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
+    v = s.sessions.get(e.session_id)
+    a = s.agents.get(e.agent_id)
+    if v is None or v.status is not S.PENDING or a is None:
+        return
+    s.queue.pop(v.session_id, None)
+    v.agent_id = e.agent_id
+    v.devices = e.devices
+    _allocate(s, a, v)
+    _transition(s, v, S.SCHEDULED, seq, e)
+
+
+def _terminating(s: ClusterState, seq: int, e: SessionTerminating) -> None:
+    v = s.sessions.get(e.session_id)
+    if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.RUNNING):
+        return
+    v.reason = e.reason
+    _transition(s, v, S.TERMINATING, seq, e)
+
+
+def _preparing(s: ClusterState, seq: int, e: SessionPreparing) -> None:
+    v = _reported(s, e.session_id, e.agent_id)
+    if v is None or v.status is not S.SCHEDULED:
+        return
+    _transition(s, v, S.PREPARING, seq, e)
+
+
+def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
+    v = _reported(s, e.session_id, e.agent_id)
+    if v is None or v.status not in (S.SCHEDULED, S.PREPARING):
+        return
+    v.container_id = e.container_id
+    _transition(s, v, S.RUNNING, seq, e)
+
+
+def _terminated(s: ClusterState, seq: int, e: SessionTerminated) -> None:
+    v = _reported(s, e.session_id, e.agent_id)
+    if v is None or v.status not in HOLDS_ALLOCATION:
+        return
+    v.exit_code = e.exit_code
+    v.reason = e.reason if v.reason is None else f"{v.reason}; {e.reason}"
+    _free(s, v)
+    _end(s, v, S.TERMINATED, seq, e)
+
+
+def _errored(s: ClusterState, seq: int, e: SessionErrored) -> None:
+    v = _reported(s, e.session_id, e.agent_id)
+    if v is None or v.status not in HOLDS_ALLOCATION:
+        return
+    v.reason = e.reason
+    _free(s, v)
+    _end(s, v, S.ERROR, seq, e)
+
+
+def _destroy_requested(s: ClusterState, seq: int, e: SessionDestroyRequested) -> None:
+    if e.id not in s.destroy_answers:  # one stored again later is answered already
+        s.destroys[e.id] = e
+
+
+def _policy_set(s: ClusterState, seq: int, e: PolicySet) -> None:
+    s.policies[e.owner] = e
+
+
+def _payload_rejected(s: ClusterState, seq: int, e: PayloadRejected) -> None:
+    s.malformed.pop(e.stream_seq, None)
+
+
+def _registered(s: ClusterState, seq: int, e: AgentRegistered) -> None:
+    _register(s, e)
+
+
+def _agent_lost(s: ClusterState, seq: int, e: AgentLost) -> None:
+    a = s.agents.get(e.agent_id)
+    if a is not None:
+        a.lost = True
+        s.fit.update(a)
+        s.changed_agents[a.agent_id] = None
+
+
+def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
+    """Events that change no state: a refusal (it only answers its destroy request) and
+    measurements (the projections keep them)."""
+
+
+_HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
+    SessionRequested: _requested,
+    SessionAdmitted: _admitted,
+    SessionRejected: _rejected,
+    SessionCancelled: _cancelled,
+    SessionQueued: _queued,
+    SessionScheduled: _scheduled,
+    SessionTerminating: _terminating,
+    SessionPreparing: _preparing,
+    SessionRunning: _running,
+    SessionTerminated: _terminated,
+    SessionErrored: _errored,
+    SessionDestroyRequested: _destroy_requested,
+    DestroyRejected: _nothing,
+    PolicySet: _policy_set,
+    PayloadRejected: _payload_rejected,
+    AgentRegistered: _registered,
+    GpuUsageSampled: _nothing,
+    GpuOomRefused: _nothing,
+    AgentLost: _agent_lost,
+}
 
 
 def _reported(s: ClusterState, session_id: str, agent_id: str) -> SessionView | None:
