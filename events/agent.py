@@ -8,7 +8,7 @@ from events.slots import Slots
 __all__ = ["AgentLost", "AgentRegistered", "GpuInfo"]
 
 
-class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One physical GPU as the agent sees it (from NVML or declared as a mock)."""
 
     index: int

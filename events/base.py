@@ -8,7 +8,12 @@ __all__ = ["Event"]
 
 
 class Event(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    forbid_unknown_fields=True,
+    gc=False,
 ):
     """Common fields of every event.
 

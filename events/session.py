@@ -63,7 +63,9 @@ class SessionRejected(Event, frozen=True, kw_only=True, tag="session.rejected.v1
     reason: str
 
 
-class DevicePlacement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class DevicePlacement(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
     """A share of one GPU given to a session: ``fgpu`` quanta of device ``gpu_index``."""
 
     gpu_index: int

@@ -8,7 +8,7 @@ __all__ = ["FGPU_QUANTUM_PER_UNIT", "Slots"]
 FGPU_QUANTUM_PER_UNIT = 100
 
 
-class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """A bundle of resources: ``cpu`` in milli-cores, ``mem`` in bytes, ``fgpu`` in quanta.
 
     ``fgpu=250`` is 2.5 fGPU. All fields are non-negative integers.
