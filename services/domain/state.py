@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+import msgspec
+
 from events import (
     AgentLost,
     AgentRegistered,
@@ -62,8 +64,13 @@ __all__ = [
 S = SessionStatus
 
 
-@dataclass(slots=True)
-class Transition:
+class Transition(msgspec.Struct, frozen=True, gc=False):
+    """A session reached ``status`` through event ``event_id`` at sequence ``seq``.
+
+    Immutable values only, so the garbage collector need not track it (gc=False); a
+    session keeps one per status it went through. Encoded like the dataclass it was.
+    """
+
     status: SessionStatus
     at: datetime
     seq: int
