@@ -229,7 +229,11 @@ class ProjectionStore:
         """
         batch = self.prepare(records)
         if batch is not None:
-            self.write(batch)
+            try:
+                self.write(batch)
+            except ProjectionError:
+                self.recover()
+                raise
         return self.committed
 
     def prepare(self, records: Sequence[Record]) -> "Batch | None":
@@ -301,15 +305,13 @@ class ProjectionStore:
         """Store a prepared batch and its last sequence in one transaction.
 
         Raises ProjectionError if it fails; the fold is then ahead of the tables: call
-        ``recover`` (``apply`` does).
+        ``recover`` once no ``prepare`` runs (``apply`` does).
         """
         if batch.first <= self.committed:
             raise ProjectionError(f"batch {batch.first}-{batch.last} is already committed")
         try:
             self._write(batch.tables, batch.last)
         except duckdb.Error as e:
-            if batch.last == self.state.last_seq:  # nothing prepared after it: recover now
-                self.recover()
             raise ProjectionError(f"could not apply records {batch.first}-{batch.last}: {e}") from e
         self.committed = batch.last
 

@@ -10,7 +10,11 @@ travel agree with the pure fold.
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.lowlevel
+import duckdb
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -42,12 +46,14 @@ from events import (
     encode,
 )
 from events import subjects as subj
+from projections import Projector
 from projections.compare import differences
 from projections.replay import seq_at, state_at
 from projections.snapshot import decode_state, encode_state
 from projections.store import ProjectionStore, record_of
 from services.domain.state import ClusterState, fold
 from services.ports import Record
+from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SESSIONS = ["s0", "s1", "s2", "s3", "s4"]
@@ -423,3 +429,48 @@ def test_every_batch_adds_as_much_to_the_write_ahead_log_as_the_first(tmp_path: 
     finally:
         store.close()
     assert grew[-1] <= 1.25 * grew[5], grew
+
+
+class _FailingStore(ProjectionStore):
+    """Fails its ``fail_at``-th write as a full disk would."""
+
+    fail_at = 3
+
+    def _write(self, tables: dict[str, Any], last_seq: int) -> None:
+        self.writes = getattr(self, "writes", 0) + 1
+        if self.writes == self.fail_at:
+            raise duckdb.IOException("No space left on device")
+        super()._write(tables, last_seq)
+
+
+@pytest.mark.anyio
+async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The projector folds each batch while the one before is written; a failed write
+    leaves the fold ahead of the tables, which are then read back, and the batch retried."""
+    log = MemoryLog(batch_size=7)
+    raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
+    for n in range(12):
+        sid = f"s{n}"
+        raw += [
+            (subj.request("alice", sid), encode(_request("alice", sid, 2 * n + 1))),
+            (
+                subj.quota("alice"),
+                encode(SessionAdmitted(**_env(2 * n + 2, "quota"), session_id=sid, owner="alice")),
+            ),
+        ]
+    store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
+    projector = Projector(log, store)
+    async with anyio.create_task_group() as tg:
+        await tg.start(projector.run)
+        for subject, payload in raw:  # one by one: the follower sees many small batches
+            await log.publish_raw(subject, payload)
+            await anyio.lowlevel.checkpoint()
+        with anyio.fail_after(30):
+            await projector.wait_beyond(len(raw) - 1)
+        tg.cancel_scope.cancel()
+    assert store.writes > store.fail_at  # it failed, and went on
+    store.close()
+    _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
+    assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
