@@ -211,9 +211,9 @@ def evolve(s: ClusterState, r: Record) -> ClusterState:
     if isinstance(e, Malformed):
         s.malformed[seq] = (subject, e.error)
         return s
-    problem = _subject_mismatch(subject, e)
-    if problem is not None:
-        s.malformed[seq] = (subject, problem)
+    own = _SUBJECT_OF[type(e)](e)
+    if subject != own and not (subject == subj.LEDGER and type(e) is SessionRejected):
+        s.malformed[seq] = (subject, _mismatch(subject, e, own))
         return s
     _apply(s, seq, e)
     return s
@@ -230,17 +230,14 @@ def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
     return s
 
 
-def _subject_mismatch(subject: str, e: AnyEvent) -> str | None:
-    """Why ``e`` may not stand on ``subject``, or None.
+def _mismatch(subject: str, e: AnyEvent, own: str) -> str:
+    """Why ``e`` may not stand on ``subject``; ``own`` is its subject.
 
     Every event has its own subject (docs/events.md), and only there does it count. A
     user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking each
     event against its subject makes that confinement mean something for every reader of
     the log: a user cannot write a decision, nor a request in another key's name.
     """
-    own = _SUBJECT_OF[type(e)](e)
-    if subject == own or (subject == subj.LEDGER and type(e) is SessionRejected):
-        return None
     tag = e.__struct_config__.tag
     return f"{tag} may not stand on subject {subject} (its subject is {own})"
 
