@@ -103,31 +103,38 @@ class SessionView:
 
 
 class _Shares:
-    """A device's shares with their running total, which is kept out of GpuView's fields.
+    """A device's shares and what they leave free, kept out of GpuView's fields.
 
     A slot of a base class is not a dataclass field, so encoding a GpuView (the
-    projections' snapshots) stays as it was; ``__post_init__`` sets the total on every
-    path that builds one, decoding included (msgspec calls it).
+    projections' snapshots) stays as it was; ``__post_init__`` sets ``free`` on every path
+    that builds one, decoding included (msgspec calls it). A plain attribute rather than
+    a property because the fit index and the allocator read it for every device they
+    consider.
     """
 
-    __slots__ = ("_allocated",)
-    _allocated: int
-    shares: dict[str, int]  # GpuView's field
+    __slots__ = ("free",)
+    free: int  # capacity minus the sum of shares
+    capacity: int  # GpuView's fields
+    shares: dict[str, int]
 
     def __post_init__(self) -> None:
-        self._allocated = sum(self.shares.values())
+        self.free = self.capacity - sum(self.shares.values())
 
     def give(self, session_id: str, quanta: int) -> None:
         self.shares[session_id] = self.shares.get(session_id, 0) + quanta
-        self._allocated += quanta
+        self.free -= quanta
 
     def take_back(self, session_id: str) -> None:
-        self._allocated -= self.shares.pop(session_id, 0)
+        self.free += self.shares.pop(session_id, 0)
 
 
 @dataclass(slots=True)
 class GpuView(_Shares):
-    """One device of an agent. Change ``shares`` only through ``give`` and ``take_back``."""
+    """One device of an agent.
+
+    Change ``shares`` only through ``give`` and ``take_back``, and never ``capacity``:
+    ``free`` follows from both.
+    """
 
     info: GpuInfo
     capacity: int  # fGPU quanta this device is worth
@@ -136,11 +143,7 @@ class GpuView(_Shares):
     @property
     def allocated(self) -> int:
         """The sum of ``shares``."""
-        return self._allocated
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self._allocated
+        return self.capacity - self.free
 
 
 @dataclass(slots=True)
