@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.domain.state import AgentView
+    from services.domain.views import AgentView
 
 __all__ = ["FitIndex"]
 

@@ -10,20 +10,14 @@ For speed the state is mutated in place and returned; treat it as owned by the f
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
-
-import msgspec
+from typing import Any
 
 from events import (
     AgentLost,
     AgentRegistered,
     AnyEvent,
     DestroyRejected,
-    DevicePlacement,
     Event,
-    GpuInfo,
     GpuOomRefused,
     GpuUsageSampled,
     PayloadRejected,
@@ -40,13 +34,19 @@ from events import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
-    Slots,
 )
-from events import subjects as subj
-from services.domain.fit_index import FitIndex
 from services.domain.resources import add, sub
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
+from services.domain.subject_rules import SUBJECT_OF, mismatch
 from services.domain.validation import invalid_request
+from services.domain.views import (
+    AgentView,
+    ClusterState,
+    GpuView,
+    OwnerUsage,
+    SessionView,
+    Transition,
+)
 from services.ports import Malformed, Record
 
 __all__ = [
@@ -62,133 +62,6 @@ __all__ = [
 ]
 
 S = SessionStatus
-
-
-class Transition(msgspec.Struct, frozen=True, gc=False):
-    """A session reached ``status`` through event ``event_id`` at sequence ``seq``.
-
-    Immutable values only, so the garbage collector need not track it (gc=False); a
-    session keeps one per status it went through. Encoded like the dataclass it was.
-    """
-
-    status: SessionStatus
-    at: datetime
-    seq: int
-    event_id: str
-
-
-@dataclass(slots=True)
-class SessionView:
-    session_id: str
-    owner: str
-    image: str
-    command: tuple[str, ...]
-    slots: Slots
-    priority: int
-    name: str | None
-    request_id: str
-    correlation_id: str
-    arrival_seq: int
-    requested_at: datetime
-    status: SessionStatus = S.REQUESTED
-    agent_id: str | None = None
-    devices: tuple[DevicePlacement, ...] = ()
-    container_id: str | None = None
-    exit_code: int | None = None
-    reason: str | None = None
-    quota_held: bool = False
-    invalid: str | None = None  # why the request can never be accepted as written
-    waiting: str | None = None  # why the scheduler could not place it yet
-    history: list[Transition] = field(default_factory=list)
-
-
-class _Shares:
-    """A device's shares and what they leave free, kept out of GpuView's fields.
-
-    A slot of a base class is not a dataclass field, so encoding a GpuView (the
-    projections' snapshots) stays as it was; ``__post_init__`` sets ``free`` on every path
-    that builds one, decoding included (msgspec calls it). A plain attribute rather than
-    a property because the fit index and the allocator read it for every device they
-    consider.
-    """
-
-    __slots__ = ("free",)
-    free: int  # capacity minus the sum of shares
-    capacity: int  # GpuView's fields
-    shares: dict[str, int]
-
-    def __post_init__(self) -> None:
-        self.free = self.capacity - sum(self.shares.values())
-
-    def give(self, session_id: str, quanta: int) -> None:
-        self.shares[session_id] = self.shares.get(session_id, 0) + quanta
-        self.free -= quanta
-
-    def take_back(self, session_id: str) -> None:
-        self.free += self.shares.pop(session_id, 0)
-
-
-@dataclass(slots=True)
-class GpuView(_Shares):
-    """One device of an agent.
-
-    Change ``shares`` only through ``give`` and ``take_back``, and never ``capacity``:
-    ``free`` follows from both.
-    """
-
-    info: GpuInfo
-    capacity: int  # fGPU quanta this device is worth
-    shares: dict[str, int] = field(default_factory=dict)  # session id -> quanta
-
-    @property
-    def allocated(self) -> int:
-        """The sum of ``shares``."""
-        return self.capacity - self.free
-
-
-@dataclass(slots=True)
-class AgentView:
-    agent_id: str
-    capacity: Slots
-    fgpu_per_gpu: int
-    gpus: dict[int, GpuView]
-    images: frozenset[str]
-    runtime: str
-    allocated: Slots = Slots()
-    sessions: dict[str, None] = field(default_factory=dict)  # sessions holding an allocation
-    lost: bool = False
-
-    @property
-    def free(self) -> Slots:
-        return sub(self.capacity, self.allocated)
-
-
-@dataclass(slots=True)
-class OwnerUsage:
-    sessions: int = 0
-    slots: Slots = Slots()
-
-
-@dataclass(slots=True)
-class ClusterState:
-    last_seq: int = 0
-    sessions: dict[str, SessionView] = field(default_factory=dict)
-    agents: dict[str, AgentView] = field(default_factory=dict)
-    policies: dict[str, PolicySet] = field(default_factory=dict)
-    usage: dict[str, OwnerUsage] = field(default_factory=dict)  # quota held per owner
-    subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
-    # Work waiting for an actor, kept by the fold so no actor scans every session:
-    undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
-    queue: dict[str, None] = field(default_factory=dict)  # PENDING, for the scheduler
-    destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
-    # destroy request id -> None if carried out, else why it was refused
-    destroy_answers: dict[str, str | None] = field(default_factory=dict)
-    malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
-    fit: FitIndex = field(default_factory=FitIndex)
-    # Sessions and agents whose state changed since the owner last cleared these; lets an
-    # actor look at what a batch changed instead of everything it knows.
-    changed: dict[str, None] = field(default_factory=dict)
-    changed_agents: dict[str, None] = field(default_factory=dict)
 
 
 def fold(records: list[Record], state: ClusterState | None = None) -> ClusterState:
@@ -214,10 +87,11 @@ def evolve(s: ClusterState, r: Record) -> ClusterState:
     if isinstance(e, Malformed):
         s.malformed[seq] = (subject, e.error)
         return s
-    own = _SUBJECT_OF[type(e)](e)
-    if subject != own and not (subject == subj.LEDGER and type(e) is SessionRejected):
-        s.malformed[seq] = (subject, _mismatch(subject, e, own))
-        return s
+    if SUBJECT_OF[type(e)](e) != subject:  # else it stands on its own: the usual case
+        problem = mismatch(subject, e)
+        if problem is not None:
+            s.malformed[seq] = (subject, problem)
+            return s
     _apply(s, seq, e)
     return s
 
@@ -231,68 +105,6 @@ def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
     """
     _apply(s, 0, e)
     return s
-
-
-def _mismatch(subject: str, e: AnyEvent, own: str) -> str:
-    """Why ``e`` may not stand on ``subject``; ``own`` is its subject.
-
-    Every event has its own subject (docs/events.md), and only there does it count. A
-    user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking each
-    event against its subject makes that confinement mean something for every reader of
-    the log: a user cannot write a decision, nor a request in another key's name.
-    """
-    tag = e.__struct_config__.tag
-    return f"{tag} may not stand on subject {subject} (its subject is {own})"
-
-
-_E = TypeVar("_E", bound=Event)
-
-
-def _rule(t: type[_E], subject_of: Callable[[_E], str]) -> tuple[type[Event], Callable[[Any], str]]:
-    """A row of ``_SUBJECT_OF``, typed so that mypy checks ``subject_of`` against ``t``."""
-    return t, subject_of
-
-
-def _ledger(e: Event) -> str:
-    return subj.LEDGER
-
-
-def _agent_session(
-    e: SessionPreparing | SessionRunning | SessionTerminated | SessionErrored,
-) -> str:
-    return subj.agent_session(e.agent_id, e.session_id)
-
-
-def _usage(e: GpuUsageSampled | GpuOomRefused) -> str:
-    return subj.usage(e.agent_id, e.session_id)
-
-
-# Each event type's own subject, looked up by exact type. A rejection may stand on the
-# ledger as well: quota rejects on the owner's account, the scheduler (never fits) on the
-# ledger; the mismatch message names the first.
-_SUBJECT_OF: dict[type[Event], Callable[[Any], str]] = dict(
-    [
-        _rule(SessionRequested, lambda e: subj.request(e.owner, e.session_id)),
-        _rule(SessionDestroyRequested, lambda e: subj.request(e.requester, e.session_id)),
-        _rule(SessionAdmitted, lambda e: subj.quota(e.owner)),
-        _rule(PolicySet, lambda e: subj.quota(e.owner)),
-        _rule(SessionRejected, lambda e: subj.quota(e.owner)),
-        _rule(SessionScheduled, _ledger),
-        _rule(SessionQueued, _ledger),
-        _rule(SessionCancelled, _ledger),
-        _rule(SessionTerminating, _ledger),
-        _rule(DestroyRejected, _ledger),
-        _rule(AgentLost, _ledger),
-        _rule(SessionPreparing, _agent_session),
-        _rule(SessionRunning, _agent_session),
-        _rule(SessionTerminated, _agent_session),
-        _rule(SessionErrored, _agent_session),
-        _rule(AgentRegistered, lambda e: subj.agent(e.agent_id)),
-        _rule(PayloadRejected, lambda e: subj.SYS),
-        _rule(GpuUsageSampled, _usage),
-        _rule(GpuOomRefused, _usage),
-    ]
-)
 
 
 def _transition(
@@ -412,22 +224,20 @@ def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
 
 
 def _terminated(s: ClusterState, seq: int, e: SessionTerminated) -> None:
-    v = _reported(s, e.session_id, e.agent_id)
-    if v is None or v.status not in HOLDS_ALLOCATION:
-        return
-    v.exit_code = e.exit_code
-    v.reason = e.reason if v.reason is None else f"{v.reason}; {e.reason}"
-    _free(s, v)
-    _end(s, v, S.TERMINATED, seq, e)
+    v = _holding(s, e.session_id, e.agent_id)
+    if v is not None:
+        v.exit_code = e.exit_code
+        v.reason = e.reason if v.reason is None else f"{v.reason}; {e.reason}"
+        _free(s, v)
+        _end(s, v, S.TERMINATED, seq, e)
 
 
 def _errored(s: ClusterState, seq: int, e: SessionErrored) -> None:
-    v = _reported(s, e.session_id, e.agent_id)
-    if v is None or v.status not in HOLDS_ALLOCATION:
-        return
-    v.reason = e.reason
-    _free(s, v)
-    _end(s, v, S.ERROR, seq, e)
+    v = _holding(s, e.session_id, e.agent_id)
+    if v is not None:
+        v.reason = e.reason
+        _free(s, v)
+        _end(s, v, S.ERROR, seq, e)
 
 
 def _destroy_requested(s: ClusterState, seq: int, e: SessionDestroyRequested) -> None:
@@ -489,6 +299,12 @@ def _reported(s: ClusterState, session_id: str, agent_id: str) -> SessionView | 
     if v is None or v.agent_id != agent_id:
         return None
     return v
+
+
+def _holding(s: ClusterState, session_id: str, agent_id: str) -> SessionView | None:
+    """The session, if reported from its agent and holding an allocation there."""
+    v = _reported(s, session_id, agent_id)
+    return v if v is not None and v.status in HOLDS_ALLOCATION else None
 
 
 def _end(s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: AnyEvent) -> None:

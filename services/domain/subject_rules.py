@@ -1,0 +1,81 @@
+"""On which subject each event stands; only there does it count (docs/events.md).
+
+A user's NATS permissions confine them to ``fgpu.req.<their key>.>``; checking each
+event against its subject makes that confinement mean something for every reader of the
+log: a user cannot write a decision, nor a request in another key's name.
+"""
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import events as ev
+from events import subjects as subj
+
+__all__ = ["ALSO_ON", "SUBJECT_OF", "mismatch"]
+
+
+_E = TypeVar("_E", bound=ev.Event)
+
+
+def _rule(
+    t: type[_E], subject_of: Callable[[_E], str]
+) -> tuple[type[ev.Event], Callable[[Any], str]]:
+    """A row of ``SUBJECT_OF``, typed so that mypy checks ``subject_of`` against ``t``."""
+    return t, subject_of
+
+
+def _ledger(e: ev.Event) -> str:
+    return subj.LEDGER
+
+
+def _agent_session(
+    e: ev.SessionPreparing | ev.SessionRunning | ev.SessionTerminated | ev.SessionErrored,
+) -> str:
+    return subj.agent_session(e.agent_id, e.session_id)
+
+
+def _usage(e: ev.GpuUsageSampled | ev.GpuOomRefused) -> str:
+    return subj.usage(e.agent_id, e.session_id)
+
+
+# Each event type's own subject, looked up by exact type (a dict lookup, where a chain of
+# class patterns costs an isinstance each): ``SUBJECT_OF[type(e)](e)``.
+SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
+    [
+        _rule(ev.SessionRequested, lambda e: subj.request(e.owner, e.session_id)),
+        _rule(ev.SessionDestroyRequested, lambda e: subj.request(e.requester, e.session_id)),
+        _rule(ev.SessionAdmitted, lambda e: subj.quota(e.owner)),
+        _rule(ev.PolicySet, lambda e: subj.quota(e.owner)),
+        _rule(ev.SessionRejected, lambda e: subj.quota(e.owner)),
+        _rule(ev.SessionScheduled, _ledger),
+        _rule(ev.SessionQueued, _ledger),
+        _rule(ev.SessionCancelled, _ledger),
+        _rule(ev.SessionTerminating, _ledger),
+        _rule(ev.DestroyRejected, _ledger),
+        _rule(ev.AgentLost, _ledger),
+        _rule(ev.SessionPreparing, _agent_session),
+        _rule(ev.SessionRunning, _agent_session),
+        _rule(ev.SessionTerminated, _agent_session),
+        _rule(ev.SessionErrored, _agent_session),
+        _rule(ev.AgentRegistered, lambda e: subj.agent(e.agent_id)),
+        _rule(ev.PayloadRejected, lambda e: subj.SYS),
+        _rule(ev.GpuUsageSampled, _usage),
+        _rule(ev.GpuOomRefused, _usage),
+    ]
+)
+
+# Another subject an event may stand on: quota rejects on the owner's account, the
+# scheduler (a session that never fits) on the ledger.
+ALSO_ON: dict[type[ev.Event], str] = {ev.SessionRejected: subj.LEDGER}
+
+
+def mismatch(subject: str, e: ev.AnyEvent) -> str | None:
+    """Why ``e`` may not stand on ``subject``, or None.
+
+    ``SUBJECT_OF[type(e)](e) == subject`` is the quick check that it may.
+    """
+    own = SUBJECT_OF[type(e)](e)
+    if subject == own or subject == ALSO_ON.get(type(e)):
+        return None
+    tag = e.__struct_config__.tag
+    return f"{tag} may not stand on subject {subject} (its subject is {own})"

@@ -1,0 +1,143 @@
+"""What the fold keeps of the cluster: sessions, agents and their devices, quota held.
+
+Plain mutable records, owned by the fold (``services.domain.state``); everyone else reads.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import msgspec
+
+from events import DevicePlacement, GpuInfo, PolicySet, SessionDestroyRequested, Slots
+from services.domain.fit_index import FitIndex
+from services.domain.resources import sub
+from services.domain.status import SessionStatus
+
+__all__ = ["AgentView", "ClusterState", "GpuView", "OwnerUsage", "SessionView", "Transition"]
+
+
+class Transition(msgspec.Struct, frozen=True, gc=False):
+    """A session reached ``status`` through event ``event_id`` at sequence ``seq``.
+
+    Immutable values only, so the garbage collector need not track it (gc=False); a
+    session keeps one per status it went through. Encoded like the dataclass it was.
+    """
+
+    status: SessionStatus
+    at: datetime
+    seq: int
+    event_id: str
+
+
+@dataclass(slots=True)
+class SessionView:
+    session_id: str
+    owner: str
+    image: str
+    command: tuple[str, ...]
+    slots: Slots
+    priority: int
+    name: str | None
+    request_id: str
+    correlation_id: str
+    arrival_seq: int
+    requested_at: datetime
+    status: SessionStatus = SessionStatus.REQUESTED
+    agent_id: str | None = None
+    devices: tuple[DevicePlacement, ...] = ()
+    container_id: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    quota_held: bool = False
+    invalid: str | None = None  # why the request can never be accepted as written
+    waiting: str | None = None  # why the scheduler could not place it yet
+    history: list[Transition] = field(default_factory=list)
+
+
+class _Shares:
+    """A device's shares and what they leave free, kept out of GpuView's fields.
+
+    A slot of a base class is not a dataclass field, so encoding a GpuView (the
+    projections' snapshots) stays as it was; ``__post_init__`` sets ``free`` on every path
+    that builds one, decoding included (msgspec calls it). A plain attribute rather than
+    a property because the fit index and the allocator read it for every device they
+    consider.
+    """
+
+    __slots__ = ("free",)
+    free: int  # capacity minus the sum of shares
+    capacity: int  # GpuView's fields
+    shares: dict[str, int]
+
+    def __post_init__(self) -> None:
+        self.free = self.capacity - sum(self.shares.values())
+
+    def give(self, session_id: str, quanta: int) -> None:
+        self.shares[session_id] = self.shares.get(session_id, 0) + quanta
+        self.free -= quanta
+
+    def take_back(self, session_id: str) -> None:
+        self.free += self.shares.pop(session_id, 0)
+
+
+@dataclass(slots=True)
+class GpuView(_Shares):
+    """One device of an agent.
+
+    Change ``shares`` only through ``give`` and ``take_back``, and never ``capacity``:
+    ``free`` follows from both.
+    """
+
+    info: GpuInfo
+    capacity: int  # fGPU quanta this device is worth
+    shares: dict[str, int] = field(default_factory=dict)  # session id -> quanta
+
+    @property
+    def allocated(self) -> int:
+        """The sum of ``shares``."""
+        return self.capacity - self.free
+
+
+@dataclass(slots=True)
+class AgentView:
+    agent_id: str
+    capacity: Slots
+    fgpu_per_gpu: int
+    gpus: dict[int, GpuView]
+    images: frozenset[str]
+    runtime: str
+    allocated: Slots = Slots()
+    sessions: dict[str, None] = field(default_factory=dict)  # sessions holding an allocation
+    lost: bool = False
+
+    @property
+    def free(self) -> Slots:
+        return sub(self.capacity, self.allocated)
+
+
+@dataclass(slots=True)
+class OwnerUsage:
+    sessions: int = 0
+    slots: Slots = Slots()
+
+
+@dataclass(slots=True)
+class ClusterState:
+    last_seq: int = 0
+    sessions: dict[str, SessionView] = field(default_factory=dict)
+    agents: dict[str, AgentView] = field(default_factory=dict)
+    policies: dict[str, PolicySet] = field(default_factory=dict)
+    usage: dict[str, OwnerUsage] = field(default_factory=dict)  # quota held per owner
+    subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
+    # Work waiting for an actor, kept by the fold so no actor scans every session:
+    undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
+    queue: dict[str, None] = field(default_factory=dict)  # PENDING, for the scheduler
+    destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
+    # destroy request id -> None if carried out, else why it was refused
+    destroy_answers: dict[str, str | None] = field(default_factory=dict)
+    malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
+    fit: FitIndex = field(default_factory=FitIndex)
+    # Sessions and agents whose state changed since the owner last cleared these; lets an
+    # actor look at what a batch changed instead of everything it knows.
+    changed: dict[str, None] = field(default_factory=dict)
+    changed_agents: dict[str, None] = field(default_factory=dict)
