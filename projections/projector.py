@@ -161,28 +161,38 @@ class Projector:
         send, receive = anyio.create_memory_object_stream[Batch](1)
 
         async def write() -> None:
-            async with receive:
-                async for batch in receive:
-                    await anyio.to_thread.run_sync(self.store.write, batch, limiter=self._limiter)
-                    self._notify()
+            async for batch in receive:
+                await anyio.to_thread.run_sync(self.store.write, batch, limiter=self._limiter)
+                self._notify()
 
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(write)
-                async with send, aclosing(self.events.follow(self.durable, after=after)) as it:
-                    async for records in it:
-                        batch = await anyio.to_thread.run_sync(
-                            self.store.prepare, records, limiter=self._folding
-                        )
-                        if batch is not None:
-                            await send.send(batch)
+            # ``receive`` closes only once both tasks are done: closed by a failed writer, it
+            # would break the fold's pending send, an error beside the one that matters.
+            with receive:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(write)
+                    async with send, aclosing(self.events.follow(self.durable, after=after)) as it:
+                        async for records in it:
+                            batch = await anyio.to_thread.run_sync(
+                                self.store.prepare, records, limiter=self._folding
+                            )
+                            if batch is not None:
+                                await send.send(batch)
         except BaseException as e:
             if self.store.state.last_seq != self.store.committed:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self.store.recover, limiter=self._limiter)
-            if isinstance(e, ExceptionGroup) and len(e.exceptions) == 1:
-                raise e.exceptions[0] from e  # what ``run`` retries on: a log or store error
+            if isinstance(e, ExceptionGroup):
+                retried, other = e.split((LogError, ProjectionError))
+                if retried is not None and other is None:  # what ``run`` retries on
+                    raise _first(retried) from e
             raise
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of ``group``."""
+    e = group.exceptions[0]
+    return _first(e) if isinstance(e, BaseExceptionGroup) else e
 
 
 @contextmanager
