@@ -22,7 +22,7 @@ import duckdb
 import structlog
 from anyio.abc import TaskStatus
 
-from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
+from projections.store import ProjectionError, ProjectionStore, connect_reader
 from services.ports import EventLog, LogError, Record
 
 __all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
@@ -67,7 +67,6 @@ class Projector:
         self.batch = batch
         self._advanced = anyio.Event()
         self._limiter = anyio.CapacityLimiter(1)  # one writer: batches apply in order
-        self._folding = anyio.CapacityLimiter(1)  # one fold, beside the writer
 
     @property
     def last_seq(self) -> int:
@@ -147,52 +146,14 @@ class Projector:
                     log.warning("projector.retry", error=str(again))
 
     async def _follow(self) -> None:
-        """Fold each delivered batch while DuckDB writes the one before (in two threads).
-
-        DuckDB lets go of the GIL while it writes, so the fold of the next batch costs the
-        lag nothing. If a write fails, the fold (ahead of the tables) is restored from them
-        once no fold runs.
-        """
         if isinstance(self.events, _Durables):
             # The server's cursor may be ahead of the tables (a batch delivered but not
             # committed before a crash): start it afresh where the tables end.
             await self.events.delete_consumer(self.durable)
         after = self.store.last_seq
-        send, receive = anyio.create_memory_object_stream[Batch](1)
-
-        async def write() -> None:
-            async for batch in receive:
-                await anyio.to_thread.run_sync(self.store.write, batch, limiter=self._limiter)
-                self._notify()
-
-        try:
-            # ``receive`` closes only once both tasks are done: closed by a failed writer, it
-            # would break the fold's pending send, an error beside the one that matters.
-            with receive:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(write)
-                    async with send, aclosing(self.events.follow(self.durable, after=after)) as it:
-                        async for records in it:
-                            batch = await anyio.to_thread.run_sync(
-                                self.store.prepare, records, limiter=self._folding
-                            )
-                            if batch is not None:
-                                await send.send(batch)
-        except BaseException as e:
-            if self.store.state.last_seq != self.store.committed:
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self.store.recover, limiter=self._limiter)
-            if isinstance(e, ExceptionGroup):
-                retried, other = e.split((LogError, ProjectionError))
-                if retried is not None and other is None:  # what ``run`` retries on
-                    raise _first(retried) from e
-            raise
-
-
-def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The first leaf exception of ``group``."""
-    e = group.exceptions[0]
-    return _first(e) if isinstance(e, BaseExceptionGroup) else e
+        async with aclosing(self.events.follow(self.durable, after=after)) as batches:
+            async for records in batches:
+                await self._apply(records)
 
 
 @contextmanager
