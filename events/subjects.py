@@ -37,12 +37,13 @@ SYS = "fgpu.sys"
 STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", "fgpu.usage.>", SYS)
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def is_token(value: str) -> bool:
     """Whether ``value`` may stand as one subject token (access key, session or agent id)."""
-    return bool(_TOKEN.match(value))
+    # fullmatch: ``$`` would also match before a trailing newline (``alice\n``).
+    return _TOKEN.fullmatch(value) is not None
 
 
 def request(access_key: str, session_id: str) -> str:

@@ -45,6 +45,7 @@ from events import (
     encode,
     json_schema,
 )
+from events import subjects as subj
 from events.union import EVENT_TYPES
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -409,3 +410,21 @@ def test_every_current_event_type_has_an_encoded_sample() -> None:
     }
     missing = sorted({tag(t) for t in EVENT_TYPES} - stored)
     assert not missing, f"append encode(<a sample>) of {missing} to tests/fixtures/events_vN.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("alice", True),
+        ("s-0_A", True),
+        ("x" * 64, True),
+        ("x" * 65, False),
+        ("", False),
+        ("alice\n", False),  # a regex's ``$`` matches before a final newline
+        ("al.ice", False),  # a dot would split the subject
+        ("al*", False),
+        ("alice bob", False),
+    ],
+)
+def test_a_subject_token_is_letters_digits_dash_and_underscore_only(value: str, ok: bool) -> None:
+    assert subj.is_token(value) is ok
