@@ -731,3 +731,12 @@ def test_folding_twice_gives_the_same_state() -> None:
 
 def _fields(e: AnyEvent) -> dict[str, Any]:
     return {f: getattr(e, f) for f in e.__struct_fields__}
+
+
+def test_every_event_type_has_its_subject_rule() -> None:
+    """The fold looks an event's subject up by its exact type: a type without a rule
+    would stop every reader of the log at its first event of that type."""
+    from events.union import EVENT_TYPES
+    from services.domain.subject_rules import SUBJECT_OF
+
+    assert set(SUBJECT_OF) == set(EVENT_TYPES)
