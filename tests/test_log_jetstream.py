@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 from log_contract import EventLogContract, PublishRaw
 
@@ -30,3 +31,35 @@ class TestJetStreamLog(EventLogContract):
             await log.nc.flush()
 
         return publish
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+async def test_a_raw_read_hands_out_every_stored_message_as_it_was_stored(
+    log: JetStreamLog, in_child: bool
+) -> None:
+    """Bytes that look like the protocol, empty payloads, messages with headers (an
+    append's dedupe id) and without: every one comes back, in order, byte for byte, in
+    batches no larger than asked, whether parsed here or in a child process."""
+    stored: list[tuple[str, bytes]] = []
+    for n in range(23):
+        subject = subj.request("alice", f"s{n}")
+        payload = [b"", b"\r\nMSG fgpu.x 1 5\r\nhello\r\n", b"{}" * n, bytes(range(256))][n % 4]
+        if n % 3:
+            await log.nc.publish(subject, payload)
+        else:
+            await log.js.publish(subject, payload, headers={"Nats-Msg-Id": f"id-{n}"})
+        stored.append((subject, payload))
+    await log.nc.flush()
+    with anyio.fail_after(10):
+        while await log.last_seq() < len(stored):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    got: list[tuple[int, str, bytes]] = []
+    sizes = []
+    async for seqs, subjects, payloads in log.read_raw(
+        2, until=21, batch=5, child_from=0 if in_child else 1 << 62
+    ):
+        sizes.append(len(seqs))
+        got += zip(seqs, subjects, payloads, strict=True)
+    assert got == [(seq, *stored[seq - 1]) for seq in range(3, 22)]
+    assert max(sizes) <= 5

@@ -15,6 +15,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from events import AnyEvent, decode, encode
 from events import subjects as subj
+from services.adapters import raw_reader
 from services.ports import ConcurrencyConflict, LogError, Malformed, Record
 
 __all__ = ["JetStreamLog", "connect", "to_record"]
@@ -34,6 +36,9 @@ __all__ = ["JetStreamLog", "connect", "to_record"]
 _WRONG_LAST_SEQUENCE = 10071
 _DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
 _MAX_BATCH = 1000
+# From this many messages on, a raw read parses in a child process (its start costs
+# ~0.2 s; parsing in this one costs it ~3.5 us a message of GIL).
+CHILD_READ_FROM = 100_000
 
 
 def to_record(seq: int, subject: str, payload: bytes) -> Record:
@@ -305,15 +310,21 @@ class JetStreamLog:
             await self.js.delete_consumer(subj.STREAM, durable)
 
     async def read_raw(
-        self, after: int = 0, *, until: int | None = None, batch: int = 10_000
+        self,
+        after: int = 0,
+        *,
+        until: int | None = None,
+        batch: int = 10_000,
+        child_from: int = CHILD_READ_FROM,
     ) -> AsyncGenerator[tuple[list[int], list[str], list[bytes]], None]:
         """Stored messages after ``after`` up to ``until`` (default: the last now), undecoded.
 
         Yields ``(sequences, subjects, payloads)``, in order, at most ``batch`` at a time.
-        The bulk path for replays (projection rebuilds): a socket of its own read by a
-        minimal protocol parser, fed by an ephemeral pull consumer without acks, so a
-        message costs a few slices instead of a client object, a task switch and a
-        decode. Raises LogError if the server cannot be reached or refuses.
+        The bulk path for replays (projection rebuilds): an ephemeral pull consumer without
+        acks, read by ``raw_reader`` on a socket of its own; in a child process when at
+        least ``child_from`` messages are to be read, so that parsing them does not take
+        the GIL from the caller's processing. Raises LogError if the server cannot be
+        reached or refuses.
         """
         end = await self.last_seq() if until is None else until
         if end <= after:
@@ -321,108 +332,39 @@ class JetStreamLog:
         url = self.nc.connected_url
         if url is None or url.hostname is None:
             raise LogError("not connected")
-        name = f"raw-{uuid.uuid4().hex}"
-        inbox = f"_INBOX.{name}".encode()
-        pull = f"$JS.API.CONSUMER.MSG.NEXT.{subj.STREAM}.{name}".encode()
-        request = json.dumps({"batch": batch, "expires": 30_000_000_000}).encode()
-        pull_msg = b"PUB %s %s %d\r\n%s\r\n" % (pull, inbox, len(request), request)
+        src = raw_reader.Source(
+            host=url.hostname,
+            port=url.port or 4222,
+            stream=subj.STREAM,
+            consumer=f"raw-{uuid.uuid4().hex}",
+            after=after,
+            end=end,
+            batch=batch,
+            user=url.username,
+            password=url.password,
+        )
+        read = raw_reader.read_in_child if end - after >= child_from else raw_reader.read_stored
         try:
-            reader, writer = await asyncio.open_connection(
-                url.hostname, url.port or 4222, limit=1 << 22
-            )
-        except OSError as e:
-            raise LogError(f"cannot reach NATS at {url.geturl()}: {e}") from e
-        try:
-            info = json.loads((await reader.readline()).split(b" ", 1)[1])
-            if info.get("tls_required"):
-                raise LogError("raw reads do not speak TLS")
-            hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
-            hello.update(name="fgpu-raw-reader", lang="python", version="0", protocol=1)
-            if url.username:
-                hello.update(user=url.username, **{"pass": url.password or ""})
-            writer.write(b"CONNECT %s\r\nSUB %s 1\r\n" % (json.dumps(hello).encode(), inbox))
-            await writer.drain()
-            await self.js.add_consumer(
-                subj.STREAM,
-                ConsumerConfig(
-                    name=name,
-                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                    opt_start_seq=after + 1,
-                    ack_policy=AckPolicy.NONE,
-                    filter_subject="fgpu.>",
-                    inactive_threshold=60.0,
-                    mem_storage=True,
-                    num_replicas=1,
-                ),
-            )
-            writer.write(pull_msg * 2)  # two pulls in flight: the server never waits for us
-            await writer.drain()
-            pending = 2 * batch  # messages asked for and not yet received
-            seqs: list[int] = []
-            subjects: list[str] = []
-            payloads: list[bytes] = []
-            buf = b""
-            seq = after
-            while seq < end:
-                data = await reader.read(1 << 20)
-                if not data:
-                    raise LogError("the server closed the connection during a raw read")
-                buf = buf + data if buf else data
-                pos = 0
-                size = len(buf)
-                while seq < end:
-                    eol = buf.find(b"\r\n", pos)
-                    if eol < 0:
-                        break
-                    head = buf[pos:eol]
-                    if head[:1] == b"H":  # HMSG subject sid [reply] header-bytes total-bytes
-                        parts = head.split(b" ")
-                        total = int(parts[-1])
-                        if eol + 4 + total > size:
-                            break
-                        start = eol + 2
-                        pos = start + total + 2
-                        if len(parts) == 6:
-                            seq = int(parts[3].rsplit(b".", 4)[1])
-                            seqs.append(seq)
-                            subjects.append(parts[1].decode())
-                            payloads.append(buf[start + int(parts[4]) : start + total])
-                            pending -= 1
-                        else:  # a status: the pull expired or ended short; ask afresh
-                            pending = 0
-                    elif head[:1] == b"M":  # MSG subject sid reply bytes (no headers)
-                        parts = head.split(b" ")
-                        total = int(parts[-1])
-                        if eol + 4 + total > size:
-                            break
-                        start = eol + 2
-                        pos = start + total + 2
-                        seq = int(parts[3].rsplit(b".", 4)[1])
-                        seqs.append(seq)
-                        subjects.append(parts[1].decode())
-                        payloads.append(buf[start : start + total])
-                        pending -= 1
-                    else:
-                        pos = eol + 2
-                        if head == b"PING":
-                            writer.write(b"PONG\r\n")
-                        elif head[:4] == b"-ERR":
-                            raise LogError(f"NATS refused a raw read: {head.decode()}")
-                    if pending <= batch and seq < end:
-                        writer.write(pull_msg)
-                        pending += batch
-                buf = buf[pos:]
-                while seqs and seqs[-1] > end:  # stored after the read began
-                    del seqs[-1], subjects[-1], payloads[-1]
-                while len(seqs) >= batch or (seqs and seq >= end):
-                    yield seqs[:batch], subjects[:batch], payloads[:batch]
-                    del seqs[:batch], subjects[:batch], payloads[:batch]
-        except (OSError, nats.errors.Error) as e:
-            raise LogError(f"raw read failed: {e}") from e
+            with _wrapped("raw read"):
+                await self.js.add_consumer(
+                    subj.STREAM,
+                    ConsumerConfig(
+                        name=src.consumer,
+                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                        opt_start_seq=after + 1,
+                        ack_policy=AckPolicy.NONE,
+                        filter_subject="fgpu.>",
+                        inactive_threshold=60.0,
+                        mem_storage=True,
+                        num_replicas=1,
+                    ),
+                )
+            async with aclosing(read(src)) as batches:
+                async for raw in batches:
+                    yield raw
         finally:
-            writer.close()
             with contextlib.suppress(nats.errors.Error, OSError):
-                await self.js.delete_consumer(subj.STREAM, name)
+                await self.js.delete_consumer(subj.STREAM, src.consumer)
 
 
 class _Puller:

@@ -1,0 +1,210 @@
+"""The bulk reader of stored messages: a minimal NATS protocol client for replays.
+
+``read_stored`` pulls from an ephemeral JetStream consumer (made by the caller, without
+acks) on a socket of its own and parses the protocol itself, so a message costs a few
+slices instead of a client object, a task switch and a decode.
+
+``read_in_child`` runs the same reader in a child process and receives its batches as a
+few large blobs: the replaying process then spends well under a microsecond a message
+on reading, where parsing costs it several and holds the GIL that its fold needs (a
+rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader
+'<json>'``, the child writes frames to its standard output (``_encode``).
+"""
+
+import asyncio
+import json
+import struct
+import subprocess
+import sys
+from array import array
+from collections.abc import AsyncGenerator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from services.ports import LogError
+
+__all__ = ["RawBatch", "Source", "read_in_child", "read_stored"]
+
+RawBatch = tuple[list[int], list[str], list[bytes]]  # sequences, subjects, payloads
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where to read: a server, and a consumer of the stream made for this read."""
+
+    host: str
+    port: int
+    stream: str
+    consumer: str
+    after: int  # the consumer starts at after + 1
+    end: int  # read up to this sequence
+    batch: int
+    user: str | None = None
+    password: str | None = None
+
+
+async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
+    """Messages ``src.after + 1`` to ``src.end``, in order, at most ``src.batch`` at a time.
+
+    Raises LogError if the server cannot be reached, refuses, or hangs up.
+    """
+    if src.end <= src.after:
+        return
+    inbox = f"_INBOX.{src.consumer}".encode()
+    pull = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
+    request = json.dumps({"batch": src.batch, "expires": 30_000_000_000}).encode()
+    pull_msg = b"PUB %s %s %d\r\n%s\r\n" % (pull, inbox, len(request), request)
+    batch, end = src.batch, src.end
+    try:
+        reader, writer = await asyncio.open_connection(src.host, src.port, limit=1 << 22)
+    except OSError as e:
+        raise LogError(f"cannot reach NATS at {src.host}:{src.port}: {e}") from e
+    try:
+        info = json.loads((await reader.readline()).split(b" ", 1)[1])
+        if info.get("tls_required"):
+            raise LogError("raw reads do not speak TLS")
+        hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
+        hello.update(name="fgpu-raw-reader", lang="python", version="0", protocol=1)
+        if src.user:
+            hello.update(user=src.user, **{"pass": src.password or ""})
+        writer.write(b"CONNECT %s\r\nSUB %s 1\r\n" % (json.dumps(hello).encode(), inbox))
+        writer.write(pull_msg * 2)  # two pulls in flight: the server never waits for us
+        await writer.drain()
+        pending = 2 * batch  # messages asked for and not yet received
+        seqs: list[int] = []
+        subjects: list[str] = []
+        payloads: list[bytes] = []
+        buf = b""
+        seq = src.after
+        while seq < end:
+            data = await reader.read(1 << 20)
+            if not data:
+                raise LogError("the server closed the connection during a raw read")
+            buf = buf + data if buf else data
+            pos = 0
+            size = len(buf)
+            while seq < end:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                head = buf[pos:eol]
+                kind = head[:1]
+                if kind in (b"H", b"M"):
+                    # MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes
+                    parts = head.split(b" ")
+                    total = int(parts[-1])
+                    if eol + 4 + total > size:
+                        break
+                    start = eol + 2
+                    pos = start + total + 2
+                    if kind == b"M" or len(parts) == 6:
+                        skip = 0 if kind == b"M" else int(parts[4])  # the headers
+                        seq = int(parts[3].rsplit(b".", 4)[1])
+                        seqs.append(seq)
+                        subjects.append(parts[1].decode())
+                        payloads.append(buf[start + skip : start + total])
+                        pending -= 1
+                    else:  # a status, no reply: the pull expired or ended short; ask afresh
+                        pending = 0
+                else:
+                    pos = eol + 2
+                    if head == b"PING":
+                        writer.write(b"PONG\r\n")
+                    elif head[:4] == b"-ERR":
+                        raise LogError(f"NATS refused a raw read: {head.decode()}")
+                if pending <= batch and seq < end:
+                    writer.write(pull_msg)
+                    pending += batch
+            buf = buf[pos:]
+            while seqs and seqs[-1] > end:  # stored after the read began
+                del seqs[-1], subjects[-1], payloads[-1]
+            while len(seqs) >= batch or (seqs and seq >= end):
+                yield seqs[:batch], subjects[:batch], payloads[:batch]
+                del seqs[:batch], subjects[:batch], payloads[:batch]
+    except OSError as e:
+        raise LogError(f"raw read failed: {e}") from e
+    finally:
+        writer.close()
+
+
+# A frame: kind (b"B" batch, b"E" error, b"Z" the end), message count, then two lengths in bytes. A
+# batch's body: the sequences (int64), the payloads' end offsets (uint32), the subjects
+# joined by newlines (a subject holds no whitespace), the payloads end to end. Native
+# byte order: both ends of the pipe run on one machine.
+_HEAD = struct.Struct("=cIII")
+
+
+def _encode(seqs: list[int], subjects: list[str], payloads: list[bytes]) -> list[bytes]:
+    ends = array("I")
+    offset = 0
+    for p in payloads:
+        offset += len(p)
+        ends.append(offset)
+    names = "\n".join(subjects).encode()
+    body = b"".join(payloads)
+    head = _HEAD.pack(b"B", len(seqs), len(names), len(body))
+    return [head, array("q", seqs).tobytes(), ends.tobytes(), names, body]
+
+
+def _decode(count: int, fixed: bytes, names: bytes, body: bytes) -> RawBatch:
+    seqs = array("q")
+    seqs.frombytes(fixed[: 8 * count])
+    ends = array("I")
+    ends.frombytes(fixed[8 * count :])
+    starts = [0, *ends[:-1]]
+    return (
+        seqs.tolist(),
+        names.decode().split("\n"),
+        [body[a:b] for a, b in zip(starts, ends, strict=True)],
+    )
+
+
+async def read_in_child(src: Source) -> AsyncGenerator[RawBatch, None]:
+    """``read_stored(src)``, run in a child process. Raises LogError as it does."""
+    if src.end <= src.after:
+        return
+    command = [sys.executable, "-m", "services.adapters.raw_reader", json.dumps(asdict(src))]
+    async with await anyio.open_process(command, stdin=subprocess.DEVNULL, stderr=None) as child:
+        assert child.stdout is not None
+        frames = BufferedByteReceiveStream(child.stdout)
+        try:
+            while True:
+                head = await frames.receive_exactly(_HEAD.size)
+                kind, count, names_len, body_len = _HEAD.unpack(head)
+                if kind == b"Z":
+                    break
+                if kind == b"E":
+                    raise LogError((await frames.receive_exactly(names_len)).decode())
+                fixed = await frames.receive_exactly(12 * count)
+                names = await frames.receive_exactly(names_len)
+                body = await frames.receive_exactly(body_len) if body_len else b""
+                yield _decode(count, fixed, names, body)
+        except anyio.IncompleteRead as e:
+            raise LogError("the raw reader's process ended mid-batch") from e
+        finally:
+            if child.returncode is None:
+                child.kill()
+    if child.returncode not in (0, None, -9):
+        raise LogError(f"the raw reader's process failed (exit status {child.returncode})")
+
+
+async def _child(src: Source) -> None:
+    out = sys.stdout.buffer
+    try:
+        async for seqs, subjects, payloads in read_stored(src):
+            # Blocking writes: the parent reading them is all the back-pressure needed.
+            out.writelines(_encode(seqs, subjects, payloads))
+            out.flush()
+        out.write(_HEAD.pack(b"Z", 0, 0, 0))
+        out.flush()
+    except LogError as e:
+        message = str(e).encode()
+        out.write(_HEAD.pack(b"E", 0, len(message), 0) + message)
+        out.flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(_child(Source(**json.loads(sys.argv[1]))))
