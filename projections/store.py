@@ -41,7 +41,7 @@ from events import (
     encode,
 )
 from projections import rows
-from projections.schema import DDL, SCHEMA_VERSION, STORED, TABLES
+from projections.schema import DDL, INSERTS, SCHEMA_VERSION, STORED, TABLES
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
@@ -290,7 +290,11 @@ class ProjectionStore:
             "events": rows.event_table(fresh, [_payload(r) for r in fresh], errors),
             "sessions": rows.session_table(views),
             "session_history": rows.history_table(views, before),
-            "policies": rows.policy_table(s.policies[o] for o in sorted(policy_owners)),
+            # A policy on the wrong subject names its owner but changes nothing (the fold
+            # refused it): only policies the fold holds have rows.
+            "policies": rows.policy_table(
+                s.policies[o] for o in sorted(policy_owners) if o in s.policies
+            ),
             "snapshots": rows.snapshot_table(snapshots),
             "gpu_usage": rows.usage_table(samples),
         }
@@ -324,7 +328,7 @@ class ProjectionStore:
             if key is not None:
                 # Every row of what changed is written anew: out with the old ones first.
                 script.append(f"DELETE FROM {stored} WHERE {key} IN (SELECT {key} FROM _{name})")
-            script.append(f"INSERT INTO {stored} SELECT * FROM _{name}")
+            script.append(f"INSERT INTO {stored} {INSERTS[name]}")
         script.append("COMMIT")
         try:
             _execute(self.con, ";\n".join(script), **{f"_{n}": t for n, t in tables.items()})

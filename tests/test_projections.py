@@ -52,7 +52,7 @@ from projections.replay import seq_at, state_at
 from projections.snapshot import decode_state, encode_state
 from projections.store import ProjectionStore, record_of
 from services.domain.state import ClusterState, fold
-from services.ports import Record
+from services.ports import Malformed, Record
 from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -474,3 +474,43 @@ async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
     store.close()
     _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
+
+
+def test_an_audit_row_holds_what_its_event_says(tmp_path: Path) -> None:
+    """DuckDB reads the audit row's columns from the payload: for every event type they are
+    the event's own fields, whatever its subject; a payload that is no event has none."""
+    fixture = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
+    payloads = [line.encode() for line in fixture.read_text().splitlines() if line]
+    payloads.append(b'\xff{"id": "not-an-event", "actor": "x"}')
+    records = _records([(subj.LEDGER, p) for p in payloads])
+    store = ProjectionStore(tmp_path / "p.duckdb")
+    try:
+        store.apply(records)
+        rows = store.con.execute(
+            "SELECT seq, type, event_id, happened_at, actor, causation_id, correlation_id,"
+            " session_id, agent_id, owner FROM events ORDER BY seq"
+        ).fetchall()
+    finally:
+        store.close()
+    expected = []
+    for r in records:
+        e = r.event
+        if isinstance(e, Malformed):
+            expected.append((r.seq, "malformed", *[None] * 8))
+            continue
+        expected.append(
+            (
+                r.seq,
+                e.__struct_config__.tag,
+                e.id,
+                e.at.astimezone(UTC).replace(tzinfo=None),
+                e.actor,
+                e.causation_id,
+                e.correlation_id,
+                getattr(e, "session_id", None),
+                getattr(e, "agent_id", None),
+                getattr(e, "owner", None) or getattr(e, "requester", None),
+            )
+        )
+    assert rows == expected
+    assert len(expected) == 20 and expected[-1][1] == "malformed"
