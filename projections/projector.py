@@ -22,7 +22,7 @@ import duckdb
 import structlog
 from anyio.abc import TaskStatus
 
-from projections.store import ProjectionError, ProjectionStore, connect_reader
+from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
 from services.ports import EventLog, LogError, Record
 
 __all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
@@ -91,10 +91,6 @@ class Projector:
         await anyio.to_thread.run_sync(self.store.apply, records, limiter=self._limiter)
         self._notify()
 
-    async def _apply_raw(self, batch: RawBatch) -> None:
-        await anyio.to_thread.run_sync(self.store.apply_raw, *batch, limiter=self._limiter)
-        self._notify()
-
     async def catch_up(self, until: int | None = None) -> int:
         """Apply every record up to ``until`` (default: the log's end now); how many."""
         start = self.store.last_seq
@@ -110,20 +106,52 @@ class Projector:
         return self.store.last_seq - start
 
     async def _pipelined(self, source: _BulkReader, start: int, end: int) -> None:
-        """The event loop reads the next batch while a worker thread applies this one."""
-        send, receive = anyio.create_memory_object_stream[RawBatch](2)
+        """Three stages at once: the reader fetches batch n+2, a worker thread folds n+1,
+        another has DuckDB write n (it lets go of the GIL while it works).
+
+        If a write fails, the fold (ahead of the tables) is restored from them once no
+        stage runs, and the error raised.
+        """
+        raws, raw_out = anyio.create_memory_object_stream[RawBatch](1)
+        batches, batch_out = anyio.create_memory_object_stream[Batch](1)
+        folding = anyio.CapacityLimiter(1)
 
         async def read() -> None:
-            async with send, aclosing(source.read_raw(start, until=end, batch=self.batch)) as it:
+            async with raws, aclosing(source.read_raw(start, until=end, batch=self.batch)) as it:
                 async for raw in it:
-                    await send.send(raw)
+                    await raws.send(raw)
 
-        with _short_switch_interval():
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(read)
-                async with receive:
-                    async for raw in receive:
-                        await self._apply_raw(raw)
+        def prepare(raw: RawBatch) -> Batch | None:
+            return self.store.prepare(self.store.decode(*raw))
+
+        async def fold() -> None:
+            async with batches:
+                async for raw in raw_out:
+                    batch = await anyio.to_thread.run_sync(prepare, raw, limiter=folding)
+                    if batch is not None:
+                        await batches.send(batch)
+
+        try:
+            # The streams' receiving ends close once every stage is done: closed by a failed
+            # stage, they would break the stage before it with an error of their own.
+            with raw_out, batch_out, _short_switch_interval():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(read)
+                    tg.start_soon(fold)
+                    async for batch in batch_out:
+                        await anyio.to_thread.run_sync(
+                            self.store.write, batch, limiter=self._limiter
+                        )
+                        self._notify()
+        except BaseException as e:
+            if self.store.state.last_seq != self.store.committed:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self.store.recover, limiter=self._limiter)
+            if isinstance(e, ExceptionGroup):
+                retried, other = e.split((LogError, ProjectionError))
+                if retried is not None and other is None:  # what ``run`` retries on
+                    raise _first(retried) from e
+            raise
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Catch up, signal readiness, then follow the log forever.
@@ -154,6 +182,12 @@ class Projector:
         async with aclosing(self.events.follow(self.durable, after=after)) as batches:
             async for records in batches:
                 await self._apply(records)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf exception of ``group``."""
+    e = group.exceptions[0]
+    return _first(e) if isinstance(e, BaseExceptionGroup) else e
 
 
 @contextmanager

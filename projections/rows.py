@@ -80,7 +80,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "image": [v.image for v in vs],
         "command": [_json(v.command) for v in vs],
         "priority": [v.priority for v in vs],
-        "status": [v.status.value for v in vs],
+        "status": [v.status for v in vs],
         "req_cpu": [v.slots.cpu for v in vs],
         "req_mem": [v.slots.mem for v in vs],
         "req_fgpu": [v.slots.fgpu for v in vs],
@@ -106,20 +106,17 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
 
 def history_table(views: Iterable[SessionView], after_seq: int) -> pa.Table:
     """The transitions of ``views`` made by records after ``after_seq``."""
-    cols: dict[str, list[object]] = {name: [] for name in ROWS["session_history"].names}
-    for v in views:
-        new = []
-        for t in reversed(v.history):
-            if t.seq <= after_seq:
-                break
-            new.append(t)
-        for t in reversed(new):
-            cols["session_id"].append(v.session_id)
-            cols["seq"].append(t.seq)
-            cols["happened_at"].append(t.at)
-            cols["status"].append(t.status.value)
-            cols["event_id"].append(t.event_id)
-    return pa.table(cols, schema=ROWS["session_history"])
+    new = [(v.session_id, t) for v in views for t in v.history if t.seq > after_seq]
+    return pa.table(
+        {
+            "session_id": [sid for sid, _ in new],
+            "seq": [t.seq for _, t in new],
+            "happened_at": [t.at for _, t in new],
+            "status": [t.status for _, t in new],  # a StrEnum: its members are the text
+            "event_id": [t.event_id for _, t in new],
+        },
+        schema=ROWS["session_history"],
+    )
 
 
 def agent_table(agents: Iterable[AgentView]) -> pa.Table:

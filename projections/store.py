@@ -254,28 +254,34 @@ class ProjectionStore:
         policy_owners: dict[str, None] = {}
         samples: list[tuple[int, GpuUsageSampled]] = []
         every = self.snapshot_every
+        # A snapshot at each multiple of ``every``: the state after the last record at or
+        # below it, taken once a record beyond it shows that nothing else is coming.
+        boundary = -(-before // every) * every  # the first multiple at or above last_seq
+        malformed = s.malformed
         for r in fresh:
-            # A snapshot at each multiple of ``every``: the state after the last record at
-            # or below it, taken once a record beyond it shows that nothing else is coming.
-            boundary = -(-s.last_seq // every) * every
-            if s.last_seq > 0 and s.last_seq <= boundary < r.seq:
-                snapshots.append((s.last_seq, encode_state(s)))
+            if r.seq > boundary:
+                if s.last_seq > 0:
+                    snapshots.append((s.last_seq, encode_state(s)))
+                boundary = -(-r.seq // every) * every
             evolve(s, r)
             e = r.event
-            if isinstance(e, Malformed):
+            # ``type(e) is`` first: a third of an isinstance against a msgspec class, and
+            # most records are none of these (isinstance then only narrows the type).
+            kind = type(e)
+            if kind is Malformed and isinstance(e, Malformed):
                 errors.append(e.error)
                 continue
-            problem = s.malformed.get(r.seq)
+            problem = malformed.get(r.seq)
             errors.append(problem[1] if problem is not None else None)
-            if isinstance(e, GpuUsageSampled):
+            if kind is GpuUsageSampled and isinstance(e, GpuUsageSampled):
                 samples.append((r.seq, e))
                 continue  # a measurement: it changes no session
-            if isinstance(e, GpuOomRefused):
+            if kind is GpuOomRefused:
                 continue
             sid = getattr(e, "session_id", None)
             if sid is not None:
                 touched[sid] = None
-            if isinstance(e, PolicySet):
+            if kind is PolicySet and isinstance(e, PolicySet):
                 policy_owners[e.owner] = None
         for sid in s.changed:
             touched[sid] = None
