@@ -1,5 +1,6 @@
 """JetStreamLog passes the EventLog contract against a real nats-server."""
 
+import socket
 from collections.abc import AsyncIterator
 
 import anyio
@@ -7,7 +8,9 @@ import pytest
 from log_contract import EventLogContract, PublishRaw
 
 from events import subjects as subj
+from services.adapters import raw_reader
 from services.adapters.jetstream import JetStreamLog
+from services.ports import LogError
 
 
 class TestJetStreamLog(EventLogContract):
@@ -63,3 +66,16 @@ async def test_a_raw_read_hands_out_every_stored_message_as_it_was_stored(
         got += zip(seqs, subjects, payloads, strict=True)
     assert got == [(seq, *stored[seq - 1]) for seq in range(3, 22)]
     assert max(sizes) <= 5
+
+
+@pytest.mark.anyio
+async def test_a_raw_read_in_a_child_process_reports_the_childs_failure() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = raw_reader.Source(
+        host="127.0.0.1", port=port, stream="S", consumer="c", after=0, end=10, batch=5
+    )
+    with pytest.raises(LogError, match="cannot reach NATS"):
+        async for _ in raw_reader.read_in_child(src):
+            pass
