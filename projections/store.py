@@ -92,7 +92,12 @@ def record_of(seq: int, subject: str, payload: bytes) -> Record:
 
 
 def _payload(r: Record) -> bytes:
-    """What the events table keeps: the event's canonical JSON, or the bytes that are none."""
+    """What the events table keeps: the event's canonical JSON, or the bytes that are none.
+
+    Canonical, not as logged: DuckDB reads the audit columns from these bytes, and a
+    producer's own JSON (a key twice, say) could make it read other values than the fold
+    decoded.
+    """
     if isinstance(r.event, Malformed):
         return r.event.payload
     return encode(r.event)
