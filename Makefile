@@ -31,8 +31,14 @@ typecheck: $(STAMP)
 shim:
 	$(MAKE) -C gpu_shim
 
+# One JSON line per benchmark (a few minutes in all: two of them fill a 1M-event log).
 bench: $(STAMP)
 	$(PY) bench/schedule.py
+	$(PY) bench/shim.py
+	$(PY) bench/fold.py
+	$(PY) bench/rebuild.py
+	$(PY) bench/projection_lag.py
+	$(PY) bench/state_at.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
