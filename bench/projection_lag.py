@@ -58,17 +58,21 @@ LISTENER = """
 import json, sys, time, httpx
 url, expect, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 seen = {}
-with httpx.Client(base_url=url, timeout=None) as http:
+# A stalled stream ends the read (the server sends a keep-alive every 15 s).
+with httpx.Client(base_url=url, timeout=httpx.Timeout(30.0)) as http:
     with http.stream("GET", "/v1/events/stream") as r:
         deadline = None
-        for line in r.iter_lines():
-            if line.startswith("retry:"):
-                print("ready", flush=True)
-                deadline = time.perf_counter() + limit
-            elif line.startswith("id: "):
-                seen[int(line[4:])] = time.perf_counter()
-                if len(seen) >= expect or time.perf_counter() > deadline:
-                    break
+        try:
+            for line in r.iter_lines():
+                if line.startswith("retry:"):
+                    print("ready", flush=True)
+                    deadline = time.perf_counter() + limit
+                elif line.startswith("id: "):
+                    seen[int(line[4:])] = time.perf_counter()
+                    if len(seen) >= expect or time.perf_counter() > deadline:
+                        break
+        except httpx.ReadTimeout:
+            pass
 print(json.dumps(seen), flush=True)
 """
 
@@ -109,7 +113,11 @@ async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str
         ack = await events.js.publish(subject, payload)
         sent[ack.seq] = t
         order.append(t)
-    out, _ = await asyncio.wait_for(listener.communicate(), timeout=args.seconds + 90)
+    try:
+        out, _ = await asyncio.wait_for(listener.communicate(), timeout=args.seconds + 90)
+    finally:
+        if listener.returncode is None:
+            listener.kill()
     seen = {int(seq): t for seq, t in json.loads(out).items()}
     await raw.close()
     await events.close()

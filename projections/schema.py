@@ -214,6 +214,8 @@ def _audit_insert() -> str:
         picks = [f"f[{keys.index(k) + 1}]" for k in where]
         value = picks[0] if len(picks) == 1 else f"coalesce({', '.join(picks)})"
         if column == "happened_at":
+            # An ``at`` without an offset would be read in the session's time zone: the
+            # store's connections are set to UTC (``store._connect``), as Python reads it.
             value = f"timezone('UTC', {value}::TIMESTAMPTZ)"
         found[column] = value
     columns = ", ".join(found.get(f.name, f.name) for f in ARROW["events"])

@@ -7,14 +7,15 @@ slices instead of a client object, a task switch and a decode.
 ``read_in_child`` runs the same reader in a child process and receives its batches as a
 few large blobs: the replaying process then spends well under a microsecond a message
 on reading, where parsing costs it several and holds the GIL that its fold needs (a
-rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader
-'<json>'``, the child writes frames to its standard output (``_encode``).
+rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader`` with
+the Source as JSON on its standard input, the child writes frames to its standard output
+(``_encode``).
 """
 
 import asyncio
 import json
+import os
 import struct
-import subprocess
 import sys
 from array import array
 from collections.abc import AsyncGenerator
@@ -126,19 +127,21 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
                 del seqs[:batch], subjects[:batch], payloads[:batch]
     except OSError as e:
         raise LogError(f"raw read failed: {e}") from e
+    except (IndexError, ValueError) as e:  # a line that is not the protocol we speak
+        raise LogError(f"raw read: unexpected answer from the server: {e!r}") from e
     finally:
         writer.close()
 
 
-# A frame: kind (b"B" batch, b"E" error, b"Z" the end), message count, then two lengths in bytes. A
-# batch's body: the sequences (int64), the payloads' end offsets (uint32), the subjects
-# joined by newlines (a subject holds no whitespace), the payloads end to end. Native
-# byte order: both ends of the pipe run on one machine.
-_HEAD = struct.Struct("=cIII")
+# A frame: kind (b"B" batch, b"E" error, b"Z" the end), message count, then two lengths in
+# bytes. A batch's body: the sequences (int64), the payloads' end offsets (uint64), the
+# subjects joined by newlines (a subject holds no whitespace), the payloads end to end.
+# Native byte order: both ends of the pipe run on one machine.
+_HEAD = struct.Struct("=cQQQ")
 
 
 def _encode(seqs: list[int], subjects: list[str], payloads: list[bytes]) -> list[bytes]:
-    ends = array("I")
+    ends = array("Q")
     offset = 0
     for p in payloads:
         offset += len(p)
@@ -152,7 +155,7 @@ def _encode(seqs: list[int], subjects: list[str], payloads: list[bytes]) -> list
 def _decode(count: int, fixed: bytes, names: bytes, body: bytes) -> RawBatch:
     seqs = array("q")
     seqs.frombytes(fixed[: 8 * count])
-    ends = array("I")
+    ends = array("Q")
     ends.frombytes(fixed[8 * count :])
     starts = [0, *ends[:-1]]
     return (
@@ -166,45 +169,69 @@ async def read_in_child(src: Source) -> AsyncGenerator[RawBatch, None]:
     """``read_stored(src)``, run in a child process. Raises LogError as it does."""
     if src.end <= src.after:
         return
-    command = [sys.executable, "-m", "services.adapters.raw_reader", json.dumps(asdict(src))]
-    async with await anyio.open_process(command, stdin=subprocess.DEVNULL, stderr=None) as child:
-        assert child.stdout is not None
+    # The source (a password, maybe) goes on the child's standard input, not its command
+    # line, which every local user can read.
+    command = [sys.executable, "-m", "services.adapters.raw_reader"]
+    async with await anyio.open_process(command, stderr=None) as child:
+        assert child.stdin is not None and child.stdout is not None
+        await child.stdin.send(json.dumps(asdict(src)).encode())
+        await child.stdin.aclose()
         frames = BufferedByteReceiveStream(child.stdout)
+        ended = False
         try:
             while True:
-                head = await frames.receive_exactly(_HEAD.size)
-                kind, count, names_len, body_len = _HEAD.unpack(head)
+                kind, count, names_len, body_len = _HEAD.unpack(
+                    await frames.receive_exactly(_HEAD.size)
+                )
                 if kind == b"Z":
+                    ended = True
                     break
                 if kind == b"E":
                     raise LogError((await frames.receive_exactly(names_len)).decode())
-                fixed = await frames.receive_exactly(12 * count)
+                if kind != b"B":
+                    raise LogError(f"the raw reader's process wrote a frame of kind {kind!r}")
+                fixed = await frames.receive_exactly(16 * count)
                 names = await frames.receive_exactly(names_len)
                 body = await frames.receive_exactly(body_len) if body_len else b""
                 yield _decode(count, fixed, names, body)
         except anyio.IncompleteRead as e:
-            raise LogError("the raw reader's process ended mid-batch") from e
+            raise LogError("the raw reader's process ended before its last frame") from e
         finally:
-            if child.returncode is None:
-                child.kill()
-    if child.returncode not in (0, None, -9):
-        raise LogError(f"the raw reader's process failed (exit status {child.returncode})")
+            if not ended and child.returncode is None:
+                child.kill()  # stopped early: by an error, a cancellation or the caller
+        with anyio.fail_after(10):
+            status = await child.wait()
+    if status != 0:
+        raise LogError(f"the raw reader's process failed (exit status {status})")
 
 
-async def _child(src: Source) -> None:
-    out = sys.stdout.buffer
-    try:
+def _child() -> None:
+    src = Source(**json.loads(sys.stdin.buffer.read()))
+    # Frames go to a copy of standard output, and anything else that writes there (a
+    # library's print) to standard error: a stray byte would corrupt the frames.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+
+    def frame(kind: bytes, message: bytes) -> None:
+        out.write(_HEAD.pack(kind, 0, len(message), 0) + message)
+        out.flush()
+
+    async def run() -> None:
         async for seqs, subjects, payloads in read_stored(src):
             # Blocking writes: the parent reading them is all the back-pressure needed.
             out.writelines(_encode(seqs, subjects, payloads))
             out.flush()
-        out.write(_HEAD.pack(b"Z", 0, 0, 0))
-        out.flush()
+
+    try:
+        asyncio.run(run())
     except LogError as e:
-        message = str(e).encode()
-        out.write(_HEAD.pack(b"E", 0, len(message), 0) + message)
-        out.flush()
+        frame(b"E", str(e).encode())
+    except Exception as e:  # a bug: say what it was rather than just stop
+        frame(b"E", f"the raw reader failed: {e!r}".encode())
+        raise
+    else:
+        frame(b"Z", b"")
 
 
 if __name__ == "__main__":
-    asyncio.run(_child(Source(**json.loads(sys.argv[1]))))
+    _child()
