@@ -79,3 +79,24 @@ async def test_a_raw_read_in_a_child_process_reports_the_childs_failure() -> Non
     with pytest.raises(LogError, match="cannot reach NATS"):
         async for _ in raw_reader.read_in_child(src):
             pass
+
+
+@pytest.mark.anyio
+async def test_a_slow_raw_reader_of_large_messages_is_not_cut_off(log: JetStreamLog) -> None:
+    """The server cuts off a client with more than 64 MB sent and not yet read (a slow
+    consumer). A raw read pauses between batches while its caller works: what it asks
+    for at once is sized by the payloads, so 120 MB read slowly all arrive."""
+    payload = b"x" * 200_000
+    for n in range(600):
+        await log.nc.publish(subj.request("alice", f"s{n}"), payload)
+        if n % 50 == 49:
+            await log.nc.flush()
+    with anyio.fail_after(30):
+        while await log.last_seq() < 600:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    count = 0
+    async for seqs, _, payloads in log.read_raw(0, batch=200):
+        count += len(seqs)
+        assert all(p == payload for p in payloads)
+        await anyio.sleep(1.0)  # a caller folding the batch: the server keeps sending
+    assert count == 600

@@ -30,6 +30,8 @@ from services.ports import LogError
 __all__ = ["RawBatch", "Source", "read_in_child", "read_stored"]
 
 RawBatch = tuple[list[int], list[str], list[bytes]]  # sequences, subjects, payloads
+_PULL = 10_000  # messages asked for at once, at most (see read_stored)
+_IN_FLIGHT = 16 << 20  # bytes sent by the server and not yet read, about
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,21 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
     if src.end <= src.after:
         return
     inbox = f"_INBOX.{src.consumer}".encode()
-    pull = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
-    request = json.dumps({"batch": src.batch, "expires": 30_000_000_000}).encode()
-    pull_msg = b"PUB %s %s %d\r\n%s\r\n" % (pull, inbox, len(request), request)
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
+
+    def pull(n: int) -> bytes:
+        request = json.dumps({"batch": n, "expires": 30_000_000_000}).encode()
+        return b"PUB %s %s %d\r\n%s\r\n" % (subject, inbox, len(request), request)
+
+    def pull_size() -> int:
+        # Two pulls in flight, sized by the payloads seen so far, bound what the server
+        # has sent and this reader not yet read: a reader with more than the server
+        # allows buffered for it (64 MB by default) is cut off as a slow consumer, as
+        # pulls of 100,000 events were.
+        average = (got_bytes // got) if got else 1024
+        return max(1, min(src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
+
+    got = got_bytes = 0
     batch, end = src.batch, src.end
     try:
         reader, writer = await asyncio.open_connection(src.host, src.port, limit=1 << 22)
@@ -72,9 +86,10 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         if src.user:
             hello.update(user=src.user, **{"pass": src.password or ""})
         writer.write(b"CONNECT %s\r\nSUB %s 1\r\n" % (json.dumps(hello).encode(), inbox))
-        writer.write(pull_msg * 2)  # two pulls in flight: the server never waits for us
+        first = pull_size()
+        writer.write(pull(first) * 2)  # two pulls in flight: the server never waits for us
         await writer.drain()
-        pending = 2 * batch  # messages asked for and not yet received
+        pending = 2 * first  # messages asked for and not yet received
         seqs: list[int] = []
         subjects: list[str] = []
         payloads: list[bytes] = []
@@ -108,6 +123,8 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
                         subjects.append(parts[1].decode())
                         payloads.append(buf[start + skip : start + total])
                         pending -= 1
+                        got += 1
+                        got_bytes += total
                     else:  # a status, no reply: the pull expired or ended short; ask afresh
                         pending = 0
                 else:
@@ -116,9 +133,10 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
                         writer.write(b"PONG\r\n")
                     elif head[:4] == b"-ERR":
                         raise LogError(f"NATS refused a raw read: {head.decode()}")
-                if pending <= batch and seq < end:
-                    writer.write(pull_msg)
-                    pending += batch
+                if pending <= first and seq < end:
+                    first = pull_size()
+                    writer.write(pull(first))
+                    pending += first
             buf = buf[pos:]
             while seqs and seqs[-1] > end:  # stored after the read began
                 del seqs[-1], subjects[-1], payloads[-1]
