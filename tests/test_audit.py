@@ -126,3 +126,17 @@ def test_projections_rebuild(scenario: tuple[str, Scenario, list[str]], tmp_path
         assert code == 2 and "stop `fgpu up` first" in out, out
     finally:
         holder.communicate("", timeout=30)
+
+
+def test_rebuild_defaults_to_the_file_fgpu_up_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fgpu up` keeps its projections beside its log; `fgpu projections rebuild` must
+    find that file, not one of its own beside the state file."""
+    from services.cli.stack import StackInfo, projections_db, state_file
+
+    monkeypatch.setenv("FGPU_HOME", str(tmp_path / "home"))
+    assert projections_db() == tmp_path / "home" / "projections.duckdb"  # no stack running
+    StackInfo("nats://127.0.0.1:4222", str(tmp_path / "log"), None, 1).save()
+    assert state_file().exists()
+    assert projections_db() == tmp_path / "log" / "projections.duckdb"

@@ -16,11 +16,10 @@ import typer
 from rich.table import Table
 
 from events import AnyEvent
-from projections.paths import default_db_path
 from projections.story import Line, story, summary
 from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import agents_table, session_dict, sessions_table
-from services.cli.stack import connected, state_file
+from services.cli.stack import connected, projections_db
 from services.domain.resources import format_fgpu
 from services.domain.state import ClusterState, evolve
 from services.domain.status import ENDED
@@ -238,7 +237,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         db: Annotated[
             Path | None,
-            typer.Option(help="The DuckDB file (default: projections.duckdb beside up.json)."),
+            typer.Option(help="The DuckDB file (default: the one `fgpu up` serves)."),
         ] = None,
     ) -> None:
         """Rebuild every table from the start of the log, into a new file moved into place.
@@ -248,7 +247,7 @@ def register(app: typer.Typer) -> None:
         from projections import StoreLocked, rebuild  # DuckDB: loaded only when needed
 
         settings: Settings = ctx.obj
-        path = db or default_db_path(state_file().parent)
+        path = db or projections_db()
         path.parent.mkdir(parents=True, exist_ok=True)
 
         async def go() -> Any:

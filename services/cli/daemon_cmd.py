@@ -15,6 +15,7 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 
 from events import GpuInfo, Slots
+from projections.paths import default_db_path
 from services.actors.agent import AgentConfig
 from services.adapters import nats_server
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
@@ -255,7 +256,7 @@ def register(app: typer.Typer) -> None:
                     from services.api.serve import serve_read_api  # heavy: only when serving
 
                     # The projections live with the log they project: a new store, a new file.
-                    db = Path(server.store_dir) / "projections.duckdb"
+                    db = default_db_path(Path(server.store_dir))
                     api = await tg.start(serve_read_api, events, db, "127.0.0.1", api_port)
                     info.api_url = api.url
                     info.save()

@@ -13,6 +13,7 @@ from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
 
 from events import subjects as subj
+from projections.paths import default_db_path
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.common import SystemClock
@@ -41,6 +42,16 @@ log = structlog.get_logger()
 def state_file() -> Path:
     """Where ``fgpu up`` says where it is, for the other commands to find it."""
     return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
+
+
+def projections_db() -> Path:
+    """The projections' file of the running ``fgpu up`` (beside its log), else
+    ``projections.duckdb`` beside the state file."""
+    try:
+        store_dir = json.loads(state_file().read_text())["store_dir"]
+    except (OSError, ValueError, KeyError):
+        return default_db_path(state_file().parent)
+    return default_db_path(Path(store_dir))
 
 
 @dataclass
