@@ -464,7 +464,11 @@ def test_malformed_records_wait_for_their_payload_rejected() -> None:
     )
     assert log.state.malformed == {
         bad.seq: ("fgpu.req.alice.s1", "not JSON"),
-        spoof.seq: (spoof.subject, log.state.malformed[spoof.seq][1]),
+        spoof.seq: (
+            spoof.subject,
+            "session.requested.v1 may not stand on subject fgpu.req.mallory.s2"
+            " (its subject is fgpu.req.alice.s2)",
+        ),
     }
     for r in (bad, spoof):
         answer = PayloadRejected(

@@ -100,7 +100,12 @@ async def test_agent_enforces_the_slice_and_reports_usage_and_oom(
             with anyio.fail_after(20):
                 await first(
                     log,
-                    lambda e: isinstance(e, GpuUsageSampled) and e.mem_used == 0,
+                    # The same device: the session's other one never holds anything.
+                    lambda e: (
+                        isinstance(e, GpuUsageSampled)
+                        and e.gpu_index == devices[0].gpu_index
+                        and e.mem_used == 0
+                    ),
                     after=held.seq,
                 )
 
