@@ -15,7 +15,6 @@ Prints one JSON line. Usage: python bench/projection_lag.py [--rate 1000] [--sec
 import argparse
 import asyncio
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import nats
 from nats.aio.msg import Msg
-from rebuild import synthetic_log  # bench/rebuild.py, beside this file
+from rebuild import quantiles_ms, synthetic_log  # bench/rebuild.py, beside this file
 
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
@@ -43,15 +42,6 @@ async def main():
 
 anyio.run(main)
 """
-
-
-def _quantiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50_ms": round(statistics.median(ordered), 2),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-        "max_ms": round(ordered[-1], 2),
-    }
 
 
 LISTENER = """
@@ -128,8 +118,8 @@ async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str
         "rate_per_s": args.rate,
         "events": len(sent),
         "visible": len(lag),
-        **_quantiles(lag),
-        "baseline_core_nats_delivery": _quantiles(base),
+        **quantiles_ms(lag),
+        "baseline_core_nats_delivery": quantiles_ms(base),
         "path": "publish -> JetStream -> durable pull -> DuckDB transaction -> SSE client",
         "client": "a process of its own",
         "target_p99_ms": 100,

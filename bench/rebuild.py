@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -220,6 +221,16 @@ def synthetic_log(
         subject, event = step
         yield subject, encode(event)
         k += 1
+
+
+def quantiles_ms(values: list[float], digits: int = 2) -> dict[str, float]:
+    """p50, p99 (the sample at 99%, no interpolation) and max of ``values``, in ms."""
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered), digits),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], digits),
+        "max_ms": round(ordered[-1], digits),
+    }
 
 
 async def fill(events: JetStreamLog, n: int, **kwargs: int) -> int:

@@ -16,16 +16,18 @@ import random
 import statistics
 import tempfile
 import time
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 
 import anyio
 import httpx
-from rebuild import T0, fill  # bench/rebuild.py, beside this file
+from rebuild import T0, fill, quantiles_ms  # bench/rebuild.py, beside this file
 
 from projections import rebuild as rebuild_projections
 from projections.replay import state_at
-from projections.store import ProjectionStore, stored_records
+from projections.snapshot import live_sessions
+from projections.store import DEFAULT_SNAPSHOT_EVERY, ProjectionStore, stored_records
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.api import ReadApi, serve_read_api
@@ -39,15 +41,13 @@ def replay_from_start(path: Path, seq: int) -> tuple[float, int]:
         t0 = time.perf_counter()
         state = fold(stored_records(store.con, 0, seq), ClusterState())
         seconds = time.perf_counter() - t0
-        past = state_at(store.cursor(), seq)
+        with closing(store.cursor()) as cursor:
+            past = state_at(cursor, seq)
     finally:
         store.close()
-    live = sum(1 for v in state.sessions.values() if v.status.value in _LIVE)
-    assert live == sum(1 for v in past.sessions() if v.status.value in _LIVE)
+    live = len(live_sessions(state))
+    assert live == len(live_sessions(past.state))
     return seconds, live
-
-
-_LIVE = {"REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING"}
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
@@ -75,18 +75,15 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                     sizes.append(len(r.content))
             tg.cancel_scope.cancel()
         await events.close()
-    latencies.sort()
     return {
         "bench": "state_at",
         "events": n,
         "queries": len(latencies),
-        "p50_ms": round(statistics.median(latencies), 1),
-        "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1),
-        "max_ms": round(latencies[-1], 1),
+        **quantiles_ms(latencies, digits=1),
         "mean_response_kb": round(statistics.mean(sizes) / 1024, 1),
         "baseline_replay_from_start_s": round(replay_s, 2),
         "sessions_alive_at_end": live,
-        "snapshot_every": 10_000,
+        "snapshot_every": DEFAULT_SNAPSHOT_EVERY,
         "rebuild_s": round(built.seconds, 1),
         "target_ms": 1000,
     }

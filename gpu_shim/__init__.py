@@ -7,32 +7,7 @@ usage values (:mod:`gpu_shim.usage`, pure Python) and the compiled reader
 ``import gpu_shim`` works before the extension is built.
 """
 
-from gpu_shim.usage import (
-    SHARE_FULL_PPM,
-    DeviceUsage,
-    Happening,
-    HappeningKind,
-    ProcessSlot,
-    RegionClosed,
-    RegionError,
-    RegionInvalid,
-    RegionNotFound,
-    create_region,
-    open_region,
-    parse_share_ppm,
-)
+from gpu_shim import usage
+from gpu_shim.usage import *  # noqa: F403 (the package's API is usage's)
 
-__all__ = [
-    "SHARE_FULL_PPM",
-    "DeviceUsage",
-    "Happening",
-    "HappeningKind",
-    "ProcessSlot",
-    "RegionClosed",
-    "RegionError",
-    "RegionInvalid",
-    "RegionNotFound",
-    "create_region",
-    "open_region",
-    "parse_share_ppm",
-]
+__all__ = usage.__all__

@@ -23,7 +23,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
-from services.ports import EventLog, LogError, Record
+from services.ports import EventLog, LogError, RawBatch, Record
 
 __all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
 
@@ -32,8 +32,6 @@ _CATCH_UP_BATCH = 10_000
 # A rebuild writes larger transactions: fewer commits and each session written about once.
 _REBUILD_BATCH = 50_000
 log = structlog.get_logger()
-
-RawBatch = tuple[list[int], list[str], list[bytes]]
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ def _rows(result: duckdb.DuckDBPyConnection) -> list[Row]:
     return out
 
 
-def _utc(at: datetime) -> datetime:
+def naive_utc(at: datetime) -> datetime:
     """``at`` as the naive UTC the tables hold (a naive ``at`` is taken to be UTC)."""
     return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
 
@@ -161,10 +161,10 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
     args: list[object] = [f.after]
     if f.since is not None:
         where.append("happened_at >= ?")
-        args.append(_utc(f.since))
+        args.append(naive_utc(f.since))
     if f.until is not None:
         where.append("happened_at <= ?")
-        args.append(_utc(f.until))
+        args.append(naive_utc(f.until))
     if f.session is not None:
         where.append("session_id = ?")
         args.append(f.session)

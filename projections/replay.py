@@ -11,14 +11,13 @@ from datetime import UTC, datetime
 
 import duckdb
 
+from projections.queries import naive_utc
+from projections.schema import ENDED_SQL
 from projections.snapshot import is_stub
 from projections.store import applied_seq, restore_state
 from services.domain.state import ClusterState, SessionView
-from services.domain.status import ENDED
 
-__all__ = ["PastState", "last_seq", "seq_at", "state_at"]
-
-_ENDED_SQL = ", ".join(f"'{s.value}'" for s in sorted(ENDED))
+__all__ = ["PastState", "seq_at", "state_at"]
 
 
 @dataclass
@@ -33,32 +32,26 @@ class PastState:
         return [v for v in self.state.sessions.values() if not is_stub(v)]
 
 
-def last_seq(con: duckdb.DuckDBPyConnection) -> int:
-    """The last sequence the tables hold."""
-    return applied_seq(con)
-
-
 def seq_at(con: duckdb.DuckDBPyConnection, at: datetime) -> int:
     """The last sequence whose event happened at or before ``at`` (0: none did).
 
     Events carry their writer's clock; the log's order is the truth. The state "at T" is
     the log up to the newest event stamped at or before T.
     """
-    utc = at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)  # naive: UTC
     row = con.execute(
-        "SELECT coalesce(max(seq), 0) FROM events WHERE happened_at <= ?", [utc]
+        "SELECT coalesce(max(seq), 0) FROM events WHERE happened_at <= ?", [naive_utc(at)]
     ).fetchone()
     return int(row[0]) if row else 0
 
 
 def state_at(con: duckdb.DuckDBPyConnection, seq: int) -> PastState:
     """The cluster after record ``seq`` (clamped to what the tables hold)."""
-    seq = max(0, min(seq, last_seq(con)))
+    seq = max(0, min(seq, applied_seq(con)))
     state = restore_state(con, seq)
     counts = dict(
         con.execute(
             "SELECT status, count(*) FROM session_history "
-            f"WHERE seq <= ? AND status IN ({_ENDED_SQL}) GROUP BY status ORDER BY status",
+            f"WHERE seq <= ? AND status IN ({ENDED_SQL}) GROUP BY status ORDER BY status",
             [seq],
         ).fetchall()
     )

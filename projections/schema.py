@@ -5,9 +5,23 @@ start of the log gives the same rows (``tests/test_projections_rebuild.py``). Ti
 ``TIMESTAMP`` in UTC; resource amounts are exact integers (milli-cores, bytes, fGPU quanta).
 """
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
-__all__ = ["ARROW", "DDL", "INSERTS", "ROWS", "SCHEMA_VERSION", "STORED", "TABLES", "VIEWS"]
+from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
+
+__all__ = [
+    "ARROW",
+    "DDL",
+    "ENDED_SQL",
+    "INSERTS",
+    "ROWS",
+    "SCHEMA_VERSION",
+    "STORED",
+    "TABLES",
+    "VIEWS",
+]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
 SCHEMA_VERSION = 4
@@ -253,7 +267,12 @@ def _typed(name: str) -> str:
     return f"SELECT * REPLACE ({casts}) FROM {STORED[name]}"
 
 
-_HELD = "'PENDING', 'SCHEDULED', 'PREPARING', 'RUNNING', 'TERMINATING'"
+def _sql_list(statuses: Iterable[SessionStatus]) -> str:
+    return ", ".join(f"'{s.value}'" for s in sorted(statuses))
+
+
+ENDED_SQL = _sql_list(ENDED)  # the ended statuses, for ``status IN (...)``
+_HELD = _sql_list(HOLDS_ALLOCATION | {SessionStatus.PENDING})  # quota held, as the actor counts
 
 # Derived tables, computed when read (nothing to write per batch).
 VIEWS: dict[str, str] = {

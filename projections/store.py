@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import msgspec
 import pyarrow as pa
 
 from events import (
@@ -41,11 +40,11 @@ from events import (
     encode,
 )
 from projections import rows
-from projections.schema import DDL, INSERTS, SCHEMA_VERSION, STORED, TABLES
+from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
-from services.ports import Malformed, Record
+from services.ports import Malformed, Record, record_of
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -56,14 +55,11 @@ __all__ = [
     "StoreLocked",
     "applied_seq",
     "connect_reader",
-    "record_of",
     "restore_state",
     "stored_records",
 ]
 
 DEFAULT_SNAPSHOT_EVERY = 10_000
-_MALFORMED_PAYLOAD_KEPT = 4096  # as the log adapters keep of a payload that is no event
-_ENDED_SQL = ", ".join(f"'{s.value}'" for s in sorted(ENDED))
 
 
 class ProjectionError(Exception):
@@ -76,19 +72,6 @@ class StoreLocked(ProjectionError):
 
 class SchemaMismatch(ProjectionError):
     """The database was written by another schema version; rebuild it."""
-
-
-def record_of(seq: int, subject: str, payload: bytes) -> Record:
-    """Decode one stored message as the log adapters do (Malformed if it is no event)."""
-    try:
-        event = decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        return Record(
-            seq=seq,
-            subject=subject,
-            event=Malformed(error=str(e), payload=payload[:_MALFORMED_PAYLOAD_KEPT]),
-        )
-    return Record(seq=seq, subject=subject, event=event)
 
 
 def _payload(r: Record) -> bytes:
@@ -208,12 +191,6 @@ class ProjectionStore:
         self.state = self._restore()
 
     # ---- applying batches -----------------------------------------------------------------
-
-    def apply_raw(
-        self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
-    ) -> int:
-        """Decode stored messages and apply them (see ``apply``); the new ``last_seq``."""
-        return self.apply(self.decode(seqs, subjects, payloads))
 
     def decode(
         self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
@@ -348,17 +325,6 @@ class ProjectionStore:
                 self.con.execute("ROLLBACK")
             raise
 
-    # ---- maintenance ----------------------------------------------------------------------
-
-    def wipe(self) -> None:
-        """Empty every table (for a rebuild from the start of the log)."""
-        self.con.execute("BEGIN TRANSACTION")
-        for name in TABLES:
-            self.con.execute(f"DELETE FROM {name}")
-        self.con.execute("COMMIT")
-        self.state = ClusterState()
-        self.committed = 0
-
 
 @contextmanager
 def _registered(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
@@ -450,7 +416,7 @@ def restore_state(
 def _ended_ids(
     con: duckdb.DuckDBPyConnection, seq: int, among: list[str] | None = None
 ) -> list[str]:
-    sql = f"SELECT session_id FROM session_history WHERE seq <= ? AND status IN ({_ENDED_SQL})"
+    sql = f"SELECT session_id FROM session_history WHERE seq <= ? AND status IN ({ENDED_SQL})"
     if among is None:
         return [r[0] for r in con.execute(sql, [seq]).fetchall()]
     with _registered(con, "_among", pa.table({"k": pa.array(among, pa.string())})):

@@ -9,9 +9,10 @@ from typing import Protocol
 
 import msgspec
 
-from events import AnyEvent, GpuInfo
+from events import AnyEvent, GpuInfo, decode
 
 __all__ = [
+    "MAX_BATCH",
     "Clock",
     "ConcurrencyConflict",
     "ContainerError",
@@ -26,9 +27,12 @@ __all__ = [
     "Malformed",
     "Mount",
     "OomRefusal",
+    "RawBatch",
     "Record",
     "RuntimeUnavailable",
     "SliceRegions",
+    "check_batch",
+    "record_of",
 ]
 
 
@@ -76,6 +80,33 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     subject: str
     event: AnyEvent | Malformed
+
+
+# Stored messages undecoded, as a bulk reader hands them out: sequences, subjects, payloads.
+RawBatch = tuple[list[int], list[str], list[bytes]]
+
+MAX_BATCH = 1000  # events in one atomic batch: the server's limit (nats.conf)
+_MALFORMED_KEPT = 4096  # bytes of a payload that is no event kept in its record
+
+
+def record_of(seq: int, subject: str, payload: bytes) -> Record:
+    """Decode one stored message; a payload that is not a valid event becomes Malformed."""
+    try:
+        event: AnyEvent | Malformed = decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        event = Malformed(error=str(e), payload=payload[:_MALFORMED_KEPT])
+    return Record(seq=seq, subject=subject, event=event)
+
+
+def check_batch(items: Sequence[tuple[str, AnyEvent]], expect_subject: str) -> None:
+    """Raise ValueError for a batch ``EventLog.append_batch`` refuses: empty, larger than
+    MAX_BATCH, or with no event on ``expect_subject``."""
+    if not items:
+        raise ValueError("an empty batch")
+    if len(items) > MAX_BATCH:
+        raise ValueError(f"a batch holds at most {MAX_BATCH} events, got {len(items)}")
+    if all(subject != expect_subject for subject, _ in items):
+        raise ValueError(f"no event of the batch is on {expect_subject}")
 
 
 class EventLog(Protocol):

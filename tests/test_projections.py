@@ -50,10 +50,10 @@ from projections import Projector
 from projections.compare import differences
 from projections.replay import seq_at, state_at
 from projections.snapshot import decode_state, encode_state
-from projections.store import ProjectionError, ProjectionStore, record_of
+from projections.store import ProjectionError, ProjectionStore
 from services.adapters.jetstream import JetStreamLog
 from services.domain.state import ClusterState, fold
-from services.ports import Malformed, Record
+from services.ports import Malformed, Record, record_of
 from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -331,13 +331,6 @@ static inline int pace_wanted(void) {
         return rc_;                                     \
     } while (0)
 
-/* The real function of id, typed as symbol (pasted, never macro-expanded: cuda.h renames
- * cuMemAlloc to cuMemAlloc_v2 and so on). */
-#define REAL_OR_FAIL(symbol, id)                                         \
-    fgpu_pfn_##symbol real = (fgpu_pfn_##symbol)fgpu_real_fn[(id)];      \
-    if (FGPU_UNLIKELY(!real))                                            \
-    return fgpu_no_real(id)
-
 CUresult fgpu_policy_launch_kernel(fgpu_sym id, CUfunction f, unsigned int gridDimX,
                                    unsigned int gridDimY, unsigned int gridDimZ,
                                    unsigned int blockDimX, unsigned int blockDimY,

@@ -50,5 +50,11 @@ FGPU_HIDDEN extern unsigned char fgpu_sym_ptsz[FGPU_SYM_COUNT];
  * it directly, never through another macro: a macro argument is expanded first, and
  * cuda.h #defines many names (cuMemAlloc -> cuMemAlloc_v2). */
 #define FGPU_REAL_AS(symbol, id) ((fgpu_pfn_##symbol)fgpu_real_fn[(id)])
+/* Declare `real`, the real function of id typed as symbol, or return fgpu_no_real(id)
+ * when the driver lacks it (symbol pasted as above; needs shim.h). */
+#define REAL_OR_FAIL(symbol, id)                                         \
+    fgpu_pfn_##symbol real = (fgpu_pfn_##symbol)fgpu_real_fn[(id)];      \
+    if (FGPU_UNLIKELY(!real))                                            \
+    return fgpu_no_real(id)
 
 #endif /* FGPU_HOOKS_H */

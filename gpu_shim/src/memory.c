@@ -101,13 +101,6 @@ static void give_back(const fgpu_alloc *rec) {
                            rc_ == CUDA_SUCCESS ? (uint64_t)*(dptr) : 0);     \
     } while (0)
 
-/* The real function of id, typed as symbol (pasted, never macro-expanded: cuda.h renames
- * cuMemAlloc to cuMemAlloc_v2 and so on). */
-#define REAL_OR_FAIL(symbol, id)                                         \
-    fgpu_pfn_##symbol real = (fgpu_pfn_##symbol)fgpu_real_fn[(id)];      \
-    if (FGPU_UNLIKELY(!real))                                            \
-    return fgpu_no_real(id)
-
 /* ------------------------------------------------------------ allocations */
 
 CUresult fgpu_policy_mem_alloc(fgpu_sym id, CUdeviceptr *dptr, size_t bytesize) {

@@ -362,9 +362,7 @@ CUresult fgpu_policy_get_proc_address(fgpu_sym id, const char *symbol, void **pf
                                       int cudaVersion, cuuint64_t flags,
                                       CUdriverProcAddressQueryResult *symbolStatus) {
     fgpu_init();
-    fgpu_pfn_cuGetProcAddress_v2 real = FGPU_REAL_AS(cuGetProcAddress_v2, id);
-    if (!real)
-        return fgpu_no_real(id);
+    REAL_OR_FAIL(cuGetProcAddress_v2, id);
     CUresult rc = real(symbol, pfn, cudaVersion, flags, symbolStatus);
     /* Pass-through mode hands out the driver's own pointers: zero added cost. */
     if (rc == CUDA_SUCCESS && pfn && symbol && fgpu_g.l)
@@ -375,9 +373,7 @@ CUresult fgpu_policy_get_proc_address(fgpu_sym id, const char *symbol, void **pf
 CUresult fgpu_policy_get_proc_address_v1(fgpu_sym id, const char *symbol, void **pfn,
                                          int cudaVersion, cuuint64_t flags) {
     fgpu_init();
-    fgpu_pfn_cuGetProcAddress real = FGPU_REAL_AS(cuGetProcAddress, id);
-    if (!real)
-        return fgpu_no_real(id);
+    REAL_OR_FAIL(cuGetProcAddress, id);
     CUresult rc = real(symbol, pfn, cudaVersion, flags);
     if (rc == CUDA_SUCCESS && pfn && symbol && fgpu_g.l)
         *pfn = swap_by_identity(symbol, *pfn);

@@ -3,7 +3,7 @@
 import atexit
 import gc
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,7 +17,15 @@ from events import AnyEvent
 from services.domain.state import ClusterState, fold
 from services.ports import EventLog, LogError
 
-__all__ = ["Provenance", "SystemClock", "follow_log", "new_id", "rebuild", "stamp"]
+__all__ = [
+    "Provenance",
+    "SystemClock",
+    "append_expecting",
+    "follow_log",
+    "new_id",
+    "rebuild",
+    "stamp",
+]
 
 E = TypeVar("E", bound=AnyEvent)
 log = structlog.get_logger()
@@ -51,6 +59,16 @@ def stamp(cls: type[E], prov: Provenance, **fields: Any) -> E:
         causation_id=prov.causation_id,
         correlation_id=prov.correlation_id,
         **fields,
+    )
+
+
+async def append_expecting(
+    events: EventLog, s: ClusterState, subject: str, items: Sequence[tuple[str, AnyEvent]]
+) -> None:
+    """Append ``items`` all or none, expecting ``subject``'s last sequence as ``s`` knows it,
+    and note the new one (ConcurrencyConflict: another writer was first; re-read)."""
+    s.subject_seq[subject] = await events.append_batch(
+        items, expect_subject=subject, expected_last_subject_seq=s.subject_seq.get(subject, 0)
     )
 
 

@@ -9,13 +9,14 @@ admit against the same held amount; the loser rebuilds and decides again.
 """
 
 from collections import defaultdict
+from itertools import islice
 
 import anyio
 from anyio.abc import TaskStatus
 
 from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
 from events import subjects as subj
-from services.actors.common import Provenance, follow_log, stamp
+from services.actors.common import Provenance, append_expecting, follow_log, stamp
 from services.domain.quota import over_policy
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
@@ -41,7 +42,7 @@ class QuotaActor:
         await self._answer_malformed(s)
         by_owner: dict[str, list[tuple[str, AnyEvent]]] = defaultdict(list)
         now = self.clock.now()
-        for session_id in list(s.undecided)[:1000]:
+        for session_id in list(islice(s.undecided, 1000)):
             v = s.sessions[session_id]
             why = v.invalid
             code = "invalid"
@@ -66,18 +67,9 @@ class QuotaActor:
         if not by_owner:
             return
 
-        async def append(owner: str, items: list[tuple[str, AnyEvent]]) -> None:
-            subject = subj.quota(owner)
-            seq = await self.events.append_batch(
-                items,
-                expect_subject=subject,
-                expected_last_subject_seq=s.subject_seq.get(subject, 0),
-            )
-            s.subject_seq[subject] = seq
-
         async with anyio.create_task_group() as tg:
             for owner, items in by_owner.items():
-                tg.start_soon(append, owner, items)
+                tg.start_soon(append_expecting, self.events, s, subj.quota(owner), items)
 
     async def _answer_malformed(self, s: ClusterState) -> None:
         if not s.malformed:

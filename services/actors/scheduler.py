@@ -33,9 +33,9 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.actors.common import Provenance, follow_log, stamp
-from services.domain.allocator import never_fits, place
-from services.domain.resources import format_cpu, format_fgpu, format_mem
+from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.domain.allocator import Refusal, never_fits, place
+from services.domain.resources import format_fgpu, format_slots
 from services.domain.state import ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
@@ -128,10 +128,7 @@ class SchedulerActor:
 
     async def _append(self, s: ClusterState, decisions: list[AnyEvent]) -> None:
         items = [(subj.LEDGER, d) for d in decisions]
-        expected = s.subject_seq.get(subj.LEDGER, 0)
-        s.subject_seq[subj.LEDGER] = await self.events.append_batch(
-            items, expect_subject=subj.LEDGER, expected_last_subject_seq=expected
-        )
+        await append_expecting(self.events, s, subj.LEDGER, items)
 
     def decide(self, s: ClusterState) -> list[AnyEvent]:
         """This round's decisions, already applied to ``s`` (see ``apply_decision``)."""
@@ -148,7 +145,7 @@ class SchedulerActor:
             emit(self._answer_destroy(s, request))
         failed: set[tuple[Slots, str]] = set()
         reserved: str | None = None
-        unsatisfiable: dict[tuple[Slots, str], str | None] = {}
+        unsatisfiable: dict[tuple[Slots, str], Refusal | None] = {}
         queue = sorted(
             s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
         )
@@ -162,15 +159,14 @@ class SchedulerActor:
                 unsatisfiable[shape] = never_fits(s, v.slots, v.image)
             why = unsatisfiable[shape]
             if why is not None:
-                code = "unknown-image" if why.startswith("image") else "unsatisfiable"
                 emit(
                     stamp(
                         SessionRejected,
                         prov,
                         session_id=session_id,
                         owner=v.owner,
-                        code=code,
-                        reason=why,
+                        code=why.code,
+                        reason=why.reason,
                     )
                 )
                 continue
@@ -246,8 +242,8 @@ class SchedulerActor:
 def _waiting_reason(s: ClusterState, need: Slots) -> str:
     largest = s.fit.largest()
     return (
-        f"waiting for {format_fgpu(need.fgpu)} fGPU, {format_cpu(need.cpu)} cpu, "
-        f"{format_mem(need.mem)} mem; largest free share on a device: {format_fgpu(largest)} fGPU"
+        f"waiting for {format_slots(need)}; largest free share on a device: "
+        f"{format_fgpu(largest)} fGPU"
     )
 
 

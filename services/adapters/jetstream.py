@@ -18,7 +18,6 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -26,28 +25,18 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from events import AnyEvent, decode, encode
+from events import AnyEvent, encode
 from events import subjects as subj
 from services.adapters import raw_reader
-from services.ports import ConcurrencyConflict, LogError, Malformed, Record
+from services.ports import ConcurrencyConflict, LogError, RawBatch, Record, check_batch, record_of
 
-__all__ = ["JetStreamLog", "connect", "to_record"]
+__all__ = ["JetStreamLog", "connect"]
 
 _WRONG_LAST_SEQUENCE = 10071
 _DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
-_MAX_BATCH = 1000
 # From this many messages on, a raw read parses in a child process (its start costs
 # ~0.2 s; parsing in this one costs it ~3.5 us a message of GIL).
 CHILD_READ_FROM = 100_000
-
-
-def to_record(seq: int, subject: str, payload: bytes) -> Record:
-    """Decode one stored message; a payload that is not a valid event becomes Malformed."""
-    try:
-        event: AnyEvent | Malformed = decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        event = Malformed(error=str(e), payload=payload[:4096])
-    return Record(seq=seq, subject=subject, event=event)
 
 
 def _stream_seq(msg: Msg) -> int:
@@ -152,10 +141,7 @@ class JetStreamLog:
         expect_subject: str,
         expected_last_subject_seq: int,
     ) -> int:
-        if not items:
-            raise ValueError("an empty batch")
-        if len(items) > _MAX_BATCH:
-            raise ValueError(f"a batch holds at most {_MAX_BATCH} events, got {len(items)}")
+        check_batch(items, expect_subject)
         if len(items) == 1 and items[0][0] == expect_subject:
             subject, event = items[0]
             return await self.append(
@@ -164,8 +150,6 @@ class JetStreamLog:
         # Nats-Msg-Id is refused inside a batch; the expected sequence guards it instead.
         # The check names the first message's subject, so that message must be on it.
         ordered = sorted(items, key=lambda item: item[0] != expect_subject)
-        if ordered[0][0] != expect_subject:
-            raise ValueError(f"no event of the batch is on {expect_subject}")
         batch_id = uuid.uuid4().hex
         last = len(ordered)
         for i, (subject, event) in enumerate(ordered, start=1):
@@ -253,7 +237,7 @@ class JetStreamLog:
                     seq = _stream_seq(msg)
                     if end is not None and seq > end:
                         break
-                    records.append(to_record(seq, msg.subject, msg.data))
+                    records.append(record_of(seq, msg.subject, msg.data))
                 yield records
         finally:
             with contextlib.suppress(nats.errors.Error, OSError):
@@ -280,7 +264,7 @@ class JetStreamLog:
                     delivered = max(cseq, delivered or 0)
                     seq = _stream_seq(msg)
                     if seq > after:
-                        records.append(to_record(seq, msg.subject, msg.data))
+                        records.append(record_of(seq, msg.subject, msg.data))
                 if records:
                     yield records
                 # Acknowledged only once the actor has applied the batch and asked for more.
@@ -316,7 +300,7 @@ class JetStreamLog:
         until: int | None = None,
         batch: int = 10_000,
         child_from: int = CHILD_READ_FROM,
-    ) -> AsyncGenerator[tuple[list[int], list[str], list[bytes]], None]:
+    ) -> AsyncGenerator[RawBatch, None]:
         """Stored messages after ``after`` up to ``until`` (default: the last now), undecoded.
 
         Yields ``(sequences, subjects, payloads)``, in order, at most ``batch`` at a time.

@@ -25,11 +25,10 @@ from typing import Any
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from services.ports import LogError
+from services.ports import LogError, RawBatch
 
-__all__ = ["RawBatch", "Source", "read_in_child", "read_stored"]
+__all__ = ["Source", "read_in_child", "read_stored"]
 
-RawBatch = tuple[list[int], list[str], list[bytes]]  # sequences, subjects, payloads
 _PULL = 10_000  # messages asked for at once, at most (see read_stored)
 _IN_FLIGHT = 16 << 20  # bytes sent by the server and not yet read, about
 

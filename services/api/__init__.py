@@ -5,6 +5,6 @@ process may write the DuckDB file and readers use cursors of the same database.
 """
 
 from services.api.app import create_app
-from services.api.serve import ReadApi, default_db_path, open_store, serve_read_api
+from services.api.serve import ReadApi, open_store, serve_read_api
 
-__all__ = ["ReadApi", "create_app", "default_db_path", "open_store", "serve_read_api"]
+__all__ = ["ReadApi", "create_app", "open_store", "serve_read_api"]

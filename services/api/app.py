@@ -21,7 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from events import AnyEvent, decode
 from projections import queries
-from projections.replay import last_seq, seq_at, state_at
+from projections.replay import seq_at, state_at
+from projections.store import applied_seq
 from projections.story import story, summary
 from services.api import console, models, shapes
 from services.api.sse import event_stream
@@ -107,7 +108,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             total, rows = queries.session_rows(
                 con, statuses=statuses, owner=owner, agent=agent, limit=limit, offset=offset
             )
-            return total, rows, last_seq(con)
+            return total, rows, applied_seq(con)
 
         total, rows, seq = await query(work)
         return models.SessionPage(
@@ -167,7 +168,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
     @app.get("/v1/agents", tags=["agents"])
     async def list_agents() -> models.AgentList:
         """Agents with their capacity and each GPU's fGPU shares, by session."""
-        rows, seq = await query(lambda con: (queries.agent_rows(con), last_seq(con)))
+        rows, seq = await query(lambda con: (queries.agent_rows(con), applied_seq(con)))
         return models.AgentList(last_seq=seq, agents=[shapes.agent_from_row(a) for a in rows])
 
     @app.get("/v1/agents/{agent_id}", tags=["agents"], responses=_NOT_FOUND)
@@ -182,7 +183,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         """Allocated against capacity, per agent and GPU, and per owner."""
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any], int]:
-            return queries.agent_rows(con), queries.owner_usage(con), last_seq(con)
+            return queries.agent_rows(con), queries.owner_usage(con), applied_seq(con)
 
         agents, owners, seq = await query(work)
         totals = {k: sum(a[k] for a in agents) for k in _TOTALS}
@@ -221,7 +222,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             agent=agent,
             types=tuple(type),
         )
-        rows, seq = await query(lambda con: (queries.event_rows(con, f, limit), last_seq(con)))
+        rows, seq = await query(lambda con: (queries.event_rows(con, f, limit), applied_seq(con)))
         return models.EventPage(
             events=[shapes.event_from_row(r) for r in rows],
             last_seq=seq,
@@ -241,7 +242,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         when = _utc(at, "at")
 
         def work(con: duckdb.DuckDBPyConnection) -> models.ClusterAt:
-            end = last_seq(con)
+            end = applied_seq(con)
             if seq is not None and seq > end:
                 raise HTTPException(404, f"sequence {seq} is beyond the log's end ({end})")
             n = seq if seq is not None else (seq_at(con, when) if when is not None else end)

@@ -16,11 +16,10 @@ import uvicorn
 from anyio.abc import TaskStatus
 
 from projections import ProjectionStore, Projector, SchemaMismatch
-from projections.paths import default_db_path
 from services.api.app import create_app
 from services.ports import EventLog
 
-__all__ = ["ReadApi", "default_db_path", "open_store", "serve_read_api"]
+__all__ = ["ReadApi", "open_store", "serve_read_api"]
 
 log = structlog.get_logger()
 

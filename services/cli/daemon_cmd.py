@@ -306,8 +306,6 @@ def register(app: typer.Typer) -> None:
                 console.print(f"agent {cfg.agent_id} ready on {url}")
 
         tune_gc()
-
-        tune_gc()
         run_async(main)
 
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
@@ -358,8 +356,6 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{count} simulated agents ready on {url}")
 
         tune_gc()
-
-        tune_gc()
         run_async(main)
 
     @app.command()
@@ -384,8 +380,6 @@ def _single(url: str, which: str) -> None:
             tg.start_soon(_until_signalled, tg)
             await tg.start(run_scheduler if which == "scheduler" else run_quota, events)
             console.print(f"{which} ready on {url}")
-
-    tune_gc()
 
     tune_gc()
     run_async(main)

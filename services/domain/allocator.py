@@ -8,11 +8,13 @@ keeps large holes open for large requests: the fragmentation Backend.AI users re
 (#3327, #9480) comes from spreading small shares over many devices.
 """
 
+from typing import NamedTuple
+
 from events import DevicePlacement, Slots
-from services.domain.resources import fits, format_cpu, format_fgpu, format_mem
+from services.domain.resources import fits, format_slots
 from services.domain.state import AgentView, ClusterState
 
-__all__ = ["Placement", "never_fits", "place"]
+__all__ = ["Placement", "Refusal", "never_fits", "place"]
 
 Placement = tuple[str, tuple[DevicePlacement, ...]]
 
@@ -70,7 +72,16 @@ def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
     return None if best is None else (best[1], best[2])
 
 
-def never_fits(s: ClusterState, slots: Slots, image: str, *, live_only: bool = False) -> str | None:
+class Refusal(NamedTuple):
+    """Why a session can never be placed: ``code`` as SessionRejected carries it."""
+
+    code: str  # "unknown-image" or "unsatisfiable"
+    reason: str
+
+
+def never_fits(
+    s: ClusterState, slots: Slots, image: str, *, live_only: bool = False
+) -> Refusal | None:
     """Why no registered agent could ever take this session, even empty; None if one could.
 
     Lost agents count: they may come back, and a heartbeat gap must not turn a request
@@ -82,15 +93,13 @@ def never_fits(s: ClusterState, slots: Slots, image: str, *, live_only: bool = F
         return None
     with_image = [a for a in known if image in a.images]
     if not with_image:
-        return f"image {image!r} is not available on any agent"
+        return Refusal("unknown-image", f"image {image!r} is not available on any agent")
     for a in with_image:
         if fits(slots, a.capacity) and slots.fgpu <= len(a.gpus) * a.fgpu_per_gpu:
             return None
     most = max(with_image, key=lambda a: len(a.gpus) * a.fgpu_per_gpu)
-
-    return (
-        f"no agent can ever hold {format_fgpu(slots.fgpu)} fGPU, {format_cpu(slots.cpu)} cpu, "
-        f"{format_mem(slots.mem)} mem; the largest offers "
-        f"{format_fgpu(len(most.gpus) * most.fgpu_per_gpu)} fGPU, "
-        f"{format_cpu(most.capacity.cpu)} cpu, {format_mem(most.capacity.mem)} mem"
+    offers = format_slots(
+        Slots(cpu=most.capacity.cpu, mem=most.capacity.mem, fgpu=len(most.gpus) * most.fgpu_per_gpu)
     )
+    why = f"no agent can ever hold {format_slots(slots)}; the largest offers {offers}"
+    return Refusal("unsatisfiable", why)

@@ -1,7 +1,7 @@
 """Quota decisions: does a request fit its owner's policy, given what the owner holds?"""
 
 from events import PolicySet, Slots
-from services.domain.resources import fits, format_cpu, format_fgpu, format_mem
+from services.domain.resources import add, fits, format_slots
 from services.domain.state import OwnerUsage
 
 __all__ = ["over_policy"]
@@ -20,16 +20,6 @@ def over_policy(policy: PolicySet | None, usage: OwnerUsage | None, need: Slots)
     if limit is not None and held.sessions + 1 > limit:
         return f"policy allows {limit} concurrent sessions; {held.sessions} already held"
     cap = policy.max_slots
-    if cap is not None:
-        total = Slots(
-            cpu=held.slots.cpu + need.cpu,
-            mem=held.slots.mem + need.mem,
-            fgpu=held.slots.fgpu + need.fgpu,
-        )
-        if not fits(total, cap):
-            return (
-                f"policy allows {format_fgpu(cap.fgpu)} fGPU, {format_cpu(cap.cpu)} cpu, "
-                f"{format_mem(cap.mem)} mem in total; held: {format_fgpu(held.slots.fgpu)} fGPU, "
-                f"{format_cpu(held.slots.cpu)} cpu, {format_mem(held.slots.mem)} mem"
-            )
+    if cap is not None and not fits(add(held.slots, need), cap):
+        return f"policy allows {format_slots(cap)} in total; held: {format_slots(held.slots)}"
     return None

@@ -106,6 +106,12 @@ def format_mem(n: int) -> str:
     return f"{n}B"
 
 
+def format_slots(slots: Slots) -> str:
+    """ "0.5 fGPU, 1 cpu, 2G mem" """
+    fgpu, cpu, mem = format_fgpu(slots.fgpu), format_cpu(slots.cpu), format_mem(slots.mem)
+    return f"{fgpu} fGPU, {cpu} cpu, {mem} mem"
+
+
 def add(a: Slots, b: Slots) -> Slots:
     return Slots(cpu=a.cpu + b.cpu, mem=a.mem + b.mem, fgpu=a.fgpu + b.fgpu)
 

@@ -145,9 +145,8 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         requested_at=e.at,
         invalid=invalid_request(e),
     )
-    v.history.append(Transition(S.REQUESTED, e.at, seq, e.id))
     s.sessions[e.session_id] = v
-    s.changed[e.session_id] = None
+    _transition(s, v, S.REQUESTED, seq, e)
     s.undecided[e.session_id] = None
 
 

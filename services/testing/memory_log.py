@@ -25,16 +25,19 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
-import msgspec
 
-from events import AnyEvent, decode, encode
+from events import AnyEvent, encode
 from events import subjects as subj
-from services.ports import ConcurrencyConflict, EventLog, LogError, Malformed, Record
+from services.ports import (
+    ConcurrencyConflict,
+    EventLog,
+    LogError,
+    Record,
+    check_batch,
+    record_of,
+)
 
 __all__ = ["MemoryLog"]
-
-_MAX_BATCH = 1000  # as the server's atomic batch limit
-_MALFORMED_PAYLOAD_KEPT = 4096
 
 
 def _matches(pattern: str, subject: str) -> bool:
@@ -47,14 +50,6 @@ def _matches(pattern: str, subject: str) -> bool:
         if i >= len(got) or (token != "*" and token != got[i]):
             return False
     return len(got) == len(want)
-
-
-def _record(seq: int, subject: str, payload: bytes) -> Record:
-    try:
-        event: AnyEvent | Malformed = decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        event = Malformed(error=str(e), payload=payload[:_MALFORMED_PAYLOAD_KEPT])
-    return Record(seq=seq, subject=subject, event=event)
 
 
 class MemoryLog:
@@ -114,12 +109,7 @@ class MemoryLog:
         not ``expected_last_subject_seq``; ValueError for an empty or too large batch or one
         with no event on ``expect_subject``; LogError for a subject outside the stream.
         """
-        if not items:
-            raise ValueError("an empty batch")
-        if len(items) > _MAX_BATCH:
-            raise ValueError(f"a batch holds at most {_MAX_BATCH} events, got {len(items)}")
-        if all(subject != expect_subject for subject, _ in items):
-            raise ValueError(f"no event of the batch is on {expect_subject}")
+        check_batch(items, expect_subject)
         for subject, _ in items:
             self._check_subject(subject)
         self._expect(expect_subject, expected_last_subject_seq)
@@ -239,7 +229,7 @@ class MemoryLog:
         """The records after ``after``, at most ``batch_size`` of them, none beyond ``end``."""
         stop = len(self._messages) if end is None else min(end, len(self._messages))
         stop = min(stop, after + self.batch_size)
-        return [_record(seq, *self._messages[seq - 1]) for seq in range(after + 1, stop + 1)]
+        return [record_of(seq, *self._messages[seq - 1]) for seq in range(after + 1, stop + 1)]
 
 
 if TYPE_CHECKING:
