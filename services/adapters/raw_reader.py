@@ -67,10 +67,13 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         # has sent and this reader not yet read: a reader with more than the server
         # allows buffered for it (64 MB by default) is cut off as a slow consumer, as
         # pulls of 100,000 events were.
-        average = (got_bytes // got) if got else 1024
+        # Before any message, assume the largest the server takes: the first pulls are
+        # small, and the next ones sized by what came.
+        average = (got_bytes // got) if got else largest
         return max(1, min(src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
 
     got = got_bytes = 0
+    largest = 1 << 20
     batch, end = src.batch, src.end
     try:
         reader, writer = await asyncio.open_connection(src.host, src.port, limit=1 << 22)
@@ -78,6 +81,7 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         raise LogError(f"cannot reach NATS at {src.host}:{src.port}: {e}") from e
     try:
         info = json.loads((await reader.readline()).split(b" ", 1)[1])
+        largest = int(info.get("max_payload", largest))
         if info.get("tls_required"):
             raise LogError("raw reads do not speak TLS")
         hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
