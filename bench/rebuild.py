@@ -47,6 +47,7 @@ from events import (
 )
 from events import subjects as subj
 from projections import rebuild
+from projections.store import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 
@@ -284,6 +285,34 @@ async def bulk_read(events: JetStreamLog) -> float:
     return n / (time.perf_counter() - t0)
 
 
+async def stage_costs(events: JetStreamLog, work: Path, n: int) -> dict[str, float]:
+    """Microseconds per event of each stage of a rebuild, one after the other in one
+    thread (the rebuild overlaps them): the first ``n`` events, into a throwaway store."""
+    batches = [b async for b in events.read_raw(0, until=n, batch=50_000)]
+    store = ProjectionStore(work / "stages.duckdb")
+    store.con.execute("SET checkpoint_threshold = '8GB'")
+    spent = dict.fromkeys(("decode", "fold_and_rows", "duckdb_write", "checkpoint"), 0.0)
+    try:
+        for raw in batches:
+            t0 = time.perf_counter()
+            records = store.decode(*raw)
+            t1 = time.perf_counter()
+            batch = store.prepare(records)
+            t2 = time.perf_counter()
+            if batch is not None:
+                store.write(batch)
+            t3 = time.perf_counter()
+            spent["decode"] += t1 - t0
+            spent["fold_and_rows"] += t2 - t1
+            spent["duckdb_write"] += t3 - t2
+        t0 = time.perf_counter()
+        store.con.execute("CHECKPOINT")
+        spent["checkpoint"] = time.perf_counter() - t0
+    finally:
+        store.close()
+    return {k: round(v / n * 1e6, 2) for k, v in spent.items()}
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="fgpu-bench-rebuild-"))
     with nats_server.nats_server() as server:
@@ -294,6 +323,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         raw = await raw_ordered_replay(events, n)
         bulk = await bulk_read(events)
         result = await rebuild(events, work / "projections.duckdb")
+        stages = await stage_costs(events, work, min(n, 200_000))
         await events.close()
     return {
         "bench": "rebuild",
@@ -303,6 +333,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "raw_ordered_replay_per_s": round(raw),
         "ratio_rebuild_to_raw_replay": round(result.rate / raw, 3),
         "bulk_reader_no_processing_per_s": round(bulk),
+        "stages_us_per_event": stages,  # serial, first 200k events: where a rebuild goes
         "fill_s": round(fill_s, 1),
         "targets": {"rebuild_events_per_s": 100_000, "ratio_rebuild_to_raw_replay": 0.5},
         "db": result.path,
