@@ -16,7 +16,6 @@ from events import GpuUsageSampled, PolicySet
 from projections.schema import ROWS
 from services.domain.state import AgentView, SessionView
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
-from services.ports import Malformed, Record
 
 __all__ = [
     "agent_table",
@@ -51,23 +50,16 @@ def _json(value: object) -> str:
 
 
 def event_table(
-    records: Sequence[Record], payloads: Sequence[bytes], errors: Sequence[str | None]
+    seqs: Sequence[int],
+    subjects: Sequence[str],
+    kinds: Sequence[str | None],
+    errors: Sequence[str | None],
+    payloads: Sequence[bytes],
 ) -> pa.Table:
-    """The audit rows of ``records`` as far as Python builds them (``schema.ROWS``): DuckDB
-    reads the rest from ``payloads``, their JSON; ``errors`` are the fold's verdicts."""
-    return pa.table(
-        {
-            "seq": [r.seq for r in records],
-            "subject": [r.subject for r in records],
-            "type": [
-                "malformed" if isinstance(r.event, Malformed) else r.event.__struct_config__.tag
-                for r in records
-            ],
-            "error": list(errors),
-            "payload": list(payloads),
-        },
-        schema=ROWS["events"],
-    )
+    """The audit rows of a batch as far as Python builds them (``schema.ROWS``): DuckDB
+    reads the rest from ``payloads``, their JSON. ``kinds``: None where the payload's tag
+    says the type ("malformed" where it is no event); ``errors``: the fold's verdicts."""
+    return pa.table([seqs, subjects, kinds, errors, payloads], schema=ROWS["events"])
 
 
 def session_table(views: Iterable[SessionView]) -> pa.Table:

@@ -203,6 +203,7 @@ _STORED_ROWS: dict[str, pa.Schema] = {
 # built in Python they cost a rebuild about 4 us an event, this about 1.7.
 _AUDIT_BUILT = ("seq", "subject", "type", "error", "payload")
 _AUDIT_READ = {  # column -> where in the payload (the first found)
+    "type": ("type",),  # the tag; the batch gives "malformed" where there is none
     "event_id": ("id",),
     "happened_at": ("at",),
     "actor": ("actor",),
@@ -227,14 +228,16 @@ def _audit_insert() -> str:
     for column, where in _AUDIT_READ.items():
         picks = [f"f[{keys.index(k) + 1}]" for k in where]
         value = picks[0] if len(picks) == 1 else f"coalesce({', '.join(picks)})"
-        if column == "happened_at":
+        if column == "type":
+            value = f"coalesce(type, {value})"
+        elif column == "happened_at":
             # An ``at`` without an offset would be read in the session's time zone: the
             # store's connections are set to UTC (``store._connect``), as Python reads it.
             value = f"timezone('UTC', {value}::TIMESTAMPTZ)"
         found[column] = value
     columns = ", ".join(found.get(f.name, f.name) for f in ARROW["events"])
     return (
-        f"SELECT {columns} FROM (SELECT *, CASE WHEN type <> 'malformed' THEN "
+        f"SELECT {columns} FROM (SELECT *, CASE WHEN type IS NULL THEN "
         f"json_extract_string(decode(payload), [{paths}]) END AS f FROM _events)"
     )
 

@@ -21,6 +21,7 @@ Errors::
     └── SchemaMismatch          the file was made by another version: rebuild it
 """
 
+import bisect
 import contextlib
 import threading
 from collections.abc import Iterator, Sequence
@@ -29,22 +30,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import msgspec
 import pyarrow as pa
 
 from events import (
-    GpuOomRefused,
     GpuUsageSampled,
     PolicySet,
     SessionRequested,
     decode,
-    encode,
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
-from services.ports import Malformed, Record, record_of
+from services.ports import Malformed, Record, records_of
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -74,16 +74,12 @@ class SchemaMismatch(ProjectionError):
     """The database was written by another schema version; rebuild it."""
 
 
-def _payload(r: Record) -> bytes:
-    """What the events table keeps: the event's canonical JSON, or the bytes that are none.
-
-    Canonical, not as logged: DuckDB reads the audit columns from these bytes, and a
-    producer's own JSON (a key twice, say) could make it read other values than the fold
-    decoded.
-    """
-    if isinstance(r.event, Malformed):
-        return r.event.payload
-    return encode(r.event)
+# What the events table keeps of an event: its canonical JSON, not the bytes as logged.
+# DuckDB reads the audit columns from these bytes, and a producer's own JSON (a key twice,
+# say) could make it read other values than the fold decoded.
+_encode = msgspec.json.Encoder().encode
+# Records whose rows are more than their audit row and what the fold marks as changed.
+_APART = frozenset({Malformed, GpuUsageSampled, PolicySet})
 
 
 def _connect(path: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -195,13 +191,11 @@ class ProjectionStore:
     def decode(
         self, seqs: Sequence[int], subjects: Sequence[str], payloads: Sequence[bytes]
     ) -> list[Record]:
-        """Records of stored messages not yet folded."""
-        last = self.state.last_seq
-        return [
-            record_of(seq, subject, payload)
-            for seq, subject, payload in zip(seqs, subjects, payloads, strict=True)
-            if seq > last
-        ]
+        """Records of stored messages not yet folded (``seqs`` ascending, as stored)."""
+        start = bisect.bisect_right(seqs, self.state.last_seq)
+        if start:
+            seqs, subjects, payloads = seqs[start:], subjects[start:], payloads[start:]
+        return records_of(seqs, subjects, payloads)
 
     def apply(self, records: Sequence[Record]) -> int:
         """Fold ``records`` and write what they changed, with the new ``last_seq``, at once.
@@ -230,52 +224,53 @@ class ProjectionStore:
         fresh = [r for r in records if r.seq > before]
         if not fresh:
             return None
-        errors: list[str | None] = []
+        errors: dict[int, str] = {}  # seq -> why the fold refused it
         snapshots: list[tuple[int, bytes]] = []
-        touched: dict[str, None] = {}
-        policy_owners: dict[str, None] = {}
-        samples: list[tuple[int, GpuUsageSampled]] = []
         every = self.snapshot_every
         # A snapshot at each multiple of ``every``: the state after the last record at or
         # below it, taken once a record beyond it shows that nothing else is coming.
         boundary = -(-before // every) * every  # the first multiple at or above last_seq
         malformed = s.malformed
         for r in fresh:
-            if r.seq > boundary:
+            seq = r.seq
+            if seq > boundary:
                 if s.last_seq > 0:
                     snapshots.append((s.last_seq, encode_state(s)))
-                boundary = -(-r.seq // every) * every
+                boundary = -(-seq // every) * every
             evolve(s, r)
+            # Read now: a later PayloadRejected takes the entry away again.
+            if seq in malformed:
+                errors[seq] = malformed[seq][1]
+        payloads = [_encode(r.event) for r in fresh]  # Malformed ones are mended below
+        kinds: list[str | None] = [None] * len(fresh)  # the payload says, but for these
+        samples: list[tuple[int, GpuUsageSampled]] = []
+        policy_owners: dict[str, None] = {}
+        # The few records the tables treat apart; every other changes only what the fold
+        # marks as changed.
+        for i, r in [(i, r) for i, r in enumerate(fresh) if type(r.event) in _APART]:
             e = r.event
-            # ``type(e) is`` first: a third of an isinstance against a msgspec class, and
-            # most records are none of these (isinstance then only narrows the type).
-            kind = type(e)
-            if kind is Malformed and isinstance(e, Malformed):
-                errors.append(e.error)
-                continue
-            problem = malformed.get(r.seq)
-            errors.append(problem[1] if problem is not None else None)
-            if kind is GpuUsageSampled and isinstance(e, GpuUsageSampled):
+            if isinstance(e, Malformed):
+                kinds[i] = "malformed"
+                payloads[i] = e.payload
+            elif isinstance(e, GpuUsageSampled):
                 samples.append((r.seq, e))
-                continue  # a measurement: it changes no session
-            if kind is GpuOomRefused:
-                continue
-            sid = getattr(e, "session_id", None)
-            if sid is not None:
-                touched[sid] = None
-            if kind is PolicySet and isinstance(e, PolicySet):
+            elif isinstance(e, PolicySet):
                 policy_owners[e.owner] = None
-        for sid in s.changed:
-            touched[sid] = None
         views = [
-            v for sid in touched if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
+            v for sid in s.changed if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
         ]
         agent_ids = dict(s.changed_agents)
         for v in views:
             if v.agent_id is not None:
                 agent_ids[v.agent_id] = None
         tables = {
-            "events": rows.event_table(fresh, [_payload(r) for r in fresh], errors),
+            "events": rows.event_table(
+                [r.seq for r in fresh],
+                [r.subject for r in fresh],
+                kinds,
+                [errors.get(r.seq) for r in fresh] if errors else [None] * len(fresh),
+                payloads,
+            ),
             "sessions": rows.session_table(views),
             "session_history": rows.history_table(views, before),
             # A policy on the wrong subject names its owner but changes nothing (the fold

@@ -185,6 +185,7 @@ def _queued(s: ClusterState, seq: int, e: SessionQueued) -> None:
     if v is None or v.status is not S.PENDING or v.waiting is not None:
         return
     v.waiting = e.reason
+    s.changed[v.session_id] = None
 
 
 def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
