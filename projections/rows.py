@@ -64,7 +64,11 @@ def event_table(
 
 def session_table(views: Iterable[SessionView]) -> pa.Table:
     vs = list(views)
-    stamps: list[dict[str, datetime]] = [{_STAMP[t.status]: t.at for t in v.history} for v in vs]
+    # One pass over the transitions; a later one of the same column wins.
+    stamps: dict[str, list[datetime | None]] = {name: [None] * len(vs) for name in _STAMP_COLUMNS}
+    for i, v in enumerate(vs):
+        for t in v.history:
+            stamps[_STAMP[t.status]][i] = t.at
     cols: dict[str, list[Any]] = {
         "session_id": [v.session_id for v in vs],
         "name": [v.name for v in vs],
@@ -91,8 +95,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "arrival_seq": [v.arrival_seq for v in vs],
         "last_seq": [v.history[-1].seq if v.history else v.arrival_seq for v in vs],
     }
-    for name in _STAMP_COLUMNS:
-        cols[name] = [st.get(name) for st in stamps]
+    cols.update(stamps)
     return pa.table(cols, schema=ROWS["sessions"])
 
 

@@ -13,6 +13,8 @@ and one rebuilt in one go store the same bytes.
 """
 
 from datetime import UTC, datetime
+from functools import partial
+from operator import is_not
 
 import msgspec
 
@@ -100,7 +102,10 @@ def is_stub(v: SessionView) -> bool:
 
 def live_sessions(s: ClusterState) -> list[SessionView]:
     """Sessions that have not ended, in arrival order."""
-    live = [v for v in s.sessions.values() if v.status not in ENDED]
+    # Stubs, most of a long log's sessions, are skipped by identity in C (``filter``): the
+    # status test then runs only on the few hundred others.
+    others = filter(partial(is_not, ENDED_STUB), s.sessions.values())
+    live = [v for v in others if v.status not in ENDED]
     live.sort(key=lambda v: v.arrival_seq)
     return live
 
