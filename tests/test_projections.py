@@ -53,7 +53,7 @@ from projections.snapshot import decode_state, encode_state
 from projections.store import ProjectionError, ProjectionStore
 from services.adapters.jetstream import JetStreamLog
 from services.domain.state import ClusterState, fold
-from services.ports import Malformed, Record, record_of
+from services.ports import Malformed, Record, record_of, records_of
 from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -284,6 +284,23 @@ def test_batches_restarts_and_redelivery_change_nothing(
     assert _session_rows(store) == _fold_rows(truth)
     store.close()
     assert differences(tmp / "one.duckdb", tmp / "batched.duckdb") == {}
+
+
+@settings(max_examples=30, deadline=None)
+@given(log=logs(), applied=st.integers(0, 80))
+def test_a_bulk_batch_decodes_as_its_messages_one_by_one(log: list[Raw], applied: int) -> None:
+    """``records_of`` (one comprehension, message by message only on a failure) gives what
+    ``record_of`` gives for each message, malformed ones included; ``decode`` leaves out
+    what the store has folded already."""
+    seqs = list(range(1, len(log) + 1))
+    subjects = [subject for subject, _ in log]
+    payloads = [payload for _, payload in log]
+    one_by_one = [record_of(q, s, p) for q, s, p in zip(seqs, subjects, payloads, strict=True)]
+    assert records_of(seqs, subjects, payloads) == one_by_one
+    store = ProjectionStore(":memory:")
+    store.state.last_seq = applied
+    assert store.decode(seqs, subjects, payloads) == one_by_one[applied:]
+    store.close()
 
 
 @settings(max_examples=15, deadline=None)
