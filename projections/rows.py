@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from events import GpuUsageSampled, PolicySet
 from projections.schema import ROWS
-from services.domain.state import AgentView, SessionView
+from services.domain.state import AgentView, SessionView, Transition
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 
 __all__ = [
@@ -44,9 +44,10 @@ _STAMP_COLUMNS = tuple(dict.fromkeys(_STAMP.values()))
 _encode = msgspec.json.Encoder().encode
 
 
-def _json(value: object) -> str:
-    """A list column as the JSON text the table stores (``schema.ROWS``)."""
-    return _encode(value).decode()
+def _json(value: object) -> bytes:
+    """A list column as the JSON text the table stores (``schema.ROWS``); Arrow takes the
+    UTF-8 bytes for text as they are."""
+    return _encode(value)
 
 
 def event_table(
@@ -74,7 +75,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "name": [v.name for v in vs],
         "owner": [v.owner for v in vs],
         "image": [v.image for v in vs],
-        "command": [_json(v.command) for v in vs],
+        "command": [_encode(v.command) for v in vs],
         "priority": [v.priority for v in vs],
         "status": [v.status for v in vs],
         "req_cpu": [v.slots.cpu for v in vs],
@@ -83,7 +84,8 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "holds_allocation": [v.status in HOLDS_ALLOCATION for v in vs],
         "agent_id": [v.agent_id for v in vs],
         "devices": [
-            _json([{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices]) for v in vs
+            _encode(v.devices)
+            for v in vs  # DevicePlacement: {"gpu_index": .., "fgpu": ..}
         ],
         "container_id": [v.container_id for v in vs],
         "exit_code": [v.exit_code for v in vs],
@@ -101,14 +103,22 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
 
 def history_table(views: Iterable[SessionView], after_seq: int) -> pa.Table:
     """The transitions of ``views`` made by records after ``after_seq``."""
-    new = [(v.session_id, t) for v in views for t in v.history if t.seq > after_seq]
+    sids: list[str] = []
+    new: list[Transition] = []
+    for v in views:
+        # A history is in sequence order: most are new from their first transition on.
+        h = v.history
+        if h and h[0].seq <= after_seq:
+            h = [t for t in h if t.seq > after_seq]
+        new += h
+        sids += [v.session_id] * len(h)
     return pa.table(
         {
-            "session_id": [sid for sid, _ in new],
-            "seq": [t.seq for _, t in new],
-            "happened_at": [t.at for _, t in new],
-            "status": [t.status for _, t in new],  # a StrEnum: its members are the text
-            "event_id": [t.event_id for _, t in new],
+            "session_id": sids,
+            "seq": [t.seq for t in new],
+            "happened_at": [t.at for t in new],
+            "status": [t.status for t in new],  # a StrEnum: its members are the text
+            "event_id": [t.event_id for t in new],
         },
         schema=ROWS["session_history"],
     )
