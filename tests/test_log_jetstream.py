@@ -1,16 +1,19 @@
 """JetStreamLog passes the EventLog contract against a real nats-server."""
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import anyio
+import anyio.abc
 import pytest
 from log_contract import EventLogContract, PublishRaw
 
 from events import subjects as subj
 from services.adapters import raw_reader
 from services.adapters.jetstream import JetStreamLog
-from services.ports import LogError
+from services.ports import LogError, RawBatch
 
 
 class TestJetStreamLog(EventLogContract):
@@ -100,3 +103,150 @@ async def test_a_slow_raw_reader_of_large_messages_is_not_cut_off(log: JetStream
         assert all(p == payload for p in payloads)
         await anyio.sleep(1.0)  # a caller folding the batch: the server keeps sending
     assert count == 600
+
+
+# A scripted server: what a raw read must make of the protocol, byte for byte, whether
+# the line is of the usual form (read by one pattern) or not (read by the general path).
+
+
+def _msg(subject: str, seq: int, payload: bytes, *, header: bytes = b"", reply: str = "") -> bytes:
+    """A message as the server delivers one of consumer C of stream S."""
+    reply = reply or f"$JS.ACK.S.C.1.{seq}.{seq}.1700000000000000000.0"
+    if not header:
+        return b"MSG %s 1 %s %d\r\n%s\r\n" % (
+            subject.encode(),
+            reply.encode(),
+            len(payload),
+            payload,
+        )
+    block = b"NATS/1.0\r\n%s\r\n\r\n" % header
+    line = b"HMSG %s 1 %s %d %d\r\n" % (
+        subject.encode(),
+        reply.encode(),
+        len(block),
+        len(block) + len(payload),
+    )
+    return line + block + payload + b"\r\n"
+
+
+@dataclass
+class _Server:
+    port: int
+    answered: anyio.Event = field(default_factory=anyio.Event)  # all sent, every PING answered
+    hung_up: anyio.Event = field(default_factory=anyio.Event)
+
+
+@contextlib.asynccontextmanager
+async def _scripted_nats(parts: list[bytes]) -> AsyncIterator[_Server]:
+    """A server on a free port that sends INFO, then each part of ``parts``: the next only
+    once the client has answered the PING in the one before, so that the client has read
+    that part (up to its PING at least) before the next arrives."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    server = _Server(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+    async def serve(client: anyio.abc.SocketStream) -> None:
+        async with client:
+            await client.send(b'INFO {"max_payload":1048576}\r\n')
+            received = b""
+            for i, part in enumerate(parts):
+                if part:
+                    await client.send(part)
+                while i + 1 < len(parts) and received.count(b"PONG\r\n") < i + 1:
+                    received += await client.receive()
+            server.answered.set()
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    await client.receive()
+            server.hung_up.set()
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        yield server
+        tg.cancel_scope.cancel()
+
+
+def _read(in_child: bool, port: int, *, end: int = 9) -> AsyncIterator[RawBatch]:
+    src = raw_reader.Source(
+        host="127.0.0.1", port=port, stream="S", consumer="C", after=2, end=end, batch=2
+    )
+    return raw_reader.read_in_child(src) if in_child else raw_reader.read_stored(src)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+async def test_a_raw_read_parses_every_form_of_the_protocol(in_child: bool) -> None:
+    """Lines and payloads cut across reads, a PING, a status, headers, an empty payload,
+    a payload that looks like the protocol, a reply of another form, a message stored
+    after the end: every message up to the end comes back as it was stored."""
+    tricky = _msg("fgpu.x", 9, b"hello")
+    stored = [
+        _msg("fgpu.a", 3, b'{"n":3}'),
+        _msg("fgpu.b", 4, b"", header=b"Nats-Msg-Id: id-4"),
+        _msg("fgpu.c", 5, b"\r\n" + tricky + b"PING\r\n"),
+        _msg("fgpu.d", 6, b"{}", reply="$JS.ACK.S.OTHER.1.6.6.1700000000000000000.0"),
+        _msg("fgpu.e", 7, bytes(range(256)) * 4, header=b"Nats-Msg-Id: id-7"),
+        _msg("fgpu.f", 8, b"[]"),
+        _msg("fgpu.g", 10, b"stored after the read began"),
+    ]
+    block = b"NATS/1.0 408 Request Timeout\r\n\r\n"
+    status = b"HMSG _INBOX.C 1 %d %d\r\n%s\r\n" % (len(block), len(block), block)
+    parts = [
+        stored[0] + stored[1] + b"PING\r\n" + stored[2][:20],
+        stored[2][20:] + status + stored[3] + b"PING\r\n" + stored[4][:-100],
+        stored[4][-100:] + stored[5] + stored[6],
+    ]
+    got: list[tuple[int, str, bytes]] = []
+    with anyio.fail_after(30):
+        async with _scripted_nats(parts) as server:
+            async for seqs, subjects, payloads in _read(in_child, server.port):
+                assert len(seqs) <= 2
+                got += zip(seqs, subjects, payloads, strict=True)
+    assert got == [
+        (3, "fgpu.a", b'{"n":3}'),
+        (4, "fgpu.b", b""),
+        (5, "fgpu.c", b"\r\n" + tricky + b"PING\r\n"),
+        (6, "fgpu.d", b"{}"),
+        (7, "fgpu.e", bytes(range(256)) * 4),
+        (8, "fgpu.f", b"[]"),
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (b"-ERR 'Authorization Violation'\r\n", "NATS refused a raw read"),
+        (b"MSG fgpu.a 1\r\nx\r\n", "unexpected answer from the server"),
+        (b"MSG fgpu.a 1 $JS.ACK.S.C.1.3.3.0.0 many\r\n", "unexpected answer from the server"),
+    ],
+    ids=["refused", "short-line", "no-length"],
+)
+async def test_a_raw_read_raises_log_error_on_a_refusal_or_garbage(
+    in_child: bool, answer: bytes, error: str
+) -> None:
+    with anyio.fail_after(30):
+        async with _scripted_nats([_msg("fgpu.a", 3, b"{}") + answer]) as server:
+            with pytest.raises(LogError, match=error):
+                async for _ in _read(in_child, server.port):
+                    pass
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_raw_read_in_a_child_process_stops_the_child() -> None:
+    """The child waits on the server for more when the read is cancelled: the read ends
+    at once, and the child with it (the server sees it hang up)."""
+    with anyio.fail_after(30):
+        async with _scripted_nats([_msg("fgpu.a", 3, b"{}") + b"PING\r\n", b""]) as server:
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+
+                    async def cancel_once_waiting() -> None:
+                        await server.answered.wait()
+                        scope.cancel()
+
+                    tg.start_soon(cancel_once_waiting)
+                    async for _ in _read(True, server.port):
+                        pytest.fail("a batch of 2 came with 1 message sent")
+            assert scope.cancelled_caught
+            await server.hung_up.wait()

@@ -5,25 +5,29 @@ acks) on a socket of its own and parses the protocol itself, so a message costs 
 slices instead of a client object, a task switch and a decode.
 
 ``read_in_child`` runs the same reader in a child process and receives its batches as a
-few large blobs: the replaying process then spends well under a microsecond a message
-on reading, where parsing costs it several and holds the GIL that its fold needs (a
+few large blobs, read in a worker thread that lets go of the GIL while it waits and
+copies: the replaying process then spends well under a microsecond a message on
+reading, where parsing costs it several and holds the GIL that its fold needs (a
 rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader`` with
 the Source as JSON on its standard input, the child writes frames to its standard output
 (``_encode``).
 """
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import struct
+import subprocess
 import sys
 from array import array
 from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass
-from typing import Any
+from itertools import accumulate, pairwise
+from typing import IO, Any
 
 import anyio
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from services.ports import LogError, RawBatch
 
@@ -53,14 +57,33 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
 
     Raises LogError if the server cannot be reached, refuses, or hangs up.
     """
+    async with contextlib.aclosing(_read(src)) as batches:
+        async for seqs, names, payloads in batches:
+            yield seqs, _subjects(b"\n".join(names), len(seqs)), payloads
+
+
+def _subjects(names: bytes, count: int) -> list[str]:
+    """``count`` subjects joined by newlines, split. Raises LogError if one is not UTF-8
+    or holds a newline."""
+    try:
+        subjects = names.decode().split("\n")
+    except UnicodeDecodeError as e:
+        raise LogError(f"raw read: unexpected answer from the server: {e!r}") from e
+    if len(subjects) != count:
+        raise LogError("raw read: unexpected answer from the server: a subject with a newline")
+    return subjects
+
+
+async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], list[bytes]], None]:
+    """``read_stored(src)`` with the subjects undecoded, as the child sends them."""
     if src.end <= src.after:
         return
     inbox = f"_INBOX.{src.consumer}".encode()
-    subject = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
+    next_msg = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
 
     def pull(n: int) -> bytes:
         request = json.dumps({"batch": n, "expires": 30_000_000_000}).encode()
-        return b"PUB %s %s %d\r\n%s\r\n" % (subject, inbox, len(request), request)
+        return b"PUB %s %s %d\r\n%s\r\n" % (next_msg, inbox, len(request), request)
 
     def pull_size() -> int:
         # Two pulls in flight, sized by the payloads seen so far, bound what the server
@@ -72,6 +95,16 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         average = (got_bytes // got) if got else largest
         return max(1, min(src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
 
+    # The usual line, the header of a message with a reply from this read's consumer, is
+    # read by one match instead of a split. Groups: H, subject, stream sequence (the
+    # fourth field of the reply from its end, as the general path takes it), header
+    # bytes (HMSG only), bytes. Its fields hold no whitespace, so the line ends at the
+    # first CRLF and splits into these fields: both paths read it alike. Any other line
+    # (a PING, an error, a status, a line not yet whole) takes the general path.
+    reply = re.escape(f"$JS.ACK.{src.stream}.{src.consumer}.".encode())
+    message = re.compile(
+        rb"(H)?MSG (\S+) \S+ " + reply + rb"\d+\.(\d+)\.\d+\.\d+\.\d+ (?(1)(\d+) )(\d+)\r\n"
+    ).match
     got = got_bytes = 0
     largest = 1 << 20
     batch, end = src.batch, src.end
@@ -94,7 +127,7 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         await writer.drain()
         pending = 2 * first  # messages asked for and not yet received
         seqs: list[int] = []
-        subjects: list[str] = []
+        subjects: list[bytes] = []
         payloads: list[bytes] = []
         buf = b""
         seq = src.after
@@ -106,36 +139,49 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
             pos = 0
             size = len(buf)
             while seq < end:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
-                head = buf[pos:eol]
-                kind = head[:1]
-                if kind in (b"H", b"M"):
-                    # MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes
-                    parts = head.split(b" ")
-                    total = int(parts[-1])
-                    if eol + 4 + total > size:
-                        break
-                    start = eol + 2
-                    pos = start + total + 2
-                    if kind == b"M" or len(parts) == 6:
-                        skip = 0 if kind == b"M" else int(parts[4])  # the headers
-                        seq = int(parts[3].rsplit(b".", 4)[1])
-                        seqs.append(seq)
-                        subjects.append(parts[1].decode())
-                        payloads.append(buf[start + skip : start + total])
-                        pending -= 1
-                        got += 1
-                        got_bytes += total
-                    else:  # a status, no reply: the pull expired or ended short; ask afresh
-                        pending = 0
+                m = message(buf, pos)
+                if m is not None:  # the usual line, whole: read without a split
+                    _, name, stream_seq, skip, total = m.groups()
+                    start = m.end()
                 else:
-                    pos = eol + 2
-                    if head == b"PING":
-                        writer.write(b"PONG\r\n")
-                    elif head[:4] == b"-ERR":
-                        raise LogError(f"NATS refused a raw read: {head.decode()}")
+                    eol = buf.find(b"\r\n", pos)
+                    if eol < 0:
+                        break
+                    head = buf[pos:eol]
+                    kind = head[:1]
+                    if kind not in (b"H", b"M"):
+                        pos = eol + 2
+                        if head == b"PING":
+                            writer.write(b"PONG\r\n")
+                        elif head[:4] == b"-ERR":
+                            raise LogError(f"NATS refused a raw read: {head.decode()}")
+                        continue  # not a message: pending is unchanged, no pull is due
+                    # MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes;
+                    # a status has no reply: HMSG subject sid header-bytes bytes
+                    parts = head.split(b" ")
+                    total = parts[-1]
+                    start = eol + 2
+                    if kind == b"M" or len(parts) == 6:
+                        name = parts[1]
+                        stream_seq = parts[3].rsplit(b".", 4)[1]
+                        skip = None if kind == b"M" else parts[4]
+                    else:
+                        stream_seq = None
+                length = int(total)
+                stop = start + length
+                if stop + 2 > size:
+                    break
+                pos = stop + 2
+                if stream_seq is None:  # a status: the pull expired or ended short; ask afresh
+                    pending = 0
+                else:
+                    seq = int(stream_seq)
+                    seqs.append(seq)
+                    subjects.append(name)
+                    payloads.append(buf[start + int(skip) : stop] if skip else buf[start:stop])
+                    pending -= 1
+                    got += 1
+                    got_bytes += length
                 if pending <= first and seq < end:
                     first = pull_size()
                     writer.write(pull(first))
@@ -154,74 +200,100 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
         writer.close()
 
 
-# A frame: kind (b"B" batch, b"E" error, b"Z" the end), message count, then two lengths in
-# bytes. A batch's body: the sequences (int64), the payloads' end offsets (uint64), the
-# subjects joined by newlines (a subject holds no whitespace), the payloads end to end.
-# Native byte order: both ends of the pipe run on one machine.
-_HEAD = struct.Struct("=cQQQ")
+# A frame: a head (kind: b"B" batch, b"E" error, b"Z" the end; a message count; the size
+# of the rest), then the rest. An error's rest is its message. A batch's rest: the
+# sequences (int64), then count + 1 offsets (uint64) in the rest, then the subjects joined
+# by newlines (a subject holds no whitespace) up to the first offset, then the payloads end
+# to end, payload i from offset i to offset i + 1. Native byte order: both ends of the
+# pipe run on one machine.
+_HEAD = struct.Struct("=cQQ")
 
 
-def _encode(seqs: list[int], subjects: list[str], payloads: list[bytes]) -> list[bytes]:
-    ends = array("Q")
-    offset = 0
-    for p in payloads:
-        offset += len(p)
-        ends.append(offset)
-    names = "\n".join(subjects).encode()
+def _encode(seqs: list[int], subjects: list[bytes], payloads: list[bytes]) -> list[bytes]:
+    """A batch's frame, in pieces to write one after the other."""
+    names = b"\n".join(subjects)
+    offsets = array("Q", accumulate(map(len, payloads), initial=16 * len(seqs) + 8 + len(names)))
     body = b"".join(payloads)
-    head = _HEAD.pack(b"B", len(seqs), len(names), len(body))
-    return [head, array("q", seqs).tobytes(), ends.tobytes(), names, body]
+    head = _HEAD.pack(b"B", len(seqs), offsets[-1])
+    return [head, array("q", seqs).tobytes(), offsets.tobytes(), names, body]
 
 
-def _decode(count: int, fixed: bytes, names: bytes, body: bytes) -> RawBatch:
-    seqs = array("q")
-    seqs.frombytes(fixed[: 8 * count])
-    ends = array("Q")
-    ends.frombytes(fixed[8 * count :])
-    starts = [0, *ends[:-1]]
-    return (
-        seqs.tolist(),
-        names.decode().split("\n"),
-        [body[a:b] for a, b in zip(starts, ends, strict=True)],
-    )
+def _decode(count: int, rest: bytes) -> RawBatch:
+    """The batch of ``count`` messages in a frame's rest. Raises LogError as _subjects."""
+    fixed = 8 * count
+    with memoryview(rest) as view:
+        seqs = view[:fixed].cast("q").tolist()
+        offsets = view[fixed : 2 * fixed + 8].cast("Q").tolist()
+    names = _subjects(rest[2 * fixed + 8 : offsets[0]], count)
+    return seqs, names, [rest[a:b] for a, b in pairwise(offsets)]
+
+
+def _receive(frames: IO[bytes]) -> RawBatch | None:
+    """The next batch the child wrote, or None after its last. Raises LogError if it
+    reported one, wrote something other than frames, or ended without its last frame.
+
+    Blocking: run in a worker thread, where the reads into the batch's bytes (the bulk of
+    the work) let go of the GIL.
+    """
+    head = frames.read(_HEAD.size)
+    if len(head) == _HEAD.size:
+        kind, count, size = _HEAD.unpack(head)
+        if kind == b"Z":
+            return None
+        if kind not in (b"B", b"E"):
+            raise LogError(f"the raw reader's process wrote a frame of kind {kind!r}")
+        rest = frames.read(size)  # one bytes object, read into in place: no further copy
+        if len(rest) == size:
+            if kind == b"E":
+                raise LogError(rest.decode())
+            return _decode(count, rest)
+    raise LogError("the raw reader's process ended before its last frame")
+
+
+def _reap(child: subprocess.Popen[bytes], frames: IO[bytes]) -> int:
+    """The child's exit status, once it has exited (killed after 10 s), its pipe closed."""
+    try:
+        return child.wait(10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
+    finally:
+        frames.close()  # after a read abandoned in a worker thread, which the exit ended
 
 
 async def read_in_child(src: Source) -> AsyncGenerator[RawBatch, None]:
     """``read_stored(src)``, run in a child process. Raises LogError as it does."""
     if src.end <= src.after:
         return
-    # The source (a password, maybe) goes on the child's standard input, not its command
-    # line, which every local user can read.
     command = [sys.executable, "-m", "services.adapters.raw_reader"]
-    async with await anyio.open_process(command, stderr=None) as child:
-        assert child.stdin is not None and child.stdout is not None
-        await child.stdin.send(json.dumps(asdict(src)).encode())
-        await child.stdin.aclose()
-        frames = BufferedByteReceiveStream(child.stdout)
-        ended = False
-        try:
-            while True:
-                kind, count, names_len, body_len = _HEAD.unpack(
-                    await frames.receive_exactly(_HEAD.size)
-                )
-                if kind == b"Z":
-                    ended = True
-                    break
-                if kind == b"E":
-                    raise LogError((await frames.receive_exactly(names_len)).decode())
-                if kind != b"B":
-                    raise LogError(f"the raw reader's process wrote a frame of kind {kind!r}")
-                fixed = await frames.receive_exactly(16 * count)
-                names = await frames.receive_exactly(names_len)
-                body = await frames.receive_exactly(body_len) if body_len else b""
-                yield _decode(count, fixed, names, body)
-        except anyio.IncompleteRead as e:
-            raise LogError("the raw reader's process ended before its last frame") from e
-        finally:
-            if not ended and child.returncode is None:
-                child.kill()  # stopped early: by an error, a cancellation or the caller
-        with anyio.fail_after(10):
-            status = await child.wait()
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    # Shielded: a cancellation then comes inside the try below, which reaps the child.
+    with anyio.CancelScope(shield=True):
+        child = await anyio.to_thread.run_sync(spawn)
+    assert child.stdin is not None and child.stdout is not None
+    frames = child.stdout
+    ended = False
+    try:
+        # The source (a password, maybe) goes on the child's standard input, not its
+        # command line, which every local user can read; far less than a pipe holds, it
+        # is written without blocking. A child gone already says so by its missing frames.
+        with contextlib.suppress(BrokenPipeError), child.stdin:
+            child.stdin.write(json.dumps(asdict(src)).encode())
+        while True:
+            # Abandoned on cancellation: the child is killed below, which ends the read.
+            batch = await anyio.to_thread.run_sync(_receive, frames, abandon_on_cancel=True)
+            if batch is None:
+                ended = True
+                break
+            yield batch
+    finally:
+        if not ended:
+            child.kill()  # stopped early: by an error, a cancellation or the caller
+        with anyio.CancelScope(shield=True):
+            status = await anyio.to_thread.run_sync(_reap, child, frames)
     if status != 0:
         raise LogError(f"the raw reader's process failed (exit status {status})")
 
@@ -234,11 +306,11 @@ def _child() -> None:
     os.dup2(2, 1)
 
     def frame(kind: bytes, message: bytes) -> None:
-        out.write(_HEAD.pack(kind, 0, len(message), 0) + message)
+        out.write(_HEAD.pack(kind, 0, len(message)) + message)
         out.flush()
 
     async def run() -> None:
-        async for seqs, subjects, payloads in read_stored(src):
+        async for seqs, subjects, payloads in _read(src):
             # Blocking writes: the parent reading them is all the back-pressure needed.
             out.writelines(_encode(seqs, subjects, payloads))
             out.flush()
