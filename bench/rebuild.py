@@ -290,7 +290,6 @@ async def stage_costs(events: JetStreamLog, work: Path, n: int) -> dict[str, flo
     thread (the rebuild overlaps them): the first ``n`` events, into a throwaway store."""
     batches = [b async for b in events.read_raw(0, until=n, batch=50_000)]
     store = ProjectionStore(work / "stages.duckdb")
-    store.con.execute("SET checkpoint_threshold = '8GB'")
     spent = dict.fromkeys(("decode", "fold_and_rows", "duckdb_write", "checkpoint"), 0.0)
     try:
         for raw in batches:

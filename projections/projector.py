@@ -232,9 +232,10 @@ async def rebuild(
     await anyio.to_thread.run_sync(_prepare, target, tmp)
     kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
     store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
-    # The new file is thrown away if the rebuild fails: let its write-ahead log grow and
-    # compress everything once, at the end, rather than at every 16 MB of it.
-    await anyio.to_thread.run_sync(store.con.execute, "SET checkpoint_threshold = '8GB'")
+    # DuckDB's own checkpoints, every 16 MB of write-ahead log, are kept: letting the log
+    # grow and compressing everything once at the end was tried, and is slower (49-53k
+    # against 59-65k events/s on 1M events): each byte is then written twice, the
+    # second time after the fold has finished.
     try:
         t0 = time.perf_counter()
         applied = await Projector(events, store, batch=batch).catch_up()
