@@ -280,7 +280,7 @@ async def raw_ordered_replay(events: JetStreamLog, n: int) -> float:
 async def bulk_read(events: JetStreamLog) -> float:
     t0 = time.perf_counter()
     n = 0
-    async for seqs, _, _ in events.read_raw(0):
+    async for seqs, *_ in events.read_raw(0):
         n += len(seqs)
     return n / (time.perf_counter() - t0)
 
@@ -294,9 +294,9 @@ async def stage_costs(events: JetStreamLog, work: Path, n: int) -> dict[str, flo
     try:
         for raw in batches:
             t0 = time.perf_counter()
-            records = store.decode(*raw)
+            records = store.decode(raw.seqs, raw.subjects, raw.payloads)
             t1 = time.perf_counter()
-            batch = store.prepare(records)
+            batch = store.prepare(records, raw)
             t2 = time.perf_counter()
             if batch is not None:
                 store.write(batch)

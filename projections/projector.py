@@ -120,7 +120,7 @@ class Projector:
                     await raws.send(raw)
 
         def prepare(raw: RawBatch) -> Batch | None:
-            return self.store.prepare(self.store.decode(*raw))
+            return self.store.prepare(self.store.decode(raw.seqs, raw.subjects, raw.payloads), raw)
 
         async def fold() -> None:
             async with batches:

@@ -21,6 +21,7 @@ __all__ = [
     "agent_table",
     "event_table",
     "history_table",
+    "packed",
     "policy_table",
     "session_table",
     "snapshot_table",
@@ -55,12 +56,28 @@ def event_table(
     subjects: Sequence[str],
     kinds: Sequence[str | None],
     errors: Sequence[str | None],
-    payloads: Sequence[bytes],
+    payloads: "Sequence[bytes] | pa.Array[Any]",
 ) -> pa.Table:
     """The audit rows of a batch as far as Python builds them (``schema.ROWS``): DuckDB
     reads the rest from ``payloads``, their JSON. ``kinds``: None where the payload's tag
     says the type ("malformed" where it is no event); ``errors``: the fold's verdicts."""
     return pa.table([seqs, subjects, kinds, errors, payloads], schema=ROWS["events"])
+
+
+def packed(body: bytes, offsets: bytes, count: int) -> "pa.Array[Any]":
+    """The ``count`` values stored end to end in ``body``, value i from ``offsets[i]`` to
+    ``offsets[i + 1]`` (native int64s), as a binary column that shares ``body``'s memory.
+
+    Raises ValueError if the offsets do not describe ``count`` values within ``body``.
+    """
+    column = pa.Array.from_buffers(
+        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
+    )
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"packed values out of bounds: {e}") from e
+    return column
 
 
 def session_table(views: Iterable[SessionView]) -> pa.Table:

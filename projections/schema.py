@@ -217,7 +217,13 @@ _AUDIT_READ = {  # column -> where in the payload (the first found)
 # The shapes of the rows a batch hands to DuckDB (``projections.rows``).
 ROWS: dict[str, pa.Schema] = {
     **_STORED_ROWS,
-    "events": pa.schema([ARROW["events"].field(c) for c in _AUDIT_BUILT]),
+    # The payloads as large binary: a bulk batch's arrive end to end with int64 offsets.
+    "events": pa.schema(
+        [
+            pa.field(c, pa.large_binary()) if c == "payload" else ARROW["events"].field(c)
+            for c in _AUDIT_BUILT
+        ]
+    ),
 }
 
 

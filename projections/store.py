@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import msgspec
@@ -44,7 +45,7 @@ from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
-from services.ports import Malformed, Record, records_of
+from services.ports import Malformed, RawBatch, Record, records_of
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -212,12 +213,14 @@ class ProjectionStore:
                 raise
         return self.committed
 
-    def prepare(self, records: Sequence[Record]) -> "Batch | None":
+    def prepare(self, records: Sequence[Record], raw: RawBatch | None = None) -> "Batch | None":
         """Fold ``records`` (those not folded yet) and turn what they changed into rows.
 
         The first half of ``apply``, pure Python: a bulk reader may prepare the next batch
         while ``write`` has DuckDB store this one. Prepared batches must be written in
         order; if one fails, call ``recover`` before preparing again. None: nothing new.
+        ``raw``: the bulk batch ``records`` were decoded from (``decode``), whose canonical
+        payloads the events rows then take as they are instead of encoding each event.
         """
         s = self.state
         before = s.last_seq
@@ -241,8 +244,8 @@ class ProjectionStore:
             # Read now: a later PayloadRejected takes the entry away again.
             if seq in malformed:
                 errors[seq] = malformed[seq][1]
-        payloads = [_encode(r.event) for r in fresh]  # Malformed ones are mended below
         kinds: list[str | None] = [None] * len(fresh)  # the payload says, but for these
+        stubs: dict[int, bytes] = {}  # what is kept of the malformed ones' payloads
         samples: list[tuple[int, GpuUsageSampled]] = []
         policy_owners: dict[str, None] = {}
         # The few records the tables treat apart; every other changes only what the fold
@@ -251,7 +254,7 @@ class ProjectionStore:
             e = r.event
             if isinstance(e, Malformed):
                 kinds[i] = "malformed"
-                payloads[i] = e.payload
+                stubs[i] = e.payload
             elif isinstance(e, GpuUsageSampled):
                 samples.append((r.seq, e))
             elif isinstance(e, PolicySet):
@@ -269,7 +272,7 @@ class ProjectionStore:
                 [r.subject for r in fresh],
                 kinds,
                 [errors.get(r.seq) for r in fresh] if errors else [None] * len(fresh),
-                payloads,
+                _payloads(fresh, raw, stubs),
             ),
             "sessions": rows.session_table(views),
             "session_history": rows.history_table(views, before),
@@ -319,6 +322,22 @@ class ProjectionStore:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute("ROLLBACK")
             raise
+
+
+def _payloads(
+    fresh: list[Record], raw: RawBatch | None, stubs: dict[int, bytes]
+) -> "pa.Array[Any] | list[bytes]":
+    """The events rows' payloads of ``fresh``: the bulk batch's canonical ones where it
+    ends with exactly these records, else each event encoded (``stubs``: the kept part of
+    the malformed ones', which a bulk batch has whole)."""
+    if raw is not None and not stubs:
+        skip = len(raw.seqs) - len(fresh)
+        if skip >= 0 and raw.seqs[skip] == fresh[0].seq and raw.seqs[-1] == fresh[-1].seq:
+            return rows.packed(raw.body, raw.offsets, len(raw.seqs)).slice(skip)
+    payloads = [_encode(r.event) for r in fresh]
+    for i, stub in stubs.items():
+        payloads[i] = stub
+    return payloads
 
 
 @contextmanager

@@ -5,7 +5,7 @@ Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 
 from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -83,8 +83,22 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     event: AnyEvent | Malformed
 
 
-# Stored messages undecoded, as a bulk reader hands them out: sequences, subjects, payloads.
-RawBatch = tuple[list[int], list[str], list[bytes]]
+class RawBatch(NamedTuple):
+    """Stored messages as a bulk reader hands them out, in order, undecoded.
+
+    ``payloads`` are canonical: each is ``events.encode`` of the event it decodes to, or
+    the stored bytes where it is no event, so that a store can keep them as they are (the
+    reader, in a process of its own, re-encodes them where the store's GIL is precious).
+    ``body`` holds the same payloads end to end, payload i from ``offsets[i]`` to
+    ``offsets[i + 1]`` (``len(seqs) + 1`` native int64s), to be taken in bulk.
+    """
+
+    seqs: list[int]
+    subjects: list[str]
+    payloads: list[bytes]
+    body: bytes
+    offsets: bytes
+
 
 MAX_BATCH = 1000  # events in one atomic batch: the server's limit (nats.conf)
 _MALFORMED_KEPT = 4096  # bytes of a payload that is no event kept in its record

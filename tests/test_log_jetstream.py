@@ -1,15 +1,20 @@
 """JetStreamLog passes the EventLog contract against a real nats-server."""
 
 import contextlib
+import json
 import socket
+from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import pairwise
 
 import anyio
 import anyio.abc
 import pytest
 from log_contract import EventLogContract, PublishRaw
 
+from events import SessionCancelled, encode
 from events import subjects as subj
 from services.adapters import raw_reader
 from services.adapters.jetstream import JetStreamLog
@@ -62,13 +67,52 @@ async def test_a_raw_read_hands_out_every_stored_message_as_it_was_stored(
             await anyio.sleep(0.01)
     got: list[tuple[int, str, bytes]] = []
     sizes = []
-    async for seqs, subjects, payloads in log.read_raw(
-        2, until=21, batch=5, child_from=0 if in_child else 1 << 62
-    ):
-        sizes.append(len(seqs))
-        got += zip(seqs, subjects, payloads, strict=True)
+    async for raw in log.read_raw(2, until=21, batch=5, child_from=0 if in_child else 1 << 62):
+        sizes.append(len(raw.seqs))
+        got += zip(raw.seqs, raw.subjects, raw.payloads, strict=True)
+        assert _unpacked(raw) == raw.payloads
     assert got == [(seq, *stored[seq - 1]) for seq in range(3, 22)]
     assert max(sizes) <= 5
+
+
+def _unpacked(raw: RawBatch) -> list[bytes]:
+    """The payloads in ``raw.body`` as its offsets cut it."""
+    offsets = array("q", raw.offsets)
+    assert len(offsets) == len(raw.seqs) + 1
+    return [raw.body[a:b] for a, b in pairwise(offsets)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+async def test_a_raw_read_hands_out_events_in_their_canonical_encoding(
+    log: JetStreamLog, in_child: bool
+) -> None:
+    """An event stored as some producer wrote it (spaces, keys in another order, escapes)
+    comes back as ``encode`` writes it, so a store can keep it as it comes; what is no
+    event comes back as stored."""
+    event = SessionCancelled(
+        id="e1",
+        at=datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+        actor="alice",
+        session_id="s1",
+        owner="alice",
+        reason='caf\u00e9 "now"',
+    )
+    fields = json.loads(encode(event))
+    written = json.dumps(dict(reversed(fields.items())), indent=2).encode()
+    stored = [written, encode(event), b'{"type": "nope.v1"}', b"{not json"]
+    for payload in stored:
+        await log.nc.publish(subj.request("alice", "s1"), payload)
+    await log.nc.flush()
+    with anyio.fail_after(10):
+        while await log.last_seq() < len(stored):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    got: list[bytes] = []
+    async for raw in log.read_raw(0, child_from=0 if in_child else 1 << 62):
+        got += raw.payloads
+        assert _unpacked(raw) == raw.payloads
+    assert written != encode(event)
+    assert got == [encode(event), encode(event), *stored[2:]]
 
 
 @pytest.mark.anyio
@@ -98,7 +142,7 @@ async def test_a_slow_raw_reader_of_large_messages_is_not_cut_off(log: JetStream
         while await log.last_seq() < 600:  # noqa: ASYNC110
             await anyio.sleep(0.05)
     count = 0
-    async for seqs, _, payloads in log.read_raw(0, batch=200):
+    async for seqs, _, payloads, *_ in log.read_raw(0, batch=200):
         count += len(seqs)
         assert all(p == payload for p in payloads)
         await anyio.sleep(1.0)  # a caller folding the batch: the server keeps sending
@@ -198,7 +242,7 @@ async def test_a_raw_read_parses_every_form_of_the_protocol(in_child: bool) -> N
     got: list[tuple[int, str, bytes]] = []
     with anyio.fail_after(30):
         async with _scripted_nats(parts) as server:
-            async for seqs, subjects, payloads in _read(in_child, server.port):
+            async for seqs, subjects, payloads, *_ in _read(in_child, server.port):
                 assert len(seqs) <= 2
                 got += zip(seqs, subjects, payloads, strict=True)
     assert got == [

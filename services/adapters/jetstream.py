@@ -299,16 +299,16 @@ class JetStreamLog:
         *,
         until: int | None = None,
         batch: int = 10_000,
-        child_from: int = CHILD_READ_FROM,
+        child_from: int | None = None,
     ) -> AsyncGenerator[RawBatch, None]:
         """Stored messages after ``after`` up to ``until`` (default: the last now), undecoded.
 
-        Yields ``(sequences, subjects, payloads)``, in order, at most ``batch`` at a time.
+        Yields RawBatch (canonical payloads), in order, at most ``batch`` messages at a time.
         The bulk path for replays (projection rebuilds): an ephemeral pull consumer without
         acks, read by ``raw_reader`` on a socket of its own; in a child process when at
-        least ``child_from`` messages are to be read, so that parsing them does not take
-        the GIL from the caller's processing. Raises LogError if the server cannot be
-        reached or refuses.
+        least ``child_from`` (default ``CHILD_READ_FROM``) messages are to be read, so
+        that parsing them does not take the GIL from the caller's processing. Raises
+        LogError if the server cannot be reached or refuses.
         """
         end = await self.last_seq() if until is None else until
         if end <= after:
@@ -327,6 +327,8 @@ class JetStreamLog:
             user=url.username,
             password=url.password,
         )
+        if child_from is None:
+            child_from = CHILD_READ_FROM
         read = raw_reader.read_in_child if end - after >= child_from else raw_reader.read_stored
         try:
             with _wrapped("raw read"):

@@ -11,6 +11,11 @@ reading, where parsing costs it several and holds the GIL that its fold needs (a
 rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader`` with
 the Source as JSON on its standard input, the child writes frames to its standard output
 (``_encode``).
+
+Payloads come canonical (``RawBatch``): an event as ``events.encode`` writes it, whatever
+its producer wrote. The child does that work (a decode and an encode a message, on the
+core the folding process does not need), so that a projection store can keep the bytes
+it is handed instead of encoding every event again under its GIL.
 """
 
 import asyncio
@@ -28,7 +33,9 @@ from itertools import accumulate, pairwise
 from typing import IO, Any
 
 import anyio
+import msgspec
 
+from events import decode, encode
 from services.ports import LogError, RawBatch
 
 __all__ = ["Source", "read_in_child", "read_stored"]
@@ -59,7 +66,30 @@ async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
     """
     async with contextlib.aclosing(_read(src)) as batches:
         async for seqs, names, payloads in batches:
-            yield seqs, _subjects(b"\n".join(names), len(seqs)), payloads
+            canonical = _canonical(payloads)
+            offsets = array("q", accumulate(map(len, canonical), initial=0))
+            yield RawBatch(
+                seqs,
+                _subjects(b"\n".join(names), len(seqs)),
+                canonical,
+                b"".join(canonical),
+                offsets.tobytes(),
+            )
+
+
+def _canonical(payloads: list[bytes]) -> list[bytes]:
+    """Each payload as ``events.encode`` of the event it decodes to; as it is if none."""
+    try:
+        return [encode(decode(p)) for p in payloads]
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return [_canonical_one(p) for p in payloads]
+
+
+def _canonical_one(payload: bytes) -> bytes:
+    try:
+        return encode(decode(payload))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return payload
 
 
 def _subjects(names: bytes, count: int) -> list[str]:
@@ -202,17 +232,17 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
 
 # A frame: a head (kind: b"B" batch, b"E" error, b"Z" the end; a message count; the size
 # of the rest), then the rest. An error's rest is its message. A batch's rest: the
-# sequences (int64), then count + 1 offsets (uint64) in the rest, then the subjects joined
-# by newlines (a subject holds no whitespace) up to the first offset, then the payloads end
-# to end, payload i from offset i to offset i + 1. Native byte order: both ends of the
-# pipe run on one machine.
+# sequences (int64), then count + 1 offsets (int64) in the rest, then the subjects joined
+# by newlines (a subject holds no whitespace) up to the first offset, then the canonical
+# payloads end to end, payload i from offset i to offset i + 1: the rest is the batch's
+# ``body`` as it is. Native byte order: both ends of the pipe run on one machine.
 _HEAD = struct.Struct("=cQQ")
 
 
 def _encode(seqs: list[int], subjects: list[bytes], payloads: list[bytes]) -> list[bytes]:
     """A batch's frame, in pieces to write one after the other."""
     names = b"\n".join(subjects)
-    offsets = array("Q", accumulate(map(len, payloads), initial=16 * len(seqs) + 8 + len(names)))
+    offsets = array("q", accumulate(map(len, payloads), initial=16 * len(seqs) + 8 + len(names)))
     body = b"".join(payloads)
     head = _HEAD.pack(b"B", len(seqs), offsets[-1])
     return [head, array("q", seqs).tobytes(), offsets.tobytes(), names, body]
@@ -223,9 +253,10 @@ def _decode(count: int, rest: bytes) -> RawBatch:
     fixed = 8 * count
     with memoryview(rest) as view:
         seqs = view[:fixed].cast("q").tolist()
-        offsets = view[fixed : 2 * fixed + 8].cast("Q").tolist()
+        offsets = view[fixed : 2 * fixed + 8].cast("q").tolist()
     names = _subjects(rest[2 * fixed + 8 : offsets[0]], count)
-    return seqs, names, [rest[a:b] for a, b in pairwise(offsets)]
+    payloads = [rest[a:b] for a, b in pairwise(offsets)]
+    return RawBatch(seqs, names, payloads, rest, rest[fixed : 2 * fixed + 8])
 
 
 def _receive(frames: IO[bytes]) -> RawBatch | None:
@@ -312,7 +343,7 @@ def _child() -> None:
     async def run() -> None:
         async for seqs, subjects, payloads in _read(src):
             # Blocking writes: the parent reading them is all the back-pressure needed.
-            out.writelines(_encode(seqs, subjects, payloads))
+            out.writelines(_encode(seqs, subjects, _canonical(payloads)))
             out.flush()
 
     try:
