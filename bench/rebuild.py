@@ -7,7 +7,8 @@ in the same run:
 
 1. baseline: a raw ordered-consumer replay of the whole stream with nats-py and no
    processing (a callback that only counts);
-2. the bulk reader alone (``JetStreamLog.read_raw``, no processing), for reference;
+2. the bulk reader alone (``JetStreamLog.read_raw``: parsing and the canonical encoding
+   of each payload in its child process, nothing done by the caller), for reference;
 3. ``projections.rebuild``: every table rebuilt from the start of the log into a new
    DuckDB file (decode, fold, rows, one transaction per batch, final checkpoint).
 
