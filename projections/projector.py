@@ -29,8 +29,16 @@ __all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
 
 DURABLE = "projector"
 _CATCH_UP_BATCH = 10_000
-# A rebuild writes larger transactions: fewer commits and each session written about once.
-_REBUILD_BATCH = 50_000
+# A rebuild writes larger transactions: fewer commits, each session written about once,
+# and whole row groups. DuckDB writes a row group (122,880 rows by default) that one
+# transaction fills straight to the file, where smaller appends go to its write-ahead log
+# first and are written again at the next checkpoint: three batches of 40,960 events per
+# transaction fill one exactly (25.2 against 29.7 us of CPU an event for the machine on
+# 1M events, alternate runs; a transaction with part of a row group over leaves it as a
+# row group of its own, and the file grew by a third at 130,000 events a transaction).
+# Batches stay smaller than that, so that reading, folding and writing overlap.
+_REBUILD_BATCH = 40_960
+_REBUILD_BATCHES_PER_TRANSACTION = 3
 log = structlog.get_logger()
 
 
@@ -58,11 +66,18 @@ class Projector:
         *,
         durable: str = DURABLE,
         batch: int = _CATCH_UP_BATCH,
+        batches_per_transaction: int = 1,
     ) -> None:
+        """``batch``: records read and folded at once in a catch-up; a catch-up writes
+        ``batches_per_transaction`` of them in each transaction (following the log, one).
+        """
+        if batch < 1 or batches_per_transaction < 1:
+            raise ValueError("batch and batches_per_transaction must be at least 1")
         self.events = events
         self.store = store
         self.durable = durable
         self.batch = batch
+        self.batches_per_transaction = batches_per_transaction
         self._advanced = anyio.Event()
         self._limiter = anyio.CapacityLimiter(1)  # one writer: batches apply in order
 
@@ -110,8 +125,10 @@ class Projector:
         If a write fails, the fold (ahead of the tables) is restored from them once no
         stage runs, and the error raised.
         """
+        group = self.batches_per_transaction
         raws, raw_out = anyio.create_memory_object_stream[RawBatch](1)
-        batches, batch_out = anyio.create_memory_object_stream[Batch](1)
+        # Room for a whole transaction's batches, so that folding goes on while they wait.
+        batches, batch_out = anyio.create_memory_object_stream[Batch](group)
         folding = anyio.CapacityLimiter(1)
 
         async def read() -> None:
@@ -136,11 +153,14 @@ class Projector:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(read)
                     tg.start_soon(fold)
+                    pending: list[Batch] = []
                     async for batch in batch_out:
-                        await anyio.to_thread.run_sync(
-                            self.store.write, batch, limiter=self._limiter
-                        )
-                        self._notify()
+                        pending.append(batch)
+                        if len(pending) == group:
+                            await self._write(pending)
+                            pending = []
+                    if pending:
+                        await self._write(pending)
         except BaseException as e:
             if self.store.state.last_seq != self.store.committed:
                 with anyio.CancelScope(shield=True):
@@ -150,6 +170,10 @@ class Projector:
                 if retried is not None and other is None:  # what ``run`` retries on
                     raise _first(retried) from e
             raise
+
+    async def _write(self, batches: list[Batch]) -> None:
+        await anyio.to_thread.run_sync(self.store.write_all, batches, limiter=self._limiter)
+        self._notify()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Catch up, signal readiness, then follow the log forever.
@@ -219,6 +243,7 @@ async def rebuild(
     path: str | Path,
     *,
     batch: int = _REBUILD_BATCH,
+    batches_per_transaction: int = _REBUILD_BATCHES_PER_TRANSACTION,
     snapshot_every: int | None = None,
 ) -> RebuildResult:
     """Rebuild every table of the store at ``path`` from the start of the log.
@@ -238,7 +263,10 @@ async def rebuild(
     # second time after the fold has finished.
     try:
         t0 = time.perf_counter()
-        applied = await Projector(events, store, batch=batch).catch_up()
+        projector = Projector(
+            events, store, batch=batch, batches_per_transaction=batches_per_transaction
+        )
+        applied = await projector.catch_up()
         await anyio.to_thread.run_sync(store.con.execute, "CHECKPOINT")
         seconds = time.perf_counter() - t0
     finally:

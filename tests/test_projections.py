@@ -8,6 +8,7 @@ travel agree with the pure fold.
 """
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from projections import Projector
 from projections.compare import differences
 from projections.replay import seq_at, state_at
 from projections.snapshot import decode_state, encode_state
-from projections.store import ProjectionError, ProjectionStore
+from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters.jetstream import JetStreamLog
 from services.domain.state import ClusterState, fold
 from services.ports import Malformed, Record, record_of, records_of
@@ -454,12 +455,19 @@ class _FailingStore(ProjectionStore):
 
     fail_at = 3
 
-    def _write(self, tables: dict[str, Any], last_seq: int) -> None:
+    def _count(self) -> None:
         self.writes = getattr(self, "writes", 0) + 1
         if self.writes == self.fail_at:
             self.writes_before_failure = self.last_seq
             raise duckdb.IOException("No space left on device")
-        super()._write(tables, last_seq)
+
+    def _write_one(self, tables: dict[str, Any]) -> None:
+        self._count()
+        super()._write_one(tables)
+
+    def _write_many(self, batches: Sequence[Batch]) -> None:
+        self._count()
+        super()._write_many(batches)
 
 
 @pytest.mark.anyio
@@ -536,12 +544,13 @@ def test_an_audit_row_holds_what_its_event_says(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("per_transaction", [1, 3])
 async def test_a_write_that_fails_in_a_bulk_catch_up_loses_nothing(
-    tmp_path: Path, log: JetStreamLog
+    tmp_path: Path, log: JetStreamLog, per_transaction: int
 ) -> None:
-    """Catching up from the bulk reader, batches are read, folded and written at once; a
-    failed write restores the fold from the tables, and the next catch-up goes on from
-    there."""
+    """Catching up from the bulk reader, batches are read, folded and written at once,
+    one or more a transaction; a failed write restores the fold from the tables, and the
+    next catch-up goes on from there."""
     raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
     for n in range(20):
         sid = f"s{n}"
@@ -553,7 +562,8 @@ async def test_a_write_that_fails_in_a_bulk_catch_up_loses_nothing(
         while await log.last_seq() < len(raw):  # noqa: ASYNC110
             await anyio.sleep(0.01)
     store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
-    projector = Projector(log, store, batch=4)
+    store.fail_at = 2  # 21 records, 4 a batch: with 3 batches a transaction, 2 writes
+    projector = Projector(log, store, batch=4, batches_per_transaction=per_transaction)
     with pytest.raises(ProjectionError, match="No space left"):
         await projector.catch_up()
     assert 0 < store.last_seq < len(raw) and store.state.last_seq == store.last_seq

@@ -157,8 +157,15 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
     try:
         result = await rebuild(log, tmp / "rebuilt.duckdb", snapshot_every=7)
         # Again as a long log is read: by the reader's child process, payloads canonical.
+        # Small batches, three a transaction, as a long rebuild writes them.
         with _reads_in_a_child():
-            await rebuild(log, tmp / "rebuilt-by-child.duckdb", snapshot_every=7)
+            await rebuild(
+                log,
+                tmp / "rebuilt-by-child.duckdb",
+                batch=5,
+                batches_per_transaction=3,
+                snapshot_every=7,
+            )
         truth = await Client(log, clock, "alice").state()
     finally:
         await log.close()
