@@ -25,7 +25,14 @@ from anyio.abc import TaskStatus
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
 from services.ports import EventLog, LogError, RawBatch, Record
 
-__all__ = ["DURABLE", "Projector", "RebuildResult", "rebuild"]
+__all__ = [
+    "DURABLE",
+    "REBUILD_BATCH",
+    "REBUILD_BATCHES_PER_TRANSACTION",
+    "Projector",
+    "RebuildResult",
+    "rebuild",
+]
 
 DURABLE = "projector"
 _CATCH_UP_BATCH = 10_000
@@ -37,8 +44,8 @@ _CATCH_UP_BATCH = 10_000
 # 1M events, alternate runs; a transaction with part of a row group over leaves it as a
 # row group of its own, and the file grew by a third at 130,000 events a transaction).
 # Batches stay smaller than that, so that reading, folding and writing overlap.
-_REBUILD_BATCH = 40_960
-_REBUILD_BATCHES_PER_TRANSACTION = 3
+REBUILD_BATCH = 40_960
+REBUILD_BATCHES_PER_TRANSACTION = 3
 log = structlog.get_logger()
 
 
@@ -242,8 +249,8 @@ async def rebuild(
     events: EventLog,
     path: str | Path,
     *,
-    batch: int = _REBUILD_BATCH,
-    batches_per_transaction: int = _REBUILD_BATCHES_PER_TRANSACTION,
+    batch: int = REBUILD_BATCH,
+    batches_per_transaction: int = REBUILD_BATCHES_PER_TRANSACTION,
     snapshot_every: int | None = None,
 ) -> RebuildResult:
     """Rebuild every table of the store at ``path`` from the start of the log.

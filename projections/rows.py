@@ -42,13 +42,9 @@ _STAMP = {
 _STAMP_COLUMNS = tuple(dict.fromkeys(_STAMP.values()))
 
 
+# A list column as the JSON text the table stores (``schema.ROWS``): Arrow takes the
+# UTF-8 bytes for text as they are.
 _encode = msgspec.json.Encoder().encode
-
-
-def _json(value: object) -> bytes:
-    """A list column as the JSON text the table stores (``schema.ROWS``); Arrow takes the
-    UTF-8 bytes for text as they are."""
-    return _encode(value)
 
 
 def event_table(
@@ -70,10 +66,10 @@ def packed(body: bytes, offsets: bytes, count: int) -> "pa.Array[Any]":
 
     Raises ValueError if the offsets do not describe ``count`` values within ``body``.
     """
-    column = pa.Array.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
-    )
     try:
+        column = pa.Array.from_buffers(
+            pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(body)]
+        )
         column.validate(full=True)
     except pa.ArrowInvalid as e:
         raise ValueError(f"packed values out of bounds: {e}") from e
@@ -100,10 +96,8 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "req_fgpu": [v.slots.fgpu for v in vs],
         "holds_allocation": [v.status in HOLDS_ALLOCATION for v in vs],
         "agent_id": [v.agent_id for v in vs],
-        "devices": [
-            _encode(v.devices)
-            for v in vs  # DevicePlacement: {"gpu_index": .., "fgpu": ..}
-        ],
+        # DevicePlacement encodes as {"gpu_index": .., "fgpu": ..}
+        "devices": [_encode(v.devices) for v in vs],
         "container_id": [v.container_id for v in vs],
         "exit_code": [v.exit_code for v in vs],
         "reason": [v.reason for v in vs],
@@ -161,7 +155,7 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
             ("free_mem", free.mem),
             ("free_fgpu", free.fgpu),
             ("sessions", len(a.sessions)),
-            ("images", _json(sorted(a.images))),
+            ("images", _encode(sorted(a.images))),
         ):
             cols[name].append(value)
         gpus = []
@@ -180,7 +174,7 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
                     "shares": [{"session_id": k, "fgpu": q} for k, q in g.shares.items()],
                 }
             )
-        cols["gpus"].append(_json(gpus))
+        cols["gpus"].append(_encode(gpus))
     return pa.table(cols, schema=ROWS["agents"])
 
 

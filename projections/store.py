@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import msgspec
 import pyarrow as pa
 
 from events import (
@@ -39,6 +38,7 @@ from events import (
     PolicySet,
     SessionRequested,
     decode,
+    encode,
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
@@ -75,10 +75,6 @@ class SchemaMismatch(ProjectionError):
     """The database was written by another schema version; rebuild it."""
 
 
-# What the events table keeps of an event: its canonical JSON, not the bytes as logged.
-# DuckDB reads the audit columns from these bytes, and a producer's own JSON (a key twice,
-# say) could make it read other values than the fold decoded.
-_encode = msgspec.json.Encoder().encode
 # Records whose rows are more than their audit row and what the fold marks as changed.
 _APART = frozenset({Malformed, GpuUsageSampled, PolicySet})
 
@@ -245,16 +241,16 @@ class ProjectionStore:
             if seq in malformed:
                 errors[seq] = malformed[seq][1]
         kinds: list[str | None] = [None] * len(fresh)  # the payload says, but for these
-        stubs: dict[int, bytes] = {}  # what is kept of the malformed ones' payloads
+        any_malformed = False
         samples: list[tuple[int, GpuUsageSampled]] = []
         policy_owners: dict[str, None] = {}
         # The few records the tables treat apart; every other changes only what the fold
         # marks as changed.
-        for i, r in [(i, r) for i, r in enumerate(fresh) if type(r.event) in _APART]:
+        for i, r in ((i, r) for i, r in enumerate(fresh) if type(r.event) in _APART):
             e = r.event
             if isinstance(e, Malformed):
                 kinds[i] = "malformed"
-                stubs[i] = e.payload
+                any_malformed = True
             elif isinstance(e, GpuUsageSampled):
                 samples.append((r.seq, e))
             elif isinstance(e, PolicySet):
@@ -272,7 +268,7 @@ class ProjectionStore:
                 [r.subject for r in fresh],
                 kinds,
                 [errors.get(r.seq) for r in fresh] if errors else [None] * len(fresh),
-                _payloads(fresh, raw, stubs),
+                _payloads(fresh, raw, any_malformed),
             ),
             "sessions": rows.session_table(views),
             "session_history": rows.history_table(views, before),
@@ -355,18 +351,26 @@ def _statements(tables: dict[str, pa.Table]) -> list[str]:
 
 
 def _payloads(
-    fresh: list[Record], raw: RawBatch | None, stubs: dict[int, bytes]
+    fresh: list[Record], raw: RawBatch | None, any_malformed: bool
 ) -> "pa.Array[Any] | list[bytes]":
-    """The events rows' payloads of ``fresh``: the bulk batch's canonical ones where it
-    ends with exactly these records, else each event encoded (``stubs``: the kept part of
-    the malformed ones', which a bulk batch has whole)."""
-    if raw is not None and not stubs:
+    """The events rows' payloads of ``fresh``: what the events table keeps of an event is
+    its canonical JSON, not the bytes as logged. DuckDB reads the audit columns from these
+    bytes, and a producer's own JSON (a key twice, say) could make it read other values
+    than the fold decoded.
+
+    They are the bulk batch's (``raw``, canonical already) where ``fresh`` are its last
+    records, as ``decode`` leaves them (sequences ascend, so its ends tell), and no record
+    is malformed (the table keeps a malformed payload's first bytes, the batch has them
+    whole); else each event encoded.
+    """
+    if raw is not None and not any_malformed:
         skip = len(raw.seqs) - len(fresh)
         if skip >= 0 and raw.seqs[skip] == fresh[0].seq and raw.seqs[-1] == fresh[-1].seq:
             return rows.packed(raw.body, raw.offsets, len(raw.seqs)).slice(skip)
-    payloads = [_encode(r.event) for r in fresh]
-    for i, stub in stubs.items():
-        payloads[i] = stub
+    payloads: list[bytes] = []
+    for r in fresh:
+        e = r.event
+        payloads.append(e.payload if isinstance(e, Malformed) else encode(e))
     return payloads
 
 

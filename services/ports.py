@@ -127,7 +127,7 @@ def records_of(
             for seq, subject, payload in zip(seqs, subjects, payloads, strict=True)
         ]
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return list(map(record_of, seqs, subjects, payloads))
+        return [record_of(*m) for m in zip(seqs, subjects, payloads, strict=True)]
 
 
 def check_batch(items: Sequence[tuple[str, AnyEvent]], expect_subject: str) -> None:

@@ -1,6 +1,7 @@
 """JetStreamLog passes the EventLog contract against a real nats-server."""
 
 import contextlib
+import io
 import json
 import socket
 from array import array
@@ -294,3 +295,38 @@ async def test_a_cancelled_raw_read_in_a_child_process_stops_the_child() -> None
                         pytest.fail("a batch of 2 came with 1 message sent")
             assert scope.cancelled_caught
             await server.hung_up.wait()
+
+
+def _frames(*parts: bytes) -> io.BytesIO:
+    return io.BytesIO(b"".join(parts))
+
+
+def test_a_childs_frame_reads_back_as_its_batch() -> None:
+    pieces = raw_reader._frame([3, 4], [b"fgpu.a", b"fgpu.b"], [b"{}", b""])
+    raw = raw_reader._receive(_frames(*pieces))
+    assert raw is not None
+    assert (raw.seqs, raw.subjects, raw.payloads) == ([3, 4], ["fgpu.a", "fgpu.b"], [b"{}", b""])
+    assert _unpacked(raw) == raw.payloads
+
+
+def _corrupt(rest: bytes, count: int = 2) -> io.BytesIO:
+    return _frames(raw_reader._HEAD.pack(b"B", count, len(rest)), rest)
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        # offsets backwards, one past the end, one inside the fixed part; a short rest
+        _corrupt(array("q", [3, 4, 45, 43, 47]).tobytes() + b"a\nb" + b"{}{}"),
+        _corrupt(array("q", [3, 4, 43, 45, 99]).tobytes() + b"a\nb" + b"{}{}"),
+        _corrupt(array("q", [3, 4, 8, 45, 47]).tobytes() + b"a\nb" + b"{}{}"),
+        _corrupt(array("q", [3, 4, 43]).tobytes()),
+        # a size no child writes, and a frame cut short
+        _frames(raw_reader._HEAD.pack(b"B", 2, 1 << 62)),
+        _frames(raw_reader._HEAD.pack(b"B", 2, 100), b"short"),
+    ],
+    ids=["backwards", "past-the-end", "inside-fixed", "short", "huge", "cut"],
+)
+def test_a_corrupt_frame_from_the_child_is_a_log_error(frames: io.BytesIO) -> None:
+    with pytest.raises(LogError):
+        raw_reader._receive(frames)

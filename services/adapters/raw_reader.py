@@ -4,18 +4,19 @@
 acks) on a socket of its own and parses the protocol itself, so a message costs a few
 slices instead of a client object, a task switch and a decode.
 
-``read_in_child`` runs the same reader in a child process and receives its batches as a
-few large blobs, read in a worker thread that lets go of the GIL while it waits and
-copies: the replaying process then spends well under a microsecond a message on
+``read_in_child`` runs the same reader in a child process and receives each batch as
+one blob, read in a worker thread that lets go of the GIL while it waits and copies:
+the replaying process then spends well under a microsecond a message on
 reading, where parsing costs it several and holds the GIL that its fold needs (a
 rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reader`` with
 the Source as JSON on its standard input, the child writes frames to its standard output
-(``_encode``).
+(``_frame``).
 
 Payloads come canonical (``RawBatch``): an event as ``events.encode`` writes it, whatever
-its producer wrote. The child does that work (a decode and an encode a message, on the
-core the folding process does not need), so that a projection store can keep the bytes
-it is handed instead of encoding every event again under its GIL.
+its producer wrote, so that a projection store can keep the bytes it is handed instead
+of encoding every event again. In a child process that work (a decode and an encode a
+message) is done on the core the folding process does not need; a short read in
+process does it under the caller's GIL, which then decodes each payload twice.
 """
 
 import asyncio
@@ -239,7 +240,7 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
 _HEAD = struct.Struct("=cQQ")
 
 
-def _encode(seqs: list[int], subjects: list[bytes], payloads: list[bytes]) -> list[bytes]:
+def _frame(seqs: list[int], subjects: list[bytes], payloads: list[bytes]) -> list[bytes]:
     """A batch's frame, in pieces to write one after the other."""
     names = b"\n".join(subjects)
     offsets = array("q", accumulate(map(len, payloads), initial=16 * len(seqs) + 8 + len(names)))
@@ -248,12 +249,19 @@ def _encode(seqs: list[int], subjects: list[bytes], payloads: list[bytes]) -> li
     return [head, array("q", seqs).tobytes(), offsets.tobytes(), names, body]
 
 
-def _decode(count: int, rest: bytes) -> RawBatch:
-    """The batch of ``count`` messages in a frame's rest. Raises LogError as _subjects."""
+def _unframe(count: int, rest: bytes) -> RawBatch:
+    """The batch of ``count`` messages in a frame's rest. Raises LogError if the rest does
+    not hold them as ``_frame`` lays them out, or as _subjects."""
     fixed = 8 * count
+    if len(rest) < 2 * fixed + 8:
+        raise LogError("the raw reader's process wrote a batch shorter than its count")
     with memoryview(rest) as view:
         seqs = view[:fixed].cast("q").tolist()
         offsets = view[fixed : 2 * fixed + 8].cast("q").tolist()
+    # The payloads are sliced, and handed to Arrow as they are (``RawBatch.body``): their
+    # offsets must lie in order within the rest, after the subjects.
+    if offsets[0] < 2 * fixed + 8 or offsets[-1] != len(rest) or offsets != sorted(offsets):
+        raise LogError("the raw reader's process wrote a batch with offsets out of place")
     names = _subjects(rest[2 * fixed + 8 : offsets[0]], count)
     payloads = [rest[a:b] for a, b in pairwise(offsets)]
     return RawBatch(seqs, names, payloads, rest, rest[fixed : 2 * fixed + 8])
@@ -273,11 +281,14 @@ def _receive(frames: IO[bytes]) -> RawBatch | None:
             return None
         if kind not in (b"B", b"E"):
             raise LogError(f"the raw reader's process wrote a frame of kind {kind!r}")
-        rest = frames.read(size)  # one bytes object, read into in place: no further copy
+        try:
+            rest = frames.read(size)  # one bytes object, read into in place: no more copies
+        except (MemoryError, OverflowError) as e:  # a size no child of ours writes
+            raise LogError(f"the raw reader's process wrote a frame of {size} bytes") from e
         if len(rest) == size:
             if kind == b"E":
-                raise LogError(rest.decode())
-            return _decode(count, rest)
+                raise LogError(rest.decode(errors="replace"))
+            return _unframe(count, rest)
     raise LogError("the raw reader's process ended before its last frame")
 
 
@@ -343,7 +354,7 @@ def _child() -> None:
     async def run() -> None:
         async for seqs, subjects, payloads in _read(src):
             # Blocking writes: the parent reading them is all the back-pressure needed.
-            out.writelines(_encode(seqs, subjects, _canonical(payloads)))
+            out.writelines(_frame(seqs, subjects, _canonical(payloads)))
             out.flush()
 
     try:

@@ -138,6 +138,9 @@ class ClusterState:
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
     # Sessions and agents whose state changed since the owner last cleared these; lets an
-    # actor look at what a batch changed instead of everything it knows.
+    # actor look at what a batch changed instead of everything it knows. Invariant: every
+    # change to a session's fields marks it (the projection store rewrites the rows of
+    # exactly these sessions, and of their agents: an agent's allocations change only
+    # with a session's, its other fields mark ``changed_agents``).
     changed: dict[str, None] = field(default_factory=dict)
     changed_agents: dict[str, None] = field(default_factory=dict)
