@@ -304,32 +304,24 @@ class ProjectionStore:
         if first.first <= self.committed:
             raise ProjectionError(f"batch {first.first}-{first.last} is already committed")
         try:
-            if len(batches) == 1:
-                self._write_one(first.tables)
-            else:
-                self._write_many(batches)
+            self._write(batches)
         except duckdb.Error as e:
             raise ProjectionError(f"could not apply records {first.first}-{last.last}: {e}") from e
         self.committed = last.last
 
-    def _write_one(self, tables: dict[str, pa.Table]) -> None:
-        # One call for the whole transaction: each call into DuckDB gives the GIL back and
-        # must win it again, which costs milliseconds while a thread folds.
-        script = ";\n".join(["BEGIN TRANSACTION", *_statements(tables), "COMMIT"])
+    def _write(self, batches: Sequence["Batch"]) -> None:
+        # A lone batch is one call, transaction included: each call into DuckDB gives the
+        # GIL back and must win it again, which costs milliseconds while a thread folds.
+        scripts = [";\n".join(_statements(b.tables)) for b in batches]
+        if len(batches) == 1:
+            scripts = [f"BEGIN TRANSACTION;\n{scripts[0]};\nCOMMIT"]
+        else:
+            self.con.execute("BEGIN TRANSACTION")
         try:
-            _execute(self.con, script, **{f"_{n}": t for n, t in tables.items()})
-        except BaseException:
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute("ROLLBACK")
-            raise
-
-    def _write_many(self, batches: Sequence["Batch"]) -> None:
-        self.con.execute("BEGIN TRANSACTION")
-        try:
-            for b in batches:
-                script = ";\n".join(_statements(b.tables))
+            for b, script in zip(batches, scripts, strict=True):
                 _execute(self.con, script, **{f"_{n}": t for n, t in b.tables.items()})
-            self.con.execute("COMMIT")
+            if len(batches) > 1:
+                self.con.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute("ROLLBACK")

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -553,13 +552,9 @@ class _FailingStore(ProjectionStore):
             self.writes_before_failure = self.last_seq
             raise duckdb.IOException("No space left on device")
 
-    def _write_one(self, tables: dict[str, Any]) -> None:
+    def _write(self, batches: Sequence[Batch]) -> None:
         self._count()
-        super()._write_one(tables)
-
-    def _write_many(self, batches: Sequence[Batch]) -> None:
-        self._count()
-        super()._write_many(batches)
+        super()._write(batches)
 
 
 @pytest.mark.anyio
