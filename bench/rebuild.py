@@ -12,7 +12,8 @@ in the same run:
 3. ``projections.rebuild``: every table rebuilt from the start of the log into a new
    DuckDB file (decode, fold, rows, three batches a transaction, final checkpoint).
 
-Prints one JSON line. Usage: python bench/rebuild.py [--events 1000000]
+Steps 1 and 3 alternate ``--runs`` times; the figures are medians. Prints one JSON line.
+Usage: python bench/rebuild.py [--events 1000000] [--runs 3]
 """
 
 import argparse
@@ -339,32 +340,48 @@ def _cpu_seconds(nats_pid: int) -> dict[str, float]:
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="fgpu-bench-rebuild-"))
+    runs: list[dict[str, float]] = []
     with nats_server.nats_server() as server:
         events = await connect(server.url, name="bench-rebuild")
         t0 = time.perf_counter()
         n = await fill(events, args.events)
         fill_s = time.perf_counter() - t0
-        raw = await raw_ordered_replay(events, n)
         bulk = await bulk_read(events)
-        before = _cpu_seconds(server.process.pid)
-        result = await rebuild(events, work / "projections.duckdb")
-        after = _cpu_seconds(server.process.pid)
+        # The baseline and the rebuild alternate, each pair close in time: the machine's
+        # speed drifts by 15-20% over minutes, and a ratio of two distant runs would too.
+        for _ in range(args.runs):
+            raw = await raw_ordered_replay(events, n)
+            before = _cpu_seconds(server.process.pid)
+            result = await rebuild(events, work / "projections.duckdb")
+            after = _cpu_seconds(server.process.pid)
+            cpu = {k: (after[k] - before[k]) / result.events * 1e6 for k in after}
+            runs.append({"raw": raw, "rate": result.rate, "seconds": result.seconds, **cpu})
         stages = await stage_costs(events, work, min(n, 200_000))
         await events.close()
+
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
     return {
         "bench": "rebuild",
         "events": result.events,
-        "rebuild_events_per_s": round(result.rate),
-        "rebuild_s": round(result.seconds, 2),
-        "raw_ordered_replay_per_s": round(raw),
-        "ratio_rebuild_to_raw_replay": round(result.rate / raw, 3),
+        "runs": len(runs),
+        # Medians over the runs; the ratio is the median of each pair's own ratio.
+        "rebuild_events_per_s": round(median("rate")),
+        "rebuild_s": round(median("seconds"), 2),
+        "raw_ordered_replay_per_s": round(median("raw")),
+        "ratio_rebuild_to_raw_replay": round(
+            statistics.median(r["rate"] / r["raw"] for r in runs), 3
+        ),
+        "per_run": [
+            {"rebuild_per_s": round(r["rate"]), "raw_per_s": round(r["raw"])} for r in runs
+        ],
         "bulk_reader_no_processing_per_s": round(bulk),
+        # Serial, the first 200k events: what each stage costs alone.
         "stages_us_per_event": stages,
-        # CPU of the rebuild itself, by process (the reader's child counted once it exits):
-        # against the machine's 2 cores, where its time goes.
-        "cpu_us_per_event": {
-            k: round((after[k] - before[k]) / result.events * 1e6, 2) for k in after
-        },  # serial, first 200k events: where a rebuild goes
+        # CPU of a rebuild by process (the reader's child counted once it exits), against
+        # the machine's 2 cores: where its time goes.
+        "cpu_us_per_event": {k: round(median(k), 2) for k in after},
         "fill_s": round(fill_s, 1),
         "targets": {"rebuild_events_per_s": 100_000, "ratio_rebuild_to_raw_replay": 0.5},
         "db": result.path,
@@ -374,6 +391,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3, help="baseline and rebuild pairs")
     out = asyncio.run(main(parser.parse_args()))
     out["db_mb"] = round(os.path.getsize(str(out["db"])) / 1e6, 1)
     print(json.dumps(out))

@@ -68,14 +68,20 @@ class RuntimeUnavailable(ContainerError):
 # ---- the event log ------------------------------------------------------------------------
 
 
-class Malformed(msgspec.Struct, frozen=True, kw_only=True):
-    """A message on the log whose payload is not a valid event."""
+class Malformed(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A message on the log whose payload is not a valid event.
+
+    It and Record hold immutable values only (events are ``gc=False`` too), so they can be
+    in no reference cycle and the garbage collector need not track them: a replay makes
+    one per message, and each tracked one brings the next collection nearer (a rebuild's
+    fold, 7.7 against 7.3 us an event, least of 7 runs of 200k events each).
+    """
 
     error: str
     payload: bytes
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True):
+class Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One message of the log: its global order ``seq``, its subject and its event."""
 
     seq: int

@@ -15,17 +15,34 @@ __all__ = ["FitIndex"]
 
 
 class FitIndex:
-    """Buckets of usable agents keyed by their largest free device share, in quanta."""
+    """Buckets of usable agents keyed by their largest free device share, in quanta.
 
-    __slots__ = ("_buckets", "_key_of", "_keys")
+    An agent changed is only noted (``update``) and re-filed when the index is next read:
+    a fold that never places anything (the projections') pays a dict entry per change,
+    not a re-filing. Within a bucket agents stand in the order of their last change.
+    """
+
+    __slots__ = ("_buckets", "_key_of", "_keys", "_stale")
 
     def __init__(self) -> None:
         self._buckets: dict[int, dict[str, None]] = {}
         self._keys: list[int] = []  # sorted keys of non-empty buckets
         self._key_of: dict[str, int] = {}
+        # Agents changed since the index was last read, in the order of their last change.
+        self._stale: dict[str, AgentView] = {}
 
     def update(self, a: "AgentView") -> None:
-        """Re-file ``a`` after its allocations, capacity or liveness changed."""
+        """Note that ``a``'s allocations, capacity or liveness changed."""
+        stale = self._stale
+        stale.pop(a.agent_id, None)  # a later change moves it last
+        stale[a.agent_id] = a
+
+    def _refile_stale(self) -> None:
+        for a in self._stale.values():
+            self._refile(a)
+        self._stale.clear()
+
+    def _refile(self, a: "AgentView") -> None:
         key = 0 if a.lost or not a.gpus else max([g.free for g in a.gpus.values()])
         agent_id = a.agent_id
         old = self._key_of.get(agent_id, 0)
@@ -52,12 +69,15 @@ class FitIndex:
 
     def largest(self) -> int:
         """The largest share any usable agent can give on one device (0 if none)."""
+        self._refile_stale()
         return self._keys[-1] if self._keys else 0
 
     def candidates(self, need: int) -> Iterator[str]:
         """Agents with a device of at least ``need`` free quanta, tightest first.
 
-        Lazy: stop consuming before changing any agent's allocation.
+        Lazy, and as the agents were when the first is taken: changes noted while it is
+        consumed are filed at the next read.
         """
+        self._refile_stale()
         for key in self._keys[bisect_left(self._keys, need) :]:
             yield from self._buckets[key]
