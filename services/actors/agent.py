@@ -221,7 +221,8 @@ class AgentActor:
         A log or engine that is away is waited for (capped backoff), never given up on: a
         supervisor that stopped would leave the session holding its share for ever. A
         supervisor cancelled because the agent shuts down stays registered (no `finally`),
-        or a last reaction of the dying agent would start another one.
+        or a last reaction of the dying agent would start another one; the session's region
+        stays too, as the container runs on and the next agent re-adopts it.
         """
         attempt = 0
         failed: ContainerError | None = None
@@ -231,7 +232,7 @@ class AgentActor:
                     await self._lifecycle(session_id, sup)
                 else:
                     reason = f"container engine: {failed}"
-                    await self._report(session_id, SessionErrored, reason=reason)
+                    await self._end(session_id, SessionErrored, reason=reason)
                 break
             except RuntimeUnavailable as e:
                 log.warning("agent.engine_unavailable", session=session_id, error=str(e))
@@ -247,12 +248,14 @@ class AgentActor:
                 found = await self.runtime.list({LABEL_SESSION: session_id})
                 if found:
                     self.local.found[session_id] = found[0]
-        if self.regions is not None:
-            self.regions.remove(session_id)  # whichever way it ended
         sup.done = True
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
         v = self.state.sessions[session_id]
+        if v.status not in HOLDS_ALLOCATION or v.agent_id != self.config.agent_id:
+            # Its end is on the log: a report that seemed to fail had landed. Running it
+            # again would run its command twice.
+            return
         c = self.local.found.pop(session_id, None)
         if c is None and v.status in (S.RUNNING, S.TERMINATING):
             # Ask the engine, not a list taken earlier: only a container it does not have
@@ -261,7 +264,7 @@ class AgentActor:
             c = listed[0] if listed else None
         if c is None:
             if v.status in (S.RUNNING, S.TERMINATING) and v.container_id is not None:
-                await self._report(
+                await self._end(
                     session_id,
                     SessionTerminated,
                     exit_code=None,
@@ -269,7 +272,7 @@ class AgentActor:
                 )
                 return
             if v.status is S.TERMINATING or sup.stop_requested:
-                await self._report(
+                await self._end(
                     session_id,
                     SessionTerminated,
                     exit_code=None,
@@ -281,7 +284,7 @@ class AgentActor:
             try:
                 c = await self.runtime.run(self._spec(v, self._create_region(v)))
             except ImageNotFound:
-                await self._report(
+                await self._end(
                     session_id, SessionErrored, reason=f"image {v.image!r} not found on the agent"
                 )
                 return
@@ -291,7 +294,15 @@ class AgentActor:
         if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
             sup.stop_requested = True
             await self._stop(sup)
-        code = await self.runtime.wait(c.id)
+        code: int | None
+        try:
+            code = await self.runtime.wait(c.id)
+        except ContainerError as e:
+            # A stop order removes the container; one carried out before the wait began
+            # leaves no exit code to read. The session still ended as asked, not in error.
+            if isinstance(e, RuntimeUnavailable) or not sup.stopping:
+                raise
+            code = None
         await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
         if self.regions is not None:
             self.regions.reclaim(session_id)  # its processes are all gone now
@@ -299,10 +310,25 @@ class AgentActor:
             await self._publish_usage(session_id)
         except LogError as e:  # best effort: the exit must be reported whatever happens here
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
+        reason = "stopped on request" if sup.stop_requested else "exited"
+        await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
+
+    async def _end(
+        self,
+        session_id: str,
+        cls: type[SessionTerminated] | type[SessionErrored],
+        **fields: object,
+    ) -> None:
+        """Report the session's end, having removed its region: the one place that happens.
+
+        Removed before the report, so whoever sees the end on the log finds no region, and
+        an agent that dies in between leaves none behind (the next one reports the session
+        again and removes nothing). Removing twice is harmless, so a report that failed and
+        is retried costs nothing more. Raises LogError if the report could not be appended.
+        """
         if self.regions is not None:
             self.regions.remove(session_id)
-        reason = "stopped on request" if sup.stop_requested else "exited"
-        await self._report(session_id, SessionTerminated, exit_code=code, reason=reason)
+        await self._report(session_id, cls, **fields)
 
     def _create_region(self, v: SessionView) -> str | None:
         """The session's shared region with its slice, if this agent enforces slices."""
