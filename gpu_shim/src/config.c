@@ -102,31 +102,28 @@ static int parse_list(const char *env, int (*one)(const char *, void *), void *v
 static int one_size(const char *s, void *out) { return parse_size(s, out); }
 static int one_share(const char *s, void *out) { return parse_share(s, out); }
 
+/* The list in the variable name, parsed into vals: its count, or -1 if unset or unparsable. */
+static int env_list(const char *name, int (*one)(const char *, void *), void *vals,
+                    size_t elem) {
+    const char *env = getenv(name);
+    if (!env || !*env)
+        return -1;
+    int n = parse_list(env, one, vals, elem);
+    if (n < 0)
+        FGPU_DEBUG("ignoring unparsable %s=%s", name, env);
+    return n;
+}
+
 int fgpu_config_from_env(fgpu_config *cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    int any = 0;
-    const char *mem = getenv("FGPU_MEM_LIMIT");
-    const char *share = getenv("FGPU_SM_SHARE");
-    if (mem && *mem) {
-        int n = parse_list(mem, one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
-        if (n < 0)
-            FGPU_DEBUG("ignoring unparsable FGPU_MEM_LIMIT=%s", mem);
-        else {
-            any = 1;
-            cfg->ndev = (uint32_t)n;
-        }
-    }
-    if (share && *share) {
-        int n = parse_list(share, one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
-        if (n < 0)
-            FGPU_DEBUG("ignoring unparsable FGPU_SM_SHARE=%s", share);
-        else {
-            any = 1;
-            if ((uint32_t)n > cfg->ndev)
-                cfg->ndev = (uint32_t)n;
-        }
-    }
-    return any;
+    int nmem = env_list("FGPU_MEM_LIMIT", one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
+    int nshare =
+        env_list("FGPU_SM_SHARE", one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
+    int n = nmem > nshare ? nmem : nshare;
+    if (n < 0)
+        return 0;
+    cfg->ndev = (uint32_t)n;
+    return 1;
 }
 
 int64_t fgpu_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi) {

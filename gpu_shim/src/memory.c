@@ -6,8 +6,6 @@
  * cuMemGetInfo / cuDeviceTotalMem report the slice and never fail because of it.
  */
 #define _GNU_SOURCE
-#include <limits.h>
-
 #include "allocmap.h"
 #include "shim.h"
 
@@ -88,8 +86,11 @@ static void give_back(const fgpu_alloc *rec) {
         return rc_;                                                          \
     } while (0)
 
-/* Simple allocations: reserve n, call, record *dptr. */
-#define ALLOC_AROUND(n, dptr, call)                                          \
+/*
+ * Allocations of a size known before the call: reserve n, call, and remember
+ * the result as (kind, key); key is read only when the call succeeded.
+ */
+#define ACCOUNT_AROUND(kind, n, call, key)                                   \
     do {                                                                     \
         acct a_;                                                             \
         if (!acct_begin(&a_))                                                \
@@ -97,9 +98,12 @@ static void give_back(const fgpu_alloc *rec) {
         if (!acct_reserve(&a_, (n)))                                         \
             return CUDA_ERROR_OUT_OF_MEMORY;                                 \
         CUresult rc_ = (call);                                               \
-        return acct_commit(&a_, rc_, FGPU_ALLOC_PTR,                         \
-                           rc_ == CUDA_SUCCESS ? (uint64_t)*(dptr) : 0);     \
+        return acct_commit(&a_, rc_, (kind),                                 \
+                           rc_ == CUDA_SUCCESS ? (uint64_t)(key) : 0);       \
     } while (0)
+
+/* Device pointers: reserve n, call, record *dptr. */
+#define ALLOC_AROUND(n, dptr, call) ACCOUNT_AROUND(FGPU_ALLOC_PTR, (n), (call), *(dptr))
 
 /* ------------------------------------------------------------ allocations */
 
@@ -156,32 +160,34 @@ static uint64_t pitch_estimate(uint64_t width, uint64_t height) {
     return ((width + 511) & ~(uint64_t)511) * height;
 }
 
+/* Pitched allocations in either width: the variants differ only in their types. */
+#define PITCH_AROUND(dptr, pPitch, width, height, call)                      \
+    do {                                                                     \
+        acct a_;                                                             \
+        if (!acct_begin(&a_))                                                \
+            return (call);                                                   \
+        if (!acct_reserve(&a_, pitch_estimate((width), (height))))           \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                 \
+        CUresult rc_ = (call);                                               \
+        uint64_t pitch_ = rc_ == CUDA_SUCCESS ? (uint64_t)*(pPitch) : 0;     \
+        return settle_pitch(&a_, rc_, pitch_ * (height),                     \
+                            rc_ == CUDA_SUCCESS ? *(dptr) : 0);              \
+    } while (0)
+
 CUresult fgpu_policy_mem_alloc_pitch(fgpu_sym id, CUdeviceptr *dptr, size_t *pPitch,
                                      size_t WidthInBytes, size_t Height,
                                      unsigned int ElementSizeBytes) {
     REAL_OR_FAIL(cuMemAllocPitch_v2, id);
-    acct a;
-    if (!acct_begin(&a))
-        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (!acct_reserve(&a, pitch_estimate(WidthInBytes, Height)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    return settle_pitch(&a, rc, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0,
-                        rc == CUDA_SUCCESS ? *dptr : 0);
+    PITCH_AROUND(dptr, pPitch, WidthInBytes, Height,
+                 real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
 }
 
 CUresult fgpu_policy_mem_alloc_pitch_v1(fgpu_sym id, CUdeviceptr_v1 *dptr, unsigned int *pPitch,
                                         unsigned int WidthInBytes, unsigned int Height,
                                         unsigned int ElementSizeBytes) {
     REAL_OR_FAIL(cuMemAllocPitch, id);
-    acct a;
-    if (!acct_begin(&a))
-        return real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    if (!acct_reserve(&a, pitch_estimate(WidthInBytes, Height)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-    return settle_pitch(&a, rc, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0,
-                        rc == CUDA_SUCCESS ? *dptr : 0);
+    PITCH_AROUND(dptr, pPitch, WidthInBytes, Height,
+                 real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
 }
 
 CUresult fgpu_policy_mem_create(fgpu_sym id, CUmemGenericAllocationHandle *handle, size_t size,
@@ -229,50 +235,44 @@ static uint64_t array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int lev
     return w * h * at_least_one(depth) * format_bytes(d->Format) * at_least_one(d->NumChannels);
 }
 
+static uint64_t array_bytes(const CUDA_ARRAY_DESCRIPTOR *d) {
+    return at_least_one(d->Width) * at_least_one(d->Height) * format_bytes(d->Format) *
+           at_least_one(d->NumChannels);
+}
+
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+    uint64_t n = 0;
+    for (unsigned int lvl = 0; lvl < at_least_one(levels) && lvl < 64; lvl++)
+        n += array3d_bytes(d, lvl);
+    return n;
+}
+
 CUresult fgpu_policy_array_create(fgpu_sym id, CUarray *pHandle,
                                   const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) {
     REAL_OR_FAIL(cuArrayCreate_v2, id);
-    acct a;
-    if (!pAllocateArray || !acct_begin(&a))
+    if (!pAllocateArray)
         return real(pHandle, pAllocateArray);
-    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
-    uint64_t n = at_least_one(d->Width) * at_least_one(d->Height) * format_bytes(d->Format) *
-                 at_least_one(d->NumChannels);
-    if (!acct_reserve(&a, n))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(pHandle, pAllocateArray);
-    return acct_commit(&a, rc, FGPU_ALLOC_ARRAY,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+    ACCOUNT_AROUND(FGPU_ALLOC_ARRAY, array_bytes(pAllocateArray), real(pHandle, pAllocateArray),
+                   (uintptr_t)*pHandle);
 }
 
 CUresult fgpu_policy_array3d_create(fgpu_sym id, CUarray *pHandle,
                                     const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) {
     REAL_OR_FAIL(cuArray3DCreate_v2, id);
-    acct a;
-    if (!pAllocateArray || !acct_begin(&a))
+    if (!pAllocateArray)
         return real(pHandle, pAllocateArray);
-    if (!acct_reserve(&a, array3d_bytes(pAllocateArray, 0)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(pHandle, pAllocateArray);
-    return acct_commit(&a, rc, FGPU_ALLOC_ARRAY,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+    ACCOUNT_AROUND(FGPU_ALLOC_ARRAY, array3d_bytes(pAllocateArray, 0),
+                   real(pHandle, pAllocateArray), (uintptr_t)*pHandle);
 }
 
 CUresult fgpu_policy_mipmapped_array_create(fgpu_sym id, CUmipmappedArray *pHandle,
                                             const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                             unsigned int numMipmapLevels) {
     REAL_OR_FAIL(cuMipmappedArrayCreate, id);
-    acct a;
-    if (!pMipmappedArrayDesc || !acct_begin(&a))
+    if (!pMipmappedArrayDesc)
         return real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-    uint64_t n = 0;
-    for (unsigned int lvl = 0; lvl < at_least_one(numMipmapLevels) && lvl < 64; lvl++)
-        n += array3d_bytes(pMipmappedArrayDesc, lvl);
-    if (!acct_reserve(&a, n))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-    return acct_commit(&a, rc, FGPU_ALLOC_MIPMAP,
-                       rc == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0);
+    ACCOUNT_AROUND(FGPU_ALLOC_MIPMAP, mipmap_bytes(pMipmappedArrayDesc, numMipmapLevels),
+                   real(pHandle, pMipmappedArrayDesc, numMipmapLevels), (uintptr_t)*pHandle);
 }
 
 /* ---------------------------------------------------------------- releases */
@@ -377,36 +377,6 @@ static void clamp_info(uint64_t *free, uint64_t *total) {
     *total = t;
 }
 
-CUresult fgpu_policy_mem_get_info(fgpu_sym id, size_t *free, size_t *total) {
-    REAL_OR_FAIL(cuMemGetInfo_v2, id);
-    if (!fgpu_enter())
-        return real(free, total);
-    CUresult rc = real(free, total);
-    if (rc == CUDA_SUCCESS && free && total) {
-        uint64_t f = *free, t = *total;
-        clamp_info(&f, &t);
-        *free = (size_t)f;
-        *total = (size_t)t;
-    }
-    fgpu_leave();
-    return rc;
-}
-
-CUresult fgpu_policy_mem_get_info_v1(fgpu_sym id, unsigned int *free, unsigned int *total) {
-    REAL_OR_FAIL(cuMemGetInfo, id);
-    if (!fgpu_enter())
-        return real(free, total);
-    CUresult rc = real(free, total);
-    if (rc == CUDA_SUCCESS && free && total) {
-        uint64_t f = *free, t = *total;
-        clamp_info(&f, &t);
-        *free = (unsigned int)(f > UINT_MAX ? UINT_MAX : f);
-        *total = (unsigned int)(t > UINT_MAX ? UINT_MAX : t);
-    }
-    fgpu_leave();
-    return rc;
-}
-
 static void clamp_total(CUdevice dev, uint64_t *bytes) {
     if (dev < 0 || dev >= FGPU_MAX_DEVICES)
         return;
@@ -416,30 +386,56 @@ static void clamp_total(CUdevice dev, uint64_t *bytes) {
         *bytes = limit;
 }
 
+/*
+ * Reports in the variant's type T (size_t, or unsigned int for the v1 names):
+ * the driver answers inside the guard, then the answer is clamped to the
+ * slice.  Clamping only ever lowers a value, so it fits back in T.
+ */
+#define GET_INFO_AROUND(T, free, total, call)                                \
+    do {                                                                     \
+        if (!fgpu_enter())                                                   \
+            return (call);                                                   \
+        CUresult rc_ = (call);                                               \
+        if (rc_ == CUDA_SUCCESS && (free) && (total)) {                      \
+            uint64_t f_ = *(free), t_ = *(total);                            \
+            clamp_info(&f_, &t_);                                            \
+            *(free) = (T)f_;                                                 \
+            *(total) = (T)t_;                                                \
+        }                                                                    \
+        fgpu_leave();                                                        \
+        return rc_;                                                          \
+    } while (0)
+
+#define TOTAL_MEM_AROUND(T, bytes, dev, call)                                \
+    do {                                                                     \
+        if (!fgpu_enter())                                                   \
+            return (call);                                                   \
+        CUresult rc_ = (call);                                               \
+        if (rc_ == CUDA_SUCCESS && (bytes)) {                                \
+            uint64_t b_ = *(bytes);                                          \
+            clamp_total((dev), &b_);                                         \
+            *(bytes) = (T)b_;                                                \
+        }                                                                    \
+        fgpu_leave();                                                        \
+        return rc_;                                                          \
+    } while (0)
+
+CUresult fgpu_policy_mem_get_info(fgpu_sym id, size_t *free, size_t *total) {
+    REAL_OR_FAIL(cuMemGetInfo_v2, id);
+    GET_INFO_AROUND(size_t, free, total, real(free, total));
+}
+
+CUresult fgpu_policy_mem_get_info_v1(fgpu_sym id, unsigned int *free, unsigned int *total) {
+    REAL_OR_FAIL(cuMemGetInfo, id);
+    GET_INFO_AROUND(unsigned int, free, total, real(free, total));
+}
+
 CUresult fgpu_policy_device_total_mem(fgpu_sym id, size_t *bytes, CUdevice dev) {
     REAL_OR_FAIL(cuDeviceTotalMem_v2, id);
-    if (!fgpu_enter())
-        return real(bytes, dev);
-    CUresult rc = real(bytes, dev);
-    if (rc == CUDA_SUCCESS && bytes) {
-        uint64_t b = *bytes;
-        clamp_total(dev, &b);
-        *bytes = (size_t)b;
-    }
-    fgpu_leave();
-    return rc;
+    TOTAL_MEM_AROUND(size_t, bytes, dev, real(bytes, dev));
 }
 
 CUresult fgpu_policy_device_total_mem_v1(fgpu_sym id, unsigned int *bytes, CUdevice dev) {
     REAL_OR_FAIL(cuDeviceTotalMem, id);
-    if (!fgpu_enter())
-        return real(bytes, dev);
-    CUresult rc = real(bytes, dev);
-    if (rc == CUDA_SUCCESS && bytes) {
-        uint64_t b = *bytes;
-        clamp_total(dev, &b);
-        *bytes = (unsigned int)(b > UINT_MAX ? UINT_MAX : b);
-    }
-    fgpu_leave();
-    return rc;
+    TOTAL_MEM_AROUND(unsigned int, bytes, dev, real(bytes, dev));
 }

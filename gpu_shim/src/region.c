@@ -195,24 +195,25 @@ int fgpu_region_device(const fgpu_region *r, uint32_t device, fgpu_device_stats 
     return 0;
 }
 
-/* F_OFD_SETLK on one byte; 1 when taken, 0 when someone else holds it. */
-static int ofd_lock(int fd, uint32_t slot, short type) {
+/* The lock of a slot: one byte of the file, at FGPU_LOCK_BASE + slot. */
+static struct flock slot_lock(uint32_t slot, short type) {
     struct flock fl;
     memset(&fl, 0, sizeof(fl));
     fl.l_type = type;
     fl.l_whence = SEEK_SET;
     fl.l_start = FGPU_LOCK_BASE + (off_t)slot;
     fl.l_len = 1;
+    return fl;
+}
+
+/* F_OFD_SETLK on one byte; 1 when taken, 0 when someone else holds it. */
+static int ofd_lock(int fd, uint32_t slot, short type) {
+    struct flock fl = slot_lock(slot, type);
     return fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
 static int ofd_probe_alive(int fd, uint32_t slot) {
-    struct flock fl;
-    memset(&fl, 0, sizeof(fl));
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = FGPU_LOCK_BASE + (off_t)slot;
-    fl.l_len = 1;
+    struct flock fl = slot_lock(slot, F_WRLCK);
     if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
         return 1; /* cannot tell: assume alive, never steal */
     return fl.l_type != F_UNLCK;
@@ -281,11 +282,13 @@ size_t fgpu_region_drain(const fgpu_region *r, uint64_t after, fgpu_happening *o
     return n;
 }
 
-/* Give back a dead owner's bytes; the caller holds the slot's lock. */
-static uint64_t reclaim_locked(fgpu_layout *l, uint32_t slot) {
+/*
+ * Give every byte the slot still counts back to its device, record why in the
+ * ring (kind) and free the slot; the bytes given back.  The caller holds the
+ * slot's lock, or is its owner.
+ */
+static uint64_t vacate(fgpu_layout *l, uint32_t slot, uint32_t kind) {
     fgpu_slot_shared *s = &l->slot[slot];
-    if (atomic_load_explicit(&s->state, FGPU_ACQUIRE) != FGPU_SLOT_ACTIVE)
-        return 0;
     uint64_t total = 0;
     for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
         uint64_t b = atomic_exchange_explicit(&s->bytes[d], 0, FGPU_RELAXED);
@@ -294,11 +297,17 @@ static uint64_t reclaim_locked(fgpu_layout *l, uint32_t slot) {
             total += b;
         }
     }
-    fgpu_ring_push(l, FGPU_HAPPENING_PROC_RECLAIMED, -1,
-                   atomic_load_explicit(&s->pid, FGPU_RELAXED), slot, total,
+    fgpu_ring_push(l, kind, -1, atomic_load_explicit(&s->pid, FGPU_RELAXED), slot, total,
                    atomic_load_explicit(&s->start_time, FGPU_RELAXED));
     atomic_store_explicit(&s->state, FGPU_SLOT_FREE, FGPU_RELEASE);
     return total;
+}
+
+/* Give back a dead owner's bytes; the caller holds the slot's lock. */
+static uint64_t reclaim_locked(fgpu_layout *l, uint32_t slot) {
+    if (atomic_load_explicit(&l->slot[slot].state, FGPU_ACQUIRE) != FGPU_SLOT_ACTIVE)
+        return 0;
+    return vacate(l, slot, FGPU_HAPPENING_PROC_RECLAIMED);
 }
 
 uint64_t fgpu_region_reclaim_dead(fgpu_region *r) {
@@ -340,20 +349,8 @@ int fgpu_region_claim_slot(fgpu_region *r, int32_t pid, uint64_t start_time, uin
 }
 
 void fgpu_region_release_slot(fgpu_region *r, uint32_t slot) {
-    fgpu_layout *l = r->l;
-    fgpu_slot_shared *s = &l->slot[slot];
-    uint64_t total = 0;
     /* The driver frees a process's memory when it exits: give it all back. */
-    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
-        uint64_t b = atomic_exchange_explicit(&s->bytes[d], 0, FGPU_RELAXED);
-        if (b) {
-            fgpu_sub_floor(&l->dev[d].in_use, b);
-            total += b;
-        }
-    }
-    fgpu_ring_push(l, FGPU_HAPPENING_PROC_EXIT, -1, atomic_load_explicit(&s->pid, FGPU_RELAXED),
-                   slot, total, atomic_load_explicit(&s->start_time, FGPU_RELAXED));
-    atomic_store_explicit(&s->state, FGPU_SLOT_FREE, FGPU_RELEASE);
+    vacate(r->l, slot, FGPU_HAPPENING_PROC_EXIT);
     if (r->fd >= 0)
         ofd_lock(r->fd, slot, F_UNLCK);
 }
