@@ -21,6 +21,7 @@ __all__ = [
     "LEDGER",
     "STREAM",
     "STREAM_SUBJECTS",
+    "STREAM_WILDCARD",
     "SYS",
     "agent",
     "agent_session",
@@ -35,6 +36,9 @@ STREAM = "FGPU"
 LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
 STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", "fgpu.usage.>", SYS)
+# Every subject of the stream, as a consumer's or a tail's filter: the stream stores only
+# STREAM_SUBJECTS, all under it (heartbeats match it too, but are never stored).
+STREAM_WILDCARD = "fgpu.>"
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -10,6 +10,7 @@ from typing import NamedTuple, Protocol
 import msgspec
 
 from events import AnyEvent, GpuInfo, decode
+from events import subjects as subj
 
 __all__ = [
     "MAX_BATCH",
@@ -193,8 +194,15 @@ class EventLog(Protocol):
         """Batches of records after ``after`` up to ``until`` (default: the end now), in order."""
         ...
 
-    def tail(self, after: int = 0) -> AsyncGenerator[list[Record], None]:
-        """Batches of records after ``after``, then new ones as they come, forever."""
+    def tail(
+        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
+    ) -> AsyncGenerator[list[Record], None]:
+        """Batches of records after ``after``, then new ones as they come, forever.
+
+        ``subject``, a NATS subject or pattern (``*`` one token, a final ``>`` the rest),
+        narrows it to the records on matching subjects: each of them, in order, none
+        left out; a batch is never empty. The default is every subject of the stream.
+        """
         ...
 
     def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:

@@ -270,6 +270,56 @@ class EventLogContract:
         async with aclosing(events.tail(2)) as batches:
             assert seqs(await take(batches, 1)) == [3]
 
+    @pytest.mark.anyio
+    @pytest.mark.parametrize(
+        "pattern",
+        [QUOTA_A, "fgpu.agent.*.s.*", "fgpu.agent.>"],
+        ids=["one-subject", "token-wildcards", "tail-wildcard"],
+    )
+    async def test_a_tail_narrowed_to_a_subject_yields_its_records_alone(
+        self, events: EventLog, pattern: str
+    ) -> None:
+        """Records on matching subjects, stored before the tail began (after its argument)
+        and after, among others: each comes, in order, and nothing else."""
+        on = {
+            QUOTA_A: {QUOTA_A},
+            "fgpu.agent.*.s.*": {subj.agent_session("a1", "s1"), subj.agent_session("a2", "s2")},
+            "fgpu.agent.>": {
+                subj.agent("a1"),
+                subj.agent_session("a1", "s1"),
+                subj.agent_session("a2", "s2"),
+            },
+        }[pattern]
+        mixed = [
+            QUOTA_A,
+            subj.agent_session("a1", "s1"),
+            LEDGER,
+            subj.agent("a1"),
+            QUOTA_B,
+            subj.agent_session("a2", "s2"),
+            subj.request("alice", "s1"),
+        ]
+
+        async def append(subjects: list[str]) -> list[tuple[int, str, AnyEvent]]:
+            stored = []
+            for subject in subjects:
+                event = admitted()
+                stored.append((await events.append(subject, event), subject, event))
+            return stored
+
+        first = await append(mixed)
+        after = 1  # the first record is left out, whether it matches or not
+        wanted = [m for m in first if m[0] > after and m[1] in on]
+        async with aclosing(events.tail(after, subject=pattern)) as batches:
+            got = await take(batches, len(wanted))
+            later = await append(mixed * 2)
+            wanted += [m for m in later if m[1] in on]
+            got += await take(batches, len(wanted) - len(got))
+            # Nothing unwanted comes between: the next record is one more on a subject of it.
+            (last,) = await append([sorted(on)[0]])
+            got += await take(batches, 1)
+        assert [(r.seq, r.subject, r.event) for r in got] == [*wanted, last]
+
     # ---- durable cursors ------------------------------------------------------------------
 
     @pytest.mark.anyio

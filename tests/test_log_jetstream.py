@@ -221,14 +221,14 @@ def _read(in_child: bool, port: int, *, end: int = 9) -> AsyncIterator[RawBatch]
 @pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
 async def test_a_raw_read_parses_every_form_of_the_protocol(in_child: bool) -> None:
     """Lines and payloads cut across reads, a PING, a status, headers, an empty payload,
-    a payload that looks like the protocol, a reply of another form, a message stored
-    after the end: every message up to the end comes back as it was stored."""
+    a payload that looks like the protocol, a message stored after the end: every message
+    up to the end comes back as it was stored."""
     tricky = _msg("fgpu.x", 9, b"hello")
     stored = [
         _msg("fgpu.a", 3, b'{"n":3}'),
         _msg("fgpu.b", 4, b"", header=b"Nats-Msg-Id: id-4"),
         _msg("fgpu.c", 5, b"\r\n" + tricky + b"PING\r\n"),
-        _msg("fgpu.d", 6, b"{}", reply="$JS.ACK.S.OTHER.1.6.6.1700000000000000000.0"),
+        _msg("fgpu.d", 6, b"{}"),
         _msg("fgpu.e", 7, bytes(range(256)) * 4, header=b"Nats-Msg-Id: id-7"),
         _msg("fgpu.f", 8, b"[]"),
         _msg("fgpu.g", 10, b"stored after the read began"),
@@ -254,6 +254,30 @@ async def test_a_raw_read_parses_every_form_of_the_protocol(in_child: bool) -> N
         (7, "fgpu.e", bytes(range(256)) * 4),
         (8, "fgpu.f", b"[]"),
     ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+@pytest.mark.parametrize("header", [b"", b"Nats-Msg-Id: id-9"], ids=["MSG", "HMSG"])
+@pytest.mark.parametrize("cut", [0, 20], ids=["whole", "cut"])
+async def test_a_raw_read_refuses_a_message_of_another_consumer(
+    in_child: bool, header: bytes, cut: int
+) -> None:
+    """A message on the read's inbox whose reply names consumer OTHER of the stream, its
+    line whole in one read or cut across two: the usual pattern does not match it, and the
+    general path takes it for none of this read's (its sequence, the end, would end the
+    read with 5-8 left out). A LogError, after the batch that came before it."""
+    other = "$JS.ACK.S.OTHER.1.9.9.1700000000000000000.0"
+    foreign = _msg("fgpu.z", 9, b"{}", header=header, reply=other)
+    ours = [_msg(f"fgpu.{n}", n, b"{}", header=header) for n in range(3, 10)]
+    parts = [ours[0] + ours[1] + b"PING\r\n" + foreign[:cut], foreign[cut:] + b"".join(ours[2:])]
+    got: list[int] = []
+    with anyio.fail_after(30):
+        async with _scripted_nats(parts) as server:
+            with pytest.raises(LogError, match=r"a message not of consumer C: H?MSG fgpu\.z "):
+                async for raw in _read(in_child, server.port):
+                    got += raw.seqs
+    assert got == [3, 4]
 
 
 @pytest.mark.anyio

@@ -152,13 +152,3 @@ async def test_a_batch_wakes_readers_once_with_all_of_it() -> None:
             items = [(QUOTA_A, admitted()) for _ in range(3)]
             await log.append_batch(items, expect_subject=QUOTA_A, expected_last_subject_seq=0)
     assert got == [[1, 2, 3]]
-
-
-async def test_tail_may_narrow_to_some_subjects() -> None:
-    log = MemoryLog()
-    await log.append(QUOTA_A, admitted())
-    await log.append(subj.agent_session("a1", "s1"), admitted())
-    await log.append(subj.LEDGER, admitted())
-    await log.append(subj.agent_session("a2", "s2"), admitted())
-    async with aclosing(log.tail(0, subject="fgpu.agent.*.s.*")) as batches:
-        assert seqs(await take(batches, 2)) == [2, 4]

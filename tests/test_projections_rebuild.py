@@ -6,9 +6,11 @@ restarted along the way. Then ``rebuild`` (the bulk reader) makes a second store
 start of the log: both hold exactly the same rows, and the rows say what the fold says.
 """
 
-from collections.abc import Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import AsyncExitStack, aclosing, contextmanager
 from pathlib import Path
+from typing import NoReturn
+from unittest.mock import patch
 
 import anyio
 import hypothesis.strategies as st
@@ -23,11 +25,12 @@ from services.actors.agent import AgentActor
 from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
-from services.adapters import jetstream
+from services.adapters import jetstream, raw_reader
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.client import Client
 from services.domain.state import ClusterState
+from services.ports import RawBatch
 from tests.cluster import GIB, agent_config
 
 IMAGE = "fgpu/busybox:latest"
@@ -69,13 +72,28 @@ def _settled(ids: list[str], seen: int) -> Callable[[ClusterState], bool]:
 
 
 @contextmanager
-def _reads_in_a_child() -> Iterator[None]:
-    before = jetstream.CHILD_READ_FROM
-    jetstream.CHILD_READ_FROM = 0
-    try:
-        yield
-    finally:
-        jetstream.CHILD_READ_FROM = before
+def _reads_in_a_child() -> Iterator[list[int]]:
+    """Raw reads of any length in the reader's child process, for the block: yields the
+    sequences that the child handed out. This process's protocol parser is disabled for
+    the block (the child, a fresh interpreter, has its own): a read here fails."""
+    in_child = raw_reader.read_in_child
+    read: list[int] = []
+
+    async def counted(src: raw_reader.Source) -> AsyncGenerator[RawBatch, None]:
+        async with aclosing(in_child(src)) as batches:
+            async for raw in batches:
+                read.extend(raw.seqs)
+                yield raw
+
+    def in_this_process(src: raw_reader.Source) -> NoReturn:
+        raise AssertionError("a raw read parsed the log in this process, not in its child")
+
+    with (
+        patch.object(jetstream, "CHILD_READ_FROM", 0),
+        patch.object(raw_reader, "read_in_child", counted),
+        patch.object(raw_reader, "_read", in_this_process),
+    ):
+        yield read
 
 
 class _Live:
@@ -158,7 +176,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
         result = await rebuild(log, tmp / "rebuilt.duckdb", snapshot_every=7)
         # Again as a long log is read: by the reader's child process, payloads canonical.
         # Small batches, three a transaction, as a long rebuild writes them.
-        with _reads_in_a_child():
+        with _reads_in_a_child() as by_child:
             await rebuild(
                 log,
                 tmp / "rebuilt-by-child.duckdb",
@@ -171,6 +189,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
         await log.close()
     assert result.events == end
     assert differences(tmp / "live.duckdb", tmp / "rebuilt.duckdb") == {}
+    assert by_child == list(range(1, end + 1))  # every message, read by the child
     assert differences(tmp / "live.duckdb", tmp / "rebuilt-by-child.duckdb") == {}
     store = ProjectionStore(tmp / "rebuilt.duckdb", snapshot_every=7)
     try:

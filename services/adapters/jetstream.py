@@ -198,14 +198,14 @@ class JetStreamLog:
             yield batch
 
     async def tail(
-        self, after: int = 0, *, subject: str = "fgpu.>"
+        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
-        """Like the port's ``tail``; ``subject`` may narrow it to some subjects."""
+        """As the port's ``tail``: a filtered ordered consumer when ``subject`` narrows it."""
         async for batch in self._ordered(after, None, subject):
             yield batch
 
     async def _ordered(
-        self, after: int, end: int | None, subject: str = "fgpu.>"
+        self, after: int, end: int | None, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
         """An ordered push consumer from ``after + 1`` up to ``end`` (None: forever)."""
         queue: asyncio.Queue[Msg] = asyncio.Queue()
@@ -282,7 +282,7 @@ class JetStreamLog:
             ack_wait=30,
             max_ack_pending=20_000,
             max_waiting=4,
-            filter_subject="fgpu.>",
+            filter_subject=subj.STREAM_WILDCARD,
         )
         try:
             await self.js.consumer_info(subj.STREAM, durable)
@@ -339,7 +339,7 @@ class JetStreamLog:
                         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                         opt_start_seq=after + 1,
                         ack_policy=AckPolicy.NONE,
-                        filter_subject="fgpu.>",
+                        filter_subject=subj.STREAM_WILDCARD,
                         inactive_threshold=60.0,
                         mem_storage=True,
                         num_replicas=1,

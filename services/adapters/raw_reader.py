@@ -131,10 +131,14 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
     # fourth field of the reply from its end, as the general path takes it), header
     # bytes (HMSG only), bytes. Its fields hold no whitespace, so the line ends at the
     # first CRLF and splits into these fields: both paths read it alike. Any other line
-    # (a PING, an error, a status, a line not yet whole) takes the general path.
-    reply = re.escape(f"$JS.ACK.{src.stream}.{src.consumer}.".encode())
+    # (a PING, an error, a status, a line not yet whole) takes the general path, which
+    # refuses a message whose reply is not of this consumer, as the pattern does not
+    # match it: its sequence is none of this read's.
+    ours = f"$JS.ACK.{src.stream}.{src.consumer}.".encode()
     message = re.compile(
-        rb"(H)?MSG (\S+) \S+ " + reply + rb"\d+\.(\d+)\.\d+\.\d+\.\d+ (?(1)(\d+) )(\d+)\r\n"
+        rb"(H)?MSG (\S+) \S+ "
+        + re.escape(ours)
+        + rb"\d+\.(\d+)\.\d+\.\d+\.\d+ (?(1)(\d+) )(\d+)\r\n"
     ).match
     got = got_bytes = 0
     largest = 1 << 20
@@ -193,6 +197,13 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
                     total = parts[-1]
                     start = eol + 2
                     if kind == b"M" or len(parts) == 6:
+                        if not parts[3].startswith(ours):
+                            # Delivered on this read's inbox, but not by its consumer:
+                            # taken, its sequence could end the read early or repeat one.
+                            raise LogError(
+                                "raw read: a message not of consumer "
+                                f"{src.consumer}: {head[:200].decode(errors='replace')}"
+                            )
                         name = parts[1]
                         stream_seq = parts[3].rsplit(b".", 4)[1]
                         skip = None if kind == b"M" else parts[4]

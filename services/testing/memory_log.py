@@ -150,11 +150,11 @@ class MemoryLog:
             yield batch
 
     async def tail(
-        self, after: int = 0, *, subject: str = "fgpu.>"
+        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
         """Batches of the records after ``after``, then of each new one as it comes, forever.
 
-        ``subject`` (a NATS pattern) may narrow it to some subjects, as on JetStreamLog.
+        Only records on subjects ``subject`` (a NATS pattern) matches, as the port says.
         """
         seq = max(after, 0)
         while True:
