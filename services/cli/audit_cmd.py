@@ -21,9 +21,9 @@ from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import agents_table, session_dict, sessions_table
 from services.cli.stack import connected, projections_db
 from services.domain.resources import format_fgpu
-from services.domain.state import ClusterState, evolve
+from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED
-from services.ports import EventLog, Malformed
+from services.ports import EventLog, Malformed, Record
 
 __all__ = ["parse_time", "register"]
 
@@ -42,28 +42,62 @@ def parse_time(text: str) -> datetime:
     return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
+# Records read past the newest one stamped in time that are kept in hand, in case a later
+# one is stamped in time too (its writer's clock behind the others').
+_HELD = 10_000
+
+
 async def _replay(
     events: EventLog, *, at: datetime | None = None, seq: int | None = None
 ) -> tuple[ClusterState, datetime | None]:
     """The fold of the log up to ``seq``, or up to the last event stamped at or before
     ``at`` (as the read API's ``/v1/state``); and when that event happened."""
-    end = seq
     if at is not None:
-        end = 0
-        async with aclosing(events.read(0)) as batches:
-            async for batch in batches:
-                for r in batch:
-                    if not isinstance(r.event, Malformed) and r.event.at <= at:
-                        end = r.seq
+        return await _replay_at(events, at)
     s = ClusterState()
     when: datetime | None = None
-    if end == 0:
+    if not seq:
         return s, None
-    async with aclosing(events.read(0, until=end)) as batches:
+    async with aclosing(events.read(0, until=seq)) as batches:
         async for batch in batches:
             for r in batch:
                 evolve(s, r)
                 when = None if isinstance(r.event, Malformed) else r.event.at
+    return s, when
+
+
+async def _replay_at(events: EventLog, at: datetime) -> tuple[ClusterState, datetime | None]:
+    """The fold of the log up to the last event stamped at or before ``at``, and its stamp.
+
+    One read of the log, which finds that event and folds up to it. A stamp is its
+    writer's clock, so an event in time may come after later-stamped ones: the records
+    after the newest event in time are held, and folded when another in time comes. Past
+    ``_HELD`` of them they are dropped instead, and the stretch up to the last event in
+    time is read again at the end (a second read, of that stretch only).
+    """
+    s = ClusterState()
+    when: datetime | None = None
+    end = 0  # the newest record stamped in time
+    held: list[Record] | None = []  # the records after s.last_seq; None: dropped
+    async with aclosing(events.read(0)) as batches:
+        async for batch in batches:
+            for r in batch:
+                e = r.event
+                if isinstance(e, Malformed) or e.at > at:
+                    if held is not None:
+                        held.append(r)
+                        if len(held) > _HELD:
+                            held = None
+                    continue
+                end, when = r.seq, e.at
+                if held is not None:
+                    fold(held, s)
+                    held.clear()
+                    evolve(s, r)
+    if end > s.last_seq:
+        async with aclosing(events.read(s.last_seq, until=end)) as batches:
+            async for batch in batches:
+                fold(batch, s)
     return s, when
 
 

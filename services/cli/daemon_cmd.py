@@ -1,14 +1,16 @@
 """``fgpu up`` (everything in one process) and ``fgpu agent|scheduler|quota`` (one each)."""
 
 import dataclasses
+import functools
+import inspect
 import os
 import signal
 import socket
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -33,7 +35,7 @@ from services.cli.stack import (
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.ports import ContainerRuntime, SliceRegions
 
-__all__ = ["register"]
+__all__ = ["AgentOptions", "register"]
 
 
 class MockGpuConfig(BaseModel):
@@ -80,25 +82,51 @@ RegionsOpt = Annotated[
 ]
 
 
-def _agent_setup(
-    agent_id: str | None,
-    mock_gpus: int,
-    gpu_mem: str,
-    fgpu_per_gpu: str | None,
-    cpu: str | None,
-    mem: str | None,
-    runtime: str | None,
-    config: Path | None,
-    shim_dir: str | None,
-    no_shim: bool,
-    regions_dir: str | None,
-) -> tuple[AgentConfig, SliceRegions | None]:
-    """The agent's configuration and regions from its options; a clear error if bad."""
-    try:
-        cfg = agent_config(agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config)
-    except ValueError as e:
-        fail(str(e))
-    return _regions(cfg, shim_dir, no_shim, regions_dir)
+@dataclasses.dataclass(frozen=True)
+class AgentOptions:
+    """The command-line options of a command that runs an agent (``fgpu up``, ``fgpu agent``),
+    listed once: ``_with_agent_options`` puts them on each such command."""
+
+    agent_id: AgentIdOpt = None
+    mock_gpus: MockOpt = 0
+    gpu_mem: GpuMemOpt = "16g"
+    fgpu_per_gpu: RatioOpt = None
+    cpu: CpuOpt = None
+    mem: MemOpt = None
+    runtime: RuntimeOpt = None
+    config: ConfigOpt = None
+    shim_dir: ShimOpt = None
+    no_shim: NoShimOpt = False
+    regions_dir: RegionsOpt = None
+
+    def setup(self) -> tuple[AgentConfig, SliceRegions | None]:
+        """The agent's configuration and regions; a clear error if an option is bad."""
+        try:
+            cfg = agent_config(
+                self.agent_id, self.mock_gpus, self.gpu_mem, self.fgpu_per_gpu,
+                self.cpu, self.mem, self.runtime, self.config,
+            )  # fmt: skip
+        except ValueError as e:
+            fail(str(e))
+        return _regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
+
+
+def _with_agent_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command``, whose ``agent: AgentOptions`` parameter is given on the command line as
+    AgentOptions' fields, each an option of its own (they come first in ``--help``)."""
+    fields = dataclasses.fields(AgentOptions)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    own = inspect.signature(command)
+    params = [
+        inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type) for f in fields
+    ] + [p.replace(kind=keyword) for p in own.parameters.values() if p.name != "agent"]
+
+    @functools.wraps(command)
+    def with_options(**given: Any) -> None:
+        command(agent=AgentOptions(**{f.name: given.pop(f.name) for f in fields}), **given)
+
+    with_options.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    return with_options
 
 
 def _regions(
@@ -200,22 +228,13 @@ async def _until_signalled(tg: anyio.abc.TaskGroup) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @_with_agent_options
     def up(
-        agent_id: AgentIdOpt = None,
-        mock_gpus: MockOpt = 0,
-        gpu_mem: GpuMemOpt = "16g",
-        fgpu_per_gpu: RatioOpt = None,
-        cpu: CpuOpt = None,
-        mem: MemOpt = None,
-        runtime: RuntimeOpt = None,
-        config: ConfigOpt = None,
+        agent: AgentOptions,
         store: Annotated[
             str | None, typer.Option(help="JetStream store directory (default: temporary).")
         ] = None,
         port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
-        shim_dir: ShimOpt = None,
-        no_shim: NoShimOpt = False,
-        regions_dir: RegionsOpt = None,
         api_port: Annotated[
             int, typer.Option(help="Port of the read API and console (0: a free one).")
         ] = 0,
@@ -224,10 +243,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
-        cfg, regions = _agent_setup(
-            agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config,
-            shim_dir, no_shim, regions_dir,
-        )  # fmt: skip
+        cfg, regions = agent.setup()
         try:
             server = nats_server.start(store, port)
         except nats_server.NatsServerError as e:
@@ -273,26 +289,11 @@ def register(app: typer.Typer) -> None:
                 state_file().unlink()
             console.print("fgpu up: stopped")
 
-    @app.command()
-    def agent(
-        ctx: typer.Context,
-        agent_id: AgentIdOpt = None,
-        mock_gpus: MockOpt = 0,
-        gpu_mem: GpuMemOpt = "16g",
-        fgpu_per_gpu: RatioOpt = None,
-        cpu: CpuOpt = None,
-        mem: MemOpt = None,
-        runtime: RuntimeOpt = None,
-        config: ConfigOpt = None,
-        shim_dir: ShimOpt = None,
-        no_shim: NoShimOpt = False,
-        regions_dir: RegionsOpt = None,
-    ) -> None:
+    @app.command("agent")
+    @_with_agent_options
+    def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
         """Run one agent against --nats URL: it runs the sessions placed on this node."""
-        cfg, regions = _agent_setup(
-            agent_id, mock_gpus, gpu_mem, fgpu_per_gpu, cpu, mem, runtime, config,
-            shim_dir, no_shim, regions_dir,
-        )  # fmt: skip
+        cfg, regions = agent.setup()
         url = _url(ctx)
 
         async def main() -> None:

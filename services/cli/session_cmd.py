@@ -14,7 +14,7 @@ from services.cli.render import session_dict, sessions_table
 from services.cli.stack import connected, logs_subject
 from services.client import Client
 from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
-from services.domain.state import ClusterState, fold
+from services.domain.state import ClusterState
 from services.domain.status import ENDED, SessionStatus
 
 __all__ = ["app"]
@@ -60,15 +60,11 @@ def create(
     async def go() -> tuple[list[str], ClusterState | None]:
         async with connected(settings.url, "fgpu-cli") as events:
             client = Client(events, SystemClock(), settings.access_key)
-            before = await events.last_seq()
             ids = await client.create(
                 image=image, slots=slots, command=command, count=count, priority=priority, name=name
             )
             if not wait:
                 return ids, None
-            state = ClusterState()
-            async for batch in events.read(0, until=before):
-                fold(batch, state)
 
             def done(s: ClusterState) -> bool:
                 return all(
@@ -76,6 +72,11 @@ def create(
                     for i in ids
                 )
 
+            # The whole log, not only what follows the requests: the fold places a session
+            # only on an agent it knows, and agents registered before. Folding from the
+            # start, the requests and all that follows them are in the fold however soon
+            # the sessions settle.
+            state = ClusterState()
             with anyio.move_on_after(timeout):
                 state = await client.wait_until(done, state)
             return ids, state
