@@ -15,7 +15,7 @@ import pyarrow as pa
 from events import GpuUsageSampled, PolicySet
 from projections.schema import ROWS
 from services.domain.state import AgentView, SessionView, Transition
-from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
+from services.domain.status import HOLDS_ALLOCATION, MOMENT
 
 __all__ = [
     "agent_table",
@@ -28,17 +28,8 @@ __all__ = [
     "usage_table",
 ]
 
-S = SessionStatus
 # Which timestamp column each status sets (the ended ones share ``ended_at``).
-_STAMP = {
-    S.REQUESTED: "requested_at",
-    S.PENDING: "admitted_at",
-    S.SCHEDULED: "scheduled_at",
-    S.PREPARING: "preparing_at",
-    S.RUNNING: "running_at",
-    S.TERMINATING: "terminating_at",
-    **{status: "ended_at" for status in ENDED},
-}
+_STAMP = {status: f"{moment}_at" for status, moment in MOMENT.items()}
 _STAMP_COLUMNS = tuple(dict.fromkeys(_STAMP.values()))
 
 

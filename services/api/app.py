@@ -83,6 +83,9 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         def work() -> T:
             con = source.cursor()
             try:
+                # One snapshot for all of a request's statements: a batch committed between
+                # two of them must not show in one half (a session's row, its history).
+                con.execute("BEGIN TRANSACTION")
                 return fn(con)
             finally:
                 con.close()
@@ -119,8 +122,8 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             sessions=[shapes.session_from_row(r) for r in rows],
         )
 
-    async def one_session(session_id: str) -> dict[str, Any]:
-        _, rows = await query(lambda con: queries.session_rows(con, session_id=session_id))
+    def one_session(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
+        _, rows = queries.session_rows(con, session_id=session_id)
         if not rows:
             raise HTTPException(404, f"no session {session_id!r}")
         return rows[0]
@@ -128,21 +131,21 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
     @app.get("/v1/sessions/{session_id}", tags=["sessions"], responses=_NOT_FOUND)
     async def get_session(session_id: str) -> models.Session:
         """One session: status, placement, times of each transition, reasons."""
-        return shapes.session_from_row(await one_session(session_id))
+        return shapes.session_from_row(await query(lambda con: one_session(con, session_id)))
 
     @app.get("/v1/sessions/{session_id}/history", tags=["sessions"], responses=_NOT_FOUND)
     async def session_history(session_id: str) -> models.SessionHistory:
         """A session's whole story: who asked, when it waited and why, where it ran, how
         it ended; with its status transitions and every event that names it."""
-        row = await one_session(session_id)
 
-        def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any]]:
+        def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any], list[Any]]:
             return (
+                one_session(con, session_id),
                 queries.session_transitions(con, session_id),
                 queries.session_events(con, session_id),
             )
 
-        transitions, events = await query(work)
+        row, transitions, events = await query(work)
         decoded: list[tuple[int, AnyEvent]] = [
             (e["seq"], decode(bytes(e["payload"]))) for e in events if e["type"] != "malformed"
         ]

@@ -21,7 +21,7 @@ from services.api.models import (
 )
 from services.domain.resources import format_cpu, format_fgpu
 from services.domain.state import AgentView, ClusterState, SessionView
-from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+from services.domain.status import HOLDS_ALLOCATION, MOMENT
 
 __all__ = [
     "agent_from_row",
@@ -35,19 +35,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-S = SessionStatus
-_TIMES = {
-    S.REQUESTED: "requested",
-    S.PENDING: "admitted",
-    S.SCHEDULED: "scheduled",
-    S.PREPARING: "preparing",
-    S.RUNNING: "running",
-    S.TERMINATING: "terminating",
-    S.TERMINATED: "ended",
-    S.CANCELLED: "ended",
-    S.ERROR: "ended",
-    S.REJECTED: "ended",
-}
 
 
 def amounts(fgpu: int, cpu: int, mem: int) -> Amounts:
@@ -90,7 +77,7 @@ def session_from_row(r: Row) -> Session:
 
 
 def session_from_view(v: SessionView) -> Session:
-    times = {_TIMES[t.status]: t.at for t in v.history}
+    times = {MOMENT[t.status]: t.at for t in v.history}
     return Session(
         id=v.session_id,
         name=v.name,

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["ENDED", "HOLDS_ALLOCATION", "SessionStatus"]
+__all__ = ["ENDED", "HOLDS_ALLOCATION", "MOMENT", "SessionStatus"]
 
 
 class SessionStatus(StrEnum):
@@ -36,3 +36,15 @@ HOLDS_ALLOCATION = frozenset(
         SessionStatus.TERMINATING,
     }
 )
+
+# The moment of a session's life that reaching each status marks (the ended statuses
+# share one): the projections' ``<moment>_at`` columns, the read API's ``times`` fields.
+MOMENT: dict[SessionStatus, str] = {
+    SessionStatus.REQUESTED: "requested",
+    SessionStatus.PENDING: "admitted",
+    SessionStatus.SCHEDULED: "scheduled",
+    SessionStatus.PREPARING: "preparing",
+    SessionStatus.RUNNING: "running",
+    SessionStatus.TERMINATING: "terminating",
+    **dict.fromkeys(ENDED, "ended"),
+}
