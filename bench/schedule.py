@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import nats
+from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import SessionRequested, SessionRunning, Slots, encode
 from services.actors.common import SystemClock
@@ -34,6 +34,8 @@ from services.adapters.jetstream import connect
 from services.client import Client
 
 FGPU = str(Path(sys.executable).parent / "fgpu")
+GPUS_PER_AGENT = 4
+FGPU_PER_GPU = 4  # each session asks for 1 fGPU
 
 
 async def raw_publish_rate(url: str, n: int, payload: bytes) -> float:
@@ -121,9 +123,9 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                 "--count",
                 str(args.agents),
                 "--gpus",
-                "4",
+                str(GPUS_PER_AGENT),
                 "--fgpu-per-gpu",
-                "4",
+                str(FGPU_PER_GPU),
                 log_dir=log_dir,
                 name="agents",
             ),
@@ -172,7 +174,6 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             for p in procs:
                 p.wait(30)
         await events.close()
-    q = statistics.quantiles(lat, n=100)
     return {
         "bench": "schedule",
         "sessions": len(ids),
@@ -181,8 +182,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "publish_s": round(published, 3),
         "latency_rate_per_s": args.rate,
         "latency_requests": len(lat),
-        "p50_ms": round(statistics.median(lat), 2),
-        "p99_ms": round(q[98], 2),
+        **quantiles_ms(lat),
         "raw_jetstream_publish_per_s": round(baseline, 1),
         "ratio_sessions_to_raw_publish": round(throughput / baseline, 4),
         "logs": log_dir,
@@ -195,4 +195,13 @@ if __name__ == "__main__":
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--latency-seconds", type=int, default=10)
-    print(json.dumps(asyncio.run(main(parser.parse_args()))))
+    args = parser.parse_args()
+    # Sessions never end here: every one needs a place of its own to reach RUNNING.
+    wanted = args.sessions + args.rate * args.latency_seconds
+    room = args.agents * GPUS_PER_AGENT * FGPU_PER_GPU
+    if wanted > room:
+        parser.error(
+            f"{wanted} sessions of 1 fGPU (--sessions plus --rate x --latency-seconds) "
+            f"do not fit on {args.agents} agents of {room // args.agents} fGPU: add agents"
+        )
+    print(json.dumps(asyncio.run(main(args))))

@@ -113,3 +113,20 @@ def test_a_change_noted_while_candidates_are_consumed_is_filed_at_the_next_read(
     assert list(taken) == ["a1"]
     assert list(index.candidates(1)) == ["a0"]
     assert index.largest() == CAPACITY
+
+
+def test_the_smallest_device_follows_registrations_lost_agents_included() -> None:
+    index = FitIndex()
+    assert index.smallest_device() is None
+    small, large = _agent(0), _agent(1)
+    large.fgpu_per_gpu = 400
+    index.update(small)
+    index.update(large)
+    assert index.smallest_device() == CAPACITY
+    small.lost = True  # it may come back: its devices still count
+    index.update(small)
+    assert index.smallest_device() == CAPACITY
+    again = _agent(0)  # registered again, with larger devices
+    again.fgpu_per_gpu = 800
+    index.update(again)
+    assert index.smallest_device() == 400

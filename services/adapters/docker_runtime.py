@@ -98,7 +98,9 @@ def _translate(e: Exception, what: str) -> ContainerError:
 
 @contextmanager
 def _engine_call(what: str) -> Iterator[None]:
-    """Wrap every foreign error of the block in the port's hierarchy."""
+    """Wrap every foreign error of the block in the port's hierarchy. A call that expects
+    some answers (a 404 meaning "none") catches DockerError inside it and re-raises the
+    others."""
     try:
         yield
     except (DockerError, *_TRANSPORT_ERRORS) as e:
@@ -193,18 +195,17 @@ class DockerRuntime:
         docker = self._client()
         data = await self._inspect(spec.name)
         if data is None:
-            try:
-                await docker.containers.create(
-                    container_config(spec, network_mode=self._network_mode, init=self._init),
-                    name=spec.name,
-                )
-            except DockerError as e:
-                if e.status == 404:
-                    raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
-                if e.status != 409:  # 409: another caller created the name just now
-                    raise _translate(e, f"create {spec.name}") from e
-            except _TRANSPORT_ERRORS as e:
-                raise _translate(e, f"create {spec.name}") from e
+            with _engine_call(f"create {spec.name}"):
+                try:
+                    await docker.containers.create(
+                        container_config(spec, network_mode=self._network_mode, init=self._init),
+                        name=spec.name,
+                    )
+                except DockerError as e:
+                    if e.status == 404:
+                        raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
+                    if e.status != 409:  # 409: another caller created the name just now
+                        raise
             data = await self._inspect(spec.name)
             if data is None:
                 raise ContainerError(f"container {spec.name} vanished right after create")
@@ -217,29 +218,28 @@ class DockerRuntime:
 
     async def _inspect(self, ref: str) -> dict[str, Any] | None:
         """The engine's record of a container by id or name; None when there is none."""
-        try:
-            data: dict[str, Any] = await self._client().containers.container(ref).show()
-        except DockerError as e:
-            if e.status == 404:
-                return None
-            raise _translate(e, f"inspect {ref}") from e
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, f"inspect {ref}") from e
+        with _engine_call(f"inspect {ref}"):
+            try:
+                data: dict[str, Any] = await self._client().containers.container(ref).show()
+            except DockerError as e:
+                if e.status == 404:
+                    return None
+                raise
         return data
 
     async def _start(self, container_id: str, name: str) -> None:
         container = self._client().containers.container(container_id)
-        try:
-            await container.start()
-        except DockerError as e:
-            if e.status == _NO_ANSWER:
-                raise _translate(e, f"start {name}") from e
-            # The engine answered: the command, a device request or a mount is wrong for
-            # this container (runc failures come back as 500s). Not worth retrying as is.
-            await self.remove(container_id, stop_timeout_s=0)
-            raise ContainerError(f"start {name}: {e}") from e
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, f"start {name}") from e
+        with _engine_call(f"start {name}"):
+            try:
+                await container.start()
+            except DockerError as e:
+                if e.status == _NO_ANSWER:
+                    raise
+                # The engine answered: the command, a device request or a mount is wrong
+                # for this container (runc failures come back as 500s). Not worth
+                # retrying as is.
+                await self.remove(container_id, stop_timeout_s=0)
+                raise ContainerError(f"start {name}: {e}") from e
 
     async def list(self, labels: dict[str, str]) -> list[ContainerInfo]:
         filters = {"label": [f"{k}={v}" for k, v in sorted(labels.items())]}
@@ -262,16 +262,14 @@ class DockerRuntime:
     async def remove(self, container_id: str, *, stop_timeout_s: float = 5.0) -> None:
         """Stop (SIGTERM, SIGKILL after whole seconds, rounded up) and remove; gone is fine."""
         container = self._client().containers.container(container_id)
-        try:
-            await container.stop(t=max(0, math.ceil(stop_timeout_s)))
-            await container.delete(force=True)
-        except DockerError as e:
-            # 404: already gone. 409: a removal is already in progress.
-            if e.status in (404, 409):
-                return
-            raise _translate(e, f"remove {container_id}") from e
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, f"remove {container_id}") from e
+        with _engine_call(f"remove {container_id}"):
+            try:
+                await container.stop(t=max(0, math.ceil(stop_timeout_s)))
+                await container.delete(force=True)
+            except DockerError as e:
+                if e.status in (404, 409):  # already gone; a removal already under way
+                    return
+                raise
 
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         container = self._client().containers.container(container_id)

@@ -52,8 +52,8 @@ def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
     if slots.fgpu <= 0:
         return None
     agents = s.agents
-    small = [a.fgpu_per_gpu for a in agents.values()]
-    if small and slots.fgpu <= min(small):
+    smallest = s.fit.smallest_device()
+    if smallest is not None and slots.fgpu <= smallest:
         # Every agent could take it on one device: the index finds the tightest quickly.
         for agent_id in s.fit.candidates(slots.fgpu):
             a = agents[agent_id]

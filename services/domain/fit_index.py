@@ -22,7 +22,7 @@ class FitIndex:
     not a re-filing. Within a bucket agents stand in the order of their last change.
     """
 
-    __slots__ = ("_buckets", "_key_of", "_keys", "_stale")
+    __slots__ = ("_buckets", "_key_of", "_keys", "_per_gpu", "_per_gpu_agents", "_stale")
 
     def __init__(self) -> None:
         self._buckets: dict[int, dict[str, None]] = {}
@@ -30,6 +30,10 @@ class FitIndex:
         self._key_of: dict[str, int] = {}
         # Agents changed since the index was last read, in the order of their last change.
         self._stale: dict[str, AgentView] = {}
+        # Every agent's device size (fGPU quanta a whole device is worth), lost ones too,
+        # and how many agents have each size: the smallest is a lookup, not a scan.
+        self._per_gpu: dict[str, int] = {}
+        self._per_gpu_agents: dict[int, int] = {}
 
     def update(self, a: "AgentView") -> None:
         """Note that ``a``'s allocations, capacity or liveness changed."""
@@ -43,6 +47,7 @@ class FitIndex:
         self._stale.clear()
 
     def _refile(self, a: "AgentView") -> None:
+        self._note_size(a.agent_id, a.fgpu_per_gpu)
         key = 0 if a.lost or not a.gpus else max([g.free for g in a.gpus.values()])
         agent_id = a.agent_id
         old = self._key_of.get(agent_id, 0)
@@ -66,6 +71,24 @@ class FitIndex:
             insort(self._keys, key)
         self._buckets[key][agent_id] = None
         self._key_of[agent_id] = key
+
+    def _note_size(self, agent_id: str, size: int) -> None:
+        old = self._per_gpu.get(agent_id)
+        if old == size:
+            return
+        counts = self._per_gpu_agents
+        if old is not None:
+            counts[old] -= 1
+            if not counts[old]:
+                del counts[old]
+        self._per_gpu[agent_id] = size
+        counts[size] = counts.get(size, 0) + 1
+
+    def smallest_device(self) -> int | None:
+        """The fGPU quanta of the smallest device size among all agents (lost ones too),
+        or None before any: a request of at most this fits one device anywhere."""
+        self._refile_stale()
+        return min(self._per_gpu_agents) if self._per_gpu_agents else None
 
     def largest(self) -> int:
         """The largest share any usable agent can give on one device (0 if none)."""
