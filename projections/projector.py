@@ -8,6 +8,7 @@ what the tables hold, not what the server remembers, decides where reading resum
 nothing is applied twice and nothing is skipped.
 """
 
+import functools
 import os
 import sys
 import time
@@ -127,14 +128,15 @@ class Projector:
 
     async def _pipelined(self, source: _BulkReader, start: int, end: int) -> None:
         """Three stages at once: the reader fetches batch n+2, a worker thread folds n+1,
-        another has DuckDB write n (it lets go of the GIL while it works).
+        another has DuckDB write n (it lets go of the GIL while it works) into the open
+        transaction, committed with every ``batches_per_transaction``-th batch.
 
         If a write fails, the fold (ahead of the tables) is restored from them once no
         stage runs, and the error raised.
         """
         group = self.batches_per_transaction
         raws, raw_out = anyio.create_memory_object_stream[RawBatch](1)
-        # Room for a whole transaction's batches, so that folding goes on while they wait.
+        # Room for a transaction's worth of batches: folding goes on while DuckDB is busy.
         batches, batch_out = anyio.create_memory_object_stream[Batch](group)
         folding = anyio.CapacityLimiter(1)
 
@@ -160,14 +162,13 @@ class Projector:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(read)
                     tg.start_soon(fold)
-                    pending: list[Batch] = []
+                    added = 0  # batches in the open transaction
                     async for batch in batch_out:
-                        pending.append(batch)
-                        if len(pending) == group:
-                            await self._write(pending)
-                            pending = []
-                    if pending:
-                        await self._write(pending)
+                        added += 1
+                        await self._add(batch, commit=added == group)
+                        added %= group
+                    if added:
+                        await self._commit()
         except BaseException as e:
             if self.store.state.last_seq != self.store.committed:
                 with anyio.CancelScope(shield=True):
@@ -178,8 +179,14 @@ class Projector:
                     raise _first(retried) from e
             raise
 
-    async def _write(self, batches: list[Batch]) -> None:
-        await anyio.to_thread.run_sync(self.store.write_all, batches, limiter=self._limiter)
+    async def _add(self, batch: Batch, *, commit: bool) -> None:
+        add = functools.partial(self.store.add, batch, commit=commit)
+        await anyio.to_thread.run_sync(add, limiter=self._limiter)
+        if commit:
+            self._notify()
+
+    async def _commit(self) -> None:
+        await anyio.to_thread.run_sync(self.store.commit, limiter=self._limiter)
         self._notify()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

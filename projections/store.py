@@ -122,6 +122,7 @@ class ProjectionStore:
         if threads is not None:
             self.con.execute(f"SET threads = {int(threads)}")
         self.committed = 0
+        self._open: tuple[int, int] | None = None  # first and last seq the open transaction holds
         self._closed = False
         self._cursor_lock = threading.Lock()
         self._reader_root = self.con.cursor()
@@ -180,7 +181,12 @@ class ProjectionStore:
 
     def recover(self) -> None:
         """Throw the in-memory fold away and restore it from the tables (after a failed
-        write, when prepared batches may be ahead of what was committed)."""
+        write, when prepared batches may be ahead of what was committed); an open
+        transaction (``add``) is rolled back first."""
+        if self._open is not None:
+            self._open = None
+            with contextlib.suppress(duckdb.Error):
+                self.con.execute("ROLLBACK")
         self.state = self._restore()
 
     # ---- applying batches -----------------------------------------------------------------
@@ -293,39 +299,69 @@ class ProjectionStore:
         Raises ProjectionError if it fails; the fold is then ahead of the tables: call
         ``recover`` once no ``prepare`` runs (``apply`` does).
         """
-        self.write_all([batch])
+        self.add(batch, commit=True)
 
     def write_all(self, batches: Sequence["Batch"]) -> None:
         """Store prepared batches, in order, and the last one's sequence in one transaction.
 
         Raises ProjectionError as ``write``.
         """
-        first, last = batches[0], batches[-1]
-        if first.first <= self.committed:
-            raise ProjectionError(f"batch {first.first}-{first.last} is already committed")
-        try:
-            self._write(batches)
-        except duckdb.Error as e:
-            raise ProjectionError(f"could not apply records {first.first}-{last.last}: {e}") from e
-        self.committed = last.last
+        for i, batch in enumerate(batches, 1):
+            self.add(batch, commit=i == len(batches))
 
-    def _write(self, batches: Sequence["Batch"]) -> None:
-        # A lone batch is one call, transaction included: each call into DuckDB gives the
-        # GIL back and must win it again, which costs milliseconds while a thread folds.
-        scripts = [";\n".join(_statements(b.tables)) for b in batches]
-        if len(batches) == 1:
-            scripts = [f"BEGIN TRANSACTION;\n{scripts[0]};\nCOMMIT"]
-        else:
-            self.con.execute("BEGIN TRANSACTION")
+    def add(self, batch: "Batch", *, commit: bool) -> None:
+        """Write a prepared batch into the open transaction, opening one if none is; with
+        ``commit``, commit it: the batches added since it opened show together, and the
+        last one's sequence becomes ``last_seq``.
+
+        A catch-up writes each batch as soon as it is folded, several to a transaction,
+        rather than a transaction's batches all at once: the last of them are then not
+        left to write after the fold has ended. Raises ProjectionError as ``write``; the
+        open transaction is rolled back whole.
+        """
+        opened = self._open
+        if opened is None and batch.first <= self.committed:
+            raise ProjectionError(f"batch {batch.first}-{batch.last} is already committed")
+        first = batch.first if opened is None else opened[0]
         try:
-            for b, script in zip(batches, scripts, strict=True):
-                _execute(self.con, script, **{f"_{n}": t for n, t in b.tables.items()})
-            if len(batches) > 1:
-                self.con.execute("COMMIT")
-        except BaseException:
+            self._write(batch, begin=opened is None, commit=commit)
+        except BaseException as e:
+            self._open = None
+            with contextlib.suppress(duckdb.Error):  # none open: the failure ended it
+                self.con.execute("ROLLBACK")
+            if isinstance(e, duckdb.Error):
+                raise ProjectionError(f"could not apply records {first}-{batch.last}: {e}") from e
+            raise
+        if commit:
+            self._open = None
+            self.committed = batch.last
+        else:
+            self._open = (first, batch.last)
+
+    def commit(self) -> None:
+        """Commit the open transaction (``add``), if one is. Raises ProjectionError."""
+        opened = self._open
+        if opened is None:
+            return
+        self._open = None
+        try:
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
             with contextlib.suppress(duckdb.Error):
                 self.con.execute("ROLLBACK")
-            raise
+            raise ProjectionError(f"could not apply records {opened[0]}-{opened[1]}: {e}") from e
+        self.committed = opened[1]
+
+    def _write(self, batch: "Batch", *, begin: bool, commit: bool) -> None:
+        # A batch is one call, its transaction's begin or end included: each call into
+        # DuckDB gives the GIL back and must win it again, which costs milliseconds while
+        # a thread folds.
+        script = ";\n".join(_statements(batch.tables))
+        if begin:
+            script = f"BEGIN TRANSACTION;\n{script}"
+        if commit:
+            script = f"{script};\nCOMMIT"
+        _execute(self.con, script, **{f"_{n}": t for n, t in batch.tables.items()})
 
 
 def _statements(tables: dict[str, pa.Table]) -> list[str]:

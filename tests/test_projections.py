@@ -10,7 +10,6 @@ travel agree with the pure fold.
 import json
 import uuid
 from array import array
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from pathlib import Path
@@ -552,9 +551,9 @@ class _FailingStore(ProjectionStore):
             self.writes_before_failure = self.last_seq
             raise duckdb.IOException("No space left on device")
 
-    def _write(self, batches: Sequence[Batch]) -> None:
+    def _write(self, batch: Batch, *, begin: bool, commit: bool) -> None:
         self._count()
-        super()._write(batches)
+        super()._write(batch, begin=begin, commit=commit)
 
 
 @pytest.mark.anyio
@@ -649,7 +648,9 @@ async def test_a_write_that_fails_in_a_bulk_catch_up_loses_nothing(
         while await log.last_seq() < len(raw):  # noqa: ASYNC110
             await anyio.sleep(0.01)
     store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
-    store.fail_at = 2  # 21 records, 4 a batch: with 3 batches a transaction, 2 writes
+    # 21 records, 4 a batch, each batch a write: fail in the second transaction, while
+    # it is open (with 3 batches a transaction, after one of its batches).
+    store.fail_at = per_transaction + 2
     projector = Projector(log, store, batch=4, batches_per_transaction=per_transaction)
     with pytest.raises(ProjectionError, match="No space left"):
         await projector.catch_up()
@@ -658,3 +659,39 @@ async def test_a_write_that_fails_in_a_bulk_catch_up_loses_nothing(
     store.close()
     _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
+
+
+def test_batches_added_to_a_transaction_show_when_it_commits(tmp_path: Path) -> None:
+    """A catch-up adds batches to an open transaction as it folds them: readers see none
+    of them, nor their sequence, until the commit; recovering rolls them back."""
+    raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
+    raw += [
+        (subj.request("alice", f"s{n}"), encode(_request("alice", f"s{n}", n))) for n in range(6)
+    ]
+    records = _records(raw)
+    store = ProjectionStore(tmp_path / "p.duckdb")
+    reader = store.cursor()
+
+    def seen() -> tuple[int, int]:
+        row = reader.execute("SELECT count(*), coalesce(max(seq), 0) FROM events").fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    try:
+        for part in (records[:3], records[3:5]):
+            batch = store.prepare(part)
+            assert batch is not None
+            store.add(batch, commit=False)
+        assert seen() == (0, 0) and store.last_seq == 0
+        store.commit()
+        assert seen() == (5, 5) and store.last_seq == 5
+        batch = store.prepare(records[5:])
+        assert batch is not None
+        store.add(batch, commit=False)
+        store.recover()  # as after a failed write: the open transaction goes, the fold too
+        assert seen() == (5, 5) and store.state.last_seq == 5
+        store.write(store.prepare(records[5:]) or pytest.fail("nothing prepared"))
+        assert seen() == (7, 7)
+    finally:
+        reader.close()
+        store.close()
