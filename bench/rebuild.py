@@ -392,6 +392,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3, help="baseline and rebuild pairs")
-    out = asyncio.run(main(parser.parse_args()))
+    args = parser.parse_args()
+    if args.events < 1 or args.runs < 1:
+        parser.error("--events and --runs must be at least 1")
+    out = asyncio.run(main(args))
     out["db_mb"] = round(os.path.getsize(str(out["db"])) / 1e6, 1)
     print(json.dumps(out))

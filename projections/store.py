@@ -1,18 +1,21 @@
-"""The projection store: DuckDB tables kept by folding the log, one transaction per batch.
+"""The projection store: DuckDB tables kept by folding the log, batch by batch.
 
 The store holds the fold's state (``services.domain.state``) in memory, in step with the
 tables: ``last_seq`` is the last sequence both have applied, ``max(events.seq)`` in the
 tables. ``apply`` folds a batch, turns what changed into rows and writes them, the batch's
 own rows of ``events`` included, in one DuckDB transaction, so a batch is in the tables
-entirely or not at all and the last sequence commits with it. Records at or below
-``last_seq`` were applied already and are skipped: a redelivered batch changes nothing.
+entirely or not at all and the last sequence commits with it. A catch-up writes several
+batches to one transaction (``add``, ``commit``): they show together or not at all.
+Records at or below ``last_seq`` were applied already and are skipped: a redelivered
+batch changes nothing.
 
 Opening a store restores the state from the newest snapshot at or below ``last_seq``
 plus the events stored after it, so a restart neither re-reads the log from its start
 nor applies anything twice.
 
-Every method blocks (DuckDB, CPU): call them from a worker thread, one at a time (the
-projector does). ``cursor()`` gives readers their own connection, safe in any thread.
+Every method blocks (DuckDB, CPU): call them from worker threads, one at a time, except
+that ``prepare`` may fold the next batch while ``add`` writes this one (the projector
+does both). ``cursor()`` gives readers their own connection, safe in any thread.
 
 Errors::
 
@@ -183,10 +186,9 @@ class ProjectionStore:
         """Throw the in-memory fold away and restore it from the tables (after a failed
         write, when prepared batches may be ahead of what was committed); an open
         transaction (``add``) is rolled back first."""
-        if self._open is not None:
-            self._open = None
-            with contextlib.suppress(duckdb.Error):
-                self.con.execute("ROLLBACK")
+        self._open = None
+        with contextlib.suppress(duckdb.Error):  # none open: nothing to roll back
+            self.con.execute("ROLLBACK")
         self.state = self._restore()
 
     # ---- applying batches -----------------------------------------------------------------
@@ -320,8 +322,9 @@ class ProjectionStore:
         open transaction is rolled back whole.
         """
         opened = self._open
-        if opened is None and batch.first <= self.committed:
-            raise ProjectionError(f"batch {batch.first}-{batch.last} is already committed")
+        after = self.committed if opened is None else opened[1]
+        if batch.first <= after:
+            raise ProjectionError(f"batch {batch.first}-{batch.last} is already written")
         first = batch.first if opened is None else opened[0]
         try:
             self._write(batch, begin=opened is None, commit=commit)
@@ -346,10 +349,13 @@ class ProjectionStore:
         self._open = None
         try:
             self.con.execute("COMMIT")
-        except duckdb.Error as e:
-            with contextlib.suppress(duckdb.Error):
+        except BaseException as e:
+            with contextlib.suppress(duckdb.Error):  # none open: the failure ended it
                 self.con.execute("ROLLBACK")
-            raise ProjectionError(f"could not apply records {opened[0]}-{opened[1]}: {e}") from e
+            if isinstance(e, duckdb.Error):
+                first, last = opened
+                raise ProjectionError(f"could not apply records {first}-{last}: {e}") from e
+            raise
         self.committed = opened[1]
 
     def _write(self, batch: "Batch", *, begin: bool, commit: bool) -> None:

@@ -196,6 +196,7 @@ async def test_region_outlives_a_shutdown_and_goes_when_the_next_agent_ends_the_
     # Its container is removed before it is waited for: no exit code, but no error either.
     assert s.sessions[stopped].status == "TERMINATED"
     assert (s.sessions[stopped].reason or "").endswith("; stopped on request")
+    assert s.sessions[stopped].exit_code is None
     for sid in ids:
         assert of(trace, sid)[-2:] == ["removed", "SessionTerminated"]
         assert of(trace, sid).count("removed") == 1

@@ -678,11 +678,15 @@ def test_batches_added_to_a_transaction_show_when_it_commits(tmp_path: Path) -> 
         return row[0], row[1]
 
     try:
+        added = []
         for part in (records[:3], records[3:5]):
             batch = store.prepare(part)
             assert batch is not None
             store.add(batch, commit=False)
+            added.append(batch)
         assert seen() == (0, 0) and store.last_seq == 0
+        with pytest.raises(ProjectionError, match="already written"):
+            store.add(added[0], commit=True)  # refused before any write: the rest stands
         store.commit()
         assert seen() == (5, 5) and store.last_seq == 5
         batch = store.prepare(records[5:])

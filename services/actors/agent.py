@@ -227,6 +227,11 @@ class AgentActor:
         attempt = 0
         failed: ContainerError | None = None
         while True:
+            v = self.state.sessions.get(session_id)
+            if v is None or v.status not in HOLDS_ALLOCATION or v.agent_id != self.config.agent_id:
+                # Its end is on the log: a report that seemed to fail had landed. Going on
+                # would run its command a second time, or report its end again.
+                break
             try:
                 if failed is None:
                     await self._lifecycle(session_id, sup)
@@ -252,10 +257,6 @@ class AgentActor:
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
         v = self.state.sessions[session_id]
-        if v.status not in HOLDS_ALLOCATION or v.agent_id != self.config.agent_id:
-            # Its end is on the log: a report that seemed to fail had landed. Running it
-            # again would run its command twice.
-            return
         c = self.local.found.pop(session_id, None)
         if c is None and v.status in (S.RUNNING, S.TERMINATING):
             # Ask the engine, not a list taken earlier: only a container it does not have

@@ -133,7 +133,10 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
     # first CRLF and splits into these fields: both paths read it alike. Any other line
     # (a PING, an error, a status, a line not yet whole) takes the general path, which
     # refuses a message whose reply is not of this consumer, as the pattern does not
-    # match it: its sequence is none of this read's.
+    # match it: its sequence is none of this read's. Both assume the reply form this
+    # server sends, $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>
+    # .<time>.<pending>: another (NATS's planned v2 acks lead with a domain and an
+    # account hash) is refused with LogError, never misread.
     ours = f"$JS.ACK.{src.stream}.{src.consumer}.".encode()
     message = re.compile(
         rb"(H)?MSG (\S+) \S+ "

@@ -99,7 +99,9 @@ class FitIndex:
         """Agents with a device of at least ``need`` free quanta, tightest first.
 
         Lazy, and as the agents were when the first is taken: changes noted while it is
-        consumed are filed at the next read.
+        consumed are filed at the next read. Read nothing else from the index (another
+        ``candidates``, ``largest``, ``smallest_device``) until it is consumed or dropped:
+        that read would file them into the buckets this one walks.
         """
         self._refile_stale()
         for key in self._keys[bisect_left(self._keys, need) :]:
