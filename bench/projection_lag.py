@@ -25,6 +25,7 @@ import nats
 from nats.aio.msg import Msg
 from rebuild import quantiles_ms, synthetic_log  # bench/rebuild.py, beside this file
 
+from events import subjects as subj
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 
@@ -75,7 +76,7 @@ async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str
     async def on_msg(msg: Msg) -> None:
         direct.append(time.perf_counter())
 
-    await raw.subscribe("fgpu.>", cb=on_msg)
+    await raw.subscribe(subj.STREAM_WILDCARD, cb=on_msg)
     await raw.flush()
     total = args.rate * args.seconds
     listener = await asyncio.create_subprocess_exec(

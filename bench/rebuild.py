@@ -269,7 +269,7 @@ async def raw_ordered_replay(events: JetStreamLog, n: int) -> float:
 
     t0 = time.perf_counter()
     sub = await events.js.subscribe(
-        "fgpu.>",
+        subj.STREAM_WILDCARD,
         ordered_consumer=True,
         deliver_policy=DeliverPolicy.ALL,
         cb=on_msg,

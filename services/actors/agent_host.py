@@ -22,6 +22,7 @@ class AgentHost:
         self.events = events
         self.agents = agents
         self.durable = durable
+        self._by_id = {a.config.agent_id: a for a in agents}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -44,14 +45,15 @@ class AgentHost:
             await a.on_rebuild(s)
 
     async def react(self, s: ClusterState) -> None:
-        """Hand each agent the sessions of its own that the batch changed."""
+        """Hand each agent the sessions of its own that the batch changed; agents the
+        batch does not concern are not visited (a host may run thousands)."""
         mine: dict[str, list[str]] = {}
         for session_id in s.changed:
             agent_id = s.sessions[session_id].agent_id
             if agent_id is not None:
                 mine.setdefault(agent_id, []).append(session_id)
-        for a in self.agents:
-            agent_id = a.config.agent_id
-            changed = agent_id in s.changed_agents
-            if changed or agent_id in mine:
+        for agent_id in {**mine, **s.changed_agents}:
+            a = self._by_id.get(agent_id)
+            if a is not None:
+                changed = agent_id in s.changed_agents
                 await a.react_to(s, mine.get(agent_id, []), agent_changed=changed)
