@@ -51,7 +51,7 @@ from events import (
 from events import subjects as subj
 from projections import rebuild
 from projections.projector import REBUILD_BATCH, REBUILD_BATCHES_PER_TRANSACTION
-from projections.store import Batch, ProjectionStore
+from projections.store import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 
@@ -298,18 +298,17 @@ async def stage_costs(events: JetStreamLog, work: Path, n: int) -> dict[str, flo
     store = ProjectionStore(work / "stages.duckdb")
     spent = dict.fromkeys(("decode", "fold_and_rows", "duckdb_write", "final_checkpoint"), 0.0)
     try:
-        prepared: list[Batch] = []
         for i, raw in enumerate(batches, 1):
             t0 = time.perf_counter()
             records = store.decode(raw.seqs, raw.subjects, raw.payloads)
             t1 = time.perf_counter()
             batch = store.prepare(records, raw)
             t2 = time.perf_counter()
+            # Written as the rebuild writes: into the open transaction, every third commits.
             if batch is not None:
-                prepared.append(batch)
-            if prepared and (len(prepared) == REBUILD_BATCHES_PER_TRANSACTION or i == len(batches)):
-                store.write_all(prepared)
-                prepared = []
+                store.add(batch, commit=i % REBUILD_BATCHES_PER_TRANSACTION == 0)
+            if i == len(batches):
+                store.commit()
             t3 = time.perf_counter()
             spent["decode"] += t1 - t0
             spent["fold_and_rows"] += t2 - t1

@@ -186,9 +186,7 @@ class ProjectionStore:
         """Throw the in-memory fold away and restore it from the tables (after a failed
         write, when prepared batches may be ahead of what was committed); an open
         transaction (``add``) is rolled back first."""
-        self._open = None
-        with contextlib.suppress(duckdb.Error):  # none open: nothing to roll back
-            self.con.execute("ROLLBACK")
+        self._roll_back()
         self.state = self._restore()
 
     # ---- applying batches -----------------------------------------------------------------
@@ -303,14 +301,6 @@ class ProjectionStore:
         """
         self.add(batch, commit=True)
 
-    def write_all(self, batches: Sequence["Batch"]) -> None:
-        """Store prepared batches, in order, and the last one's sequence in one transaction.
-
-        Raises ProjectionError as ``write``.
-        """
-        for i, batch in enumerate(batches, 1):
-            self.add(batch, commit=i == len(batches))
-
     def add(self, batch: "Batch", *, commit: bool) -> None:
         """Write a prepared batch into the open transaction, opening one if none is; with
         ``commit``, commit it: the batches added since it opened show together, and the
@@ -326,15 +316,8 @@ class ProjectionStore:
         if batch.first <= after:
             raise ProjectionError(f"batch {batch.first}-{batch.last} is already written")
         first = batch.first if opened is None else opened[0]
-        try:
+        with self._rolled_back_on_failure(first, batch.last):
             self._write(batch, begin=opened is None, commit=commit)
-        except BaseException as e:
-            self._open = None
-            with contextlib.suppress(duckdb.Error):  # none open: the failure ended it
-                self.con.execute("ROLLBACK")
-            if isinstance(e, duckdb.Error):
-                raise ProjectionError(f"could not apply records {first}-{batch.last}: {e}") from e
-            raise
         if commit:
             self._open = None
             self.committed = batch.last
@@ -346,17 +329,27 @@ class ProjectionStore:
         opened = self._open
         if opened is None:
             return
-        self._open = None
-        try:
+        with self._rolled_back_on_failure(*opened):
             self.con.execute("COMMIT")
+        self._open = None
+        self.committed = opened[1]
+
+    @contextmanager
+    def _rolled_back_on_failure(self, first: int, last: int) -> Iterator[None]:
+        """Roll the open transaction back whole if the block fails; DuckDB's errors are
+        raised as ProjectionError for records ``first`` to ``last``."""
+        try:
+            yield
         except BaseException as e:
-            with contextlib.suppress(duckdb.Error):  # none open: the failure ended it
-                self.con.execute("ROLLBACK")
+            self._roll_back()
             if isinstance(e, duckdb.Error):
-                first, last = opened
                 raise ProjectionError(f"could not apply records {first}-{last}: {e}") from e
             raise
-        self.committed = opened[1]
+
+    def _roll_back(self) -> None:
+        self._open = None
+        with contextlib.suppress(duckdb.Error):  # none open: the failure ended it already
+            self.con.execute("ROLLBACK")
 
     def _write(self, batch: "Batch", *, begin: bool, commit: bool) -> None:
         # A batch is one call, its transaction's begin or end included: each call into

@@ -74,8 +74,8 @@ class Malformed(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     It and Record hold immutable values only (events are ``gc=False`` too), so they can be
     in no reference cycle and the garbage collector need not track them: a replay makes
-    one per message, and each tracked one brings the next collection nearer (a rebuild's
-    fold, 7.7 against 7.3 us an event, least of 7 runs of 200k events each).
+    one per message, and each tracked one brings the next collection nearer
+    (``bench/fold.py``, ``rebuild_decode_and_prepare_us``).
     """
 
     error: str
