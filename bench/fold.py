@@ -26,11 +26,10 @@ from itertools import accumulate
 import msgspec
 from rebuild import synthetic_log  # bench/rebuild.py, beside this file
 
-from events import AnyEvent, decode
+from events import AnyEvent, RawBatch, Record, decode
 from projections.projector import REBUILD_BATCH
 from projections.store import ProjectionStore
 from services.domain.state import ClusterState, evolve
-from services.ports import RawBatch, Record
 
 
 def _best(repeat: int, run: Callable[[], object]) -> float:

@@ -6,6 +6,7 @@ This package imports nothing else of the project; everything else may import it.
 from events.agent import AgentLost, AgentRegistered, GpuInfo
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
+from events.records import Malformed, RawBatch, Record, record_of, records_of
 from events.session import (
     DestroyRejected,
     DevicePlacement,
@@ -39,8 +40,11 @@ __all__ = [
     "GpuInfo",
     "GpuOomRefused",
     "GpuUsageSampled",
+    "Malformed",
     "PayloadRejected",
     "PolicySet",
+    "RawBatch",
+    "Record",
     "SessionAdmitted",
     "SessionCancelled",
     "SessionDestroyRequested",
@@ -57,4 +61,6 @@ __all__ = [
     "decode",
     "encode",
     "json_schema",
+    "record_of",
+    "records_of",
 ]

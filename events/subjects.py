@@ -12,6 +12,8 @@ fgpu.agent.<agent_id>                an agent's registrations
 fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
 fgpu.sys                             refused payloads
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
+fgpu.rpc.<agent_id>                  requests to one agent (a session's logs): core NATS
+                                     request and reply, not stored in the log
 """
 
 import re
@@ -24,6 +26,7 @@ __all__ = [
     "STREAM_WILDCARD",
     "SYS",
     "agent",
+    "agent_rpc",
     "agent_session",
     "heartbeat",
     "is_token",
@@ -72,3 +75,7 @@ def usage(agent_id: str, session_id: str) -> str:
 
 def heartbeat(agent_id: str) -> str:
     return f"fgpu.hb.{agent_id}"
+
+
+def agent_rpc(agent_id: str) -> str:
+    return f"fgpu.rpc.{agent_id}"

@@ -23,8 +23,9 @@ import duckdb
 import structlog
 from anyio.abc import TaskStatus
 
+from events import RawBatch, Record
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
-from services.ports import EventLog, LogError, RawBatch, Record
+from services.ports import EventLog, LogError
 
 __all__ = [
     "DURABLE",

@@ -38,17 +38,20 @@ import pyarrow as pa
 
 from events import (
     GpuUsageSampled,
+    Malformed,
     PolicySet,
+    RawBatch,
+    Record,
     SessionRequested,
     decode,
     encode,
+    records_of,
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
-from services.ports import Malformed, RawBatch, Record, records_of
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
-from events import AnyEvent, SessionAdmitted, encode
+from events import AnyEvent, Malformed, Record, SessionAdmitted, encode
 from events import subjects as subj
-from services.ports import ConcurrencyConflict, EventLog, LogError, Malformed, Record
+from services.ports import ConcurrencyConflict, EventLog, LogError
 
 __all__ = ["DEADLINE_S", "EventLogContract", "PublishRaw", "admitted", "read_all", "seqs", "take"]
 

@@ -15,13 +15,8 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from services.ports import (
-    ContainerError,
-    ContainerRuntime,
-    ContainerSpec,
-    ImageNotFound,
-    RuntimeUnavailable,
-)
+from services.domain.container_spec import ContainerSpec
+from services.ports import ContainerError, ContainerRuntime, ImageNotFound, RuntimeUnavailable
 
 __all__ = ["TEST_IMAGE", "TEST_LABEL", "ContainerRuntimeContract"]
 

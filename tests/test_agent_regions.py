@@ -17,11 +17,11 @@ from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.client import Client
+from services.domain.container_spec import ContainerSpec
 from services.domain.state import ClusterState
 from services.ports import (
     ContainerError,
     ContainerInfo,
-    ContainerSpec,
     DeviceUsageSample,
     ImageNotFound,
     OomRefusal,

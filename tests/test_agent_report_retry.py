@@ -16,7 +16,8 @@ from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.client import Client
-from services.ports import ContainerError, ContainerInfo, ContainerSpec, LogError
+from services.domain.container_spec import ContainerSpec
+from services.ports import ContainerError, ContainerInfo, LogError
 from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config, statuses
 

@@ -36,6 +36,7 @@ from events import (
     AgentRegistered,
     AnyEvent,
     GpuInfo,
+    Record,
     SessionAdmitted,
     SessionCancelled,
     SessionDestroyRequested,
@@ -52,7 +53,7 @@ from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import never_fits, place
 from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
-from services.ports import EventLog, Record
+from services.ports import EventLog
 
 S = SessionStatus
 IMAGE = "fgpu/busybox:latest"

@@ -17,14 +17,14 @@ import anyio
 import httpx
 import pytest
 
-from events import Slots
+from events import Record, Slots
 from services.actors.common import SystemClock
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.api import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.state import ClusterState, fold
-from services.ports import EventLog, Record
+from services.ports import EventLog
 from tests.cluster import GIB, agent_config, running_cluster, statuses
 
 pytestmark = pytest.mark.anyio

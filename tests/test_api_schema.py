@@ -22,9 +22,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from events import Record
 from projections import ProjectionStore
 from services.api import create_app
-from services.ports import Record
 from services.testing import MemoryLog
 from tests.test_api import log_records, run_scenario
 

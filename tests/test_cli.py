@@ -14,7 +14,7 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 from typer.testing import CliRunner
 
-from events import SessionRequested, Slots
+from events import Malformed, Record, SessionRequested, Slots
 from events import subjects as subj
 from services.actors.common import SystemClock
 from services.adapters import nats_server
@@ -25,7 +25,6 @@ from services.cli.daemon_cmd import AgentOptions
 from services.cli.main import app
 from services.client import Client
 from services.domain.state import ClusterState, fold
-from services.ports import Malformed, Record
 from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config, running_cluster
 

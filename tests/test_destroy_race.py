@@ -7,6 +7,7 @@ from events import (
     AnyEvent,
     DevicePlacement,
     GpuInfo,
+    Record,
     SessionAdmitted,
     SessionDestroyRequested,
     SessionRequested,
@@ -18,7 +19,6 @@ from events import (
 )
 from events import subjects as subj
 from services.domain.state import ClusterState, evolve
-from services.ports import Record
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 ONE = Slots(cpu=1, mem=1, fgpu=100)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.adapters.docker_runtime import container_config
-from services.ports import ContainerSpec, Mount
+from services.domain.container_spec import ContainerSpec, Mount
 
 GPU_A = "GPU-6f1e7f2a-1111-2222-3333-444455556666"
 GPU_B = "GPU-0a9b8c7d-aaaa-bbbb-cccc-ddddeeeeffff"

@@ -13,8 +13,10 @@ from events import (
     DestroyRejected,
     DevicePlacement,
     GpuInfo,
+    Malformed,
     PayloadRejected,
     PolicySet,
+    Record,
     SessionAdmitted,
     SessionCancelled,
     SessionDestroyRequested,
@@ -32,7 +34,6 @@ from events import (
 from events import subjects as subj
 from services.domain.state import ClusterState, OwnerUsage, apply_decision, evolve, fold
 from services.domain.status import SessionStatus
-from services.ports import Malformed, Record
 
 S = SessionStatus
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -15,11 +15,11 @@ import anyio.abc
 import pytest
 from log_contract import EventLogContract, PublishRaw
 
-from events import SessionCancelled, encode
+from events import RawBatch, SessionCancelled, encode
 from events import subjects as subj
 from services.adapters import raw_reader
 from services.adapters.jetstream import JetStreamLog
-from services.ports import LogError, RawBatch
+from services.ports import LogError
 
 
 class TestJetStreamLog(EventLogContract):

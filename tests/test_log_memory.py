@@ -6,8 +6,9 @@ import anyio
 import pytest
 from log_contract import DEADLINE_S, EventLogContract, PublishRaw, admitted, read_all, seqs, take
 
+from events import Record
 from events import subjects as subj
-from services.ports import LogError, Record
+from services.ports import LogError
 from services.testing import MemoryLog
 
 QUOTA_A = subj.quota("alice")

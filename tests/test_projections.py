@@ -31,8 +31,11 @@ from events import (
     GpuInfo,
     GpuOomRefused,
     GpuUsageSampled,
+    Malformed,
     PayloadRejected,
     PolicySet,
+    RawBatch,
+    Record,
     SessionAdmitted,
     SessionCancelled,
     SessionDestroyRequested,
@@ -47,6 +50,8 @@ from events import (
     SessionTerminating,
     Slots,
     encode,
+    record_of,
+    records_of,
 )
 from events import subjects as subj
 from projections import Projector, rows
@@ -57,7 +62,6 @@ from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters import raw_reader
 from services.adapters.jetstream import JetStreamLog
 from services.domain.state import ClusterState, fold
-from services.ports import Malformed, RawBatch, Record, record_of, records_of
 from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

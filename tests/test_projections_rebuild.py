@@ -18,7 +18,7 @@ import pytest
 from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
 
-from events import Slots
+from events import RawBatch, Slots
 from projections import ProjectionStore, Projector, rebuild
 from projections.compare import differences
 from services.actors.agent import AgentActor
@@ -30,7 +30,6 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.client import Client
 from services.domain.state import ClusterState
-from services.ports import RawBatch
 from tests.cluster import GIB, agent_config
 
 IMAGE = "fgpu/busybox:latest"

@@ -17,7 +17,8 @@ from docker_env import engine_problem, skip_or_fail
 from runtime_contract import DEADLINE_S, TEST_IMAGE, TEST_LABEL, ContainerRuntimeContract
 
 from services.adapters.docker_runtime import DockerRuntime, container_config
-from services.ports import ContainerError, ContainerSpec, Mount, RuntimeUnavailable
+from services.domain.container_spec import ContainerSpec, Mount
+from services.ports import ContainerError, RuntimeUnavailable
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from anyio.abc import TaskStatus
 from runtime_contract import TEST_IMAGE, ContainerRuntimeContract
 
 from services.adapters.dummy_runtime import DummyRuntime
-from services.ports import ContainerInfo, ContainerSpec, RuntimeUnavailable
+from services.domain.container_spec import ContainerSpec
+from services.ports import ContainerInfo, RuntimeUnavailable
 
 
 class TestDummyRuntime(ContainerRuntimeContract):

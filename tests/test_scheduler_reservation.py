@@ -7,6 +7,7 @@ from events import (
     AnyEvent,
     DevicePlacement,
     GpuInfo,
+    Record,
     SessionAdmitted,
     SessionRequested,
     SessionScheduled,
@@ -15,7 +16,6 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.state import ClusterState, evolve
-from services.ports import Record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

@@ -7,9 +7,8 @@ sequence on its next append (which the server refuses as a conflict).
 
 from datetime import UTC, datetime
 
-from events import SessionAdmitted
+from events import Record, SessionAdmitted
 from services.domain.state import ClusterState, evolve
-from services.ports import Record
 
 
 def test_folding_an_older_record_keeps_the_later_sequence_the_actor_knows() -> None:

@@ -38,7 +38,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
-from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION, session_spec
+from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION, ContainerSpec, session_spec
 from services.domain.gpu_slice import slices
 from services.domain.state import ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
@@ -47,7 +47,6 @@ from services.ports import (
     ContainerError,
     ContainerInfo,
     ContainerRuntime,
-    ContainerSpec,
     EventLog,
     ImageNotFound,
     LogError,

@@ -23,13 +23,8 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from services.ports import (
-    ContainerError,
-    ContainerInfo,
-    ContainerSpec,
-    ImageNotFound,
-    RuntimeUnavailable,
-)
+from services.domain.container_spec import ContainerSpec
+from services.ports import ContainerError, ContainerInfo, ImageNotFound, RuntimeUnavailable
 
 __all__ = ["DockerRuntime", "container_config"]
 

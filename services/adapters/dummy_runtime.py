@@ -26,13 +26,8 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from services.ports import (
-    ContainerError,
-    ContainerInfo,
-    ContainerSpec,
-    ImageNotFound,
-    RuntimeUnavailable,
-)
+from services.domain.container_spec import ContainerSpec
+from services.ports import ContainerError, ContainerInfo, ImageNotFound, RuntimeUnavailable
 
 __all__ = ["DEFAULT_IMAGES", "DummyRuntime"]
 

@@ -25,10 +25,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from events import AnyEvent, encode
+from events import AnyEvent, RawBatch, Record, encode, record_of
 from events import subjects as subj
 from services.adapters import raw_reader
-from services.ports import ConcurrencyConflict, LogError, RawBatch, Record, check_batch, record_of
+from services.ports import ConcurrencyConflict, LogError, check_batch
 
 __all__ = ["JetStreamLog", "connect"]
 

@@ -36,8 +36,8 @@ from typing import IO, Any
 import anyio
 import msgspec
 
-from events import decode, encode
-from services.ports import LogError, RawBatch
+from events import RawBatch, decode, encode
+from services.ports import LogError
 
 __all__ = ["Source", "read_in_child", "read_stored"]
 

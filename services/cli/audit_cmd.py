@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from events import AnyEvent
+from events import AnyEvent, Malformed, Record
 from projections.story import Line, story, summary
 from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import agents_table, session_dict, sessions_table
@@ -23,7 +23,7 @@ from services.cli.stack import connected, projections_db
 from services.domain.resources import format_fgpu
 from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED
-from services.ports import EventLog, Malformed, Record
+from services.ports import EventLog
 
 __all__ = ["parse_time", "register"]
 
@@ -236,7 +236,8 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
 
         async def go() -> tuple[ClusterState, datetime | None]:
-            async with connected(settings.url, "fgpu-audit") as events:
+            async with connected(settings.url, "fgpu-audit") as conn:
+                events = conn.log
                 return await _replay(events, at=when, seq=seq)
 
         state, happened = run_async(go)
@@ -253,7 +254,8 @@ def register(app: typer.Typer) -> None:
         settings: Settings = ctx.obj
 
         async def go() -> tuple[ClusterState, list[tuple[int, AnyEvent]]]:
-            async with connected(settings.url, "fgpu-audit") as events:
+            async with connected(settings.url, "fgpu-audit") as conn:
+                events = conn.log
                 return await _session_story(events, session_id)
 
         state, mine = run_async(go)
@@ -285,7 +287,8 @@ def register(app: typer.Typer) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
         async def go() -> Any:
-            async with connected(settings.url, "fgpu-rebuild") as events:
+            async with connected(settings.url, "fgpu-rebuild") as conn:
+                events = conn.log
                 return await rebuild(events, path)
 
         try:

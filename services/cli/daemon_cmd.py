@@ -260,20 +260,20 @@ def register(app: typer.Typer) -> None:
 
         async def main() -> None:
             async with (
-                connected(server.url, "fgpu-up") as events,
+                connected(server.url, "fgpu-up") as conn,
                 _runtime(cfg.runtime_name) as rt,
                 anyio.create_task_group() as tg,
             ):
                 tg.start_soon(_until_signalled, tg)
-                await tg.start(run_quota, events)
-                await tg.start(run_scheduler, events)
-                await tg.start(run_agent, events, rt, cfg, regions)
+                await tg.start(run_quota, conn.log)
+                await tg.start(run_scheduler, conn.log, conn.bus)
+                await tg.start(run_agent, conn, rt, cfg, regions)
                 if not no_api:
                     from services.api.serve import serve_read_api  # heavy: only when serving
 
                     # The projections live with the log they project: a new store, a new file.
                     db = default_db_path(Path(server.store_dir))
-                    api = await tg.start(serve_read_api, events, db, "127.0.0.1", api_port)
+                    api = await tg.start(serve_read_api, conn.log, db, "127.0.0.1", api_port)
                     info.api_url = api.url
                     info.save()
                     console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -298,12 +298,12 @@ def register(app: typer.Typer) -> None:
 
         async def main() -> None:
             async with (
-                connected(url, f"fgpu-agent-{cfg.agent_id}") as events,
+                connected(url, f"fgpu-agent-{cfg.agent_id}") as conn,
                 _runtime(cfg.runtime_name) as rt,
                 anyio.create_task_group() as tg,
             ):
                 tg.start_soon(_until_signalled, tg)
-                await tg.start(run_agent, events, rt, cfg, regions)
+                await tg.start(run_agent, conn, rt, cfg, regions)
                 console.print(f"agent {cfg.agent_id} ready on {url}")
 
         tune_gc()
@@ -347,12 +347,12 @@ def register(app: typer.Typer) -> None:
 
         async def main() -> None:
             async with (
-                connected(url, f"fgpu-sim-{prefix}") as events,
+                connected(url, f"fgpu-sim-{prefix}") as conn,
                 anyio.create_task_group() as tg,
             ):
                 tg.start_soon(_until_signalled, tg)
                 await tg.start(
-                    run_agent_host, events, configs, lambda: DummyRuntime(start_delay_s=start_delay)
+                    run_agent_host, conn, configs, lambda: DummyRuntime(start_delay_s=start_delay)
                 )
                 console.print(f"{count} simulated agents ready on {url}")
 
@@ -377,9 +377,12 @@ def _url(ctx: typer.Context) -> str:
 
 def _single(url: str, which: str) -> None:
     async def main() -> None:
-        async with connected(url, f"fgpu-{which}") as events, anyio.create_task_group() as tg:
+        async with connected(url, f"fgpu-{which}") as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
-            await tg.start(run_scheduler if which == "scheduler" else run_quota, events)
+            if which == "scheduler":
+                await tg.start(run_scheduler, conn.log, conn.bus)
+            else:
+                await tg.start(run_quota, conn.log)
             console.print(f"{which} ready on {url}")
 
     tune_gc()

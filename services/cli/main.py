@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from events import Slots, json_schema
+from events import Record, Slots, json_schema
 from events import subjects as subj
 from services.actors.common import SystemClock
 from services.cli import audit_cmd, daemon_cmd, session_cmd
@@ -17,7 +17,6 @@ from services.cli.stack import connected
 from services.client import Client
 from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 from services.domain.state import ClusterState
-from services.ports import Record
 
 __all__ = ["app"]
 
@@ -67,7 +66,8 @@ def events(
     settings: Settings = ctx.obj
 
     async def go() -> None:
-        async with connected(settings.url, "fgpu-cli") as log:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            log = conn.log
             source = log.tail(after) if follow else log.read(after)
             async for batch in source:
                 for r in batch:
@@ -114,7 +114,8 @@ def agents_ls(
     settings: Settings = ctx.obj
 
     async def go() -> ClusterState:
-        async with connected(settings.url, "fgpu-cli") as log:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            log = conn.log
             return await Client(log, SystemClock(), settings.access_key).state()
 
     state = run_async(go)
@@ -154,7 +155,8 @@ def policy_set(
             fail(str(e))
 
     async def go() -> None:
-        async with connected(settings.url, "fgpu-cli") as log:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            log = conn.log
             await Client(log, SystemClock(), settings.access_key).set_policy(
                 owner, max_sessions=max_sessions, max_slots=limits
             )

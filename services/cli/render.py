@@ -5,9 +5,9 @@ from typing import Any
 import msgspec
 from rich.table import Table
 
+from events import Malformed, Record
 from services.domain.resources import format_cpu, format_fgpu, format_mem
 from services.domain.state import AgentView, ClusterState, SessionView
-from services.ports import Malformed, Record
 
 __all__ = ["agent_dict", "agents_table", "record_dict", "session_dict", "sessions_table"]
 

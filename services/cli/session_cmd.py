@@ -1,9 +1,9 @@
 """``fgpu session ...``: ask for sessions, list, inspect, read logs, destroy."""
 
-import json
 from typing import Annotated
 
 import anyio
+import msgspec
 import typer
 
 from events import Slots
@@ -11,11 +11,12 @@ from events import subjects as subj
 from services.actors.common import SystemClock
 from services.cli.options import Settings, console, fail, print_json, run_async
 from services.cli.render import session_dict, sessions_table
-from services.cli.stack import connected, logs_subject
+from services.cli.stack import connected
 from services.client import Client
 from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 from services.domain.state import ClusterState
 from services.domain.status import ENDED, SessionStatus
+from services.ports import AgentUnreachable, LogsRequest
 
 __all__ = ["app"]
 
@@ -58,7 +59,8 @@ def create(
     command = list(ctx.args)
 
     async def go() -> tuple[list[str], ClusterState | None]:
-        async with connected(settings.url, "fgpu-cli") as events:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            events = conn.log
             client = Client(events, SystemClock(), settings.access_key)
             ids = await client.create(
                 image=image, slots=slots, command=command, count=count, priority=priority, name=name
@@ -123,7 +125,8 @@ def wait_cmd(
         return v_status is SessionStatus.RUNNING or v_status in ENDED
 
     async def go() -> ClusterState:
-        async with connected(settings.url, "fgpu-cli") as events:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            events = conn.log
             client = Client(events, SystemClock(), settings.access_key)
             state = ClusterState()
             with anyio.move_on_after(timeout):
@@ -191,7 +194,8 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
     settings = _settings(ctx)
 
     async def go() -> dict[str, object]:
-        async with connected(settings.url, "fgpu-cli") as events:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            events = conn.log
             state = await Client(events, SystemClock(), settings.access_key).state()
             v = state.sessions.get(session_id)
             if v is None:
@@ -201,12 +205,10 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
             if v.status in ENDED:
                 fail(f"session {session_id} ended ({v.status}); its container was removed", code=1)
             try:
-                reply = await events.nc.request(
-                    logs_subject(v.agent_id), session_id.encode(), timeout=10
-                )
-            except Exception as e:
-                fail(f"agent {v.agent_id} did not answer: {e}", code=1)
-            answer: dict[str, object] = json.loads(reply.data)
+                reply = await conn.bus.ask(v.agent_id, LogsRequest(session_id=session_id))
+            except AgentUnreachable as e:
+                fail(str(e), code=1)
+            answer: dict[str, object] = msgspec.to_builtins(reply)
             return answer
 
     answer = run_async(go)
@@ -233,7 +235,8 @@ def rm(
             fail(f"{sid!r} is not a session id")
 
     async def go() -> dict[str, dict[str, str]]:
-        async with connected(settings.url, "fgpu-cli") as events:
+        async with connected(settings.url, "fgpu-cli") as conn:
+            events = conn.log
             client = Client(events, SystemClock(), settings.access_key)
             requests = {sid: await client.destroy(sid) for sid in session_ids}
             out: dict[str, dict[str, str]] = {}
@@ -275,5 +278,6 @@ def rm(
 
 
 async def _state(settings: Settings) -> ClusterState:
-    async with connected(settings.url, "fgpu-cli") as events:
+    async with connected(settings.url, "fgpu-cli") as conn:
+        events = conn.log
         return await Client(events, SystemClock(), settings.access_key).state()

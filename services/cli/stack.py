@@ -10,22 +10,20 @@ from pathlib import Path
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from nats.aio.msg import Msg
 
-from events import subjects as subj
 from projections.paths import default_db_path
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
+from services.actors.agent_requests import answering
 from services.actors.common import SystemClock
+from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
-from services.adapters.jetstream import JetStreamLog, connect
-from services.domain.container_spec import LABEL_SESSION
+from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.domain.state import ClusterState
-from services.ports import ContainerError, ContainerRuntime, SliceRegions
+from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions
 
 __all__ = [
-    "HEARTBEAT_S",
     "StackInfo",
     "connected",
     "run_agent",
@@ -35,7 +33,6 @@ __all__ = [
     "state_file",
 ]
 
-HEARTBEAT_S = 2.0
 log = structlog.get_logger()
 
 
@@ -69,81 +66,54 @@ class StackInfo:
 
 
 @asynccontextmanager
-async def connected(url: str, name: str) -> AsyncIterator[JetStreamLog]:
-    events = await connect(url, name=name)
-    try:
-        yield events
-    finally:
-        await events.close()
+async def connected(url: str, name: str) -> AsyncIterator[NatsConnection]:
+    """The log and the bus of one connection to ``url``, for the block."""
+    async with nats_connection(url, name=name) as conn:
+        yield conn
 
 
 async def run_quota(
-    events: JetStreamLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     await QuotaActor(events, SystemClock()).run(task_status=task_status)
 
 
 async def run_scheduler(
-    events: JetStreamLog,
+    events: EventLog,
+    heartbeats: Heartbeats,
     *,
     lost_after_s: float = 15.0,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The scheduler, fed with heartbeats heard on core NATS."""
+    """The scheduler, and the heartbeats it hears."""
     actor = SchedulerActor(events, SystemClock(), lost_after_s=lost_after_s)
-
-    async def on_heartbeat(msg: Msg) -> None:
-        actor.heard(msg.subject.rsplit(".", 1)[-1])
-
-    sub = await events.nc.subscribe(subj.HEARTBEAT_WILDCARD, cb=on_heartbeat)
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(actor.run)
-            task_status.started()
-            while True:
-                await anyio.sleep(HEARTBEAT_S)
-                await actor.check_liveness()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await sub.unsubscribe()
+    async with anyio.create_task_group() as tg:
+        await tg.start(watch_heartbeats, heartbeats, actor)
+        await tg.start(actor.run)
+        task_status.started()
 
 
 async def run_agent(
-    events: JetStreamLog,
+    conn: NatsConnection,
     runtime: ContainerRuntime,
     config: AgentConfig,
     regions: SliceRegions | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The agent, its heartbeat, and its answer to ``fgpu session logs``."""
-    actor = AgentActor(events, runtime, SystemClock(), config, regions)
-
-    async def on_logs(msg: Msg) -> None:
-        session_id = msg.data.decode(errors="replace")
-        try:
-            found = await runtime.list({LABEL_SESSION: session_id})
-            text = await runtime.logs(found[0].id) if found else ""
-            reply = {"ok": bool(found), "logs": text}
-        except ContainerError as e:
-            reply = {"ok": False, "error": str(e)}
-        await msg.respond(json.dumps(reply).encode())
-
-    sub = await events.nc.subscribe(logs_subject(config.agent_id), cb=on_logs)
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(actor.run)
-            task_status.started()
-            while True:
-                await events.nc.publish(subj.heartbeat(config.agent_id), b"")
-                await anyio.sleep(HEARTBEAT_S)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await sub.unsubscribe()
+    """The agent, its heartbeat, and its answers to requests (``fgpu session logs``)."""
+    actor = AgentActor(conn.log, runtime, SystemClock(), config, regions)
+    async with (
+        conn.bus.serving(config.agent_id, answering(config.agent_id, runtime)),
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(actor.run)
+        tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
+        task_status.started()
 
 
 async def run_agent_host(
-    events: JetStreamLog,
+    conn: NatsConnection,
     configs: list[AgentConfig],
     runtime: Callable[[], ContainerRuntime],
     *,
@@ -151,16 +121,9 @@ async def run_agent_host(
 ) -> None:
     """Many simulated agents sharing one fold of the log, and their heartbeats."""
     clock = SystemClock()
-    agents = [AgentActor(events, runtime(), clock, c) for c in configs]
-    host = AgentHost(events, agents, durable=f"agent-host-{configs[0].agent_id}")
+    agents = [AgentActor(conn.log, runtime(), clock, c) for c in configs]
+    host = AgentHost(conn.log, agents, durable=f"agent-host-{configs[0].agent_id}")
     async with anyio.create_task_group() as tg:
         await tg.start(host.run)
+        tg.start_soon(send_heartbeats, conn.bus, [c.agent_id for c in configs])
         task_status.started()
-        while True:
-            for c in configs:
-                await events.nc.publish(subj.heartbeat(c.agent_id), b"")
-            await anyio.sleep(HEARTBEAT_S)
-
-
-def logs_subject(agent_id: str) -> str:
-    return f"fgpu.rpc.{agent_id}.logs"

@@ -1,10 +1,11 @@
 """The container a session gets: limits, labels, and the fGPU shim's configuration."""
 
+import msgspec
+
 from events import GpuInfo
 from services.domain.gpu_slice import format_share, slices
 from services.domain.resources import format_fgpu
 from services.domain.state import SessionView
-from services.ports import ContainerSpec, Mount
 
 __all__ = [
     "LABEL_AGENT",
@@ -12,6 +13,8 @@ __all__ = [
     "LABEL_SESSION",
     "REGION_IN_CONTAINER",
     "SHIM_IN_CONTAINER",
+    "ContainerSpec",
+    "Mount",
     "container_name",
     "session_spec",
 ]
@@ -21,6 +24,26 @@ LABEL_AGENT = "fgpu.agent"
 LABEL_OWNER = "fgpu.owner"
 SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # holds the shim as libcuda.so.1, first on the path
 REGION_IN_CONTAINER = "/run/fgpu/region"
+
+
+class Mount(msgspec.Struct, frozen=True, kw_only=True):
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What the agent asks the engine for. ``name`` is unique per session and agent."""
+
+    name: str
+    image: str
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    cpu_millis: int = 0
+    mem_bytes: int = 0
+    gpu_uuids: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
 
 
 def container_name(agent_id: str, session_id: str) -> str:

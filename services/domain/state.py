@@ -20,8 +20,10 @@ from events import (
     Event,
     GpuOomRefused,
     GpuUsageSampled,
+    Malformed,
     PayloadRejected,
     PolicySet,
+    Record,
     SessionAdmitted,
     SessionCancelled,
     SessionDestroyRequested,
@@ -47,7 +49,6 @@ from services.domain.views import (
     SessionView,
     Transition,
 )
-from services.ports import Malformed, Record
 
 __all__ = [
     "AgentView",

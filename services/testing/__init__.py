@@ -1,8 +1,10 @@
 """Test doubles of the ports, shipped beside the code they stand in for (as ``trio.testing``).
 
-Each passes the same contract tests as the real adapter (``tests/log_contract.py``).
+Each passes the same contract tests as the real adapter (``tests/log_contract.py``,
+``tests/bus_contract.py``).
 """
 
+from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
 
-__all__ = ["MemoryLog"]
+__all__ = ["MemoryBus", "MemoryLog"]

@@ -26,16 +26,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from events import AnyEvent, encode
+from events import AnyEvent, Record, encode, record_of
 from events import subjects as subj
-from services.ports import (
-    ConcurrencyConflict,
-    EventLog,
-    LogError,
-    Record,
-    check_batch,
-    record_of,
-)
+from services.ports import ConcurrencyConflict, EventLog, LogError, check_batch
 
 __all__ = ["MemoryLog"]
 

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from shim_kit import GIB, Kit, read_line, running
 
-from events import GpuOomRefused, GpuUsageSampled, Slots
+from events import GpuOomRefused, GpuUsageSampled, Record, Slots
 from services.actors.agent import AgentActor
 from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
@@ -24,7 +24,6 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.shim_regions import ShimRegions
 from services.client import Client
-from services.ports import Record
 from tests.cluster import agent_config
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,62 @@
+"""The ports actors depend on: Protocols that adapters at the edge implement, and fakes too.
+
+One module a concern: ``errors`` (the tree every port raises from), ``log`` (the event log
+and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the log),
+``containers``, ``regions`` (the shim's shared regions), ``host`` (GPUs, the clock).
+Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
+"""
+
+from services.ports.bus import (
+    AgentHandler,
+    AgentReply,
+    AgentRequest,
+    AgentRequests,
+    Heartbeats,
+    LogsReply,
+    LogsRequest,
+    RequestFailed,
+)
+from services.ports.containers import ContainerInfo, ContainerRuntime
+from services.ports.errors import (
+    AgentUnreachable,
+    BulkReadUnavailable,
+    ConcurrencyConflict,
+    ContainerError,
+    ImageNotFound,
+    LogError,
+    RuntimeUnavailable,
+    StreamMissing,
+)
+from services.ports.host import Clock, GpuProbe
+from services.ports.log import MAX_BATCH, BulkLog, EventLog, check_batch
+from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
+
+__all__ = [
+    "MAX_BATCH",
+    "AgentHandler",
+    "AgentReply",
+    "AgentRequest",
+    "AgentRequests",
+    "AgentUnreachable",
+    "BulkLog",
+    "BulkReadUnavailable",
+    "Clock",
+    "ConcurrencyConflict",
+    "ContainerError",
+    "ContainerInfo",
+    "ContainerRuntime",
+    "DeviceUsageSample",
+    "EventLog",
+    "GpuProbe",
+    "Heartbeats",
+    "ImageNotFound",
+    "LogError",
+    "LogsReply",
+    "LogsRequest",
+    "OomRefusal",
+    "RequestFailed",
+    "RuntimeUnavailable",
+    "SliceRegions",
+    "StreamMissing",
+    "check_batch",
+]

@@ -1,0 +1,78 @@
+"""What travels beside the log: heartbeats, and requests answered by one agent.
+
+Neither is state: a heartbeat says an agent is alive now, a request (a session's logs)
+asks an agent for what only its host has. Both are lost with the connection, and that is
+fine: the next beat comes in seconds, a request fails with AgentUnreachable.
+"""
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+import msgspec
+
+__all__ = [
+    "AgentHandler",
+    "AgentReply",
+    "AgentRequest",
+    "AgentRequests",
+    "Heartbeats",
+    "LogsReply",
+    "LogsRequest",
+    "RequestFailed",
+]
+
+
+class LogsRequest(msgspec.Struct, frozen=True, kw_only=True, tag="logs"):
+    """The last ``tail`` lines of a session's container output."""
+
+    session_id: str
+    tail: int = 200
+
+
+class LogsReply(msgspec.Struct, frozen=True, kw_only=True, tag="logs"):
+    """``ok`` false: no container of the session on that agent (``error`` says why)."""
+
+    ok: bool
+    logs: str = ""
+    error: str | None = None
+
+
+class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
+    """The agent could not read the request, or failed while answering it."""
+
+    error: str
+
+
+AgentRequest = LogsRequest
+AgentReply = LogsReply | RequestFailed
+AgentHandler = Callable[[AgentRequest], Awaitable[AgentReply]]
+
+
+class Heartbeats(Protocol):
+    """Agents say they are alive; the scheduler listens."""
+
+    async def beat(self, agent_id: str) -> None:
+        """Say that ``agent_id`` is alive now. Best effort: raises nothing on a lost beat."""
+        ...
+
+    def heard(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        """Listen: inside the block, the id of each agent whose beat arrives, as it does.
+
+        Every beat sent once the block is entered is heard (while the connection holds).
+        """
+        ...
+
+
+class AgentRequests(Protocol):
+    """Requests to one agent, answered by that agent alone."""
+
+    async def ask(
+        self, agent_id: str, request: AgentRequest, *, timeout_s: float = 10.0
+    ) -> AgentReply:
+        """The answer of ``agent_id``. Raises AgentUnreachable if none comes in time."""
+        ...
+
+    def serving(self, agent_id: str, handler: AgentHandler) -> AbstractAsyncContextManager[None]:
+        """Answer the requests to ``agent_id`` with ``handler`` while the block runs."""
+        ...

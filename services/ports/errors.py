@@ -1,0 +1,60 @@
+"""The errors the ports raise, named by how the caller recovers.
+
+::
+
+    LogError                    (retryable: rebuild from the log, try again)
+     +-- ConcurrencyConflict    (another writer was first: re-read, decide again)
+     +-- StreamMissing          (no stream stores the log: an admin creates it)
+     +-- BulkReadUnavailable    (the fast bulk path cannot serve: read in order instead)
+    ContainerError
+     +-- ImageNotFound          (permanent for this session)
+     +-- RuntimeUnavailable     (retryable: the engine is down or refused)
+    AgentUnreachable            (no agent answered a request: it may be down)
+"""
+
+__all__ = [
+    "AgentUnreachable",
+    "BulkReadUnavailable",
+    "ConcurrencyConflict",
+    "ContainerError",
+    "ImageNotFound",
+    "LogError",
+    "RuntimeUnavailable",
+    "StreamMissing",
+]
+
+
+class LogError(Exception):
+    """The event log refused or failed an operation."""
+
+
+class ConcurrencyConflict(LogError):
+    """Another writer appended to the subject since we read it: re-read, decide again."""
+
+
+class StreamMissing(LogError):
+    """The server holds no stream for the log: it was never created, or was deleted.
+
+    Clients never create it (``fgpu stream create`` is an administrator's step).
+    """
+
+
+class BulkReadUnavailable(LogError):
+    """The bulk reader cannot serve this connection or server (TLS, credentials it does
+    not speak, an answer of a form it does not know): read with ``EventLog.read``."""
+
+
+class ContainerError(Exception):
+    """The container runtime failed an operation."""
+
+
+class ImageNotFound(ContainerError):
+    """The image does not exist on this engine."""
+
+
+class RuntimeUnavailable(ContainerError):
+    """The engine cannot be reached or refused the call; trying later may work."""
+
+
+class AgentUnreachable(Exception):
+    """No agent answered a request in time, or the transport failed."""

@@ -1,0 +1,109 @@
+"""The event log every state change goes through, and its optional bulk read."""
+
+from collections.abc import AsyncGenerator, Sequence
+from typing import Protocol, runtime_checkable
+
+from events import AnyEvent, RawBatch, Record
+from events import subjects as subj
+
+__all__ = ["MAX_BATCH", "BulkLog", "EventLog", "check_batch"]
+
+MAX_BATCH = 1000  # events in one atomic batch: the server's limit (nats.conf)
+
+
+def check_batch(items: Sequence[tuple[str, AnyEvent]], expect_subject: str) -> None:
+    """Raise ValueError for a batch ``EventLog.append_batch`` refuses: empty, larger than
+    MAX_BATCH, or with no event on ``expect_subject``."""
+    if not items:
+        raise ValueError("an empty batch")
+    if len(items) > MAX_BATCH:
+        raise ValueError(f"a batch holds at most {MAX_BATCH} events, got {len(items)}")
+    if all(subject != expect_subject for subject, _ in items):
+        raise ValueError(f"no event of the batch is on {expect_subject}")
+
+
+class EventLog(Protocol):
+    """The append-only log every state change goes through.
+
+    Every method raises only LogError (or a subclass) for a failure of the log: a caller
+    that catches it can rebuild and retry, whatever the transport underneath.
+    """
+
+    async def append(
+        self,
+        subject: str,
+        event: AnyEvent,
+        *,
+        expected_last_subject_seq: int | None = None,
+    ) -> int:
+        """Append one event; return its sequence.
+
+        The event id dedupes: appending the same event twice stores it once and returns
+        the first sequence. With ``expected_last_subject_seq`` the append succeeds only if
+        the subject's last sequence is that (0: no message yet), else ConcurrencyConflict.
+        """
+        ...
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        """Append ``items`` atomically, all or none; return the last one's sequence.
+
+        Succeeds only if ``expect_subject``'s last sequence is ``expected_last_subject_seq``
+        when the batch is stored, else ConcurrencyConflict and nothing is stored.
+        """
+        ...
+
+    async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
+        """Append independent events, pipelined, each deduped by its id; not atomic."""
+        ...
+
+    async def last_seq(self) -> int:
+        """The sequence of the newest message (0 when empty)."""
+        ...
+
+    def read(
+        self, after: int = 0, *, until: int | None = None
+    ) -> AsyncGenerator[list[Record], None]:
+        """Batches of records after ``after`` up to ``until`` (default: the end now), in order."""
+        ...
+
+    def tail(
+        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
+    ) -> AsyncGenerator[list[Record], None]:
+        """Batches of records after ``after``, then new ones as they come, forever.
+
+        ``subject``, a NATS subject or pattern (``*`` one token, a final ``>`` the rest),
+        narrows it to the records on matching subjects: each of them, in order, none
+        left out; a batch is never empty. The default is every subject of the stream.
+        """
+        ...
+
+    def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
+        """Batches of new records forever, through a durable cursor named ``durable``.
+
+        Records at or below ``after`` are skipped; a batch is acknowledged when the next
+        one is asked for, so a crash redelivers at most the batch in hand.
+        """
+        ...
+
+
+@runtime_checkable
+class BulkLog(Protocol):
+    """A log with a fast path for long replays: stored messages handed out undecoded.
+
+    Optional: a reader checks for it and falls back to ``EventLog.read`` when the log has
+    none, or when ``read_raw`` raises BulkReadUnavailable (before its first batch or
+    after some: the batches handed out stay good, reading goes on in order after them).
+    """
+
+    def read_raw(
+        self, after: int = 0, *, until: int | None = None, batch: int = 10_000
+    ) -> AsyncGenerator[RawBatch, None]:
+        """Stored messages after ``after`` up to ``until`` (default: the last now), in
+        order, at most ``batch`` at a time, with canonical payloads (``RawBatch``)."""
+        ...

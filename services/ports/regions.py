@@ -1,0 +1,55 @@
+"""The shared regions through which the shim in each container enforces and reports."""
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+
+__all__ = ["DeviceUsageSample", "OomRefusal", "SliceRegions"]
+
+
+class DeviceUsageSample(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one device of a container's slice (index in the container's order)."""
+
+    index: int
+    mem_used: int
+    mem_peak: int
+    mem_limit: int
+    launches: int
+    throttled_ns: int
+    refusals: int
+
+
+class OomRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    pid: int
+    requested: int
+    mem_used: int
+
+
+class SliceRegions(Protocol):
+    """The shared regions through which the shim in each container enforces and reports.
+
+    One region per session, a file on the host that the container maps. Reads are
+    lock-free memory reads: cheap enough to call from the event loop.
+    """
+
+    def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
+        """Create the region of ``key`` with its slice per device; its host path."""
+        ...
+
+    def sample(self, key: str) -> list[DeviceUsageSample]:
+        """The counters of each device; [] if the region is gone."""
+        ...
+
+    def drain_ooms(self, key: str) -> list[OomRefusal]:
+        """Out-of-memory refusals recorded since the last call."""
+        ...
+
+    def reclaim(self, key: str) -> int:
+        """Give back the bytes of the container's processes that died; how many."""
+        ...
+
+    def remove(self, key: str) -> None:
+        """Delete the region (the session ended); no error if gone."""
+        ...

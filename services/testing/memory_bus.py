@@ -1,0 +1,78 @@
+"""Heartbeats and agent requests in memory: the fake of ``services.ports.bus``.
+
+It passes the contract ``tests/bus_contract.py`` as the NATS adapter does: a beat sent
+while a listener is in its block reaches that listener; a request reaches the one agent
+serving its id and nobody else; with no agent serving, or none answering in time, the
+asker gets AgentUnreachable.
+"""
+
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from services.ports import (
+    AgentHandler,
+    AgentReply,
+    AgentRequest,
+    AgentUnreachable,
+    RequestFailed,
+)
+
+__all__ = ["MemoryBus"]
+
+_QUEUED = 10_000  # beats a slow listener may fall behind by; past that they are dropped
+
+
+class MemoryBus:
+    """Heartbeats and AgentRequests within one process."""
+
+    def __init__(self) -> None:
+        self._listeners: list[MemoryObjectSendStream[str]] = []
+        self._servers: dict[str, AgentHandler] = {}
+        self.beats_sent = 0
+
+    async def beat(self, agent_id: str) -> None:
+        self.beats_sent += 1
+        for listener in list(self._listeners):
+            # Best effort, as on NATS: a slow or gone listener misses beats.
+            with contextlib.suppress(
+                anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
+            ):
+                listener.send_nowait(agent_id)
+
+    @asynccontextmanager
+    async def heard(self) -> AsyncIterator[AsyncIterator[str]]:
+        send, receive = anyio.create_memory_object_stream[str](_QUEUED)
+        self._listeners.append(send)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            self._listeners.remove(send)
+            send.close()
+
+    async def ask(
+        self, agent_id: str, request: AgentRequest, *, timeout_s: float = 10.0
+    ) -> AgentReply:
+        handler = self._servers.get(agent_id)
+        if handler is None:
+            raise AgentUnreachable(f"no agent {agent_id} is serving requests")
+        with anyio.move_on_after(timeout_s):
+            try:
+                return await handler(request)
+            except Exception as e:  # as the NATS side: the answer says so
+                return RequestFailed(error=f"{type(e).__name__}: {e}")
+        raise AgentUnreachable(f"agent {agent_id} did not answer within {timeout_s:g} s")
+
+    @asynccontextmanager
+    async def serving(self, agent_id: str, handler: AgentHandler) -> AsyncIterator[None]:
+        if agent_id in self._servers:
+            raise ValueError(f"agent {agent_id} is served already")
+        self._servers[agent_id] = handler
+        try:
+            yield
+        finally:
+            del self._servers[agent_id]

@@ -1,0 +1,100 @@
+"""What every bus (``services.ports.bus``) promises, as one test class to subclass.
+
+A subclass provides the fixture ``bus``: an object that is both Heartbeats and
+AgentRequests. Run against MemoryBus and the real NatsBus (``test_bus.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from services.ports import (
+    AgentHandler,
+    AgentRequest,
+    AgentRequests,
+    AgentUnreachable,
+    Heartbeats,
+    LogsReply,
+    LogsRequest,
+    RequestFailed,
+)
+
+__all__ = ["Bus", "BusContract"]
+
+DEADLINE_S = 10.0
+
+
+class Bus(Heartbeats, AgentRequests):
+    """Both halves of the bus (a Protocol, for the fixtures' type)."""
+
+
+async def _next(beats: AsyncIterator[str]) -> str:
+    with anyio.fail_after(DEADLINE_S):
+        return await anext(beats)
+
+
+class BusContract:
+    pytestmark = pytest.mark.anyio
+
+    async def test_a_beat_is_heard_by_every_listener(self, bus: Bus) -> None:
+        async with bus.heard() as first, bus.heard() as second:
+            await bus.beat("a1")
+            await bus.beat("a2")
+            assert [await _next(first), await _next(first)] == ["a1", "a2"]
+            assert [await _next(second), await _next(second)] == ["a1", "a2"]
+
+    async def test_a_beat_with_nobody_listening_is_no_error(self, bus: Bus) -> None:
+        await bus.beat("alone")
+        async with bus.heard() as beats:
+            await bus.beat("later")
+            assert await _next(beats) == "later"  # the earlier beat is gone, not queued
+
+    async def test_a_request_reaches_its_agent_only(self, bus: Bus) -> None:
+        asked: list[tuple[str, AgentRequest]] = []
+
+        def handler(agent_id: str) -> AgentHandler:
+            async def answer(request: AgentRequest) -> LogsReply:
+                asked.append((agent_id, request))
+                return LogsReply(ok=True, logs=f"{agent_id}:{request.session_id}")
+
+            return answer
+
+        async with bus.serving("a1", handler("a1")), bus.serving("a2", handler("a2")):
+            reply = await bus.ask("a2", LogsRequest(session_id="s1", tail=5))
+        assert reply == LogsReply(ok=True, logs="a2:s1")
+        assert asked == [("a2", LogsRequest(session_id="s1", tail=5))]
+
+    async def test_no_agent_serving_is_unreachable(self, bus: Bus) -> None:
+        with anyio.fail_after(DEADLINE_S), pytest.raises(AgentUnreachable):
+            await bus.ask("nobody", LogsRequest(session_id="s1"), timeout_s=2)
+
+    async def test_an_agent_that_stopped_serving_is_unreachable(self, bus: Bus) -> None:
+        async def answer(request: AgentRequest) -> LogsReply:
+            return LogsReply(ok=True)
+
+        async with bus.serving("a1", answer):
+            assert (await bus.ask("a1", LogsRequest(session_id="s"))).ok
+        with anyio.fail_after(DEADLINE_S), pytest.raises(AgentUnreachable):
+            await bus.ask("a1", LogsRequest(session_id="s"), timeout_s=2)
+
+    async def test_an_agent_too_slow_is_unreachable(self, bus: Bus) -> None:
+        async def answer(request: AgentRequest) -> LogsReply:
+            await anyio.sleep(30)
+            return LogsReply(ok=True)
+
+        async with bus.serving("slow", answer):
+            with anyio.fail_after(DEADLINE_S), pytest.raises(AgentUnreachable):
+                await bus.ask("slow", LogsRequest(session_id="s"), timeout_s=0.2)
+
+    async def test_a_failing_handler_answers_that_it_failed(self, bus: Bus) -> None:
+        async def answer(request: AgentRequest) -> LogsReply:
+            raise RuntimeError("the disk is on fire")
+
+        async with bus.serving("a1", answer):
+            reply = await bus.ask("a1", LogsRequest(session_id="s"))
+            assert isinstance(reply, RequestFailed) and "disk is on fire" in reply.error
+            # ... and goes on serving.
+            assert isinstance(await bus.ask("a1", LogsRequest(session_id="s")), RequestFailed)

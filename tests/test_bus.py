@@ -1,0 +1,26 @@
+"""The bus contract on MemoryBus and on NATS."""
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.adapters.jetstream import connect
+from services.adapters.nats_bus import NatsBus
+from services.testing import MemoryBus
+from tests.bus_contract import BusContract
+
+
+class TestMemoryBus(BusContract):
+    @pytest.fixture
+    def bus(self) -> MemoryBus:
+        return MemoryBus()
+
+
+class TestNatsBus(BusContract):
+    @pytest.fixture
+    async def bus(self, nats_url: str) -> AsyncIterator[NatsBus]:
+        log = await connect(nats_url)
+        try:
+            yield NatsBus(log.nc)
+        finally:
+            await log.close()
