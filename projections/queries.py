@@ -45,6 +45,7 @@ def session_rows(
     con: duckdb.DuckDBPyConnection,
     *,
     session_id: str | None = None,
+    session_ids: Sequence[str] = (),
     statuses: Sequence[str] = (),
     owner: str | None = None,
     agent: str | None = None,
@@ -57,6 +58,9 @@ def session_rows(
     if session_id is not None:
         where.append("session_id = ?")
         args.append(session_id)
+    if session_ids:
+        where.append("list_contains(?, session_id)")
+        args.append(list(session_ids))
     if statuses:
         where.append("list_contains(?, status)")
         args.append(list(statuses))

@@ -65,6 +65,12 @@ class Client:
 
     async def destroy(self, session_id: str) -> str:
         """Ask to end ``session_id``; the id of the request, to find its answer."""
+        request_id, _ = await self.destroy_at(session_id)
+        return request_id
+
+    async def destroy_at(self, session_id: str) -> tuple[str, int]:
+        """Ask to end ``session_id``; the id of the request (its answer names it as its
+        cause) and its sequence (the answer comes after it on the log)."""
         if not subj.is_token(session_id):
             raise ValueError(f"{session_id!r} is not a session id")
         e = stamp(
@@ -73,8 +79,8 @@ class Client:
             session_id=session_id,
             requester=self.access_key,
         )
-        await self.events.append(subj.request(self.access_key, session_id), e)
-        return e.id
+        seq = await self.events.append(subj.request(self.access_key, session_id), e)
+        return e.id, seq
 
     async def set_policy(
         self, owner: str, *, max_sessions: int | None, max_slots: Slots | None

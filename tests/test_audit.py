@@ -1,44 +1,30 @@
-"""``fgpu audit`` and ``fgpu projections rebuild`` on a real log (the README scenario).
-
-The commands are registered on a bare Typer app here, as ``services/cli/main.py``
-registers them on ``fgpu``.
-"""
+"""``fgpu audit`` (through the read API) and ``fgpu projections rebuild`` (from the log),
+on a real log of the README scenario."""
 
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from projections import ProjectionStore
-from services.adapters.jetstream import JetStreamLog, connect
-from services.cli import audit_cmd
-from services.cli.options import Settings
+from services.adapters import nats_server
+from services.adapters.jetstream import connect
+from services.cli.main import app
+from tests.api_stack import read_api
 from tests.test_api import Scenario, log_records, run_scenario
 
-
-def _app(url: str) -> typer.Typer:
-    app = typer.Typer(pretty_exceptions_enable=False)
-
-    @app.callback()
-    def main(ctx: typer.Context) -> None:
-        ctx.obj = Settings(nats=url, access_key="admin")
-
-    audit_cmd.register(app)
-    return app
+Audited = tuple[str, str, Scenario, list[str]]  # NATS URL, API URL, the scenario, times
 
 
-async def _fresh_scenario(url: str) -> tuple[Scenario, list[str]]:
-    log: JetStreamLog = await connect(url)
+async def _scenario(url: str) -> tuple[Scenario, list[str]]:
+    log = await connect(url)
     try:
-        try:
-            await log.js.delete_stream("FGPU")
-        finally:
-            await log.ensure_stream()
+        await log.ensure_stream()
         sc = await run_scenario(log)
         records = await log_records(log)
     finally:
@@ -48,59 +34,68 @@ async def _fresh_scenario(url: str) -> tuple[Scenario, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def scenario(nats_url: str) -> tuple[str, Scenario, list[str]]:
-    sc, times = anyio.run(_fresh_scenario, nats_url, backend="asyncio")
-    return nats_url, sc, times
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Audited]:
+    with nats_server.nats_server() as server:
+        sc, times = anyio.run(_scenario, server.url, backend="asyncio")
+        db = tmp_path_factory.mktemp("audit") / "p.duckdb"
+        with read_api(server.url, db) as api:
+            yield server.url, api.url, sc, times
 
 
-def _run(url: str, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(_app(url), list(args))
+def _run(scenario: Audited, *args: str) -> tuple[int, str]:
+    url, api, _, _ = scenario
+    result = CliRunner().invoke(app, ["--nats", url, "--api", api, *args])
     return result.exit_code, result.output
 
 
-def test_a_session_s_story_in_the_terminal(scenario: tuple[str, Scenario, list[str]]) -> None:
-    url, sc, _ = scenario
-    code, out = _run(url, "audit", "session", sc.waited)
+def test_a_session_s_story_in_the_terminal(scenario: Audited) -> None:
+    _, _, sc, _ = scenario
+    code, out = _run(scenario, "audit", "session", sc.waited)
     assert code == 0, out
     waiting = sc.final.sessions[sc.waited].waiting
     assert f"{sc.waited} of alice: RUNNING" in out
     assert "alice asked for 1 fGPU" in out and f"it waits: {waiting}" in out
     assert "placed on a1 (gpu0 1 fGPU) after waiting" in out and "running on a1" in out
-    code, out = _run(url, "audit", "session", sc.victim, "--json")
+    code, out = _run(scenario, "audit", "session", sc.victim, "--json")
     body = json.loads(out)
-    assert body["status"] == "TERMINATED" and body["summary"].startswith("ended with exit code")
+    assert body == _get(scenario, f"/v1/sessions/{sc.victim}/history")  # the API's JSON
+    assert body["session"]["status"] == "TERMINATED"
+    assert body["summary"].startswith("ended with exit code")
     texts = [line["text"] for line in body["story"]]
     assert "alice asked to destroy it" in texts
-    code, out = _run(url, "audit", "session", "nope")
-    assert code == 2 and "no session 'nope'" in out
+    code, out = _run(scenario, "audit", "session", "nope")
+    assert code == 1 and "no session 'nope'" in out
+    code, out = _run(scenario, "audit", "session", "no/pe")
+    assert code == 2 and "is not a session id" in out
 
 
-def test_the_cluster_at_a_past_instant(scenario: tuple[str, Scenario, list[str]]) -> None:
-    url, sc, times = scenario
+def test_the_cluster_at_a_past_instant(scenario: Audited) -> None:
+    _, _, sc, times = scenario
     then = sc.busy_seq
-    code, out = _run(url, "audit", "--seq", str(then), "--json")
+    code, out = _run(scenario, "audit", "--seq", str(then), "--json")
     assert code == 0, out
     past = json.loads(out)
+    assert past == _get(scenario, f"/v1/state?seq={then}")  # the API's JSON
     assert past["seq"] == then and past["counts"] == {"PENDING": 1, "RUNNING": 2}
     shares = past["agents"][0]["gpus"][0]["shares"]
-    assert set(shares) == {i for i in sc.ids if i != sc.waited}
+    assert {sh["session"] for sh in shares} == {i for i in sc.ids if i != sc.waited}
     # The same instant by time: the state after the last event stamped at or before it.
-    code, out = _run(url, "audit", "--at", times[then - 1], "--json")
+    code, out = _run(scenario, "audit", "--at", times[then - 1], "--json")
     by_time = json.loads(out)
     assert by_time["seq"] >= then and times[by_time["seq"] - 1] == times[then - 1]
-    code, out = _run(url, "audit", "--at", times[then - 1])
+    code, out = _run(scenario, "audit", "--at", times[then - 1])
     assert code == 0 and "The cluster after event" in out and "fGPU shares" in out
-    code, out = _run(url, "audit", "--at", "2000-01-01T00:00:00Z", "--json")
+    code, out = _run(scenario, "audit", "--at", "2000-01-01T00:00:00Z", "--json")
     assert json.loads(out)["seq"] == 0
     for bad in (["--at", "noon"], [], ["--at", "now", "--seq", "3"]):
-        code, out = _run(url, "audit", *bad)
+        code, out = _run(scenario, "audit", *bad)
         assert code == 2 and "error" in out, (bad, out)
 
 
-def test_projections_rebuild(scenario: tuple[str, Scenario, list[str]], tmp_path: Path) -> None:
-    url, sc, times = scenario
+def test_projections_rebuild(scenario: Audited, tmp_path: Path) -> None:
+    _, _, sc, times = scenario
     db = tmp_path / "p.duckdb"
-    code, out = _run(url, "projections", "rebuild", "--db", str(db))
+    code, out = _run(scenario, "projections", "rebuild", "--db", str(db))
     assert code == 0 and f"{len(times)} events" in out, out
     store = ProjectionStore(db)
     try:
@@ -122,8 +117,8 @@ def test_projections_rebuild(scenario: tuple[str, Scenario, list[str]], tmp_path
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
-        code, out = _run(url, "projections", "rebuild", "--db", str(db))
-        assert code == 2 and "stop `fgpu up` first" in out, out
+        code, out = _run(scenario, "projections", "rebuild", "--db", str(db))
+        assert code == 1 and "stop `fgpu up` first" in out, out
     finally:
         holder.communicate("", timeout=30)
 
@@ -133,10 +128,18 @@ def test_rebuild_defaults_to_the_file_fgpu_up_serves(
 ) -> None:
     """`fgpu up` keeps its projections beside its log; `fgpu projections rebuild` must
     find that file, not one of its own beside the state file."""
-    from services.cli.stack import StackInfo, projections_db, state_file
+    from services.cli.admin_cmd import _default_db
+    from services.cli.options import state_file
+    from services.cli.stack import StackInfo
 
     monkeypatch.setenv("FGPU_HOME", str(tmp_path / "home"))
-    assert projections_db() == tmp_path / "home" / "projections.duckdb"  # no stack running
+    assert _default_db() == tmp_path / "home" / "projections.duckdb"  # no stack running
     StackInfo("nats://127.0.0.1:4222", str(tmp_path / "log"), None, 1).save()
     assert state_file().exists()
-    assert projections_db() == tmp_path / "log" / "projections.duckdb"
+    assert _default_db() == tmp_path / "log" / "projections.duckdb"
+
+
+def _get(scenario: Audited, path: str) -> object:
+    from services.cli.api_client import ReadApi
+
+    return ReadApi(scenario[1]).get(path)

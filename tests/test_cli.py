@@ -1,11 +1,17 @@
-"""The ``fgpu`` command's own promises: ``audit --at`` reads the log once, ``session create
---wait`` sees its sessions settle however soon they do, and the commands that run an agent
-take the same options."""
+"""The ``fgpu`` command's own promises: reads go through the read API and print its JSON,
+waits follow its event stream, bad input is refused before anything is published, and
+a call imports nothing it does not use."""
 
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, Iterator
-from datetime import UTC, datetime, timedelta
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -14,115 +20,48 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 from typer.testing import CliRunner
 
-from events import Malformed, Record, SessionRequested, Slots
-from events import subjects as subj
 from services.actors.common import SystemClock
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
-from services.cli import audit_cmd
+from services.cli.api_client import ReadApi, StreamEvent
 from services.cli.daemon_cmd import AgentOptions
 from services.cli.main import app
+from services.cli.session_cmd import _ended
+from services.cli.watch import wait_for
 from services.client import Client
-from services.domain.state import ClusterState, fold
-from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config, running_cluster
+from tests.api_stack import read_api
+from tests.cluster import agent_config, running_cluster
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
+DEAD_NATS = "nats://127.0.0.1:9"  # nothing listens there: a command that publishes fails
 
 
-# ---- fgpu audit --at ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cluster:
+    nats: str
+    api: str
+
+    def run(self, *args: str, key: str = "alice", nats: str | None = None) -> Any:
+        """``fgpu ARGS`` in this process; the result (exit_code, stdout, stderr)."""
+        given = ["--nats", nats or self.nats, "--api", self.api, "--access-key", key, *args]
+        return CliRunner().invoke(app, given)
+
+    def json(self, *args: str, key: str = "alice") -> Any:
+        result = self.run(*args, "--json", key=key)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return ReadApi(self.api).get(path, params)
 
 
-class _CountingLog(MemoryLog):
-    """A MemoryLog that counts the reads asked of it."""
-
-    def __init__(self) -> None:
-        super().__init__(batch_size=3)
-        self.reads = 0
-
-    def read(self, after: int = 0, *, until: int | None = None) -> AsyncGenerator[list[Record]]:
-        self.reads += 1
-        return super().read(after, until=until)
-
-
-# Minutes after T0 each record is stamped with (None: a payload that is no event). Clocks
-# disagree: a writer behind the others stamps events earlier than ones before them.
-_STAMPS = [0, 2, 1, None, 3, 5, 4, 4, 9, None, 6, 7, 12, 8]
-
-
-async def _log_with_lagging_clocks() -> tuple[_CountingLog, list[Record]]:
-    log = _CountingLog()
-    for n, minutes in enumerate(_STAMPS):
-        subject = subj.request("alice", f"s{n}")
-        if minutes is None:
-            await log.publish_raw(subject, b"not an event")
-            continue
-        e = SessionRequested(
-            id=f"req-{n}",
-            at=T0 + timedelta(minutes=minutes),
-            actor="alice",
-            session_id=f"s{n}",
-            owner="alice",
-            image=IMAGE,
-            slots=Slots(cpu=1000, mem=GIB, fgpu=50),
-        )
-        await log.append(subject, e)
-    records = [r async for batch in log.read(0) for r in batch]
-    return log, records
-
-
-def _expected(records: list[Record], at: datetime) -> tuple[ClusterState, datetime | None]:
-    """What the read API says: the fold up to the last event stamped at or before ``at``."""
-    end = max(
-        (r.seq for r in records if not isinstance(r.event, Malformed) and r.event.at <= at),
-        default=0,
-    )
-    last = records[end - 1].event if end else None
-    return fold(records[:end]), None if last is None or isinstance(last, Malformed) else last.at
-
-
-def _instants() -> Iterator[datetime]:
-    for half_minutes in range(-2, 2 * 13):
-        yield T0 + timedelta(seconds=30 * half_minutes)
-
-
-@pytest.mark.parametrize("held", [10_000, 2, 0])
-def test_audit_at_folds_up_to_the_last_event_in_time(
-    held: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Whatever order the clocks put the stamps in, the state is the read API's; in one
-    read of the log while the records past the instant fit in hand, and else a second
-    read of the stretch they were dropped from."""
-    monkeypatch.setattr(audit_cmd, "_HELD", held)
-
-    async def check() -> None:
-        log, records = await _log_with_lagging_clocks()
-        for at in _instants():
-            log.reads = 0
-            s, when = await audit_cmd._replay(log, at=at)
-            want, want_when = _expected(records, at)
-            assert (s.last_seq, set(s.sessions), s.malformed, when) == (
-                want.last_seq,
-                set(want.sessions),
-                want.malformed,
-                want_when,
-            ), at
-            if held >= len(records):
-                assert log.reads == 1, at
-
-    anyio.run(check, backend="asyncio")
-
-
-# ---- fgpu session create --wait -----------------------------------------------------------
-
-
-async def _cluster(url: str, *, task_status: TaskStatus[None]) -> None:
+async def _actors(url: str, *, task_status: TaskStatus[None]) -> None:
     """Quota, scheduler and one agent (dummy runtime), until cancelled; bob may hold
     nothing."""
     events = await connect(url, name="test-cluster")
     try:
+        await events.ensure_stream()
         await Client(events, SystemClock(), "admin").set_policy(
             "bob", max_sessions=0, max_slots=None
         )
@@ -135,49 +74,227 @@ async def _cluster(url: str, *, task_status: TaskStatus[None]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster_url() -> Iterator[str]:
-    """A NATS server of its own, with a cluster whose agent registered long before any
-    ``fgpu session create`` here."""
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A NATS server of its own, a cluster whose agent registered long before any
+    ``fgpu session create`` here, and the read API over it."""
+    db = tmp_path_factory.mktemp("cli") / "p.duckdb"
     with nats_server.nats_server() as server, start_blocking_portal("asyncio") as portal:
-        running, _ = portal.start_task(_cluster, server.url)
+        running, _ = portal.start_task(_actors, server.url)
         try:
-            yield server.url
+            with read_api(server.url, db) as api:
+                yield Cluster(server.url, api.url)
         finally:
             running.cancel()
 
 
-def _create(url: str, key: str, *command: str) -> tuple[int, str]:
-    args = ["--nats", url, "--access-key", key, "session", "create", "--image", IMAGE]
-    args += ["--fgpu", "0.5", "--wait", "--timeout", "30", "--json", "--", *command]
-    result = CliRunner().invoke(app, args)
-    return result.exit_code, result.stdout
+def _create(cluster: Cluster, key: str, *command: str, wait: bool = True) -> Any:
+    args = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--timeout", "30"]
+    return cluster.run(*args, *(["--wait"] if wait else []), "--json", "--", *command, key=key)
+
+
+# ---- writes and waits -----------------------------------------------------------------------
 
 
 def test_create_wait_sees_a_session_placed_on_an_agent_registered_before(
-    cluster_url: str,
+    cluster: Cluster,
 ) -> None:
-    """The placement is folded only on an agent the fold knows: --wait must fold what
-    came before its request too, or it waits in vain."""
-    code, out = _create(cluster_url, "alice", "sleep", "infinity")
-    assert code == 0, out
-    [session] = _sessions(out)
+    result = _create(cluster, "alice", "sleep", "infinity")
+    assert result.exit_code == 0, result.output
+    [session] = json.loads(result.stdout)["sessions"]
     assert session["status"] == "RUNNING" and session["agent"] == "a1"
+    assert session == cluster.get(f"/v1/sessions/{session['id']}")  # the API's own shape
 
 
-def test_create_wait_sees_sessions_that_end_at_once(cluster_url: str) -> None:
-    code, out = _create(cluster_url, "alice", "true")
-    assert code == 0, out
-    [ran] = _sessions(out)
+def test_create_wait_sees_sessions_that_end_at_once(cluster: Cluster) -> None:
+    result = _create(cluster, "alice", "true")
+    assert result.exit_code == 0, result.output
+    [ran] = json.loads(result.stdout)["sessions"]
     assert ran["status"] in ("RUNNING", "TERMINATED")
-    code, out = _create(cluster_url, "bob", "true")  # refused by bob's policy at once
-    assert code == 1, out
-    [refused] = _sessions(out)
-    assert refused["status"] == "REJECTED"
+    result = _create(cluster, "bob", "true")  # refused by bob's policy at once
+    assert result.exit_code == 1, result.output
+    [refused] = json.loads(result.stdout)["sessions"]
+    assert refused["status"] == "REJECTED" and "policy allows 0" in refused["reason"]
 
 
-def _sessions(out: str) -> list[dict[str, object]]:
-    sessions: list[dict[str, object]] = json.loads(out)["sessions"]
-    return sessions
+def test_wait_follows_the_stream_until_the_session_ends(cluster: Cluster) -> None:
+    """The wait reads the session (RUNNING), opens the stream, and only then is the
+    session removed: what ends the wait is the stream's event, not the first read."""
+    [session] = json.loads(_create(cluster, "alice", "sleep", "infinity").stdout)["sessions"]
+    streaming = threading.Event()
+
+    class Watched(ReadApi):
+        def stream(self, after: int, *, deadline: float | None = None) -> Iterator[StreamEvent]:
+            streaming.set()
+            yield from super().stream(after, deadline=deadline)
+
+    ended: dict[str, Any] = {}
+
+    def wait() -> None:
+        ended.update(wait_for(Watched(cluster.api), [session["id"]], _ended, timeout_s=60))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        assert streaming.wait(60)
+        removed = cluster.run("session", "rm", session["id"], "--no-wait")
+        assert removed.exit_code == 0, removed.output
+    finally:
+        waiter.join(60)
+    assert ended[session["id"]]["status"] == "TERMINATED"
+    assert ended[session["id"]] == cluster.get(f"/v1/sessions/{session['id']}")
+
+
+def test_wait_for_a_session_nobody_asked_for_times_out(cluster: Cluster) -> None:
+    result = cluster.run("session", "wait", "snosuch", "--timeout", "0.5")
+    assert result.exit_code == 3 and "within 0.5 s" in result.stderr
+
+
+def test_rm_reports_refusals_and_waits_for_the_end(cluster: Cluster) -> None:
+    [session] = json.loads(_create(cluster, "alice", "sleep", "infinity").stdout)["sessions"]
+    refused = cluster.run("session", "rm", session["id"], "--json", key="mallory")
+    assert refused.exit_code == 1
+    assert json.loads(refused.stdout)[session["id"]] == {
+        "result": "refused",
+        "reason": "the session belongs to another access key",
+    }
+    done = cluster.json("session", "rm", session["id"])
+    assert done[session["id"]]["result"] == "TERMINATED"
+
+
+# ---- reads: the API's JSON, one shape, and no NATS needed ----------------------------------
+
+
+def test_reads_print_the_api_json_and_need_no_nats(cluster: Cluster) -> None:
+    [session] = json.loads(_create(cluster, "carol", "sleep", "infinity").stdout)["sessions"]
+    sid = session["id"]
+    dead = {"nats": DEAD_NATS}
+    ls = cluster.run("session", "ls", "--owner", "carol", "--json", **dead)
+    assert ls.exit_code == 0, ls.output
+    assert json.loads(ls.stdout)["sessions"] == [cluster.get(f"/v1/sessions/{sid}")]
+    info = cluster.run("session", "info", sid, "--json", **dead)
+    assert json.loads(info.stdout) == cluster.get(f"/v1/sessions/{sid}")
+    agents = cluster.run("agents", "ls", "--json", **dead)
+    assert json.loads(agents.stdout)["agents"] == cluster.get("/v1/agents")["agents"]
+    events = cluster.run("events", "--session", sid, "--json", **dead)
+    lines = [json.loads(line) for line in events.stdout.splitlines()]
+    api = cluster.get("/v1/events", {"session": sid, "limit": 1000})["events"]
+    assert lines == api and lines[0]["type"] == "session.requested.v1"
+    human = cluster.run("session", "ls", **dead)
+    assert human.exit_code == 0 and sid in human.stdout
+
+
+def test_a_missing_session_is_one_line_on_stderr(cluster: Cluster) -> None:
+    result = cluster.run("session", "info", "snosuch")
+    assert result.exit_code == 1
+    assert result.stderr == "error: no session 'snosuch'\n" and result.stdout == ""
+
+
+def test_no_read_api_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FGPU_HOME", str(tmp_path))
+    monkeypatch.delenv("FGPU_API", raising=False)
+    result = CliRunner().invoke(app, ["session", "ls"])
+    assert result.exit_code == 1
+    assert "no read API known" in result.stderr and len(result.stderr.splitlines()) == 1
+    result = CliRunner().invoke(app, ["--api", "http://127.0.0.1:9", "session", "ls"])
+    assert result.exit_code == 1 and "did not answer" in result.stderr
+
+
+# ---- bad input, refused at the door -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--image", "fgpu/busy box"], "holds white space"),
+        (["--image", ""], "the image name is empty"),
+        (["--image", "Fgpu/UPPER"], "is not a reference"),
+        (["--image", "fgpu//busybox"], "is not a reference"),
+        (["--image", "fgpu/busybox:"], "is not a reference"),
+        (["--image", "fgpu/busybox@sha256:zz"], "is not a reference"),
+        (["--image", "a" * 256], "longer than 255 characters"),
+        (["--image", IMAGE, "--name", "n" * 129], "--name must be 1-128 characters"),
+        (["--image", IMAGE, "--fgpu", "0.001"], "fGPU must be a multiple of 0.01"),
+        (["--image", IMAGE, "--", "echo", ""], "the command has an empty element"),
+    ],
+)
+def test_bad_input_exits_2_before_anything_is_published(args: list[str], message: str) -> None:
+    """``--nats`` points nowhere: a command that got as far as publishing would fail
+    with exit 1 instead."""
+    given = ["--fgpu", "0.5", *args] if "--fgpu" not in args else args
+    if "--" not in given:
+        given += ["--", "true"]
+    result = CliRunner().invoke(app, ["--nats", DEAD_NATS, "session", "create", *given])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "image", ["fgpu/busybox", "localhost:5000/team/img:v1.2", f"img@sha256:{'a' * 64}"]
+)
+def test_good_references_pass_the_door(image: str) -> None:
+    from services.domain.image_ref import image_reference_problem
+
+    assert image_reference_problem(image) is None
+
+
+def test_no_wait_warns_when_no_alive_agent_offers_the_image(cluster: Cluster) -> None:
+    args = ["session", "create", "--image", "nobody/has-this:1", "--fgpu", "0.5", "--", "true"]
+    result = cluster.run(*args)
+    assert result.exit_code == 0, result.output
+    assert "warning: no alive agent offers 'nobody/has-this:1'" in result.stderr
+    ok = cluster.run("session", "create", "--image", IMAGE, "--fgpu", "0.5", "--", "true")
+    assert ok.exit_code == 0 and ok.stderr == ""
+
+
+def test_a_policy_refusal_says_unlimited(cluster: Cluster) -> None:
+    set_ = cluster.run("policy", "set", "dave", "--max-fgpu", "0.25", key="admin")
+    assert set_.exit_code == 0, set_.output
+    result = _create(cluster, "dave", "true")
+    [refused] = json.loads(result.stdout)["sessions"]
+    assert "policy allows 0.25 fGPU, unlimited cpu, unlimited mem" in refused["reason"]
+
+
+# ---- start-up: a call imports only what it uses -------------------------------------------
+
+_HEAVY = ("fastapi", "duckdb", "pyarrow", "nats", "aiohttp", "pydantic", "uvicorn", "rich")
+_PROBE = """
+import json, sys
+heavy = set(json.loads(sys.argv[2]))
+sys.argv = ["fgpu", *json.loads(sys.argv[1])]
+from services.cli.main import app
+from services.cli.session_cmd import _ended
+from services.cli.watch import wait_for
+try:
+    app()
+except SystemExit:
+    pass
+loaded = sorted({m.split(".")[0] for m in sys.modules} & heavy)
+sys.stderr.write("LOADED " + json.dumps(loaded) + "\\n")
+"""
+
+
+def _loaded(*args: str) -> list[str]:
+    env = {**os.environ, "FGPU_ACCESS_KEY": "alice"}
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args), json.dumps(_HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    line = next(x for x in p.stderr.splitlines() if x.startswith("LOADED "))
+    loaded: list[str] = json.loads(line.removeprefix("LOADED "))
+    return loaded
+
+
+def test_a_read_imports_no_nats_duckdb_or_web_framework(cluster: Cluster) -> None:
+    assert _loaded("--api", cluster.api, "session", "ls", "--json") == []
+    assert _loaded("--api", cluster.api, "agents", "ls", "--json") == []
+    assert _loaded("version") == []
+    # The tables bring rich, and only rich.
+    assert _loaded("--api", cluster.api, "session", "ls") == ["rich"]
 
 
 # ---- fgpu up, fgpu agent ------------------------------------------------------------------

@@ -72,11 +72,12 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
 
         agents = stack.json("agents", "ls")["agents"]
         gpu = agents[0]["gpus"][0]
-        assert gpu["allocated"] == "2" and set(gpu["shares"]) == {s["id"] for s in running}
+        assert gpu["allocated"] == "2"
+        assert {sh["session"] for sh in gpu["shares"]} == {s["id"] for s in running}
 
         # Someone else may not destroy it.
         refused = stack.run("session", "rm", running[0]["id"], key="mallory")
-        assert refused.returncode == 1 and "another access key" in refused.stdout
+        assert refused.returncode == 1 and "another access key" in refused.stderr
 
         stack.fgpu("session", "rm", running[0]["id"])
         waited = stack.json("session", "wait", pending["id"], "--for", "running", "--timeout", "15")
@@ -87,10 +88,5 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         assert docker("ps", "-aq", "--filter", f"label=fgpu.session={running[0]['id']}") == ""
 
         info = stack.json("session", "info", pending["id"])
-        assert [h["status"] for h in info["history"]] == [
-            "REQUESTED",
-            "PENDING",
-            "SCHEDULED",
-            "PREPARING",
-            "RUNNING",
-        ]
+        reached = [moment for moment, at in info["times"].items() if at is not None]
+        assert reached == ["requested", "admitted", "scheduled", "preparing", "running"]

@@ -98,6 +98,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
 
     @app.get("/v1/sessions", tags=["sessions"])
     async def list_sessions(
+        id: Annotated[list[str], Query(description="any of these session ids")] = [],  # noqa: B006
         status: Annotated[list[SessionStatus], Query(description="any of these")] = [],  # noqa: B006
         owner: Annotated[str | None, Query(description="access key")] = None,
         agent: Annotated[str | None, Query(description="agent id")] = None,
@@ -109,7 +110,13 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[int, list[Any], int]:
             total, rows = queries.session_rows(
-                con, statuses=statuses, owner=owner, agent=agent, limit=limit, offset=offset
+                con,
+                session_ids=id,
+                statuses=statuses,
+                owner=owner,
+                agent=agent,
+                limit=limit,
+                offset=offset,
             )
             return total, rows, applied_seq(con)
 

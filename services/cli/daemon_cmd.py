@@ -1,61 +1,26 @@
-"""``fgpu up`` (everything in one process) and ``fgpu agent|scheduler|quota`` (one each)."""
+"""``fgpu up`` (everything in one process), ``fgpu agent|scheduler|quota|api`` (one each),
+and ``fgpu sim agents``. Their wiring is imported when a command runs, not before: the
+other commands do not pay for it."""
 
 import dataclasses
 import functools
 import inspect
 import os
-import signal
-import socket
-import tomllib
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import anyio
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 
-from events import GpuInfo, Slots
-from projections.paths import default_db_path
-from services.actors.agent import AgentConfig
-from services.adapters import nats_server
-from services.adapters.gpu_probe import MockGpus, NvmlProbe
-from services.adapters.shim_regions import ShimRegions, shim_lib_dir
-from services.cli.options import Settings, console, fail, resolve_nats, run_async, tune_gc
-from services.cli.stack import (
-    StackInfo,
-    connected,
-    run_agent,
-    run_agent_host,
-    run_quota,
-    run_scheduler,
-    state_file,
-)
-from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
-from services.ports import ContainerRuntime, SliceRegions
+from services.cli.options import Settings, fail, out, resolve_nats, run_async, state_file
+
+if TYPE_CHECKING:
+    import anyio.abc
+
+    from services.actors.agent import AgentConfig
+    from services.ports import SliceRegions
 
 __all__ = ["AgentOptions", "register"]
-
-
-class MockGpuConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    model: str = "MockGPU"
-    mem: str = "16g"
-    sm_count: int = Field(default=80, ge=1)
-
-
-class AgentFile(BaseModel):
-    """An agent's configuration file (TOML); command-line options override it."""
-
-    model_config = ConfigDict(extra="forbid")
-    agent_id: str | None = None
-    fgpu_per_gpu: str | None = None
-    cpu: str | None = None
-    mem: str | None = None
-    runtime: str | None = None
-    mock_gpus: list[MockGpuConfig] = []
-
 
 AgentIdOpt = Annotated[str | None, typer.Option(help="This agent's id (default: host name).")]
 MockOpt = Annotated[
@@ -99,8 +64,10 @@ class AgentOptions:
     no_shim: NoShimOpt = False
     regions_dir: RegionsOpt = None
 
-    def setup(self) -> tuple[AgentConfig, SliceRegions | None]:
+    def setup(self) -> "tuple[AgentConfig, SliceRegions | None]":
         """The agent's configuration and regions; a clear error if an option is bad."""
+        from services.cli.agent_setup import agent_config, with_regions
+
         try:
             cfg = agent_config(
                 self.agent_id, self.mock_gpus, self.gpu_mem, self.fgpu_per_gpu,
@@ -108,7 +75,7 @@ class AgentOptions:
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))
-        return _regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
+        return with_regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
 
 
 def _with_agent_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -129,245 +96,27 @@ def _with_agent_options(command: Callable[..., None]) -> Callable[..., None]:
     return with_options
 
 
-def _regions(
-    cfg: AgentConfig, shim_dir: str | None, no_shim: bool, regions_dir: str | None
-) -> tuple[AgentConfig, SliceRegions | None]:
-    """The agent's config with its shim, and the regions it enforces slices through."""
-    if no_shim:
-        return cfg, None
-    shim = shim_dir or shim_lib_dir()
-    if shim is None:
-        console.print("[yellow]no shim built (make -C gpu_shim): slices are not enforced[/]")
-        return cfg, None
-    if not Path(shim, "libcuda.so.1").exists():
-        fail(f"--shim-dir {shim} has no libcuda.so.1 (build it: make -C gpu_shim)")
-    root = regions_dir or str(state_file().parent / "regions" / cfg.agent_id)
-    return dataclasses.replace(cfg, shim_lib_dir=str(Path(shim).resolve())), ShimRegions(root)
+async def _until_signalled(tg: "anyio.abc.TaskGroup") -> None:
+    import signal
 
+    import anyio
 
-def _host_id() -> str:
-    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
-    return name[:64] or "agent"
-
-
-def _total_mem() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def agent_config(
-    agent_id: str | None,
-    mock_gpus: int,
-    gpu_mem: str,
-    fgpu_per_gpu: str | None,
-    cpu: str | None,
-    mem: str | None,
-    runtime: str | None,
-    config: Path | None,
-) -> AgentConfig:
-    """The agent's configuration from its file and options. Raises ValueError."""
-    f = AgentFile()
-    if config is not None:
-        try:
-            f = AgentFile.model_validate(tomllib.loads(config.read_text()))
-        except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
-            raise ValueError(f"bad agent config {config}: {e}") from e
-    aid = agent_id or f.agent_id or _host_id()
-    gpus: list[GpuInfo]
-    mock = True
-    if mock_gpus > 0:
-        gpus = MockGpus.uniform(
-            mock_gpus, model="MockGPU", mem=parse_mem(gpu_mem), sm_count=80, prefix=f"{aid}-"
-        ).gpus()
-    elif f.mock_gpus:
-        gpus = [
-            GpuInfo(
-                index=i,
-                uuid=f"GPU-mock-{aid}-{i}",
-                model=g.model,
-                mem=parse_mem(g.mem),
-                sm_count=g.sm_count,
-            )
-            for i, g in enumerate(f.mock_gpus)
-        ]
-    else:
-        gpus, mock = NvmlProbe().gpus(), False
-    return AgentConfig(
-        agent_id=aid,
-        capacity=Slots(
-            cpu=parse_cpu(cpu or f.cpu or str(os.cpu_count() or 1)),
-            mem=parse_mem(mem or f.mem or str(_total_mem())),
-        ),
-        gpus=tuple(gpus),
-        fgpu_per_gpu=parse_fgpu(fgpu_per_gpu or f.fgpu_per_gpu or "1"),
-        mock_gpus=mock,
-        runtime_name=runtime or f.runtime or "docker",
-    )
-
-
-@asynccontextmanager
-async def _runtime(name: str) -> AsyncIterator[ContainerRuntime]:
-    if name == "docker":
-        from services.adapters.docker_runtime import DockerRuntime
-
-        async with DockerRuntime() as rt:
-            yield rt
-    elif name == "dummy":
-        from services.adapters.dummy_runtime import DummyRuntime
-
-        yield DummyRuntime()
-    else:
-        raise ValueError(f"runtime must be docker or dummy, got {name!r}")
-
-
-async def _until_signalled(tg: anyio.abc.TaskGroup) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
             tg.cancel_scope.cancel()
             return
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    @_with_agent_options
-    def up(
-        agent: AgentOptions,
-        store: Annotated[
-            str | None, typer.Option(help="JetStream store directory (default: temporary).")
-        ] = None,
-        port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
-        api_port: Annotated[
-            int, typer.Option(help="Port of the read API and console (0: a free one).")
-        ] = 0,
-        no_api: Annotated[
-            bool, typer.Option("--no-api", help="No projector, no read API.")
-        ] = False,
-    ) -> None:
-        """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
-        cfg, regions = agent.setup()
-        try:
-            server = nats_server.start(store, port)
-        except nats_server.NatsServerError as e:
-            fail(str(e))
-        info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
-        info.save()
-        console.print(f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir})")
-        console.print(
-            f"  agent {cfg.agent_id}: {len(cfg.gpus)} GPU(s)"
-            f"{' (mock)' if cfg.mock_gpus else ''}, 1 GPU = "
-            f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
-        )
-        console.print(f"  state file {state_file()}  (other fgpu commands find NATS there)")
+def tune_gc() -> None:
+    """For long-running actors: collect the young often, the old almost never.
 
-        async def main() -> None:
-            async with (
-                connected(server.url, "fgpu-up") as conn,
-                _runtime(cfg.runtime_name) as rt,
-                anyio.create_task_group() as tg,
-            ):
-                tg.start_soon(_until_signalled, tg)
-                await tg.start(run_quota, conn.log)
-                await tg.start(run_scheduler, conn.log, conn.bus)
-                await tg.start(run_agent, conn, rt, cfg, regions)
-                if not no_api:
-                    from services.api.serve import serve_read_api  # heavy: only when serving
+    An actor's state lives as long as the process; CPython's full collections walk all
+    of it and stall the actor (``bench/schedule.py`` shows the pauses as latency). The
+    state holds no reference cycles, so leaving the old generation alone loses nothing.
+    """
+    import gc
 
-                    # The projections live with the log they project: a new store, a new file.
-                    db = default_db_path(Path(server.store_dir))
-                    api = await tg.start(serve_read_api, conn.log, db, "127.0.0.1", api_port)
-                    info.api_url = api.url
-                    info.save()
-                    console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
-                    console.print(f"  console  {api.console}", highlight=False)
-                console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
-
-        try:
-            tune_gc()
-            run_async(main)
-        finally:
-            server.stop()
-            if state_file().exists():
-                state_file().unlink()
-            console.print("fgpu up: stopped")
-
-    @app.command("agent")
-    @_with_agent_options
-    def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
-        """Run one agent against --nats URL: it runs the sessions placed on this node."""
-        cfg, regions = agent.setup()
-        url = _url(ctx)
-
-        async def main() -> None:
-            async with (
-                connected(url, f"fgpu-agent-{cfg.agent_id}") as conn,
-                _runtime(cfg.runtime_name) as rt,
-                anyio.create_task_group() as tg,
-            ):
-                tg.start_soon(_until_signalled, tg)
-                await tg.start(run_agent, conn, rt, cfg, regions)
-                console.print(f"agent {cfg.agent_id} ready on {url}")
-
-        tune_gc()
-        run_async(main)
-
-    sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
-    app.add_typer(sim, name="sim")
-
-    @sim.command("agents")
-    def sim_agents(
-        ctx: typer.Context,
-        count: Annotated[int, typer.Option(min=1, help="How many agents.")] = 1000,
-        gpus: Annotated[int, typer.Option(min=1, help="Mock GPUs per agent.")] = 4,
-        gpu_mem: GpuMemOpt = "80g",
-        fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per GPU.")] = "4",
-        prefix: Annotated[str, typer.Option(help="Agent ids are PREFIX-N.")] = "sim",
-        start_delay: Annotated[
-            float, typer.Option(help="Seconds a container takes to start.")
-        ] = 0.0,
-    ) -> None:
-        """Run COUNT simulated agents (dummy runtime: containers start instantly)."""
-        from services.adapters.dummy_runtime import DummyRuntime
-
-        url = _url(ctx)
-        ratio = parse_fgpu(fgpu_per_gpu)
-        configs = [
-            AgentConfig(
-                agent_id=f"{prefix}-{n}",
-                capacity=Slots(cpu=256_000, mem=2048 << 30),
-                gpus=tuple(
-                    MockGpus.uniform(
-                        gpus, model="SimGPU", mem=parse_mem(gpu_mem), sm_count=132
-                    ).gpus()
-                ),
-                fgpu_per_gpu=ratio,
-                mock_gpus=True,
-                runtime_name="dummy",
-            )
-            for n in range(count)
-        ]
-
-        async def main() -> None:
-            async with (
-                connected(url, f"fgpu-sim-{prefix}") as conn,
-                anyio.create_task_group() as tg,
-            ):
-                tg.start_soon(_until_signalled, tg)
-                await tg.start(
-                    run_agent_host, conn, configs, lambda: DummyRuntime(start_delay_s=start_delay)
-                )
-                console.print(f"{count} simulated agents ready on {url}")
-
-        tune_gc()
-        run_async(main)
-
-    @app.command()
-    def scheduler(ctx: typer.Context) -> None:
-        """Run the scheduler against --nats URL."""
-        _single(_url(ctx), "scheduler")
-
-    @app.command()
-    def quota(ctx: typer.Context) -> None:
-        """Run the quota actor against --nats URL."""
-        _single(_url(ctx), "quota")
+    gc.set_threshold(50_000, 50, 1000)
 
 
 def _url(ctx: typer.Context) -> str:
@@ -375,7 +124,203 @@ def _url(ctx: typer.Context) -> str:
     return resolve_nats(settings.nats)
 
 
+@_with_agent_options
+def up(
+    agent: AgentOptions,
+    store: Annotated[
+        str | None, typer.Option(help="JetStream store directory (default: temporary).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
+    api_port: Annotated[
+        int, typer.Option(help="Port of the read API and console (0: a free one).")
+    ] = 0,
+    no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
+) -> None:
+    """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
+    import anyio
+
+    from projections.paths import default_db_path
+    from services.adapters import nats_server
+    from services.cli.agent_setup import container_runtime
+    from services.cli.stack import StackInfo, connected, run_agent, run_quota, run_scheduler
+
+    cfg, regions = agent.setup()
+    try:
+        server = nats_server.start(store, port)
+    except nats_server.NatsServerError as e:
+        fail(str(e), code=1)
+    info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
+    info.save()
+    console = out()
+    console.print(f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir})")
+    console.print(
+        f"  agent {cfg.agent_id}: {len(cfg.gpus)} GPU(s)"
+        f"{' (mock)' if cfg.mock_gpus else ''}, 1 GPU = "
+        f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
+    )
+    console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
+
+    async def main() -> None:
+        async with (
+            connected(server.url, "fgpu-up") as conn,
+            container_runtime(cfg.runtime_name) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            # The embedded case is its own administrator: it sets the stream up.
+            await conn.log.ensure_stream()
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(run_quota, conn.log)
+            await tg.start(run_scheduler, conn.log, conn.bus)
+            await tg.start(run_agent, conn, rt, cfg, regions)
+            if not no_api:
+                from services.api.serve import serve_read_api  # heavy: only when serving
+
+                # The projections live with the log they project: a new store, a new file.
+                db = default_db_path(Path(server.store_dir))
+                api = await tg.start(serve_read_api, conn.log, db, "127.0.0.1", api_port)
+                info.api_url = api.url
+                info.save()
+                console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
+                console.print(f"  console  {api.console}", highlight=False)
+            console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
+
+    try:
+        tune_gc()
+        run_async(main)
+    finally:
+        server.stop()
+        state_file().unlink(missing_ok=True)
+        console.print("fgpu up: stopped")
+
+
+@_with_agent_options
+def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
+    """Run one agent against --nats URL: it runs the sessions placed on this node."""
+    import anyio
+
+    from services.cli.agent_setup import container_runtime
+    from services.cli.stack import connected, run_agent
+
+    cfg, regions = agent.setup()
+    url = _url(ctx)
+
+    async def main() -> None:
+        async with (
+            connected(url, f"fgpu-agent-{cfg.agent_id}") as conn,
+            container_runtime(cfg.runtime_name) as rt,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(run_agent, conn, rt, cfg, regions)
+            out().print(f"agent {cfg.agent_id} ready on {url}")
+
+    tune_gc()
+    run_async(main)
+
+
+def api(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8080,
+    db: Annotated[
+        Path | None,
+        typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
+    ] = None,
+) -> None:
+    """Run the projector and the read API (with the console) against --nats URL, for a
+    deployment where they live apart from the actors. Users point --api or FGPU_API here."""
+    import anyio
+
+    from projections.paths import default_db_path
+    from services.api.serve import serve_read_api
+    from services.cli.stack import connected
+
+    url = _url(ctx)
+    path = db or default_db_path(state_file().parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def main() -> None:
+        async with connected(url, "fgpu-api") as conn, anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg)
+            served = await tg.start(serve_read_api, conn.log, path, host, port)
+            console = out()
+            console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
+            console.print(f"console  {served.console}", highlight=False)
+            console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
+
+    from projections import StoreLocked
+
+    try:
+        run_async(main)
+    except StoreLocked as e:
+        fail(f"{e}: another projector has {path} open; give --db another file", code=1)
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port}: {e}", code=1)
+
+
+def sim_agents(
+    ctx: typer.Context,
+    count: Annotated[int, typer.Option(min=1, help="How many agents.")] = 1000,
+    gpus: Annotated[int, typer.Option(min=1, help="Mock GPUs per agent.")] = 4,
+    gpu_mem: GpuMemOpt = "80g",
+    fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per GPU.")] = "4",
+    prefix: Annotated[str, typer.Option(help="Agent ids are PREFIX-N.")] = "sim",
+    start_delay: Annotated[float, typer.Option(help="Seconds a container takes to start.")] = 0.0,
+) -> None:
+    """Run COUNT simulated agents (dummy runtime: containers start instantly)."""
+    import anyio
+
+    from events import Slots
+    from services.actors.agent import AgentConfig
+    from services.adapters.dummy_runtime import DummyRuntime
+    from services.adapters.gpu_probe import MockGpus
+    from services.cli.stack import connected, run_agent_host
+    from services.domain.resources import InvalidAmount, parse_fgpu, parse_mem
+
+    url = _url(ctx)
+    try:
+        ratio, mem_each = parse_fgpu(fgpu_per_gpu), parse_mem(gpu_mem)
+    except InvalidAmount as e:
+        fail(str(e))
+    configs = [
+        AgentConfig(
+            agent_id=f"{prefix}-{n}",
+            capacity=Slots(cpu=256_000, mem=2048 << 30),
+            gpus=tuple(MockGpus.uniform(gpus, model="SimGPU", mem=mem_each, sm_count=132).gpus()),
+            fgpu_per_gpu=ratio,
+            mock_gpus=True,
+            runtime_name="dummy",
+        )
+        for n in range(count)
+    ]
+
+    async def main() -> None:
+        async with connected(url, f"fgpu-sim-{prefix}") as conn, anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(
+                run_agent_host, conn, configs, lambda: DummyRuntime(start_delay_s=start_delay)
+            )
+            out().print(f"{count} simulated agents ready on {url}")
+
+    tune_gc()
+    run_async(main)
+
+
+def scheduler(ctx: typer.Context) -> None:
+    """Run the scheduler against --nats URL."""
+    _single(_url(ctx), "scheduler")
+
+
+def quota(ctx: typer.Context) -> None:
+    """Run the quota actor against --nats URL."""
+    _single(_url(ctx), "quota")
+
+
 def _single(url: str, which: str) -> None:
+    import anyio
+
+    from services.cli.stack import connected, run_quota, run_scheduler
+
     async def main() -> None:
         async with connected(url, f"fgpu-{which}") as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
@@ -383,7 +328,19 @@ def _single(url: str, which: str) -> None:
                 await tg.start(run_scheduler, conn.log, conn.bus)
             else:
                 await tg.start(run_quota, conn.log)
-            console.print(f"{which} ready on {url}")
+            out().print(f"{which} ready on {url}")
 
     tune_gc()
     run_async(main)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the commands that run parts of the cluster to ``app``."""
+    app.command("up")(up)
+    app.command("agent")(agent_cmd)
+    app.command("scheduler")(scheduler)
+    app.command("quota")(quota)
+    app.command("api")(api)
+    sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
+    sim.command("agents")(sim_agents)
+    app.add_typer(sim, name="sim")

@@ -1,93 +1,133 @@
-"""Shared CLI plumbing: where NATS is, who the user is, and how errors are shown."""
+"""Shared CLI plumbing: where NATS and the read API are, who the user is, how errors show.
 
-import gc
+Light on purpose: every ``fgpu`` call imports this, so rich, anyio and the NATS client
+are imported by the commands that use them, not here.
+"""
+
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import anyio
-from rich.console import Console
+from services.cli.api_client import ApiError, ApiUnreachable, ReadApi
 
-from services.cli.stack import state_file
-from services.domain.resources import InvalidAmount
-from services.ports import LogError
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "Settings",
-    "console",
+    "api_errors",
     "fail",
+    "out",
     "print_json",
     "resolve_nats",
     "run_async",
-    "tune_gc",
+    "state_file",
+    "warn",
 ]
 
 T = TypeVar("T")
-# Piped output is not cut to 80 columns: ids and statuses must stay whole for readers.
-_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
-console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=_WIDTH)
-
 DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+def state_file() -> Path:
+    """Where ``fgpu up`` says where it is, for the other commands to find it."""
+    return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
+
+
+def _from_state_file(key: str) -> str | None:
+    try:
+        value = json.loads(state_file().read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass
 class Settings:
     nats: str | None
+    api: str | None
     access_key: str
 
     @property
     def url(self) -> str:
         return resolve_nats(self.nats)
 
+    def read_api(self) -> ReadApi:
+        """The read API: --api, else $FGPU_API, else the one ``fgpu up`` serves."""
+        url = self.api or os.environ.get("FGPU_API") or _from_state_file("api_url")
+        if url is None:
+            fail(
+                f"no read API known: `fgpu up` is not running here ({state_file()} names "
+                "none); give --api URL or set FGPU_API (`fgpu api` serves one)",
+                code=1,
+            )
+        try:
+            return ReadApi(url)
+        except ValueError as e:
+            fail(str(e))
+
 
 def resolve_nats(given: str | None) -> str:
     """--nats, else $FGPU_NATS, else where `fgpu up` said it is, else the default port."""
-    if given:
-        return given
-    env = os.environ.get("FGPU_NATS")
-    if env:
-        return env
-    path = state_file()
-    if path.exists():
-        try:
-            url: str = json.loads(path.read_text())["nats_url"]
-            return url
-        except (ValueError, KeyError):
-            pass
-    return DEFAULT_NATS
+    return given or os.environ.get("FGPU_NATS") or _from_state_file("nats_url") or DEFAULT_NATS
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[red]error:[/] {message}")
+    """One line on stderr, and exit ``code`` (2: refused input; 1: it did not work)."""
+    sys.stdout.flush()
+    sys.stderr.write(f"error: {message}\n")
     raise SystemExit(code)
+
+
+def warn(message: str) -> None:
+    """A line on stderr: a refusal, or something the user should know."""
+    sys.stdout.flush()
+    sys.stderr.write(f"warning: {message}\n")
+
+
+# Piped output is not cut to 80 columns: ids and statuses must stay whole for readers.
+@cache
+def out() -> "Console":
+    """The console for tables and coloured text (rich is imported on first use)."""
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(width=width)
 
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
-def tune_gc() -> None:
-    """For long-running actors: collect the young often, the old almost never.
-
-    An actor's state grows with the log and lives as long as the process; CPython's full
-    collections walk all of it and stalled actors for 150-800 ms in the benchmark. The
-    state holds no reference cycles, so leaving the old generation alone loses nothing.
-    """
-    gc.set_threshold(50_000, 50, 1000)
+@contextmanager
+def api_errors() -> Iterator[None]:
+    """The read API's failures as one line each, and an exit."""
+    try:
+        yield
+    except ApiUnreachable as e:
+        fail(f"{e} (is `fgpu up` or `fgpu api` running? set --api or FGPU_API)", code=1)
+    except ApiError as e:
+        fail(e.detail, code=1 if e.status != 422 else 2)
 
 
 def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn`` and turn the errors a user can act on into one clear line."""
+    import anyio
+
+    from services.ports import LogError, StreamMissing
+
     try:
         return anyio.run(fn)
+    except StreamMissing as e:
+        fail(str(e), code=1)
     except LogError as e:
-        fail(f"{e} (is `fgpu up` running? set --nats or FGPU_NATS)")
-    except InvalidAmount as e:
-        fail(str(e))
+        fail(f"{e} (is `fgpu up` running? set --nats or FGPU_NATS)", code=1)
     except ValueError as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -1,16 +1,25 @@
-"""How the CLI shows sessions, agents and events: rich tables, or JSON for scripts."""
+"""How the CLI shows what the read API answers: rich tables of the API's own JSON.
 
-from typing import Any
+One shape: a session, an agent or an event is the dict the API returns (its OpenAPI
+schema), printed as is with ``--json`` and laid out here otherwise.
+"""
 
-import msgspec
-from rich.table import Table
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from events import Malformed, Record
-from services.domain.resources import format_cpu, format_fgpu, format_mem
-from services.domain.state import AgentView, ClusterState, SessionView
+if TYPE_CHECKING:
+    from rich.table import Table
 
-__all__ = ["agent_dict", "agents_table", "record_dict", "session_dict", "sessions_table"]
+__all__ = [
+    "agents_table",
+    "event_line",
+    "session_lines",
+    "sessions_table",
+    "shares_table",
+    "story_lines",
+]
 
+Json = Mapping[str, Any]
 _STYLE = {
     "RUNNING": "green",
     "PENDING": "yellow",
@@ -19,114 +28,122 @@ _STYLE = {
     "TERMINATED": "dim",
     "CANCELLED": "dim",
 }
+_UNITS = (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
 
 
-def session_dict(v: SessionView, *, history: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": v.session_id,
-        "name": v.name,
-        "owner": v.owner,
-        "status": v.status.value,
-        "image": v.image,
-        "command": list(v.command),
-        "fgpu": format_fgpu(v.slots.fgpu),
-        "cpu": format_cpu(v.slots.cpu),
-        "mem": v.slots.mem,
-        "priority": v.priority,
-        "agent": v.agent_id,
-        "devices": [{"gpu": d.gpu_index, "fgpu": format_fgpu(d.fgpu)} for d in v.devices],
-        "container": v.container_id,
-        "exit_code": v.exit_code,
-        "reason": v.reason,
-        "waiting": v.waiting,
-        "requested_at": v.requested_at.isoformat(),
-    }
-    if history:
-        out["history"] = [
-            {"status": t.status.value, "at": t.at.isoformat(), "seq": t.seq} for t in v.history
-        ]
-    return out
+def mem(n: int | str) -> str:
+    """Bytes for people: ``2G``, ``512M``; ``unlimited`` as it is."""
+    if isinstance(n, str):
+        return n
+    for unit, size in _UNITS:
+        if n >= size:
+            return f"{n / size:.2f}".rstrip("0").rstrip(".") + unit
+    return f"{n}B"
 
 
-def sessions_table(sessions: list[SessionView], title: str = "sessions") -> Table:
+def _table(title: str, *columns: str) -> "Table":
+    from rich.table import Table
+
     t = Table(title=title)
-    for col in ("ID", "STATUS", "OWNER", "IMAGE", "fGPU", "AGENT", "DEVICES"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("NOTE")
-    for v in sessions:
-        devices = " ".join(f"gpu{d.gpu_index}:{format_fgpu(d.fgpu)}" for d in v.devices)
-        note = v.reason or (v.waiting if v.status.value == "PENDING" else None) or ""
-        if v.exit_code is not None:
-            note = f"exit {v.exit_code}" + (f"; {note}" if note else "")
-        style = _STYLE.get(v.status.value, "")
+    for col in columns:
+        t.add_column(col, no_wrap=col != "NOTE")
+    return t
+
+
+def _note(s: Json) -> str:
+    note: str = s.get("reason") or (s.get("waiting") if s["status"] == "PENDING" else None) or ""
+    if s.get("exit_code") is not None:
+        note = f"exit {s['exit_code']}" + (f"; {note}" if note else "")
+    return note
+
+
+def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table":
+    t = _table(title, "ID", "STATUS", "OWNER", "IMAGE", "fGPU", "AGENT", "DEVICES", "NOTE")
+    for s in sessions:
+        devices = " ".join(f"gpu{d['gpu']}:{d['fgpu']}" for d in s["devices"])
+        style = _STYLE.get(s["status"], "")
+        status = f"[{style}]{s['status']}[/]" if style else s["status"]
         t.add_row(
-            v.session_id,
-            f"[{style}]{v.status.value}[/]" if style else v.status.value,
-            v.owner,
-            v.image,
-            format_fgpu(v.slots.fgpu),
-            v.agent_id or "",
+            s["id"],
+            status,
+            s["owner"],
+            s["image"],
+            s["requested"]["fgpu"],
+            s["agent"] or "",
             devices,
-            note,
+            _note(s),
         )
     return t
 
 
-def agent_dict(a: AgentView) -> dict[str, Any]:
-    return {
-        "id": a.agent_id,
-        "lost": a.lost,
-        "runtime": a.runtime,
-        "fgpu_per_gpu": format_fgpu(a.fgpu_per_gpu),
-        "capacity": {
-            "fgpu": format_fgpu(a.capacity.fgpu),
-            "cpu": format_cpu(a.capacity.cpu),
-            "mem": a.capacity.mem,
-        },
-        "allocated": {
-            "fgpu": format_fgpu(a.allocated.fgpu),
-            "cpu": format_cpu(a.allocated.cpu),
-            "mem": a.allocated.mem,
-        },
-        "gpus": [
-            {
-                "index": g.info.index,
-                "model": g.info.model,
-                "uuid": g.info.uuid,
-                "mem": g.info.mem,
-                "capacity": format_fgpu(g.capacity),
-                "allocated": format_fgpu(g.allocated),
-                "shares": {sid: format_fgpu(q) for sid, q in g.shares.items()},
-            }
-            for g in a.gpus.values()
-        ],
-        "images": sorted(a.images),
-    }
+def session_lines(s: Json) -> list[str]:
+    """One session, field by field, with the moment it reached each status."""
+    lines = [
+        f"[bold]{s['id']}[/]  {s['status']}" + (f"  ({_note(s)})" if _note(s) else ""),
+        f"  owner     {s['owner']}" + (f"  name {s['name']}" if s.get("name") else ""),
+        f"  image     {s['image']}  command {' '.join(s['command']) or '(image default)'}",
+        f"  requested {s['requested']['fgpu']} fGPU, {s['requested']['cpu']} cpu, "
+        f"{mem(s['requested']['mem'])} mem, priority {s['priority']}",
+    ]
+    if s.get("agent"):
+        devices = ", ".join(f"gpu{d['gpu']}: {d['fgpu']} fGPU" for d in s["devices"])
+        lines.append(f"  agent     {s['agent']}  {devices}")
+    if s.get("container"):
+        lines.append(f"  container {s['container']}")
+    for moment, at in s["times"].items():
+        if at:
+            lines.append(f"  {moment:<9} {at}")
+    return lines
 
 
-def agents_table(s: ClusterState) -> Table:
-    t = Table(title="agents")
-    for col in ("AGENT", "STATE", "fGPU used/total", "CPU used/total", "MEM used/total", "GPUS"):
-        t.add_column(col)
-    for a in s.agents.values():
-        gpus = " ".join(
-            f"gpu{g.info.index}[{format_fgpu(g.allocated)}/{format_fgpu(g.capacity)}]"
-            for g in a.gpus.values()
-        )
+def agents_table(agents: Iterable[Json], title: str = "agents") -> "Table":
+    t = _table(title, "AGENT", "STATE", "fGPU used/total", "CPU used/total", "MEM used/total")
+    t.add_column("GPUS")
+    for a in agents:
+        gpus = " ".join(f"gpu{g['index']}[{g['allocated']}/{g['capacity']}]" for g in a["gpus"])
+        alloc, cap = a["allocated"], a["capacity"]
         t.add_row(
-            a.agent_id,
-            "[red]LOST[/]" if a.lost else "[green]alive[/]",
-            f"{format_fgpu(a.allocated.fgpu)}/{format_fgpu(a.capacity.fgpu)}",
-            f"{format_cpu(a.allocated.cpu)}/{format_cpu(a.capacity.cpu)}",
-            f"{format_mem(a.allocated.mem)}/{format_mem(a.capacity.mem)}",
+            a["id"],
+            "[red]LOST[/]" if a["lost"] else "[green]alive[/]",
+            f"{alloc['fgpu']}/{cap['fgpu']}",
+            f"{alloc['cpu']}/{cap['cpu']}",
+            f"{mem(alloc['mem'])}/{mem(cap['mem'])}",
             gpus,
         )
     return t
 
 
-def record_dict(r: Record) -> dict[str, Any]:
-    if isinstance(r.event, Malformed):
-        event: Any = {"type": "malformed", "error": r.event.error}
-    else:
-        event = msgspec.to_builtins(r.event)
-    return {"seq": r.seq, "subject": r.subject, "event": event}
+def shares_table(agents: Iterable[Json]) -> "Table":
+    t = _table("fGPU shares", "AGENT", "GPU", "USED/TOTAL", "SHARES (session (owner): fGPU)")
+    for a in agents:
+        for g in a["gpus"]:
+            shares = ", ".join(
+                f"{sh['session']} ({sh['owner'] or '?'}): {sh['fgpu']}" for sh in g["shares"]
+            )
+            used = f"{g['allocated']}/{g['capacity']}"
+            t.add_row(a["id"], f"gpu{g['index']}", used, shares or "[dim]free[/]")
+    return t
+
+
+_PLUMBING = ("type", "id", "at", "actor", "causation_id", "correlation_id")
+
+
+def event_line(e: Json) -> str:
+    """``seq at type field=value ...`` (rich markup) for one API event."""
+    data = e.get("data") or {}
+    fields = " ".join(
+        f"{k}={v}" for k, v in data.items() if k not in _PLUMBING and v not in (None, [], {})
+    )
+    if e.get("raw") is not None:
+        fields = f"raw={e['raw'][:200]!r} error={e.get('error')}"
+    return f"{e['seq']:>6} {e.get('at') or ''} [bold]{e['type']}[/] {fields}".rstrip()
+
+
+def story_lines(history: Json) -> list[str]:
+    """A session's story (``/v1/sessions/{id}/history``), one line an event."""
+    s = history["session"]
+    lines = [f"[bold]{s['id']}[/] of {s['owner']}: {s['status']}. {history['summary']}"]
+    for line in history["story"]:
+        text = f"{line['at']}  #{line['seq']:<6} {line['actor']}: {line['text']}"
+        lines.append(text if line["effect"] else f"[dim]{text}[/]")
+    return lines

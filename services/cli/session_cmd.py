@@ -1,28 +1,30 @@
-"""``fgpu session ...``: ask for sessions, list, inspect, read logs, destroy."""
+"""``fgpu session ...``: ask for sessions, list, inspect, wait, read logs, destroy.
 
-from typing import Annotated
+Reads go through the read API (never a fold of the log); requests are events on the
+user's own subjects, published over NATS. Input is checked before anything is published.
+"""
 
-import anyio
-import msgspec
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
-from events import Slots
-from events import subjects as subj
-from services.actors.common import SystemClock
-from services.cli.options import Settings, console, fail, print_json, run_async
-from services.cli.render import session_dict, sessions_table
-from services.cli.stack import connected
-from services.client import Client
-from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
-from services.domain.state import ClusterState
-from services.domain.status import ENDED, SessionStatus
-from services.ports import AgentUnreachable, LogsRequest
+from services.cli.options import Settings, api_errors, fail, out, print_json, run_async, warn
+from services.cli.render import session_lines, sessions_table
+from services.cli.watch import Session, read_sessions, wait_for
+
+if TYPE_CHECKING:
+    from events import Slots
+    from services.cli.api_client import ReadApi
 
 __all__ = ["app"]
 
 app = typer.Typer(help="Sessions: containers holding a slice of a GPU.", no_args_is_help=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the read API's JSON.")]
+ENDED = ("TERMINATED", "CANCELLED", "ERROR", "REJECTED")
+NOT_ENDED = ("REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING")
+MAX_NAME = 128  # as the quota actor allows
+MAX_LISTED = 1000  # sessions one page of the API holds
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -30,8 +32,55 @@ def _settings(ctx: typer.Context) -> Settings:
     return s
 
 
-def _settled(v_status: SessionStatus, waiting: str | None) -> bool:
-    return v_status is SessionStatus.RUNNING or v_status in ENDED or waiting is not None
+def _settled(s: Session) -> bool:
+    """RUNNING, ended, or queued with the reason it waits."""
+    return s["status"] == "RUNNING" or s["status"] in ENDED or s["waiting"] is not None
+
+
+def _running_or_ended(s: Session) -> bool:
+    return s["status"] == "RUNNING" or s["status"] in ENDED
+
+
+def _ended(s: Session) -> bool:
+    return s["status"] in ENDED
+
+
+def _checked_request(
+    image: str, fgpu: str, cpu: str, mem: str, command: list[str], name: str | None
+) -> "Slots":
+    """The slots asked for; exits 2 with one line for anything that could never be run."""
+    from events import Slots
+    from services.domain.image_ref import image_reference_problem
+    from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
+
+    problem = image_reference_problem(image)
+    if problem is not None:
+        fail(problem)
+    if any(not arg for arg in command):
+        fail("the command has an empty element: remove it, or quote a real argument")
+    if name is not None and not 1 <= len(name) <= MAX_NAME:
+        fail(f"--name must be 1-{MAX_NAME} characters, got {len(name)}")
+    try:
+        return Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
+    except InvalidAmount as e:
+        fail(str(e))
+
+
+def _warn_if_nobody_offers(api: "ReadApi", image: str) -> None:
+    """A warning on stderr when no alive agent has ``image`` (the request waits or is
+    rejected); silent when the API cannot tell."""
+    from services.cli.api_client import ApiError, ApiUnreachable
+
+    try:
+        agents = api.get("/v1/agents")["agents"]
+    except (ApiError, ApiUnreachable, ValueError):
+        return
+    alive = [a for a in agents if not a["lost"]]
+    if not any(image in a["images"] for a in alive):
+        warn(
+            f"no alive agent offers {image!r} now ({len(alive)} alive): the session is "
+            "rejected unless an agent with it registers"
+        )
 
 
 @app.command("create", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -43,7 +92,7 @@ def create(
     mem: Annotated[str, typer.Option(help="Memory (512m, 1g).")] = "1g",
     count: Annotated[int, typer.Option(min=1, max=1000, help="How many sessions.")] = 1,
     priority: Annotated[int, typer.Option(min=0, max=100, help="Higher goes first.")] = 0,
-    name: Annotated[str | None, typer.Option(help="A name to show.")] = None,
+    name: Annotated[str | None, typer.Option(help="A name to show (1-128 characters).")] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -52,56 +101,45 @@ def create(
 ) -> None:
     """Ask for sessions. The command to run comes after `--`."""
     settings = _settings(ctx)
-    try:
-        slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
-    except InvalidAmount as e:
-        fail(str(e))
     command = list(ctx.args)
+    slots = _checked_request(image, fgpu, cpu, mem, command, name)
 
-    async def go() -> tuple[list[str], ClusterState | None]:
+    async def publish() -> list[str]:
+        from services.actors.common import SystemClock
+        from services.cli.stack import connected
+        from services.client import Client
+
         async with connected(settings.url, "fgpu-cli") as conn:
-            events = conn.log
-            client = Client(events, SystemClock(), settings.access_key)
-            ids = await client.create(
+            client = Client(conn.log, SystemClock(), settings.access_key)
+            return await client.create(
                 image=image, slots=slots, command=command, count=count, priority=priority, name=name
             )
-            if not wait:
-                return ids, None
 
-            def done(s: ClusterState) -> bool:
-                return all(
-                    i in s.sessions and _settled(s.sessions[i].status, s.sessions[i].waiting)
-                    for i in ids
-                )
-
-            # The whole log, not only what follows the requests: the fold places a session
-            # only on an agent it knows, and agents registered before. Folding from the
-            # start, the requests and all that follows them are in the fold however soon
-            # the sessions settle.
-            state = ClusterState()
-            with anyio.move_on_after(timeout):
-                state = await client.wait_until(done, state)
-            return ids, state
-
-    ids, state = run_async(go)
-    if state is None:
+    ids = run_async(publish)
+    if not wait:
+        with api_errors():
+            _warn_if_nobody_offers(settings.read_api(), image)
         if as_json:
             print_json({"sessions": ids})
         else:
             for i in ids:
-                console.print(i)
+                out().print(i, highlight=False)
         return
-    views = [state.sessions[i] for i in ids if i in state.sessions]
+    with api_errors():
+        found = wait_for(settings.read_api(), ids, _settled, timeout_s=timeout)
+    sessions = [found[i] for i in ids if i in found]
     if as_json:
-        print_json({"sessions": [session_dict(v) for v in views]})
+        print_json({"sessions": sessions})
     else:
-        console.print(sessions_table(views, "requested sessions"))
-    bad = [v for v in views if v.status in (SessionStatus.REJECTED, SessionStatus.ERROR)]
-    unsettled = [v for v in views if not _settled(v.status, v.waiting)]
-    if bad:
+        out().print(sessions_table(sessions, "requested sessions"))
+    unsettled = len(ids) - sum(1 for s in sessions if _settled(s))
+    if unsettled:
+        fail(f"{unsettled} session(s) did not settle within {timeout:g} s", code=3)
+    failed = [s for s in sessions if s["status"] in ("REJECTED", "ERROR")]
+    for s in failed:
+        warn(f"{s['id']}: {s['status']} ({s['reason']})")
+    if failed:
         raise SystemExit(1)
-    if unsettled or len(views) < len(ids):
-        fail(f"{len(unsettled)} session(s) did not settle within {timeout:g} s", code=3)
 
 
 @app.command("wait")
@@ -115,36 +153,17 @@ def wait_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Wait until sessions run (or end); exit 3 if they do not within the timeout."""
-    settings = _settings(ctx)
     if status not in ("running", "ended"):
         fail("--for must be running or ended")
-
-    def reached(v_status: SessionStatus) -> bool:
-        if status == "ended":
-            return v_status in ENDED
-        return v_status is SessionStatus.RUNNING or v_status in ENDED
-
-    async def go() -> ClusterState:
-        async with connected(settings.url, "fgpu-cli") as conn:
-            events = conn.log
-            client = Client(events, SystemClock(), settings.access_key)
-            state = ClusterState()
-            with anyio.move_on_after(timeout):
-                state = await client.wait_until(
-                    lambda s: all(
-                        i in s.sessions and reached(s.sessions[i].status) for i in session_ids
-                    ),
-                    state,
-                )
-            return state
-
-    state = run_async(go)
-    views = [state.sessions[i] for i in session_ids if i in state.sessions]
+    reached = _ended if status == "ended" else _running_or_ended
+    with api_errors():
+        found = wait_for(_settings(ctx).read_api(), session_ids, reached, timeout_s=timeout)
+    sessions = [found[i] for i in session_ids if i in found]
     if as_json:
-        print_json({"sessions": [session_dict(v) for v in views]})
+        print_json({"sessions": sessions})
     else:
-        console.print(sessions_table(views))
-    if len(views) < len(session_ids) or not all(reached(v.status) for v in views):
+        out().print(sessions_table(sessions))
+    if len(sessions) < len(session_ids) or not all(reached(s) for s in sessions):
         fail(f"not every session got there within {timeout:g} s", code=3)
 
 
@@ -153,71 +172,72 @@ def ls(
     ctx: typer.Context,
     show_all: Annotated[bool, typer.Option("--all", help="Include ended sessions.")] = False,
     owner: Annotated[str | None, typer.Option(help="Only this access key's.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=MAX_LISTED, help="Newest sessions shown at most.")
+    ] = MAX_LISTED,
     as_json: JsonOpt = False,
 ) -> None:
-    """List sessions (by default those not ended)."""
-    settings = _settings(ctx)
-    state = run_async(lambda: _state(settings))
-    views = [
-        v
-        for v in state.sessions.values()
-        if (show_all or v.status not in ENDED) and (owner is None or v.owner == owner)
-    ]
+    """List sessions, newest first (by default those not ended)."""
+    params: dict[str, Any] = {"owner": owner, "limit": limit}
+    if not show_all:
+        params["status"] = list(NOT_ENDED)
+    with api_errors():
+        page = _settings(ctx).read_api().get("/v1/sessions", params)
     if as_json:
-        print_json({"sessions": [session_dict(v) for v in views]})
-    else:
-        console.print(sessions_table(views))
+        print_json(page)
+        return
+    out().print(sessions_table(page["sessions"]))
+    if page["total"] > len(page["sessions"]):
+        warn(f"{page['total'] - len(page['sessions'])} older sessions not shown (--limit)")
 
 
 @app.command("info")
 def info(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
-    """One session, with the history of its statuses."""
-    state = run_async(lambda: _state(_settings(ctx)))
-    v = state.sessions.get(session_id)
-    if v is None:
-        fail(f"no session {session_id!r}", code=1)
-    d = session_dict(v, history=True)
+    """One session: status, placement, and when it reached each status."""
+    with api_errors():
+        s = _settings(ctx).read_api().get(f"/v1/sessions/{_id(session_id)}")
     if as_json:
-        print_json(d)
+        print_json(s)
         return
-    for key, value in d.items():
-        if key != "history":
-            console.print(f"[bold]{key}[/]: {value}")
-    console.print("[bold]history[/]:")
-    for h in d["history"]:
-        console.print(f"  {h['at']}  {h['status']}  (seq {h['seq']})")
+    for line in session_lines(s):
+        out().print(line, highlight=False)
 
 
 @app.command("logs")
 def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
     """The output of a session's container, asked of its agent."""
     settings = _settings(ctx)
+    with api_errors():
+        s = settings.read_api().get(f"/v1/sessions/{_id(session_id)}")
+    if s["agent"] is None:
+        fail(f"session {session_id} never ran (status {s['status']})", code=1)
+    if s["status"] in ENDED:
+        fail(f"session {session_id} ended ({s['status']}); its container was removed", code=1)
+    agent_id: str = s["agent"]
 
-    async def go() -> dict[str, object]:
+    async def ask() -> dict[str, Any]:
+        import msgspec
+
+        from services.cli.stack import connected
+        from services.ports import AgentUnreachable, LogsRequest
+
         async with connected(settings.url, "fgpu-cli") as conn:
-            events = conn.log
-            state = await Client(events, SystemClock(), settings.access_key).state()
-            v = state.sessions.get(session_id)
-            if v is None:
-                fail(f"no session {session_id!r}", code=1)
-            if v.agent_id is None:
-                fail(f"session {session_id} never ran (status {v.status})", code=1)
-            if v.status in ENDED:
-                fail(f"session {session_id} ended ({v.status}); its container was removed", code=1)
             try:
-                reply = await conn.bus.ask(v.agent_id, LogsRequest(session_id=session_id))
+                reply = await conn.bus.ask(agent_id, LogsRequest(session_id=session_id))
             except AgentUnreachable as e:
                 fail(str(e), code=1)
-            answer: dict[str, object] = msgspec.to_builtins(reply)
-            return answer
+        answer: dict[str, Any] = msgspec.to_builtins(reply)
+        return answer
 
-    answer = run_async(go)
+    answer = run_async(ask)
     if as_json:
         print_json(answer)
     elif not answer.get("ok"):
         fail(str(answer.get("error") or "the session's container is gone"), code=1)
     else:
-        console.out(str(answer["logs"]), end="")
+        import sys
+
+        sys.stdout.write(str(answer["logs"]))
 
 
 @app.command("rm")
@@ -231,53 +251,79 @@ def rm(
     """Destroy sessions: a pending one is cancelled, a running one stopped and removed."""
     settings = _settings(ctx)
     for sid in session_ids:
-        if not subj.is_token(sid):
-            fail(f"{sid!r} is not a session id")
+        _id(sid)
 
-    async def go() -> dict[str, dict[str, str]]:
+    async def publish() -> dict[str, tuple[str, int]]:
+        from services.actors.common import SystemClock
+        from services.cli.stack import connected
+        from services.client import Client
+
         async with connected(settings.url, "fgpu-cli") as conn:
-            events = conn.log
-            client = Client(events, SystemClock(), settings.access_key)
-            requests = {sid: await client.destroy(sid) for sid in session_ids}
-            out: dict[str, dict[str, str]] = {}
+            client = Client(conn.log, SystemClock(), settings.access_key)
+            return {sid: await client.destroy_at(sid) for sid in session_ids}
 
-            def answered(s: ClusterState) -> bool:
-                for sid, rid in requests.items():
-                    if rid not in s.destroy_answers:
-                        return False
-                    v = s.sessions.get(sid)
-                    carried_out = s.destroy_answers[rid] is None
-                    if wait and carried_out and v is not None and v.status not in ENDED:
-                        return False
-                return True
-
-            state = ClusterState()
-            with anyio.move_on_after(timeout):
-                state = await client.wait_until(answered, state)
-            for sid, rid in requests.items():
-                refused = state.destroy_answers.get(rid)
-                v = state.sessions.get(sid)
-                if rid not in state.destroy_answers:
-                    out[sid] = {"result": "unanswered", "reason": f"no answer in {timeout:g} s"}
-                elif refused is not None:
-                    out[sid] = {"result": "refused", "reason": refused}
-                elif v is not None:
-                    out[sid] = {"result": v.status.value, "reason": v.reason or ""}
-                else:
-                    out[sid] = {"result": "unanswered", "reason": f"no answer in {timeout:g} s"}
-            return out
-
-    results = run_async(go)
+    requests = run_async(publish)
+    with api_errors():
+        results = _destroy_results(settings.read_api(), requests, wait=wait, timeout_s=timeout)
+    failed = {sid: r for sid, r in results.items() if r["result"] in ("refused", "unanswered")}
     if as_json:
         print_json(results)
     else:
         for sid, r in results.items():
-            console.print(f"{sid}: {r['result']}" + (f" ({r['reason']})" if r["reason"] else ""))
-    if any(r["result"] in ("refused", "unanswered") for r in results.values()):
+            line = f"{sid}: {r['result']}" + (f" ({r['reason']})" if r["reason"] else "")
+            if sid in failed:
+                warn(line)
+            else:
+                out().print(line, highlight=False)
+    if failed:
         raise SystemExit(1)
 
 
-async def _state(settings: Settings) -> ClusterState:
-    async with connected(settings.url, "fgpu-cli") as conn:
-        events = conn.log
-        return await Client(events, SystemClock(), settings.access_key).state()
+def _destroy_results(
+    api: "ReadApi", requests: dict[str, tuple[str, int]], *, wait: bool, timeout_s: float
+) -> dict[str, dict[str, str]]:
+    """What became of each destroy request: refused (why), or the session's status.
+
+    A request is answered by the first event that names it as its cause; the answers come
+    after the requests on the log, so the stream is read from the first of them.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    by_request = {rid: sid for sid, (rid, _) in requests.items()}
+    refused: dict[str, str] = {}
+    carried_out: set[str] = set()
+    after = min(seq for _, seq in requests.values()) - 1
+    for e in api.stream(after, deadline=deadline):
+        sid = by_request.pop(e.event.get("causation_id") or "", None)
+        if sid is not None:
+            if e.event["type"].startswith("session.destroy-rejected"):
+                refused[sid] = str((e.event.get("data") or {}).get("reason", "refused"))
+            else:
+                carried_out.add(sid)
+        if not by_request and not e.more:
+            break
+    remaining = max(0.0, deadline - time.monotonic())
+    if wait and carried_out:
+        sessions = wait_for(api, carried_out, _ended, timeout_s=remaining)
+    else:
+        sessions, _ = read_sessions(api, carried_out)
+    results: dict[str, dict[str, str]] = {}
+    for sid in requests:
+        if sid in refused:
+            results[sid] = {"result": "refused", "reason": refused[sid]}
+        elif sid in sessions:
+            s = sessions[sid]
+            results[sid] = {"result": s["status"], "reason": s["reason"] or ""}
+        else:
+            results[sid] = {"result": "unanswered", "reason": f"no answer in {timeout_s:g} s"}
+    return results
+
+
+def _id(session_id: str) -> str:
+    """``session_id`` if it can be one; exits 2 otherwise (it goes into a URL path)."""
+    from events import subjects as subj
+
+    if not subj.is_token(session_id):
+        fail(f"{session_id!r} is not a session id")
+    return session_id

@@ -1,17 +1,14 @@
 """Wiring of actors to real adapters: what ``fgpu up``, ``fgpu agent`` and friends run."""
 
 import json
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from projections.paths import default_db_path
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
@@ -20,6 +17,7 @@ from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.nats_connection import NatsConnection, nats_connection
+from services.cli.options import state_file
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions
 
@@ -30,25 +28,9 @@ __all__ = [
     "run_agent_host",
     "run_quota",
     "run_scheduler",
-    "state_file",
 ]
 
 log = structlog.get_logger()
-
-
-def state_file() -> Path:
-    """Where ``fgpu up`` says where it is, for the other commands to find it."""
-    return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
-
-
-def projections_db() -> Path:
-    """The projections' file of the running ``fgpu up`` (beside its log), else
-    ``projections.duckdb`` beside the state file."""
-    try:
-        store_dir = json.loads(state_file().read_text())["store_dir"]
-    except (OSError, ValueError, KeyError):
-        return default_db_path(state_file().parent)
-    return default_db_path(Path(store_dir))
 
 
 @dataclass

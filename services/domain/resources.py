@@ -11,6 +11,7 @@ from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from events.slots import FGPU_QUANTUM_PER_UNIT, Slots
 
 __all__ = [
+    "UNLIMITED",
     "InvalidAmount",
     "add",
     "fits",
@@ -30,6 +31,9 @@ class InvalidAmount(ValueError):
 
 # Far above any real amount, far below what Decimal arithmetic cannot hold exactly.
 _LARGEST = Decimal(10) ** 18
+# An amount at or above this stands for no limit (a policy that caps fGPU but not memory
+# holds it for memory); formatted as "unlimited". Above every amount a user can give.
+UNLIMITED = 1 << 62
 
 
 def _decimal(text: str, what: str) -> Decimal:
@@ -88,17 +92,23 @@ def parse_mem(text: str) -> int:
 
 
 def format_fgpu(quanta: int) -> str:
-    """ "0.5" for 50 quanta, "2" for 200."""
+    """ "0.5" for 50 quanta, "2" for 200; "unlimited" from UNLIMITED on."""
+    if quanta >= UNLIMITED:
+        return "unlimited"
     value = Decimal(quanta) / FGPU_QUANTUM_PER_UNIT
     return f"{value.normalize():f}"
 
 
 def format_cpu(millis: int) -> str:
+    if millis >= UNLIMITED:
+        return "unlimited"
     value = Decimal(millis) / 1000
     return f"{value.normalize():f}"
 
 
 def format_mem(n: int) -> str:
+    if n >= UNLIMITED:
+        return "unlimited"
     for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= size:
             value = Decimal(n) / size

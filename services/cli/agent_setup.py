@@ -1,0 +1,131 @@
+"""What running an agent needs, built from its options and file: its configuration, the
+shim's regions, the container engine. Imported only by the commands that run an agent."""
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from events import GpuInfo, Slots
+from services.actors.agent import AgentConfig
+from services.adapters.gpu_probe import MockGpus, NvmlProbe
+from services.adapters.shim_regions import ShimRegions, shim_lib_dir
+from services.cli.options import fail, out, state_file
+from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
+from services.ports import ContainerRuntime, SliceRegions
+
+__all__ = ["agent_config", "container_runtime", "with_regions"]
+
+
+class MockGpuConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = "MockGPU"
+    mem: str = "16g"
+    sm_count: int = Field(default=80, ge=1)
+
+
+class AgentFile(BaseModel):
+    """An agent's configuration file (TOML); command-line options override it."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str | None = None
+    fgpu_per_gpu: str | None = None
+    cpu: str | None = None
+    mem: str | None = None
+    runtime: str | None = None
+    mock_gpus: list[MockGpuConfig] = []
+
+
+def with_regions(
+    cfg: AgentConfig, shim_dir: str | None, no_shim: bool, regions_dir: str | None
+) -> tuple[AgentConfig, SliceRegions | None]:
+    """The agent's config with its shim, and the regions it enforces slices through."""
+    if no_shim:
+        return cfg, None
+    shim = shim_dir or shim_lib_dir()
+    if shim is None:
+        out().print("[yellow]no shim built (make -C gpu_shim): slices are not enforced[/]")
+        return cfg, None
+    if not Path(shim, "libcuda.so.1").exists():
+        fail(f"--shim-dir {shim} has no libcuda.so.1 (build it: make -C gpu_shim)")
+    root = regions_dir or str(state_file().parent / "regions" / cfg.agent_id)
+    return dataclasses.replace(cfg, shim_lib_dir=str(Path(shim).resolve())), ShimRegions(root)
+
+
+def _host_id() -> str:
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return name[:64] or "agent"
+
+
+def _total_mem() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def agent_config(
+    agent_id: str | None,
+    mock_gpus: int,
+    gpu_mem: str,
+    fgpu_per_gpu: str | None,
+    cpu: str | None,
+    mem: str | None,
+    runtime: str | None,
+    config: Path | None,
+) -> AgentConfig:
+    """The agent's configuration from its file and options. Raises ValueError."""
+    f = AgentFile()
+    if config is not None:
+        try:
+            f = AgentFile.model_validate(tomllib.loads(config.read_text()))
+        except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
+            raise ValueError(f"bad agent config {config}: {e}") from e
+    aid = agent_id or f.agent_id or _host_id()
+    gpus: list[GpuInfo]
+    mock = True
+    if mock_gpus > 0:
+        gpus = MockGpus.uniform(
+            mock_gpus, model="MockGPU", mem=parse_mem(gpu_mem), sm_count=80, prefix=f"{aid}-"
+        ).gpus()
+    elif f.mock_gpus:
+        gpus = [
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-mock-{aid}-{i}",
+                model=g.model,
+                mem=parse_mem(g.mem),
+                sm_count=g.sm_count,
+            )
+            for i, g in enumerate(f.mock_gpus)
+        ]
+    else:
+        gpus, mock = NvmlProbe().gpus(), False
+    return AgentConfig(
+        agent_id=aid,
+        capacity=Slots(
+            cpu=parse_cpu(cpu or f.cpu or str(os.cpu_count() or 1)),
+            mem=parse_mem(mem or f.mem or str(_total_mem())),
+        ),
+        gpus=tuple(gpus),
+        fgpu_per_gpu=parse_fgpu(fgpu_per_gpu or f.fgpu_per_gpu or "1"),
+        mock_gpus=mock,
+        runtime_name=runtime or f.runtime or "docker",
+    )
+
+
+@asynccontextmanager
+async def container_runtime(name: str) -> AsyncIterator[ContainerRuntime]:
+    if name == "docker":
+        from services.adapters.docker_runtime import DockerRuntime
+
+        async with DockerRuntime() as rt:
+            yield rt
+    elif name == "dummy":
+        from services.adapters.dummy_runtime import DummyRuntime
+
+        yield DummyRuntime()
+    else:
+        raise ValueError(f"runtime must be docker or dummy, got {name!r}")

@@ -1,0 +1,196 @@
+"""The read API as the CLI reads it: JSON over HTTP, and the event stream (SSE) with resume.
+
+The standard library's ``http.client`` rather than an HTTP package: a CLI call pays for
+every import before it does anything, and a GET and a line reader are all it needs.
+
+Errors::
+
+    ApiError            the API answered, with an error (``status``, ``detail``)
+    ApiUnreachable      no answer: not listening, the connection broke, or too slow
+"""
+
+import json
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import http.client
+
+__all__ = ["ApiError", "ApiUnreachable", "ReadApi", "StreamEvent"]
+
+Params = Mapping[str, str | int | Sequence[str] | None]
+_TIMEOUT_S = 30.0
+# The server sends a comment at least every 15 s: a stream silent for longer is broken.
+_STREAM_IDLE_S = 45.0
+_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class ApiError(Exception):
+    """The read API answered with an error."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class ApiUnreachable(Exception):
+    """The read API did not answer: it is not listening there, or the connection broke."""
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One message of the event stream: ``seq`` is its log sequence (the SSE id).
+
+    ``more``: the server sent more events in the same write (it writes a page at once),
+    already here; a reader may put work off until an event without it.
+    """
+
+    seq: int
+    event: dict[str, Any]
+    more: bool = False
+
+
+class ReadApi:
+    """A client of the read API at ``base_url`` (``http://host:port``)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = _TIMEOUT_S) -> None:
+        url = urllib.parse.urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"the read API's address must be http://HOST:PORT, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self._url = url
+        self._timeout_s = timeout_s
+
+    def get(self, path: str, params: Params | None = None) -> Any:
+        """The JSON body of ``GET path?params``. Raises ApiError or ApiUnreachable."""
+        import http.client
+
+        conn = self._connection(self._timeout_s)
+        try:
+            conn.request("GET", self._target(path, params), headers={"Accept": "application/json"})
+            response = conn.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise ApiUnreachable(f"the read API at {self.base_url} did not answer: {e}") from e
+        finally:
+            conn.close()
+        if response.status >= 400:
+            raise ApiError(response.status, _detail(body, response.status))
+        try:
+            return json.loads(body)
+        except ValueError as e:
+            raise ApiUnreachable(f"the read API at {self.base_url} answered no JSON") from e
+
+    def stream(self, after: int, *, deadline: float | None = None) -> Iterator[StreamEvent]:
+        """Every event after sequence ``after``, then each new one as it comes.
+
+        Resumes after the last event seen whenever the connection breaks (``Last-Event-ID``),
+        so nothing is missed or repeated. Ends at ``deadline`` (``time.monotonic()``), or
+        never. Raises ApiError if the API refuses, ApiUnreachable if it cannot be reached
+        before the deadline (or at all, the first time).
+        """
+        last = after
+        failures = 0
+        opened: list[bool] = []  # the stream was open once: a break later is resumed
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                for event in self._stream_once(last, deadline, opened):
+                    failures = 0
+                    last = event.seq
+                    yield event
+                return  # the deadline passed while waiting
+            except ApiUnreachable:
+                if not opened:
+                    raise  # never reached: say so rather than retry for ever
+                failures += 1
+                pause = _BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1]
+                if deadline is not None:
+                    pause = min(pause, max(0.0, deadline - time.monotonic()))
+                time.sleep(pause)
+
+    def _stream_once(
+        self, after: int, deadline: float | None, opened: list[bool]
+    ) -> Iterator[StreamEvent]:
+        import http.client
+
+        idle = _STREAM_IDLE_S
+        if deadline is not None:
+            idle = max(0.05, min(idle, deadline - time.monotonic()))
+        conn = self._connection(idle)
+        try:
+            headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
+            conn.request("GET", "/v1/events/stream", headers=headers)
+            response = conn.getresponse()
+            if response.status >= 400:
+                raise ApiError(response.status, _detail(response.read(), response.status))
+            opened.append(True)
+            fields: dict[str, str] = {}
+            while True:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    if conn.sock is not None:
+                        conn.sock.settimeout(max(0.05, min(_STREAM_IDLE_S, left)))
+                try:
+                    line = response.readline()
+                except TimeoutError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    raise ApiUnreachable("the event stream went silent") from None
+                if not line:
+                    raise ApiUnreachable("the read API closed the event stream")
+                text = line.decode().rstrip("\r\n")
+                if text:
+                    name, _, value = text.partition(":")
+                    fields[name] = value[1:] if value.startswith(" ") else value
+                    continue
+                event = _event(fields, more=bool(response.chunk_left))  # a blank line ends it
+                fields = {}
+                if event is not None:
+                    yield event
+        except (OSError, http.client.HTTPException) as e:
+            raise ApiUnreachable(f"the event stream broke: {e}") from e
+        finally:
+            conn.close()
+
+    def _connection(self, timeout_s: float) -> "http.client.HTTPConnection":
+        import http.client
+
+        host, port = self._url.hostname or "", self._url.port
+        if self._url.scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=timeout_s)
+        return http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    def _target(self, path: str, params: Params | None) -> str:
+        prefix = self._url.path.rstrip("/")
+        pairs: list[tuple[str, str]] = []
+        for key, value in (params or {}).items():
+            if value is None:
+                continue
+            if isinstance(value, str | int):
+                pairs.append((key, str(value)))
+            else:
+                pairs.extend((key, v) for v in value)
+        query = urllib.parse.urlencode(pairs)
+        return f"{prefix}{path}" + (f"?{query}" if query else "")
+
+
+def _event(fields: dict[str, str], *, more: bool) -> StreamEvent | None:
+    """The event of one SSE message; None for a message without data (a retry hint)."""
+    data, seq = fields.get("data"), fields.get("id")
+    if data is None or seq is None or not seq.isdigit():
+        return None
+    return StreamEvent(int(seq), json.loads(data), more)
+
+
+def _detail(body: bytes, status: int) -> str:
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return str(detail) if detail else f"HTTP {status}"

@@ -1,0 +1,60 @@
+"""``fgpu events``: the log's events through the read API, and their JSON Schema."""
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from services.cli.options import Settings, api_errors, out, print_json
+from services.cli.render import event_line
+
+__all__ = ["app"]
+
+app = typer.Typer(help="The event log.", invoke_without_command=True)
+_PAGE = 1000
+
+
+@app.callback()
+def events(
+    ctx: typer.Context,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    session: Annotated[str | None, typer.Option(help="Only events of this session.")] = None,
+    after: Annotated[int, typer.Option(min=0, help="Start after this log sequence.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Print the log's events, oldest first (with --follow, then each new one for ever;
+    a broken connection is resumed after the last event printed)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings: Settings = ctx.obj
+    with api_errors():
+        api = settings.read_api()
+        if follow:
+            for e in api.stream(after):
+                if session is None or e.event.get("session_id") == session:
+                    _print(e.event, as_json)
+            return
+        while True:
+            page = api.get("/v1/events", {"after": after, "limit": _PAGE, "session": session})
+            for e in page["events"]:
+                _print(e, as_json)
+            if len(page["events"]) < _PAGE:
+                return
+            after = page["next_after"]
+
+
+def _print(e: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(e) + "\n")
+        sys.stdout.flush()
+    else:
+        out().print(event_line(e), highlight=False)
+
+
+@app.command("schema")
+def schema() -> None:
+    """The JSON Schema of every event, for integrations in any language."""
+    from events import json_schema
+
+    print_json(json_schema())

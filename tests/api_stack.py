@@ -1,0 +1,35 @@
+"""The read API (projector and server) over a NATS URL, run in a thread for CLI tests."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.from_thread import start_blocking_portal
+
+from services.adapters.jetstream import connect
+from services.api.serve import ReadApi, serve_read_api
+
+__all__ = ["read_api"]
+
+
+async def _serve(url: str, db: Path, *, task_status: TaskStatus[ReadApi]) -> None:
+    events = await connect(url, name="test-read-api")
+    try:
+        await serve_read_api(events, db, task_status=task_status)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await events.close()
+
+
+@contextmanager
+def read_api(nats_url: str, db: Path) -> Iterator[ReadApi]:
+    """The read API projecting ``nats_url`` into ``db``, for the block; ready (caught up
+    with the log as it was) when the block starts."""
+    with start_blocking_portal("asyncio") as portal:
+        running, api = portal.start_task(_serve, nats_url, db)
+        try:
+            yield api
+        finally:
+            running.cancel()
