@@ -231,6 +231,9 @@ async def test_time_travel_is_the_fold_of_the_log(
     now = await _ok(api, "/v1/state")
     assert now["seq"] == len(records)
     assert now["counts"] == {"RUNNING": 2, "TERMINATED": 1, "REJECTED": 1}
+    # One shape: a session of the fold's state is the session its projection row gives.
+    for session in now["sessions"]:
+        assert session == await _ok(api, f"/v1/sessions/{session['id']}")
 
 
 async def test_bad_parameters_get_4xx_with_a_message(

@@ -77,27 +77,36 @@ def session_from_row(r: Row) -> Session:
 
 
 def session_from_view(v: SessionView) -> Session:
-    times = {MOMENT[t.status]: t.at for t in v.history}
-    return Session(
-        id=v.session_id,
+    """The session of the fold's view: as its projection row says it (one shape)."""
+    return session_from_row(_session_row(v))
+
+
+def _session_row(v: SessionView) -> Row:
+    """``v`` as a row of the sessions table (the columns ``session_from_row`` reads)."""
+    row: Row = {f"{moment}_at": None for moment in MOMENT.values()}
+    row.update((f"{MOMENT[t.status]}_at", t.at) for t in v.history)  # a later one wins
+    row.update(
+        session_id=v.session_id,
         name=v.name,
         owner=v.owner,
         status=v.status.value,
         image=v.image,
-        command=list(v.command),
+        command=v.command,
         priority=v.priority,
-        requested=_slots(v.slots),
+        req_fgpu=v.slots.fgpu,
+        req_cpu=v.slots.cpu,
+        req_mem=v.slots.mem,
         holds_allocation=v.status in HOLDS_ALLOCATION,
-        agent=v.agent_id,
-        devices=[Device(gpu=d.gpu_index, fgpu=format_fgpu(d.fgpu)) for d in v.devices],
-        container=v.container_id,
+        agent_id=v.agent_id,
+        devices=[{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices],
+        container_id=v.container_id,
         exit_code=v.exit_code,
         reason=v.reason,
         waiting=v.waiting,
         invalid=v.invalid,
         correlation_id=v.correlation_id,
-        times=Times(**times),
     )
+    return row
 
 
 def agent_from_row(a: Row) -> Agent:
