@@ -199,8 +199,8 @@ _STORED_ROWS: dict[str, pa.Schema] = {
     for name, schema in ARROW.items()
 }
 
-# The audit rows' other columns DuckDB reads from the payload itself, outside the GIL:
-# built in Python they cost a rebuild about 4 us an event, this about 1.7.
+# The audit rows' other columns DuckDB reads from the payload itself, outside the GIL,
+# where building them in Python would hold it (bench/rebuild.py, stages_us_per_event).
 _AUDIT_BUILT = ("seq", "subject", "type", "error", "payload")
 _AUDIT_READ = {  # column -> where in the payload (the first found)
     "type": ("type",),  # the tag; the batch gives "malformed" where there is none

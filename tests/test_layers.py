@@ -152,3 +152,32 @@ def test_entry_points_may_import_anything() -> None:
 def test_a_module_outside_every_rule_is_an_error() -> None:
     with pytest.raises(LookupError):
         rule_of("elsewhere.module")
+
+
+def _touches_the_client(source: str) -> list[str]:
+    """Where ``source`` imports the NATS client or reaches into a log's client (``.nc``,
+    ``.js``) instead of going through the ports."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            found += [f"imports {n}" for n in names if n.split(".")[0] == "nats"]
+        elif isinstance(node, ast.Attribute) and node.attr in ("nc", "js"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+CLI_MODULES = [(m, p) for m, p in MODULES if m.startswith("services.cli")]
+
+
+@pytest.mark.parametrize(("module", "path"), CLI_MODULES, ids=[m for m, _ in CLI_MODULES])
+def test_the_cli_never_touches_the_nats_client(module: str, path: Path) -> None:
+    """Heartbeats, agent requests and the log all go through ports (services.ports)."""
+    assert _touches_the_client(path.read_text()) == []
+
+
+def test_reaching_into_the_client_is_caught() -> None:
+    assert _touches_the_client("await conn.log.nc.request('x', b'')") == ["line 1: .nc"]
+    assert _touches_the_client("import nats.errors") == ["imports nats.errors"]
