@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 shim:
 	$(MAKE) -C gpu_shim
 
-# One JSON line per benchmark (a few minutes in all: two of them fill a 1M-event log).
+# One JSON line per benchmark (a few minutes in all: three of them fill a 1M-event log).
 bench: $(STAMP)
 	$(PY) bench/schedule.py
 	$(PY) bench/shim.py
@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/rebuild.py
 	$(PY) bench/projection_lag.py
 	$(PY) bench/state_at.py
+	$(PY) bench/cli.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
