@@ -318,3 +318,21 @@ def test_a_bad_agent_option_is_a_clear_error(command: str) -> None:
     result = CliRunner().invoke(app, [command, "--mock-gpus", "1", "--gpu-mem", "lots"])
     assert result.exit_code == 2
     assert "lots" in result.stderr
+
+
+def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
+    """aiohttp (websockets only) is hidden while nats-py is imported, and importable
+    after: a CLI call that publishes does not pay for it, nothing else loses it."""
+    probe = (
+        "import sys\n"
+        "from services.cli.options import _import_nats_client\n"
+        "_import_nats_client(websockets=False)\n"
+        "import nats.aio.transport as t\n"
+        "assert t.aiohttp is None and 'aiohttp' not in sys.modules\n"
+        "import aiohttp\n"
+        "print('ok', aiohttp.__name__)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert p.returncode == 0 and p.stdout.strip() == "ok aiohttp", p.stderr

@@ -2,18 +2,15 @@
 
 import atexit
 import gc
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
 from events import AnyEvent
+from services.domain.provenance import Provenance, SystemClock, new_id, stamp
 from services.domain.state import ClusterState, fold
 from services.ports import EventLog, LogError
 
@@ -27,39 +24,7 @@ __all__ = [
     "stamp",
 ]
 
-E = TypeVar("E", bound=AnyEvent)
 log = structlog.get_logger()
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """Who makes an event, when, and because of which earlier event."""
-
-    actor: str
-    at: datetime
-    causation_id: str | None = None
-    correlation_id: str | None = None
-
-
-def stamp(cls: type[E], prov: Provenance, **fields: Any) -> E:
-    """A new event of type ``cls`` with a fresh id and the given provenance."""
-    return cls(
-        id=new_id(),
-        at=prov.at,
-        actor=prov.actor,
-        causation_id=prov.causation_id,
-        correlation_id=prov.correlation_id,
-        **fields,
-    )
 
 
 async def append_expecting(

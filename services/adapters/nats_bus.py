@@ -9,11 +9,11 @@ request that meets no agent, no answer or a broken connection is AgentUnreachabl
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import msgspec
 import nats.errors
-import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -29,7 +29,13 @@ from services.ports import (
 
 __all__ = ["NatsBus"]
 
-log = structlog.get_logger()
+
+def _log() -> Any:
+    import structlog  # on first use: a CLI that only asks an agent never logs
+
+    return structlog.get_logger()
+
+
 _FOREIGN = (nats.errors.Error, TimeoutError, OSError)
 _requests = msgspec.json.Decoder(AgentRequest)
 _replies = msgspec.json.Decoder(AgentReply)
@@ -46,7 +52,7 @@ class NatsBus:
         try:
             await self._nc.publish(subj.heartbeat(agent_id), b"")
         except _FOREIGN as e:
-            log.warning("heartbeat.lost", agent=agent_id, error=str(e))
+            _log().warning("heartbeat.lost", agent=agent_id, error=str(e))
 
     @contextlib.asynccontextmanager
     async def heard(self) -> AsyncIterator[AsyncIterator[str]]:
@@ -92,7 +98,7 @@ class NatsBus:
                 try:
                     answer = await handler(request)
                 except Exception as e:  # the answer says so; the agent goes on serving
-                    log.exception("agent.request_failed", agent=agent_id)
+                    _log().exception("agent.request_failed", agent=agent_id)
                     answer = RequestFailed(error=f"{type(e).__name__}: {e}")
             with contextlib.suppress(*_FOREIGN):  # the asker gone: nobody to tell
                 await msg.respond(_encode(answer))

@@ -5,7 +5,15 @@ from typing import Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, fail, out, run_async, state_file
+from services.cli.options import (
+    Settings,
+    connection,
+    fail,
+    out,
+    run_async,
+    state_file,
+    user_client,
+)
 
 __all__ = ["register"]
 
@@ -48,14 +56,8 @@ def policy_set(
             fail(str(e))
 
     async def go() -> None:
-        from services.actors.common import SystemClock
-        from services.cli.stack import connected
-        from services.client import Client
-
-        async with connected(settings.url, "fgpu-cli") as conn:
-            await Client(conn.log, SystemClock(), settings.access_key).set_policy(
-                owner, max_sessions=max_sessions, max_slots=limits
-            )
+        async with user_client(settings) as client:
+            await client.set_policy(owner, max_sessions=max_sessions, max_slots=limits)
 
     run_async(go)
     out().print(f"policy of {owner} set")
@@ -95,9 +97,7 @@ def projections_rebuild(
     path.parent.mkdir(parents=True, exist_ok=True)
 
     async def go() -> Any:
-        from services.cli.stack import connected
-
-        async with connected(settings.url, "fgpu-rebuild") as conn:
+        async with connection(settings) as conn:
             return await rebuild(conn.log, path)
 
     try:

@@ -7,8 +7,8 @@ are imported by the commands that use them, not here.
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,15 +19,20 @@ from services.cli.api_client import ApiError, ApiUnreachable, ReadApi
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from services.adapters.nats_connection import NatsConnection
+    from services.client import Client
+
 __all__ = [
     "Settings",
     "api_errors",
+    "connection",
     "fail",
     "out",
     "print_json",
     "resolve_nats",
     "run_async",
     "state_file",
+    "user_client",
     "warn",
 ]
 
@@ -71,6 +76,45 @@ class Settings:
             return ReadApi(url)
         except ValueError as e:
             fail(str(e))
+
+
+@asynccontextmanager
+async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
+    """The log and the bus, for a command that publishes or asks an agent."""
+    url = settings.url
+    _import_nats_client(websockets=url.startswith(("ws://", "wss://")))
+    from services.adapters.nats_connection import nats_connection
+
+    async with nats_connection(url, name="fgpu-cli") as conn:
+        yield conn
+
+
+def _import_nats_client(*, websockets: bool) -> None:
+    """Import the NATS client, without its websocket transport unless asked for.
+
+    nats-py imports aiohttp, for websockets only, as it is itself imported: most of the
+    cost of a CLI call that publishes. Hidden while nats-py is imported, aiohttp reads as
+    absent there (its own fallback) and stays importable for anyone else after.
+    """
+    if websockets or "nats" in sys.modules or "aiohttp" in sys.modules:
+        import nats
+
+        return
+    sys.modules["aiohttp"] = None  # type: ignore[assignment]
+    try:
+        import nats  # noqa: F401
+    finally:
+        del sys.modules["aiohttp"]
+
+
+@asynccontextmanager
+async def user_client(settings: Settings) -> "AsyncIterator[Client]":
+    """The user's requests (``services.client.Client``) on the log."""
+    from services.client import Client
+    from services.domain.provenance import SystemClock
+
+    async with connection(settings) as conn:
+        yield Client(conn.log, SystemClock(), settings.access_key)
 
 
 def resolve_nats(given: str | None) -> str:

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, api_errors, fail, out, print_json, run_async, warn
+from services.cli.options import (
+    Settings,
+    api_errors,
+    connection,
+    fail,
+    out,
+    print_json,
+    run_async,
+    user_client,
+    warn,
+)
 from services.cli.render import session_lines, sessions_table
 from services.cli.watch import Session, read_sessions, wait_for
 
@@ -105,12 +115,7 @@ def create(
     slots = _checked_request(image, fgpu, cpu, mem, command, name)
 
     async def publish() -> list[str]:
-        from services.actors.common import SystemClock
-        from services.cli.stack import connected
-        from services.client import Client
-
-        async with connected(settings.url, "fgpu-cli") as conn:
-            client = Client(conn.log, SystemClock(), settings.access_key)
+        async with user_client(settings) as client:
             return await client.create(
                 image=image, slots=slots, command=command, count=count, priority=priority, name=name
             )
@@ -218,10 +223,9 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
     async def ask() -> dict[str, Any]:
         import msgspec
 
-        from services.cli.stack import connected
         from services.ports import AgentUnreachable, LogsRequest
 
-        async with connected(settings.url, "fgpu-cli") as conn:
+        async with connection(settings) as conn:
             try:
                 reply = await conn.bus.ask(agent_id, LogsRequest(session_id=session_id))
             except AgentUnreachable as e:
@@ -254,12 +258,7 @@ def rm(
         _id(sid)
 
     async def publish() -> dict[str, tuple[str, int]]:
-        from services.actors.common import SystemClock
-        from services.cli.stack import connected
-        from services.client import Client
-
-        async with connected(settings.url, "fgpu-cli") as conn:
-            client = Client(conn.log, SystemClock(), settings.access_key)
+        async with user_client(settings) as client:
             return {sid: await client.destroy_at(sid) for sid in session_ids}
 
     requests = run_async(publish)
