@@ -336,3 +336,37 @@ def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
     )
     assert p.returncode == 0 and p.stdout.strip() == "ok aiohttp", p.stderr
+
+
+def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) -> None:
+    """`fgpu api` projects a log it only reads and serves it; a second one on the same
+    file is refused with one line (DuckDB lets one process write it)."""
+    from cli_stack import FGPU, wait_for_line
+
+    env = {**os.environ, "FGPU_HOME": str(tmp_path)}
+    log = tmp_path / "api.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [FGPU, "--nats", cluster.nats, "api", "--port", "0"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        wait_for_line(log, "ready", process, 60)
+        url = next(w for w in log.read_text().split() if w.startswith("http")).removesuffix("/v1")
+        mine = ReadApi(url).get("/v1/agents")["agents"]
+        assert [a["id"] for a in mine] == [a["id"] for a in cluster.get("/v1/agents")["agents"]]
+        second = subprocess.run(
+            [FGPU, "--nats", cluster.nats, "api", "--port", "0"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1, second.stderr
+        assert "give --db another file" in second.stderr
+    finally:
+        process.terminate()
+        process.wait(20)

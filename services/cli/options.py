@@ -160,6 +160,20 @@ def api_errors() -> Iterator[None]:
         fail(e.detail, code=1 if e.status != 422 else 2)
 
 
+def _sole(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception at the bottom of ``group``, or the group if it holds several."""
+    leaves = list(_leaves(group))
+    return leaves[0] if len(leaves) == 1 else group
+
+
+def _leaves(e: BaseException) -> Iterator[BaseException]:
+    if isinstance(e, BaseExceptionGroup):
+        for inner in e.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield e
+
+
 def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn`` and turn the errors a user can act on into one clear line."""
     import anyio
@@ -167,7 +181,10 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     from services.ports import LogError, StreamMissing
 
     try:
-        return anyio.run(fn)
+        try:
+            return anyio.run(fn)
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None  # a task group's one failure, as itself
     except StreamMissing as e:
         fail(str(e), code=1)
     except LogError as e:
