@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 import typer
+from nats_env import fresh_stream
 from typer.testing import CliRunner
 
 from projections import ProjectionStore
@@ -35,10 +36,7 @@ def _app(url: str) -> typer.Typer:
 async def _fresh_scenario(url: str) -> tuple[Scenario, list[str]]:
     log: JetStreamLog = await connect(url)
     try:
-        try:
-            await log.js.delete_stream("FGPU")
-        finally:
-            await log.ensure_stream()
+        await fresh_stream(log)
         sc = await run_scenario(log)
         records = await log_records(log)
     finally:

@@ -123,6 +123,7 @@ async def _cluster(url: str, *, task_status: TaskStatus[None]) -> None:
     nothing."""
     events = await connect(url, name="test-cluster")
     try:
+        await events.create_or_update_stream()
         await Client(events, SystemClock(), "admin").set_policy(
             "bob", max_sessions=0, max_slots=None
         )

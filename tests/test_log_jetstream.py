@@ -13,28 +13,21 @@ from itertools import pairwise
 import anyio
 import anyio.abc
 import pytest
-from log_contract import EventLogContract, PublishRaw
+from log_contract import EventLogContract, PublishRaw, admitted
 
-from events import RawBatch, SessionCancelled, encode
+from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
-from services.adapters import raw_reader
-from services.adapters.jetstream import JetStreamLog
+from services.adapters import nats_server, raw_reader
+from services.adapters.jetstream import JetStreamLog, StreamChange, connect
 from services.ports import LogError
+
+QUOTA = subj.quota("alice")
 
 
 class TestJetStreamLog(EventLogContract):
     @pytest.fixture
-    async def events(self, log: JetStreamLog) -> AsyncIterator[JetStreamLog]:
-        # The ``log`` fixture deletes and creates the stream, but a file stream created again
-        # at once can come back with the deleted one's messages (seen with nats-server 2.15): the
-        # contract counts from sequence 1, so make sure it does.
-        for _ in range(20):
-            if await log.last_seq() == 0:
-                yield log
-                return
-            await log.js.delete_stream(subj.STREAM)
-            await log.ensure_stream()
-        pytest.fail("the stream kept its messages through 20 deletions")
+    def events(self, log: JetStreamLog) -> JetStreamLog:
+        return log
 
     @pytest.fixture
     def publish_raw(self, log: JetStreamLog) -> PublishRaw:
@@ -354,3 +347,45 @@ def _corrupt(rest: bytes, count: int = 2) -> io.BytesIO:
 def test_a_corrupt_frame_from_the_child_is_a_log_error(frames: io.BytesIO) -> None:
     with pytest.raises(LogError):
         raw_reader._receive(frames)
+
+
+# ---- the stream, an administrator's -----------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_stream_is_created_then_current_then_brought_up_to_date() -> None:
+    """An older version's stream (fewer subjects, no atomic batches) refuses what this one
+    writes, with a line that says what to do; brought up to date it keeps its messages."""
+    with nats_server.nats_server() as server:
+        events = await connect(server.url)
+        try:
+            assert await events.create_or_update_stream() is StreamChange.CREATED
+            assert await events.create_or_update_stream() is StreamChange.CURRENT
+            older = (await events.js.stream_info(subj.STREAM)).config
+            older.subjects = [s for s in subj.STREAM_SUBJECTS if s != "fgpu.usage.>"]
+            older.allow_atomic = False
+            await events.js.update_stream(older)
+            kept = [await events.append(subj.LEDGER, admitted()) for _ in range(2)]
+            batch: list[tuple[str, AnyEvent]] = [(subj.LEDGER, admitted()), (QUOTA, admitted())]
+            with pytest.raises(LogError, match="takes no atomic batches: an administrator"):
+                await events.append_batch(
+                    batch, expect_subject=subj.LEDGER, expected_last_subject_seq=2
+                )
+            with pytest.raises(LogError, match="no stream stores the subject"):
+                await events.append(subj.usage("a1", "s1"), admitted())
+
+            assert await events.create_or_update_stream() is StreamChange.UPDATED
+            assert await events.create_or_update_stream() is StreamChange.CURRENT
+            info = await events.stream_info()
+            assert set(info.subjects) == set(subj.STREAM_SUBJECTS)
+            assert (info.messages, info.first_seq, info.last_seq) == (2, 1, 2) == (2, *kept)
+            assert info.bytes > 0 and info.created.tzinfo is not None
+            assert (
+                await events.append_batch(
+                    batch, expect_subject=subj.LEDGER, expected_last_subject_seq=2
+                )
+                == 4
+            )
+            assert await events.append(subj.usage("a1", "s1"), admitted()) == 5
+        finally:
+            await events.close()

@@ -17,6 +17,7 @@ import hypothesis.strategies as st
 import pytest
 from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
+from nats_env import fresh_stream
 
 from events import RawBatch, Slots
 from projections import ProjectionStore, Projector, rebuild
@@ -130,10 +131,7 @@ class _Live:
 
 async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
     log = await connect(url)
-    try:
-        await log.js.delete_stream("FGPU")
-    finally:
-        await log.ensure_stream()
+    await fresh_stream(log)
     clock = SystemClock()
     async with AsyncExitStack() as stack:
         stack.push_async_callback(log.close)

@@ -264,6 +264,8 @@ def register(app: typer.Typer) -> None:
                 _runtime(cfg.runtime_name) as rt,
                 anyio.create_task_group() as tg,
             ):
+                # The server is this process's own: it is its administrator too.
+                await conn.log.create_or_update_stream()
                 tg.start_soon(_until_signalled, tg)
                 await tg.start(run_quota, conn.log)
                 await tg.start(run_scheduler, conn.log, conn.bus)
