@@ -12,7 +12,7 @@ import nats.js.errors
 from events import subjects as subj
 from services.adapters.jetstream import JetStreamLog, connect
 
-__all__ = ["Cert", "create_stream", "fresh_stream", "make_cert"]
+__all__ = ["Cert", "create_stream", "fresh_stream", "make_cert", "store_raw"]
 
 
 async def fresh_stream(events: JetStreamLog) -> None:
@@ -20,6 +20,18 @@ async def fresh_stream(events: JetStreamLog) -> None:
     with contextlib.suppress(nats.js.errors.NotFoundError):
         await events.js.delete_stream(subj.STREAM)
     await events.create_or_update_stream()
+
+
+async def store_raw(events: JetStreamLog, messages: list[tuple[str, bytes]]) -> None:
+    """Put ``messages`` (subject, payload) on the stream as a client would (no encoding,
+    no dedupe id), and wait until all are stored."""
+    end = await events.last_seq() + len(messages)
+    for subject, payload in messages:
+        await events.nc.publish(subject, payload)
+    await events.nc.flush()
+    with anyio.fail_after(10):
+        while await events.last_seq() < end:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
 
 
 def create_stream(url: str) -> None:
