@@ -57,7 +57,8 @@ _CONNECT_TIMEOUT_S = 5
 
 
 class JsErr(IntEnum):
-    """JetStream API error codes met here, named as nats-server's ``server/errors.json``."""
+    """JetStream API error codes this adapter meets, named after nats-server's constants
+    (``server/errors.json``)."""
 
     CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
     NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
@@ -168,14 +169,17 @@ class NatsClient:
             await sub.unsubscribe()
 
     async def close(self) -> None:
-        """Drain and close; never raises: what is lost is what nobody waits for now."""
+        """Drain and close; never raises. Calls still in flight fail with LogError."""
         self._closing = True
+        # Not calls: closing ends in on_disconnected, which fails the calls in flight.
         if self.nc.is_connected:
-            with contextlib.suppress(LogError), self.call("drain"):
+            with contextlib.suppress(*_FOREIGN):
                 await self.nc.drain()
         if not self.nc.is_closed:
-            with contextlib.suppress(LogError), self.call("close", connected=False):
+            with contextlib.suppress(*_FOREIGN):
                 await self.nc.close()
+
+    # nats-py's callbacks (given at connect).
 
     async def on_disconnected(self) -> None:
         self.epoch += 1
