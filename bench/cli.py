@@ -44,7 +44,7 @@ def timed_ms(argv: list[str], env: dict[str, str], runs: int) -> float:
 async def filled(url: str, events: int) -> int:
     log = await connect(url, name="bench-cli")
     try:
-        await log.ensure_stream()
+        await log.create_or_update_stream()
         return await fill(log, events)
     finally:
         await log.close()

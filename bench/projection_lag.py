@@ -127,9 +127,18 @@ async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str
     }
 
 
+async def create_stream(nats_url: str) -> None:
+    events = await connect(nats_url, name="bench-admin")
+    try:
+        await events.create_or_update_stream()
+    finally:
+        await events.close()
+
+
 def main(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="fgpu-bench-lag-"))
     with nats_server.nats_server() as server:
+        asyncio.run(create_stream(server.url))
         api = subprocess.Popen(
             [sys.executable, "-c", SERVER, server.url, str(work / "projections.duckdb")],
             stdout=subprocess.PIPE,

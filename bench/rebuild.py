@@ -342,6 +342,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     runs: list[dict[str, float]] = []
     with nats_server.nats_server() as server:
         events = await connect(server.url, name="bench-rebuild")
+        await events.create_or_update_stream()
         t0 = time.perf_counter()
         n = await fill(events, args.events)
         fill_s = time.perf_counter() - t0

@@ -102,6 +102,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     with nats_server.nats_server() as server:
         url = server.url
         events = await connect(url, name="bench")
+        await events.create_or_update_stream()
         sample = SessionRequested(
             id="x" * 32,
             at=SystemClock().now(),

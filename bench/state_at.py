@@ -56,6 +56,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     rng = random.Random(3)
     with nats_server.nats_server() as server:
         events = await connect(server.url, name="bench-state")
+        await events.create_or_update_stream()
         n = await fill(events, args.events)
         built = await rebuild_projections(events, db)
         replay_s, live = await anyio.to_thread.run_sync(replay_from_start, db, n)

@@ -1,7 +1,8 @@
 """The projector: keeps a ProjectionStore in step with the log, and rebuilds it.
 
 ``Projector.run`` first catches up in large batches (the log's bulk reader when it has
-one), then follows a durable consumer: each batch is applied with its last sequence in
+one and it can serve; in order through ``EventLog.read`` when not), then follows a
+durable consumer: each batch is applied with its last sequence in
 one DuckDB transaction (in a worker thread) and acknowledged when the next one is asked
 for. The durable cursor is recreated from the store's ``last_seq`` on every start, so
 what the tables hold, not what the server remembers, decides where reading resumes:
@@ -12,7 +13,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from anyio.abc import TaskStatus
 
 from events import RawBatch, Record
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
-from services.ports import EventLog, LogError
+from services.ports import BulkLog, BulkReadUnavailable, EventLog, LogError
 
 __all__ = [
     "DURABLE",
@@ -49,15 +50,6 @@ _CATCH_UP_BATCH = 10_000
 REBUILD_BATCH = 40_960
 REBUILD_BATCHES_PER_TRANSACTION = 3
 log = structlog.get_logger()
-
-
-@runtime_checkable
-class _BulkReader(Protocol):
-    """A log that can hand out stored messages undecoded (JetStreamLog.read_raw)."""
-
-    def read_raw(
-        self, after: int = 0, *, until: int | None = None, batch: int = 10_000
-    ) -> AsyncGenerator[RawBatch, None]: ...
 
 
 @runtime_checkable
@@ -114,26 +106,42 @@ class Projector:
         self._notify()
 
     async def catch_up(self, until: int | None = None) -> int:
-        """Apply every record up to ``until`` (default: the log's end now); how many."""
+        """Apply every record up to ``until`` (default: the log's end now); how many.
+
+        Through the log's bulk reader (``BulkLog``) when it has one; where that cannot
+        serve (BulkReadUnavailable, before its first batch or after some), the batches
+        committed stay and the rest is read in order, with one warning saying why.
+        """
         start = self.store.last_seq
         end = await self.events.last_seq() if until is None else until
         if end <= start:
             return 0
-        if isinstance(self.events, _BulkReader):
-            await self._pipelined(self.events, start, end)
+        if isinstance(self.events, BulkLog):
+            try:
+                await self._pipelined(self.events, start, end)
+            except BulkReadUnavailable as e:
+                log.warning("projector.bulk_read_unavailable", reason=str(e), after=self.last_seq)
+                await self._in_order(self.store.last_seq, end)
         else:
-            async with aclosing(self.events.read(start, until=end)) as batches:
-                async for records in batches:
-                    await self._apply(records)
+            await self._in_order(start, end)
         return self.store.last_seq - start
 
-    async def _pipelined(self, source: _BulkReader, start: int, end: int) -> None:
+    async def _in_order(self, start: int, end: int) -> None:
+        """Records ``start + 1`` to ``end`` through ``EventLog.read``, applied in batches
+        of at most ``batch`` records, one transaction each."""
+        async with aclosing(self.events.read(start, until=end)) as batches:
+            async for records in batches:
+                for i in range(0, len(records), self.batch):
+                    await self._apply(records[i : i + self.batch])
+
+    async def _pipelined(self, source: BulkLog, start: int, end: int) -> None:
         """Three stages at once: the reader fetches batch n+2, a worker thread folds n+1,
         another has DuckDB write n (it lets go of the GIL while it works) into the open
         transaction, committed with every ``batches_per_transaction``-th batch.
 
-        If a write fails, the fold (ahead of the tables) is restored from them once no
-        stage runs, and the error raised.
+        If a stage fails (a write, or the read: BulkReadUnavailable included), the fold
+        (ahead of the tables) is restored from them once no stage runs, and the error
+        raised.
         """
         group = self.batches_per_transaction
         raws, raw_out = anyio.create_memory_object_stream[RawBatch](1)

@@ -3,6 +3,7 @@
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from nats_env import Cert, make_cert
 
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
@@ -10,7 +11,8 @@ from services.adapters.jetstream import JetStreamLog, connect
 
 @pytest.fixture(scope="session")
 def nats_url() -> Iterator[str]:
-    """One real nats-server -js on a free loopback port for the whole run."""
+    """One real nats-server -js on a free loopback port for the whole run, with no
+    stream: a test that needs one makes it (``fresh_stream``), as an administrator does."""
     with nats_server.nats_server() as server:
         yield server.url
 
@@ -24,8 +26,15 @@ async def log() -> AsyncIterator[JetStreamLog]:
     """
     with nats_server.nats_server() as server:
         events = await connect(server.url)
+        await events.create_or_update_stream()
         yield events
         await events.close()
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> Cert:
+    """A self-signed certificate for 127.0.0.1, made once a run."""
+    return make_cert(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

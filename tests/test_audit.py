@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from nats_env import fresh_stream
 from typer.testing import CliRunner
 
 from projections import ProjectionStore
@@ -24,7 +25,7 @@ Audited = tuple[str, str, Scenario, list[str]]  # NATS URL, API URL, the scenari
 async def _scenario(url: str) -> tuple[Scenario, list[str]]:
     log = await connect(url)
     try:
-        await log.ensure_stream()
+        await fresh_stream(log)
         sc = await run_scenario(log)
         records = await log_records(log)
     finally:

@@ -61,7 +61,7 @@ async def _actors(url: str, *, task_status: TaskStatus[None]) -> None:
     nothing."""
     events = await connect(url, name="test-cluster")
     try:
-        await events.ensure_stream()
+        await events.create_or_update_stream()
         await Client(events, SystemClock(), "admin").set_policy(
             "bob", max_sessions=0, max_slots=None
         )
@@ -325,8 +325,8 @@ def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
     after: a CLI call that publishes does not pay for it, nothing else loses it."""
     probe = (
         "import sys\n"
-        "from services.cli.options import _import_nats_client\n"
-        "_import_nats_client(websockets=False)\n"
+        "from services.adapters.nats_import import import_nats_client\n"
+        "import_nats_client(websockets=False)\n"
         "import nats.aio.transport as t\n"
         "assert t.aiohttp is None and 'aiohttp' not in sys.modules\n"
         "import aiohttp\n"
@@ -370,3 +370,30 @@ def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) ->
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_the_stream_is_an_administrators_step() -> None:
+    """No client creates the stream: a request on a server without it is one clear line;
+    `fgpu stream create` makes it (once: again, it is up to date)."""
+    with nats_server.nats_server() as server:
+
+        def fgpu(*args: str) -> Any:
+            return CliRunner().invoke(app, ["--nats", server.url, *args])
+
+        request = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--", "true"]
+        refused = fgpu(*request)
+        assert refused.exit_code == 1
+        assert refused.stderr == (
+            "error: no stream FGPU on this server: an administrator creates it with "
+            "'fgpu stream create'\n"
+        )
+        assert fgpu("stream", "info").exit_code == 1
+        created = fgpu("stream", "create")
+        assert created.exit_code == 0 and "created" in created.stdout
+        again = fgpu("stream", "create")
+        assert again.exit_code == 0 and "up to date" in again.stdout
+        info = json.loads(fgpu("stream", "info", "--json").stdout)
+        assert info["messages"] == 0 and "fgpu.sched" in info["subjects"]
+        accepted = fgpu("--api", "http://127.0.0.1:9", *request)  # no API to check the image
+        assert accepted.exit_code == 0 and accepted.stdout.startswith("s"), accepted.output
+        assert json.loads(fgpu("stream", "info", "--json").stdout)["messages"] == 1

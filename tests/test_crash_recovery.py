@@ -17,6 +17,7 @@ import anyio
 import pytest
 from cli_stack import FGPU, docker, remove_agent_containers, wait_for_line
 from docker_env import require_docker
+from nats_env import create_stream
 
 from events import SessionRequested, SessionRunning, SessionScheduled, Slots
 from services.actors.common import SystemClock
@@ -90,6 +91,7 @@ class Actors:
 def actors(tmp_path: Path) -> Iterator[Actors]:
     require_docker()
     with nats_server.nats_server() as server:
+        create_stream(server.url)
         a = Actors(server.url, tmp_path)
         try:
             yield a

@@ -7,20 +7,24 @@ and compared row for row with the same log applied in one go; the tables and the
 travel agree with the pure fold.
 """
 
+import functools
 import json
 import uuid
 from array import array
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from pathlib import Path
 
 import anyio
-import anyio.lowlevel
 import duckdb
 import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
+from nats_env import Cert, store_raw
+from structlog.testing import capture_logs
 
 from events import (
     AgentLost,
@@ -59,9 +63,10 @@ from projections.compare import differences
 from projections.replay import seq_at, state_at
 from projections.snapshot import decode_state, encode_state
 from projections.store import Batch, ProjectionError, ProjectionStore
-from services.adapters import raw_reader
-from services.adapters.jetstream import JetStreamLog
+from services.adapters import nats_server, raw_reader
+from services.adapters.jetstream import connect
 from services.domain.state import ClusterState, fold
+from services.ports import EventLog
 from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -560,13 +565,53 @@ class _FailingStore(ProjectionStore):
         super()._write(batch, begin=begin, commit=commit)
 
 
+# ---- the projector, through each path of its catch-up -------------------------------------
+
+
+@dataclass
+class _Source:
+    """A log a projector catches up from, and how a test stores raw messages in it."""
+
+    log: EventLog
+    publish: Callable[[list[Raw]], Awaitable[None]]
+    falls_back: bool  # each catch-up warns that the bulk reader cannot serve, reads in order
+
+
+@pytest.fixture(params=["bulk", "ordered: bulk unavailable", "ordered: no bulk reader"])
+async def source(request: pytest.FixtureRequest, tls_cert: Cert) -> AsyncIterator[_Source]:
+    """The bulk reader (JetStreamLog); the ordered read it falls back to (JetStreamLog over
+    TLS, which the bulk reader does not speak); a log with no bulk reader (MemoryLog)."""
+    if request.param == "ordered: no bulk reader":
+        memory = MemoryLog(batch_size=7)
+
+        async def publish(messages: list[Raw]) -> None:
+            for subject, payload in messages:
+                await memory.publish_raw(subject, payload)
+
+        yield _Source(memory, publish, falls_back=False)
+        return
+    tls = request.param == "ordered: bulk unavailable"
+    with nats_server.nats_server(args=tls_cert.server_args() if tls else ()) as server:
+        events = await connect(server.url, tls=tls_cert.client_context()) if tls else None
+        events = events or await connect(server.url)
+        await events.create_or_update_stream()
+        try:
+            yield _Source(events, functools.partial(store_raw, events), falls_back=tls)
+        finally:
+            await events.close()
+
+
+def _fallbacks(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e for e in logs if e["event"] == "projector.bulk_read_unavailable"]
+
+
 @pytest.mark.anyio
 async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
-    tmp_path: Path,
+    tmp_path: Path, source: _Source
 ) -> None:
-    """The projector folds each batch while the one before is written; a failed write
-    leaves the fold ahead of the tables, which are then read back, and the batch retried."""
-    log = MemoryLog(batch_size=7)
+    """A failed write while following leaves the fold ahead of the tables, which are then
+    read back; the records from there come again through a catch-up, the log's bulk
+    reader or its ordered read, and nothing is lost or applied twice."""
     raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
     for n in range(12):
         sid = f"s{n}"
@@ -578,16 +623,19 @@ async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
             ),
         ]
     store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
-    projector = Projector(log, store)
-    async with anyio.create_task_group() as tg:
-        await tg.start(projector.run)
-        for subject, payload in raw:  # one by one: the follower sees many small batches
-            await log.publish_raw(subject, payload)
-            await anyio.lowlevel.checkpoint()
-        with anyio.fail_after(30):
-            await projector.wait_beyond(len(raw) - 1)
-        tg.cancel_scope.cancel()
+    projector = Projector(source.log, store)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(projector.run)
+            # Five parts, each applied before the next is stored: five writes at least,
+            # the third of which fails.
+            for part in range(5):
+                await source.publish(raw[part * 5 : (part + 1) * 5])
+                with anyio.fail_after(30):
+                    await projector.wait_beyond(min(len(raw), (part + 1) * 5) - 1)
+            tg.cancel_scope.cancel()
     assert store.writes > store.fail_at  # it failed, and went on
+    assert bool(_fallbacks(logs)) == source.falls_back  # the retry caught up, so
     store.close()
     _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
@@ -635,31 +683,28 @@ def test_an_audit_row_holds_what_its_event_says(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("per_transaction", [1, 3])
-async def test_a_write_that_fails_in_a_bulk_catch_up_loses_nothing(
-    tmp_path: Path, log: JetStreamLog, per_transaction: int
+async def test_a_write_that_fails_in_a_catch_up_loses_nothing(
+    tmp_path: Path, source: _Source, per_transaction: int
 ) -> None:
-    """Catching up from the bulk reader, batches are read, folded and written at once,
-    one or more a transaction; a failed write restores the fold from the tables, and the
-    next catch-up goes on from there."""
+    """Catching up, batches of 4 are written (from the bulk reader: read, folded and
+    written at once, one or more a transaction; in order: one a transaction); a failed
+    write restores the fold from the tables, and the next catch-up goes on from there."""
     raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
     for n in range(20):
         sid = f"s{n}"
         raw.append((subj.request("alice", sid), encode(_request("alice", sid, n + 1))))
-    for subject, payload in raw:
-        await log.nc.publish(subject, payload)
-    await log.nc.flush()
-    with anyio.fail_after(10):
-        while await log.last_seq() < len(raw):  # noqa: ASYNC110
-            await anyio.sleep(0.01)
+    await source.publish(raw)
     store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
     # 21 records, 4 a batch, each batch a write: fail in the second transaction, while
     # it is open (with 3 batches a transaction, after one of its batches).
     store.fail_at = per_transaction + 2
-    projector = Projector(log, store, batch=4, batches_per_transaction=per_transaction)
-    with pytest.raises(ProjectionError, match="No space left"):
-        await projector.catch_up()
-    assert 0 < store.last_seq < len(raw) and store.state.last_seq == store.last_seq
-    assert await projector.catch_up() == len(raw) - store.writes_before_failure
+    projector = Projector(source.log, store, batch=4, batches_per_transaction=per_transaction)
+    with capture_logs() as logs:
+        with pytest.raises(ProjectionError, match="No space left"):
+            await projector.catch_up()
+        assert 0 < store.last_seq < len(raw) and store.state.last_seq == store.last_seq
+        assert await projector.catch_up() == len(raw) - store.writes_before_failure
+    assert len(_fallbacks(logs)) == (2 if source.falls_back else 0)
     store.close()
     _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}

@@ -17,6 +17,7 @@ import hypothesis.strategies as st
 import pytest
 from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
+from nats_env import fresh_stream
 
 from events import RawBatch, Slots
 from projections import ProjectionStore, Projector, rebuild
@@ -30,6 +31,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.client import Client
 from services.domain.state import ClusterState
+from services.ports import BulkLog
 from tests.cluster import GIB, agent_config
 
 IMAGE = "fgpu/busybox:latest"
@@ -95,6 +97,18 @@ def _reads_in_a_child() -> Iterator[list[int]]:
         yield read
 
 
+class _InOrder:
+    """The log with its bulk reader hidden: a rebuild from it reads in order."""
+
+    def __init__(self, log: JetStreamLog) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str) -> object:
+        if name == "read_raw":
+            raise AttributeError(name)
+        return getattr(self._log, name)
+
+
 class _Live:
     """A projector on its own store, which can be killed and started again."""
 
@@ -130,10 +144,7 @@ class _Live:
 
 async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
     log = await connect(url)
-    try:
-        await log.js.delete_stream("FGPU")
-    finally:
-        await log.ensure_stream()
+    await fresh_stream(log)
     clock = SystemClock()
     async with AsyncExitStack() as stack:
         stack.push_async_callback(log.close)
@@ -183,6 +194,9 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
                 batches_per_transaction=3,
                 snapshot_every=7,
             )
+        # And in order, as a log without a bulk reader (or one that cannot serve) is read.
+        assert not isinstance(_InOrder(log), BulkLog)
+        await rebuild(_InOrder(log), tmp / "rebuilt-in-order.duckdb", snapshot_every=7)
         truth = await Client(log, clock, "alice").state()
     finally:
         await log.close()
@@ -190,6 +204,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
     assert differences(tmp / "live.duckdb", tmp / "rebuilt.duckdb") == {}
     assert by_child == list(range(1, end + 1))  # every message, read by the child
     assert differences(tmp / "live.duckdb", tmp / "rebuilt-by-child.duckdb") == {}
+    assert differences(tmp / "live.duckdb", tmp / "rebuilt-in-order.duckdb") == {}
     store = ProjectionStore(tmp / "rebuilt.duckdb", snapshot_every=7)
     try:
         found = dict(store.con.execute("SELECT session_id, status FROM sessions").fetchall())

@@ -1,113 +1,147 @@
 """The event log on NATS JetStream: one stream, one subject per aggregate.
 
+- The stream is an administrator's: ``create_or_update_stream`` makes it or brings it up to
+  this version's configuration; ``connect`` only connects, and a client that finds no
+  stream gets StreamMissing from whatever it calls.
 - Dedupe: every append carries ``Nats-Msg-Id`` = the event id, within a 2-minute window.
 - Optimistic concurrency: ``Nats-Expected-Last-Subject-Sequence`` on single appends, and on
   the first message of an atomic batch (server 2.12+, ``allow_atomic``), which stores all
   of the batch or none of it.
-- Replay: an ordered push consumer from a start sequence (the fastest way to read).
+- Replay: an ordered push consumer from a start sequence; ``read_raw``, the bulk reader,
+  when the connection is one it speaks (see ``services.ports.BulkLog``).
 - Work: a durable pull consumer with explicit ``AckPolicy.ALL``, fed by one outstanding
   pull request at a time so records reach the actor as soon as they are stored, in
   micro-batches of whatever has arrived.
+
+Every call into nats-py goes through ``NatsClient.call`` (``nats_client``), so only the
+log port's errors come out of here.
 """
 
 import asyncio
-import contextlib
 import json
 import uuid
-from collections.abc import AsyncGenerator, Iterator, Sequence
-from contextlib import aclosing
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing, asynccontextmanager, suppress
+from typing import Any, Unpack
+from urllib.parse import ParseResult
 
-import nats
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from events import AnyEvent, RawBatch, Record, encode, record_of
 from events import subjects as subj
 from services.adapters import raw_reader
-from services.ports import ConcurrencyConflict, LogError, check_batch
+from services.adapters.jetstream_pull import Puller, ack_seqs
+from services.adapters.jetstream_stream import (
+    StreamChange,
+    StreamInfo,
+    holds,
+    stream_config,
+    stream_info_of,
+)
+from services.adapters.nats_client import (
+    ConnectOptions,
+    ConsumerMissing,
+    Credentials,
+    NatsClient,
+    NoResponders,
+    js_error,
+    open_client,
+)
+from services.ports import BulkReadUnavailable, LogError, StreamMissing, check_batch
 
-__all__ = ["JetStreamLog", "connect"]
+__all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
-_WRONG_LAST_SEQUENCE = 10071
-_DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
-# From this many messages on, a raw read parses in a child process (its start costs
-# ~0.2 s; parsing in this one costs it ~3.5 us a message of GIL).
+_TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
+# From this many messages on, a raw read parses in a child process (its start costs more
+# than parsing a short read here; parsing a long one here takes the GIL from the caller).
 CHILD_READ_FROM = 100_000
 
 
-def _stream_seq(msg: Msg) -> int:
-    # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending> (v1), or with
-    # domain and account hash in front (v2, 12 tokens): the stream sequence is 4th from end.
-    tokens = (msg.reply or "").split(".")
-    return int(tokens[-4])
-
-
-_FOREIGN = (nats.errors.Error, TimeoutError, OSError)
-
-
-@contextlib.contextmanager
-def _wrapped(what: str) -> Iterator[None]:
-    """NATS and transport errors of the block as LogError (retryable: rebuild, try again)."""
+def _json(what: str, data: bytes) -> dict[str, Any]:
+    """A JetStream answer's body, or its error as the port's. Raises LogError."""
     try:
-        yield
-    except LogError:
-        raise
-    except _FOREIGN as e:
-        raise LogError(f"{what}: {type(e).__name__}: {e}") from e
-
-
-def _consumer_seq(msg: Msg) -> int:
-    # $JS.ACK...<delivered>.<sseq>.<cseq>.<ts>.<pending>: the consumer sequence, 3rd from end.
-    return int((msg.reply or "").split(".")[-3])
-
-
-def _check_ack(data: bytes) -> int:
-    reply = json.loads(data)
-    err = reply.get("error")
+        body = json.loads(data)
+    except ValueError as e:
+        raise LogError(f"{what}: an answer that is no JSON: {data[:200]!r}") from e
+    if not isinstance(body, dict):
+        raise LogError(f"{what}: an answer of no known form: {data[:200]!r}")
+    err = body.get("error")
     if err:
-        if err.get("err_code") == _WRONG_LAST_SEQUENCE:
-            raise ConcurrencyConflict(err.get("description", "wrong last sequence"))
-        raise LogError(f"JetStream refused the append: {err}")
-    seq: int = reply["seq"]
-    return seq
+        raise js_error(what, err.get("err_code"), err.get("description"))
+    return body
+
+
+def _bulk_refusal(credentials: Credentials, url: ParseResult) -> str | None:
+    """What of this connection the bulk reader (plain TCP, a password or a token) does
+    not speak, or None."""
+    if credentials.tls or url.scheme in ("tls", "wss"):
+        return "TLS, which the connection uses"
+    if url.scheme == "ws":
+        return "WebSocket, which the connection uses"
+    if credentials.jwt:
+        return "creds files (JWT), with which the connection authenticates"
+    if credentials.nkey:
+        return "nkeys, with which the connection authenticates"
+    return None
+
+
+def _reader_auth(c: Credentials, url: ParseResult) -> tuple[str | None, str | None, str | None]:
+    """User, password and token for a second connection, as nats-py chooses them: the
+    options first, then the URL (a user alone there is a token)."""
+    if c.user is not None and c.password is not None:
+        return c.user, c.password, None
+    if c.token is not None:
+        return None, None, c.token
+    if url.username is not None and url.password is None:
+        return None, None, url.username
+    return url.username, url.password, None
 
 
 class JetStreamLog:
-    """EventLog over a connected client. Create with ``await connect(url)``."""
+    """EventLog (and BulkLog) over a connected client. Create with ``await connect(url)``."""
 
-    def __init__(self, nc: Client) -> None:
-        self.nc = nc
-        self.js = nc.jetstream()
-
-    async def ensure_stream(self) -> None:
-        """Create the stream if it does not exist (idempotent)."""
-        config = {
-            "name": subj.STREAM,
-            "subjects": list(subj.STREAM_SUBJECTS),
-            "storage": "file",
-            "retention": "limits",
-            "duplicate_window": _DUPLICATE_WINDOW_NS,
-            "allow_atomic": True,
-            "allow_direct": True,
-            "discard": "old",
-        }
-        body = json.dumps(config).encode()
-        reply = await self.nc.request(f"$JS.API.STREAM.CREATE.{subj.STREAM}", body, timeout=10)
-        err = json.loads(reply.data).get("error")
-        if err and err.get("err_code") == 10058:
-            # It exists with another config, say from an older version with fewer
-            # subjects: bring it up to this one, keeping its messages.
-            reply = await self.nc.request(f"$JS.API.STREAM.UPDATE.{subj.STREAM}", body, timeout=10)
-            err = json.loads(reply.data).get("error")
-        if err:
-            raise LogError(f"cannot create stream {subj.STREAM}: {err}")
+    def __init__(self, client: NatsClient) -> None:
+        self._client = client
+        self._call = client.call
+        self.nc = client.nc
+        self.js = client.nc.jetstream()
 
     async def close(self) -> None:
-        await self.nc.drain()
+        """Drain and close the connection; never raises."""
+        await self._client.close()
+
+    # ---- the stream (an administrator's) ---------------------------------------------------
+
+    async def create_or_update_stream(self) -> StreamChange:
+        """Create the stream, or bring an existing one up to this version's configuration,
+        keeping its messages. An administrator's step (``fgpu stream create``; ``fgpu up``
+        for its embedded server). Raises LogError if the server refuses."""
+        wanted = stream_config()
+        body = json.dumps(wanted).encode()
+        try:
+            current = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
+        except StreamMissing:
+            await self._api("create the stream", f"STREAM.CREATE.{subj.STREAM}", body)
+            return StreamChange.CREATED
+        if holds(current.get("config") or {}, wanted):
+            return StreamChange.CURRENT
+        await self._api("update the stream", f"STREAM.UPDATE.{subj.STREAM}", body)
+        return StreamChange.UPDATED
+
+    async def stream_info(self) -> StreamInfo:
+        """The stream's subjects, size, sequences and creation time. Raises StreamMissing
+        if there is none, LogError if the server cannot say."""
+        return stream_info_of(await self._api("stream info", f"STREAM.INFO.{subj.STREAM}"))
+
+    async def _api(self, what: str, endpoint: str, body: bytes = b"") -> dict[str, Any]:
+        """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError."""
+        try:
+            with self._call(what):
+                reply = await self.nc.request(f"$JS.API.{endpoint}", body, timeout=_TIMEOUT_S)
+        except NoResponders as e:
+            raise LogError(f"{what}: no JetStream answers on this server") from e
+        return _json(what, reply.data)
 
     # ---- appends --------------------------------------------------------------------------
 
@@ -121,18 +155,31 @@ class JetStreamLog:
         headers = {"Nats-Msg-Id": event.id}
         if expected_last_subject_seq is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
-        return await self._request(subject, encode(event), headers)
+        what = f"append to {subject}"
+        async with self._appending(what):
+            reply = await self.nc.request(
+                subject, encode(event), headers=headers, timeout=_TIMEOUT_S
+            )
+            return _ack_seq(what, reply.data)
 
     async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
         """Append independent events, pipelined (not atomic); return their sequences."""
-        with _wrapped("append"):
+        async with self._appending("append many"):
             futures = [
-                await self.js.publish_async(subject, encode(e), headers={"Nats-Msg-Id": e.id})
-                for subject, e in items
+                await self.js.publish_async(s, encode(e), headers={"Nats-Msg-Id": e.id})
+                for s, e in items
             ]
-            # Bounded: an ack lost with a broken connection must not hang the caller.
-            acks = await asyncio.wait_for(asyncio.gather(*futures), timeout=10)
-        return [ack.seq for ack in acks]
+            # Every ack is awaited before the first failure is raised: none is left to
+            # fail unobserved.
+            acks = await asyncio.wait_for(
+                asyncio.gather(*futures, return_exceptions=True), timeout=_TIMEOUT_S
+            )
+            seqs = []
+            for ack in acks:
+                if isinstance(ack, BaseException):
+                    raise ack
+                seqs.append(ack.seq)
+        return seqs
 
     async def append_batch(
         self,
@@ -152,41 +199,46 @@ class JetStreamLog:
         ordered = sorted(items, key=lambda item: item[0] != expect_subject)
         batch_id = uuid.uuid4().hex
         last = len(ordered)
-        for i, (subject, event) in enumerate(ordered, start=1):
-            headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)}
-            if i == 1:
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
-            if i == last:
-                headers["Nats-Batch-Commit"] = "1"
-                return await self._request(subject, encode(event), headers)
-            if i == 1:
-                # The first message is a request, so a bad batch is refused before we send more.
-                with _wrapped(f"append a batch to {subject}"):
+        what = f"append a batch to {expect_subject}"
+        # One call: a connection lost anywhere in the batch fails it, and the server
+        # stores none of a batch it did not see committed.
+        async with self._appending(what):
+            for i, (subject, event) in enumerate(ordered, start=1):
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)}
+                if i == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+                if i == last:
+                    headers["Nats-Batch-Commit"] = "1"
                     reply = await self.nc.request(
-                        subject, encode(event), headers=headers, timeout=10
+                        subject, encode(event), headers=headers, timeout=_TIMEOUT_S
                     )
-                if reply.data:
-                    _check_ack(reply.data)
-            else:
-                await self.nc.publish(subject, encode(event), headers=headers)
+                    return _ack_seq(what, reply.data)
+                if i == 1:
+                    # A request, so that a bad batch is refused before we send more.
+                    reply = await self.nc.request(
+                        subject, encode(event), headers=headers, timeout=_TIMEOUT_S
+                    )
+                    if reply.data:
+                        _json(what, reply.data)
+                else:
+                    await self.nc.publish(subject, encode(event), headers=headers)
         raise AssertionError("unreachable")
 
-    async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> int:
+    @asynccontextmanager
+    async def _appending(self, what: str) -> AsyncIterator[None]:
+        """``call(what)`` for appends: nobody answering is StreamMissing when the stream is
+        gone, else a LogError: no stream stores the subject."""
         try:
-            reply = await self.nc.request(subject, payload, headers=headers, timeout=10)
-        except nats.errors.NoRespondersError as e:
-            raise LogError(f"no stream stores {subject}") from e
-        except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError) as e:
-            raise LogError(f"append to {subject} got no answer: {e}") from e
-        return _check_ack(reply.data)
+            with self._call(what):
+                yield
+        except NoResponders as e:
+            await self.stream_info()  # raises StreamMissing if that is why
+            raise LogError(f"{what}: no stream stores the subject") from e
 
     # ---- reads ----------------------------------------------------------------------------
 
     async def last_seq(self) -> int:
-        with _wrapped("stream info"):
-            info = await self.js.stream_info(subj.STREAM)
-        seq: int = info.state.last_seq
-        return seq
+        return (await self.stream_info()).last_seq
 
     async def read(
         self, after: int = 0, *, until: int | None = None
@@ -194,15 +246,17 @@ class JetStreamLog:
         end = await self.last_seq() if until is None else until
         if end <= after:
             return
-        async for batch in self._ordered(after, end):
-            yield batch
+        async with aclosing(self._ordered(after, end)) as batches:
+            async for batch in batches:
+                yield batch
 
     async def tail(
         self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
         """As the port's ``tail``: a filtered ordered consumer when ``subject`` narrows it."""
-        async for batch in self._ordered(after, None, subject):
-            yield batch
+        async with aclosing(self._ordered(after, None, subject)) as batches:
+            async for batch in batches:
+                yield batch
 
     async def _ordered(
         self, after: int, end: int | None, subject: str = subj.STREAM_WILDCARD
@@ -213,7 +267,8 @@ class JetStreamLog:
         async def on_msg(msg: Msg) -> None:
             queue.put_nowait(msg)
 
-        with _wrapped("replay"):
+        epoch = self._client.epoch
+        with self._call("replay"):
             sub = await self.js.subscribe(
                 subject,
                 ordered_consumer=True,
@@ -225,53 +280,54 @@ class JetStreamLog:
         try:
             seq = after
             while end is None or seq < end:
-                if end is None:
-                    batch = [await queue.get()]
-                else:
-                    with _wrapped("replay"):
+                with self._call("replay", since=epoch):
+                    if end is None:
+                        batch = [await queue.get()]
+                    else:
                         batch = [await asyncio.wait_for(queue.get(), timeout=30)]
                 while not queue.empty() and len(batch) < 5000:
                     batch.append(queue.get_nowait())
                 records = []
                 for msg in batch:
-                    seq = _stream_seq(msg)
+                    seq = ack_seqs(msg.reply)[0]
                     if end is not None and seq > end:
                         break
                     records.append(record_of(seq, msg.subject, msg.data))
                 yield records
         finally:
-            with contextlib.suppress(nats.errors.Error, OSError):
-                await sub.unsubscribe()
+            await self._client.unsubscribe(sub)
 
     async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
-        with _wrapped(f"consumer {durable}"):
-            await self._ensure_consumer(durable, after)
-            pull = _Puller(self.nc, durable)
-            await pull.start()
+        what = f"consumer {durable}"
+        epoch = self._client.epoch
+        await self._ensure_consumer(durable, after)
+        pull = Puller(self.nc, durable)
         delivered: int | None = None
         try:
+            with self._call(what, since=epoch):
+                await pull.start()
             while True:
-                with _wrapped(f"consumer {durable}"):
+                with self._call(what, since=epoch):
                     msgs = await pull.next_batch()
                 records = []
                 for msg in msgs:
+                    seq, cseq = ack_seqs(msg.reply)
                     # A gap in the consumer's sequence: deliveries lost with a broken
                     # connection. Acknowledging past them (AckPolicy.ALL) would skip them
                     # for good, so stop: the caller rebuilds from the log.
-                    cseq = _consumer_seq(msg)
                     if delivered is not None and cseq != delivered + 1 and cseq > delivered:
                         raise LogError(f"consumer {durable} skipped {delivered + 1}-{cseq - 1}")
                     delivered = max(cseq, delivered or 0)
-                    seq = _stream_seq(msg)
                     if seq > after:
                         records.append(record_of(seq, msg.subject, msg.data))
                 if records:
                     yield records
                 # Acknowledged only once the actor has applied the batch and asked for more.
-                with _wrapped(f"ack {durable}"):
+                with self._call(f"ack {durable}", since=epoch):
                     await msgs[-1].ack()
         finally:
-            await pull.stop()
+            if pull.sub is not None:
+                await self._client.unsubscribe(pull.sub)
 
     async def _ensure_consumer(self, durable: str, after: int) -> None:
         config = ConsumerConfig(
@@ -285,12 +341,15 @@ class JetStreamLog:
             filter_subject=subj.STREAM_WILDCARD,
         )
         try:
-            await self.js.consumer_info(subj.STREAM, durable)
-        except nats.js.errors.NotFoundError:
-            await self.js.add_consumer(subj.STREAM, config)
+            with self._call(f"consumer {durable}"):
+                await self.js.consumer_info(subj.STREAM, durable)
+        except ConsumerMissing:
+            with self._call(f"create consumer {durable}"):
+                await self.js.add_consumer(subj.STREAM, config)
 
     async def delete_consumer(self, durable: str) -> None:
-        with contextlib.suppress(nats.js.errors.NotFoundError):
+        """Forget the durable cursor ``durable`` (no error if there is none)."""
+        with suppress(ConsumerMissing), self._call(f"delete consumer {durable}"):
             await self.js.delete_consumer(subj.STREAM, durable)
 
     async def read_raw(
@@ -307,15 +366,23 @@ class JetStreamLog:
         The bulk path for replays (projection rebuilds): an ephemeral pull consumer without
         acks, read by ``raw_reader`` on a socket of its own; in a child process when at
         least ``child_from`` (default ``CHILD_READ_FROM``) messages are to be read, so
-        that parsing them does not take the GIL from the caller's processing. Raises
-        LogError if the server cannot be reached or refuses.
+        that parsing them does not take the GIL from the caller's processing.
+
+        Raises BulkReadUnavailable if the reader does not speak this connection (TLS, an
+        nkey, a creds file) or this server (TLS required, acks of another form): read with
+        ``read`` instead, after the batches already handed out. Raises LogError if the
+        server cannot be reached or refuses.
         """
+        url = self.nc.connected_url
+        if url is None or url.hostname is None:
+            raise LogError("raw read: the connection to NATS is not connected")
+        refusal = _bulk_refusal(self._client.credentials, url)
+        if refusal is not None:
+            raise BulkReadUnavailable(f"the bulk reader does not speak {refusal}")
         end = await self.last_seq() if until is None else until
         if end <= after:
             return
-        url = self.nc.connected_url
-        if url is None or url.hostname is None:
-            raise LogError("not connected")
+        user, password, token = _reader_auth(self._client.credentials, url)
         src = raw_reader.Source(
             host=url.hostname,
             port=url.port or 4222,
@@ -324,14 +391,15 @@ class JetStreamLog:
             after=after,
             end=end,
             batch=batch,
-            user=url.username,
-            password=url.password,
+            user=user,
+            password=password,
+            token=token,
         )
         if child_from is None:
             child_from = CHILD_READ_FROM
         read = raw_reader.read_in_child if end - after >= child_from else raw_reader.read_stored
         try:
-            with _wrapped("raw read"):
+            with self._call("raw read"):
                 await self.js.add_consumer(
                     subj.STREAM,
                     ConsumerConfig(
@@ -349,71 +417,26 @@ class JetStreamLog:
                 async for raw in batches:
                     yield raw
         finally:
-            with contextlib.suppress(nats.errors.Error, OSError):
+            # Best effort: the server drops an inactive consumer after a minute anyway.
+            with suppress(LogError), self._call("raw read: delete its consumer"):
                 await self.js.delete_consumer(subj.STREAM, src.consumer)
 
 
-class _Puller:
-    """Keeps one pull request outstanding and hands out whatever has arrived."""
-
-    _BATCH = 1000
-    _EXPIRES_S = 10.0
-
-    def __init__(self, nc: Client, durable: str) -> None:
-        self.nc = nc
-        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{subj.STREAM}.{durable}"
-        self.inbox = nc.new_inbox()
-        self.queue: asyncio.Queue[Msg] = asyncio.Queue()
-        self.remaining = 0
-        self.sub: Any = None
-
-    async def start(self) -> None:
-        async def on_msg(msg: Msg) -> None:
-            self.queue.put_nowait(msg)
-
-        self.sub = await self.nc.subscribe(self.inbox, cb=on_msg)
-        await self._request()
-
-    async def stop(self) -> None:
-        if self.sub is not None and self.nc.is_connected:
-            with contextlib.suppress(nats.errors.Error, OSError):
-                await self.sub.unsubscribe()
-
-    async def _request(self) -> None:
-        self.remaining = self._BATCH
-        body = {"batch": self._BATCH, "expires": int(self._EXPIRES_S * 1e9)}
-        await self.nc.publish(self.subject, json.dumps(body).encode(), reply=self.inbox)
-
-    async def next_batch(self) -> list[Msg]:
-        """At least one message, and every other one already here."""
-        out: list[Msg] = []
-        while not out:
-            try:
-                first = await asyncio.wait_for(self.queue.get(), timeout=self._EXPIRES_S + 5)
-            except TimeoutError:
-                await self._request()  # the request or its answer was lost: ask again
-                continue
-            pending = [first]
-            while not self.queue.empty():
-                pending.append(self.queue.get_nowait())
-            for msg in pending:
-                if msg.headers and msg.headers.get("Status"):
-                    if msg.headers["Status"] != "100":  # 100 is an idle heartbeat
-                        await self._request()  # 408 expired, 409 and the like: a new one
-                    continue
-                out.append(msg)
-                self.remaining -= 1
-                if self.remaining == 0:
-                    await self._request()
-        return out
+def _ack_seq(what: str, data: bytes) -> int:
+    """The sequence a publish's acknowledgement gives. Raises LogError."""
+    seq = _json(what, data).get("seq")
+    if not isinstance(seq, int):
+        raise LogError(f"{what}: an acknowledgement without a sequence: {data[:200]!r}")
+    return seq
 
 
-async def connect(url: str, *, name: str = "fgpu") -> JetStreamLog:
-    """Connect and make sure the stream exists. Raises LogError if the server is unreachable."""
-    try:
-        nc = await nats.connect(url, name=name, connect_timeout=5, max_reconnect_attempts=-1)
-    except (OSError, nats.errors.NoServersError) as e:
-        raise LogError(f"cannot reach NATS at {url}: {e}") from e
-    log = JetStreamLog(nc)
-    await log.ensure_stream()
-    return log
+async def connect(
+    url: str, *, name: str = "fgpu", **options: Unpack[ConnectOptions]
+) -> JetStreamLog:
+    """Connect, and only that: the stream is made by ``create_or_update_stream``.
+
+    ``options`` are nats-py's (``user``, ``password``, ``token``, ``nkeys_seed`` and
+    ``user_credentials`` files, ``tls``); a user and password, or a token, may be in
+    ``url`` instead. Raises LogError if the server is unreachable or refuses.
+    """
+    return JetStreamLog(await open_client(url, name=name, **options))

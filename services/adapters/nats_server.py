@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,17 +57,22 @@ class NatsServer:
                 self.process.wait()
 
 
-def start(store_dir: str | None = None, port: int | None = None) -> NatsServer:
-    """Start a server and wait until it accepts connections. Raises NatsServerError."""
+def start(
+    store_dir: str | None = None, port: int | None = None, args: Sequence[str] = ()
+) -> NatsServer:
+    """Start a server and wait until it accepts connections. Raises NatsServerError.
+
+    ``args``: more of nats-server's options (``--tls ...``, ``--auth TOKEN``).
+    """
     port = port or free_port()
     store = store_dir or tempfile.mkdtemp(prefix="fgpu-nats-")
     Path(store).mkdir(parents=True, exist_ok=True)
     log_path = os.path.join(store, "nats-server.log")
-    args = [find_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store]
+    command = [find_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store, *args]
     if _CONF.exists():
-        args[1:1] = ["-c", str(_CONF)]
+        command[1:1] = ["-c", str(_CONF)]
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -83,9 +88,9 @@ def start(store_dir: str | None = None, port: int | None = None) -> NatsServer:
 
 
 @contextmanager
-def nats_server(store_dir: str | None = None) -> Iterator[NatsServer]:
+def nats_server(store_dir: str | None = None, args: Sequence[str] = ()) -> Iterator[NatsServer]:
     """A server for the duration of the block; its temporary store is removed after."""
-    server = start(store_dir)
+    server = start(store_dir, args=args)
     try:
         yield server
     finally:

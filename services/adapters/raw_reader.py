@@ -12,6 +12,11 @@ rebuild reads and folds at once). Run as ``python -m services.adapters.raw_reade
 the Source as JSON on its standard input, the child writes frames to its standard output
 (``_frame``).
 
+It speaks plain TCP and authenticates with a user and password or a token. What it does
+not speak (TLS asked for by the server, a reply form other than the one below) raises
+BulkReadUnavailable, before anything is handed out or after: the caller reads on in order
+through the ordered consumer.
+
 Payloads come canonical (``RawBatch``): an event as ``events.encode`` writes it, whatever
 its producer wrote, so that a projection store can keep the bytes it is handed instead
 of encoding every event again. In a child process that work (a decode and an encode a
@@ -37,7 +42,7 @@ import anyio
 import msgspec
 
 from events import RawBatch, decode, encode
-from services.ports import LogError
+from services.ports import BulkReadUnavailable, LogError
 
 __all__ = ["Source", "read_in_child", "read_stored"]
 
@@ -58,12 +63,14 @@ class Source:
     batch: int
     user: str | None = None
     password: str | None = None
+    token: str | None = None
 
 
 async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
     """Messages ``src.after + 1`` to ``src.end``, in order, at most ``src.batch`` at a time.
 
-    Raises LogError if the server cannot be reached, refuses, or hangs up.
+    Raises BulkReadUnavailable if the server requires TLS or replies in a form this reader
+    does not parse; LogError if it cannot be reached, refuses, or hangs up.
     """
     async with contextlib.aclosing(_read(src)) as batches:
         async for seqs, names, payloads in batches:
@@ -91,6 +98,30 @@ def _canonical_one(payload: bytes) -> bytes:
         return encode(decode(payload))
     except (msgspec.DecodeError, msgspec.ValidationError):
         return payload
+
+
+def _reply_seq(reply: bytes, ours: bytes, consumer: str, head: bytes) -> bytes:
+    """The stream sequence in ``reply``, the reply subject of a message on this read's
+    inbox, when it is ``ours`` (``$JS.ACK.<stream>.<consumer>.``) followed by
+    ``<delivered>.<stream seq>.<consumer seq>.<time>.<pending>``.
+
+    Raises BulkReadUnavailable if the reply is the consumer's in another form (the v2
+    acks lead with a domain and an account hash): never misread. Raises LogError if it is
+    not the consumer's: taken, its sequence could end the read early or repeat one.
+    """
+    if reply.startswith(ours):
+        fields = reply[len(ours) :].split(b".")
+        if len(fields) == 5 and all(f.isdigit() for f in fields):
+            return fields[1]
+    tokens = reply.split(b".")
+    if tokens[:2] == [b"$JS", b"ACK"] and consumer.encode() in tokens:
+        raise BulkReadUnavailable(
+            f"raw read: consumer {consumer} replies in a form the bulk reader does not parse: "
+            f"{reply[:200].decode(errors='replace')}"
+        )
+    raise LogError(
+        f"raw read: a message not of consumer {consumer}: {head[:200].decode(errors='replace')}"
+    )
 
 
 def _subjects(names: bytes, count: int) -> list[str]:
@@ -127,16 +158,11 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
         return max(1, min(src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
 
     # The usual line, the header of a message with a reply from this read's consumer, is
-    # read by one match instead of a split. Groups: H, subject, stream sequence (the
-    # fourth field of the reply from its end, as the general path takes it), header
-    # bytes (HMSG only), bytes. Its fields hold no whitespace, so the line ends at the
-    # first CRLF and splits into these fields: both paths read it alike. Any other line
-    # (a PING, an error, a status, a line not yet whole) takes the general path, which
-    # refuses a message whose reply is not of this consumer, as the pattern does not
-    # match it: its sequence is none of this read's. Both assume the reply form this
-    # server sends, $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>
-    # .<time>.<pending>: another (NATS's planned v2 acks lead with a domain and an
-    # account hash) is refused with LogError, never misread.
+    # read by one match instead of a split. Groups: H, subject, stream sequence (as
+    # _reply_seq takes it), header bytes (HMSG only), bytes. Its fields hold no
+    # whitespace, so the line ends at the first CRLF and splits into these fields: both
+    # paths read it alike. Any other line (a PING, an error, a status, a line not yet
+    # whole, a reply of another form) takes the general path.
     ours = f"$JS.ACK.{src.stream}.{src.consumer}.".encode()
     message = re.compile(
         rb"(H)?MSG (\S+) \S+ "
@@ -154,11 +180,13 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
         info = json.loads((await reader.readline()).split(b" ", 1)[1])
         largest = int(info.get("max_payload", largest))
         if info.get("tls_required"):
-            raise LogError("raw reads do not speak TLS")
+            raise BulkReadUnavailable("the server requires TLS, which the bulk reader lacks")
         hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
         hello.update(name="fgpu-raw-reader", lang="python", version="0", protocol=1)
         if src.user:
             hello.update(user=src.user, **{"pass": src.password or ""})
+        elif src.token:
+            hello.update(auth_token=src.token)
         writer.write(b"CONNECT %s\r\nSUB %s 1\r\n" % (json.dumps(hello).encode(), inbox))
         first = pull_size()
         writer.write(pull(first) * 2)  # two pulls in flight: the server never waits for us
@@ -200,15 +228,8 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
                     total = parts[-1]
                     start = eol + 2
                     if kind == b"M" or len(parts) == 6:
-                        if not parts[3].startswith(ours):
-                            # Delivered on this read's inbox, but not by its consumer:
-                            # taken, its sequence could end the read early or repeat one.
-                            raise LogError(
-                                "raw read: a message not of consumer "
-                                f"{src.consumer}: {head[:200].decode(errors='replace')}"
-                            )
                         name = parts[1]
-                        stream_seq = parts[3].rsplit(b".", 4)[1]
+                        stream_seq = _reply_seq(parts[3], ours, src.consumer, head)
                         skip = None if kind == b"M" else parts[4]
                     else:
                         stream_seq = None
@@ -245,8 +266,9 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
         writer.close()
 
 
-# A frame: a head (kind: b"B" batch, b"E" error, b"Z" the end; a message count; the size
-# of the rest), then the rest. An error's rest is its message. A batch's rest: the
+# A frame: a head (kind: b"B" batch, b"E" error, b"U" the reader cannot serve this
+# server, b"Z" the end; a message count; the size of the rest), then the rest. An error's
+# rest (E or U) is its message. A batch's rest: the
 # sequences (int64), then count + 1 offsets (int64) in the rest, then the subjects joined
 # by newlines (a subject holds no whitespace) up to the first offset, then the canonical
 # payloads end to end, payload i from offset i to offset i + 1: the rest is the batch's
@@ -282,8 +304,9 @@ def _unframe(count: int, rest: bytes) -> RawBatch:
 
 
 def _receive(frames: IO[bytes]) -> RawBatch | None:
-    """The next batch the child wrote, or None after its last. Raises LogError if it
-    reported one, wrote something other than frames, or ended without its last frame.
+    """The next batch the child wrote, or None after its last. Raises the
+    BulkReadUnavailable or LogError it reported, or LogError if it wrote something other
+    than frames or ended without its last frame.
 
     Blocking: run in a worker thread, where the reads into the batch's bytes (the bulk of
     the work) let go of the GIL.
@@ -293,13 +316,15 @@ def _receive(frames: IO[bytes]) -> RawBatch | None:
         kind, count, size = _HEAD.unpack(head)
         if kind == b"Z":
             return None
-        if kind not in (b"B", b"E"):
+        if kind not in (b"B", b"E", b"U"):
             raise LogError(f"the raw reader's process wrote a frame of kind {kind!r}")
         try:
             rest = frames.read(size)  # one bytes object, read into in place: no more copies
         except (MemoryError, OverflowError) as e:  # a size no child of ours writes
             raise LogError(f"the raw reader's process wrote a frame of {size} bytes") from e
         if len(rest) == size:
+            if kind == b"U":
+                raise BulkReadUnavailable(rest.decode(errors="replace"))
             if kind == b"E":
                 raise LogError(rest.decode(errors="replace"))
             return _unframe(count, rest)
@@ -318,7 +343,7 @@ def _reap(child: subprocess.Popen[bytes], frames: IO[bytes]) -> int:
 
 
 async def read_in_child(src: Source) -> AsyncGenerator[RawBatch, None]:
-    """``read_stored(src)``, run in a child process. Raises LogError as it does."""
+    """``read_stored(src)``, run in a child process. Raises as it does."""
     if src.end <= src.after:
         return
     command = [sys.executable, "-m", "services.adapters.raw_reader"]
@@ -373,6 +398,8 @@ def _child() -> None:
 
     try:
         asyncio.run(run())
+    except BulkReadUnavailable as e:
+        frame(b"U", str(e).encode())
     except LogError as e:
         frame(b"E", str(e).encode())
     except Exception as e:  # a bug: say what it was rather than just stop

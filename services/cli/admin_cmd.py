@@ -10,6 +10,7 @@ from services.cli.options import (
     connection,
     fail,
     out,
+    print_json,
     run_async,
     state_file,
     user_client,
@@ -19,6 +20,10 @@ __all__ = ["register"]
 
 policy_app = typer.Typer(help="Resource policies per access key (admins).", no_args_is_help=True)
 projections_app = typer.Typer(help="The DuckDB projections of the log.", no_args_is_help=True)
+stream_app = typer.Typer(
+    help="The stream that holds the log (an administrator's step: clients never create it).",
+    no_args_is_help=True,
+)
 
 
 @policy_app.command("set")
@@ -110,6 +115,45 @@ def projections_rebuild(
     )
 
 
+@stream_app.command("create")
+def stream_create(ctx: typer.Context) -> None:
+    """Create the stream on --nats URL, or bring an existing one up to this version's
+    configuration, keeping its messages. Safe to run again."""
+    settings: Settings = ctx.obj
+
+    async def go() -> str:
+        async with connection(settings) as conn:
+            return (await conn.log.create_or_update_stream()).value
+
+    change = run_async(go)
+    said = {"created": "created", "updated": "updated (messages kept)", "current": "up to date"}
+    out().print(f"stream on {settings.url}: {said[change]}", highlight=False)
+
+
+@stream_app.command("info")
+def stream_info(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """The stream's subjects, size and sequences."""
+    import dataclasses
+
+    settings: Settings = ctx.obj
+
+    async def go() -> dict[str, Any]:
+        async with connection(settings) as conn:
+            return dataclasses.asdict(await conn.log.stream_info())
+
+    info = run_async(go)
+    if as_json:
+        print_json(info)
+        return
+    for key, value in info.items():
+        shown = ", ".join(value) if isinstance(value, tuple | list) else value
+        out().print(f"{key:<10} {shown}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(policy_app, name="policy")
     app.add_typer(projections_app, name="projections")
+    app.add_typer(stream_app, name="stream")

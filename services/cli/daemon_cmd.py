@@ -167,7 +167,7 @@ def up(
             anyio.create_task_group() as tg,
         ):
             # The embedded case is its own administrator: it sets the stream up.
-            await conn.log.ensure_stream()
+            await conn.log.create_or_update_stream()
             tg.start_soon(_until_signalled, tg)
             await tg.start(run_quota, conn.log)
             await tg.start(run_scheduler, conn.log, conn.bus)

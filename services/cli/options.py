@@ -63,9 +63,14 @@ class Settings:
     def url(self) -> str:
         return resolve_nats(self.nats)
 
+    @property
+    def api_url(self) -> str | None:
+        """--api, else $FGPU_API, else the one ``fgpu up`` serves; None if none is known."""
+        return self.api or os.environ.get("FGPU_API") or _from_state_file("api_url")
+
     def read_api(self) -> ReadApi:
-        """The read API: --api, else $FGPU_API, else the one ``fgpu up`` serves."""
-        url = self.api or os.environ.get("FGPU_API") or _from_state_file("api_url")
+        """The read API (``api_url``); exits with one line if none is known."""
+        url = self.api_url
         if url is None:
             fail(
                 f"no read API known: `fgpu up` is not running here ({state_file()} names "
@@ -81,30 +86,14 @@ class Settings:
 @asynccontextmanager
 async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
     """The log and the bus, for a command that publishes or asks an agent."""
+    from services.adapters.nats_import import import_nats_client
+
     url = settings.url
-    _import_nats_client(websockets=url.startswith(("ws://", "wss://")))
+    import_nats_client(websockets=url.startswith(("ws://", "wss://")))
     from services.adapters.nats_connection import nats_connection
 
     async with nats_connection(url, name="fgpu-cli") as conn:
         yield conn
-
-
-def _import_nats_client(*, websockets: bool) -> None:
-    """Import the NATS client, without its websocket transport unless asked for.
-
-    nats-py imports aiohttp, for websockets only, as it is itself imported: most of the
-    cost of a CLI call that publishes. Hidden while nats-py is imported, aiohttp reads as
-    absent there (its own fallback) and stays importable for anyone else after.
-    """
-    if websockets or "nats" in sys.modules or "aiohttp" in sys.modules:
-        import nats
-
-        return
-    sys.modules["aiohttp"] = None  # type: ignore[assignment]
-    try:
-        import nats  # noqa: F401
-    finally:
-        del sys.modules["aiohttp"]
 
 
 @asynccontextmanager
@@ -186,7 +175,7 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
         except BaseExceptionGroup as group:
             raise _sole(group) from None  # a task group's one failure, as itself
     except StreamMissing as e:
-        fail(str(e), code=1)
+        fail(str(e), code=1)  # it says what to do: no hint about fgpu up
     except LogError as e:
         fail(f"{e} (is `fgpu up` running? set --nats or FGPU_NATS)", code=1)
     except ValueError as e:

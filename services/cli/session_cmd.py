@@ -76,14 +76,16 @@ def _checked_request(
         fail(str(e))
 
 
-def _warn_if_nobody_offers(api: "ReadApi", image: str) -> None:
+def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
     """A warning on stderr when no alive agent has ``image`` (the request waits or is
-    rejected); silent when the API cannot tell."""
-    from services.cli.api_client import ApiError, ApiUnreachable
+    rejected); silent when no read API is known or it cannot tell: the request is made."""
+    from services.cli.api_client import ApiError, ApiUnreachable, ReadApi
 
+    if settings.api_url is None:
+        return
     try:
-        agents = api.get("/v1/agents")["agents"]
-    except (ApiError, ApiUnreachable, ValueError):
+        agents = ReadApi(settings.api_url).get("/v1/agents")["agents"]
+    except (ApiError, ApiUnreachable, ValueError, KeyError, TypeError):
         return
     alive = [a for a in agents if not a["lost"]]
     if not any(image in a["images"] for a in alive):
@@ -122,8 +124,7 @@ def create(
 
     ids = run_async(publish)
     if not wait:
-        with api_errors():
-            _warn_if_nobody_offers(settings.read_api(), image)
+        _warn_if_nobody_offers(settings, image)
         if as_json:
             print_json({"sessions": ids})
         else:

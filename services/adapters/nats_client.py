@@ -1,0 +1,249 @@
+"""The client connection under JetStreamLog, and the one place its errors are translated.
+
+Every call the log makes into nats-py runs inside ``NatsClient.call``, which turns what
+nats-py, JetStream and the transport raise into the log port's errors::
+
+    JetStream API error, by its code (JsErr)
+      WRONG_LAST_SEQUENCE        -> ConcurrencyConflict
+      STREAM_NOT_FOUND           -> StreamMissing
+      CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
+      any other                  -> LogError, naming the code
+    no responders                -> NoResponders      (a LogError: nothing stores the subject)
+    not connected when it starts -> LogError at once  (no wait for a reconnection)
+    connection lost during it    -> LogError at once  (the call is cancelled)
+    any other nats-py, timeout or socket error -> LogError
+
+The client reconnects for ever once connected, so a caller that catches LogError can try
+again when the server is back; a call never waits on a reconnection it cannot see end.
+"""
+
+import contextlib
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TypedDict, Unpack
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+from events import subjects as subj
+from services.ports import ConcurrencyConflict, LogError, StreamMissing
+
+__all__ = [
+    "NO_STREAM",
+    "ConnectOptions",
+    "ConsumerMissing",
+    "Credentials",
+    "JsErr",
+    "NatsClient",
+    "NoResponders",
+    "js_error",
+    "open_client",
+]
+
+log = structlog.get_logger()
+
+NO_STREAM = (
+    f"no stream {subj.STREAM} on this server: an administrator creates it with 'fgpu stream create'"
+)
+_FOREIGN = (nats.errors.Error, TimeoutError, OSError)
+_CONNECT_TIMEOUT_S = 5
+
+
+class JsErr(IntEnum):
+    """JetStream API error codes this adapter meets, named after nats-server's constants
+    (``server/errors.json``)."""
+
+    CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
+    NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
+    STREAM_NAME_IN_USE = 10058  # JSStreamNameExistErr: exists with another configuration
+    STREAM_NOT_FOUND = 10059  # JSStreamNotFoundErr
+    STREAM_SUBJECT_OVERLAP = 10065  # JSStreamSubjectOverlapErr
+    WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF
+    NOT_ENABLED = 10076  # JSNotEnabledErr
+    ATOMIC_PUBLISH_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream lacks allow_atomic
+    ATOMIC_PUBLISH_MISSING_SEQ = 10175  # JSAtomicPublishMissingSeqErr
+    ATOMIC_PUBLISH_INCOMPLETE_BATCH = 10176  # JSAtomicPublishIncompleteBatchErr
+    ATOMIC_PUBLISH_UNSUPPORTED_HEADER = 10177  # JSAtomicPublishUnsupportedHeaderBatchErr
+    ATOMIC_PUBLISH_INVALID_BATCH_ID = 10179  # JSAtomicPublishInvalidBatchIDErr
+    ATOMIC_PUBLISH_TOO_LARGE_BATCH = 10199  # JSAtomicPublishTooLargeBatchErrF
+    ATOMIC_PUBLISH_INVALID_BATCH_COMMIT = 10200  # JSAtomicPublishInvalidBatchCommitErr
+    ATOMIC_PUBLISH_TOO_MANY_INFLIGHT = 10210  # JSAtomicPublishTooManyInflight
+
+
+class ConsumerMissing(LogError):
+    """The durable consumer asked for does not exist (the log creates it)."""
+
+
+class NoResponders(LogError):
+    """Nobody answered a request: no stream stores the subject, or no JetStream."""
+
+
+def js_error(what: str, code: int | None, description: str | None) -> LogError:
+    """The port's error for JetStream's refusal ``code`` of the call ``what``."""
+    text = description or "no description"
+    if code == JsErr.WRONG_LAST_SEQUENCE:
+        return ConcurrencyConflict(f"{what}: {text}")
+    if code == JsErr.STREAM_NOT_FOUND:
+        return StreamMissing(NO_STREAM)
+    if code == JsErr.CONSUMER_NOT_FOUND:
+        return ConsumerMissing(f"{what}: {text}")
+    if code == JsErr.ATOMIC_PUBLISH_DISABLED:
+        return LogError(
+            f"{what}: stream {subj.STREAM} takes no atomic batches: an administrator brings "
+            "it up to date with 'fgpu stream create'"
+        )
+    name = JsErr(code).name if code is not None and code in set(JsErr) else f"error {code}"
+    return LogError(f"{what}: JetStream refused ({name}): {text}")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How the connection proves who it is and protects its bytes: what a second
+    connection to the same server (the bulk reader's) must do alike."""
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkey: bool = False  # an nkey seed signs the server's nonce
+    jwt: bool = False  # a creds file: a user JWT, and the nkey that signs
+    tls: bool = False  # an SSLContext was given; a tls:// URL says so too
+
+
+class NatsClient:
+    """A nats-py client and what this adapter knows of its connection.
+
+    ``epoch`` counts the connections lost: a long read that started in one epoch fails
+    in the next, even if the client has reconnected since (it may have missed messages).
+    """
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.nc = Client()
+        self.credentials = credentials
+        self.epoch = 0
+        self._in_flight: set[anyio.CancelScope] = set()
+        self._closing = False
+
+    @contextlib.contextmanager
+    def call(
+        self, what: str, *, since: int | None = None, connected: bool = True
+    ) -> Iterator[None]:
+        """Run the block as the call ``what``; raise only LogError (see the module).
+
+        ``since``: the epoch the caller's read began in; a later one fails the call.
+        ``connected=False`` lets the block run while the client is away (a local
+        release such as an unsubscribe, which nats-py buffers or drops).
+        """
+        if connected and not self.nc.is_connected:
+            state = "closed" if self.nc.is_closed else "not connected (reconnecting)"
+            raise LogError(f"{what}: the connection to NATS is {state}")
+        if since is not None and since != self.epoch:
+            raise LogError(f"{what}: the connection to NATS was lost during the read")
+        scope = anyio.CancelScope()
+        self._in_flight.add(scope)
+        try:
+            with scope:
+                yield
+        except LogError:
+            raise
+        except nats.js.errors.APIError as e:
+            raise js_error(what, e.err_code, e.description) from e
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError) as e:
+            raise NoResponders(f"{what}: nobody answered") from e
+        except _FOREIGN as e:
+            raise LogError(f"{what}: {type(e).__name__}: {e}") from e
+        finally:
+            self._in_flight.discard(scope)
+        if scope.cancelled_caught:
+            raise LogError(f"{what}: the connection to NATS was lost")
+
+    async def unsubscribe(self, sub: Subscription) -> None:
+        """Drop ``sub``, best effort: never raises (a closed client has dropped it)."""
+        with contextlib.suppress(LogError), self.call("unsubscribe", connected=False):
+            await sub.unsubscribe()
+
+    async def close(self) -> None:
+        """Drain and close; never raises. Calls still in flight fail with LogError."""
+        self._closing = True
+        # Not calls: closing ends in on_disconnected, which fails the calls in flight.
+        if self.nc.is_connected:
+            with contextlib.suppress(*_FOREIGN):
+                await self.nc.drain()
+        if not self.nc.is_closed:
+            with contextlib.suppress(*_FOREIGN):
+                await self.nc.close()
+
+    # nats-py's callbacks (given at connect).
+
+    async def on_disconnected(self) -> None:
+        self.epoch += 1
+        for scope in list(self._in_flight):
+            scope.cancel()
+        if not self._closing:
+            log.warning("nats.disconnected", calls_failed=len(self._in_flight))
+
+    async def on_reconnected(self) -> None:
+        log.info("nats.reconnected", url=_redacted(str(self.nc.connected_url)))
+
+    async def on_error(self, e: Exception) -> None:
+        log.debug("nats.error", error=f"{type(e).__name__}: {e}")
+
+
+class ConnectOptions(TypedDict, total=False):
+    """nats-py's options for who the client is and how its bytes travel."""
+
+    user: str
+    password: str
+    token: str
+    nkeys_seed: str  # a file
+    user_credentials: str  # a creds file
+    tls: ssl.SSLContext
+
+
+async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions]) -> NatsClient:
+    """A client connected to ``url`` with ``options`` (user and password, or a token, may
+    be in the URL instead).
+
+    Raises LogError if the server cannot be reached or refuses (after a second try).
+    """
+    credentials = Credentials(
+        user=options.get("user"),
+        password=options.get("password"),
+        token=options.get("token"),
+        nkey="nkeys_seed" in options,
+        jwt="user_credentials" in options,
+        tls="tls" in options or urlsplit(url).scheme == "tls",
+    )
+    client = NatsClient(credentials)
+    try:
+        await client.nc.connect(
+            url,
+            name=name,
+            connect_timeout=_CONNECT_TIMEOUT_S,
+            # nats-py's first connection honours this too: with "for ever" it never gives
+            # up on an unreachable server. Two tries here; for ever once connected, below.
+            max_reconnect_attempts=1,
+            error_cb=client.on_error,
+            disconnected_cb=client.on_disconnected,
+            reconnected_cb=client.on_reconnected,
+            **options,
+        )
+    except (*_FOREIGN, ImportError) as e:  # ImportError: nkeys, for a seed or a creds file
+        raise LogError(f"cannot connect to NATS at {_redacted(url)}: {e}") from e
+    client.nc.options["max_reconnect_attempts"] = -1
+    return client
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its user, password or token."""
+    parts = urlsplit(url)
+    if parts.hostname is None or "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=host))
