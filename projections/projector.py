@@ -43,10 +43,9 @@ _CATCH_UP_BATCH = 10_000
 # and whole row groups. DuckDB writes a row group (122,880 rows by default) that one
 # transaction fills straight to the file, where smaller appends go to its write-ahead log
 # first and are written again at the next checkpoint: three batches of 40,960 events per
-# transaction fill one exactly (25.2 against 29.7 us of CPU an event for the machine on
-# 1M events, alternate runs; a transaction with part of a row group over leaves it as a
-# row group of its own, and the file grew by a third at 130,000 events a transaction).
-# Batches stay smaller than that, so that reading, folding and writing overlap.
+# transaction fill one exactly (a transaction with part of a row group over leaves it as a
+# row group of its own, and the file grows). Batches stay smaller than that, so that
+# reading, folding and writing overlap (bench/rebuild.py, cpu_us_per_event).
 REBUILD_BATCH = 40_960
 REBUILD_BATCHES_PER_TRANSACTION = 3
 log = structlog.get_logger()
@@ -240,7 +239,7 @@ def _short_switch_interval(seconds: float = 0.001) -> Iterator[None]:
     """Hand the GIL over more often while a bulk read and a folding thread share it.
 
     The reader needs the GIL for a moment whenever data arrives; at the default 5 ms it
-    waits behind the folding thread and the server sits idle (a third slower, measured).
+    waits behind the folding thread and the server sits idle.
     """
     before = sys.getswitchinterval()
     sys.setswitchinterval(min(before, seconds))
@@ -281,9 +280,8 @@ async def rebuild(
     kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
     store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
     # DuckDB's own checkpoints, every 16 MB of write-ahead log, are kept: letting the log
-    # grow and compressing everything once at the end was tried, and is slower (49-53k
-    # against 59-65k events/s on 1M events): each byte is then written twice, the
-    # second time after the fold has finished.
+    # grow and compressing everything once at the end writes each byte twice, the second
+    # time after the fold has finished.
     try:
         t0 = time.perf_counter()
         projector = Projector(
