@@ -118,6 +118,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         "startup_ms": round(startup_ms, 1),
         "python_startup_ms": round(python_ms, 1),
         "ratio_startup_to_python": round(startup_ms / python_ms, 2),
+        # A real read (an HTTP round trip and its JSON) against the same baseline.
+        "ratio_ls_to_python": round(small["ls_ms"] / python_ms, 2),
         "targets": {"ratio_ls_1m_to_10k": 1.5, "ratio_startup_to_python": 6},
     }
 

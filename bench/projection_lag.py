@@ -121,7 +121,7 @@ async def measure(nats_url: str, url: str, args: argparse.Namespace) -> dict[str
         "visible": len(lag),
         **quantiles_ms(lag),
         "baseline_core_nats_delivery": quantiles_ms(base),
-        "path": "publish -> JetStream -> durable pull -> DuckDB transaction -> SSE client",
+        "path": "publish -> JetStream -> ordered consumer -> DuckDB transaction -> SSE client",
         "client": "a process of its own",
         "target_p99_ms": 100,
     }

@@ -28,9 +28,9 @@ import nats
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import SessionRequested, SessionRunning, Slots, encode
-from services.actors.common import SystemClock
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 
 FGPU = str(Path(sys.executable).parent / "fgpu")

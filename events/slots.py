@@ -1,11 +1,17 @@
 """Resource amounts, exact: integers of a fixed quantum, never floats."""
 
+from typing import Annotated
+
 import msgspec
 
-__all__ = ["FGPU_QUANTUM_PER_UNIT", "Slots"]
+__all__ = ["AMOUNT_LIMIT", "FGPU_QUANTUM_PER_UNIT", "Slots"]
 
 # One fGPU is 100 quanta: 0.01 fGPU is the smallest amount a session can ask for.
 FGPU_QUANTUM_PER_UNIT = 100
+# No amount on the log is larger in magnitude: a payload holding one is no event (decoding
+# refuses it), so every amount, and the sum of a few, fits a reader's 64-bit integers.
+AMOUNT_LIMIT = 1 << 62
+_Amount = Annotated[int, msgspec.Meta(ge=-AMOUNT_LIMIT, le=AMOUNT_LIMIT)]
 
 
 class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -14,6 +20,6 @@ class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     ``fgpu=250`` is 2.5 fGPU. All fields are non-negative integers.
     """
 
-    cpu: int = 0
-    mem: int = 0
-    fgpu: int = 0
+    cpu: _Amount = 0
+    mem: _Amount = 0
+    fgpu: _Amount = 0

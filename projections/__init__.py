@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from projections.paths import default_db_path
-    from projections.projector import DURABLE, Projector, RebuildResult, rebuild
+    from projections.projector import Projector, RebuildResult, rebuild
     from projections.store import (
         ProjectionError,
         ProjectionStore,
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
-    "DURABLE",
     "ProjectionError",
     "ProjectionStore",
     "Projector",
@@ -36,7 +35,6 @@ __all__ = [
 ]
 
 _WHERE = {
-    "DURABLE": "projections.projector",
     "Projector": "projections.projector",
     "RebuildResult": "projections.projector",
     "rebuild": "projections.projector",

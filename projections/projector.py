@@ -1,12 +1,12 @@
 """The projector: keeps a ProjectionStore in step with the log, and rebuilds it.
 
 ``Projector.run`` first catches up in large batches (the log's bulk reader when it has
-one and it can serve; in order through ``EventLog.read`` when not), then follows a
-durable consumer: each batch is applied with its last sequence in
-one DuckDB transaction (in a worker thread) and acknowledged when the next one is asked
-for. The durable cursor is recreated from the store's ``last_seq`` on every start, so
-what the tables hold, not what the server remembers, decides where reading resumes:
-nothing is applied twice and nothing is skipped.
+one and it can serve; in order through ``EventLog.read`` when not), then follows the log
+(``EventLog.tail``, an ordered consumer of its own): each batch is applied with its last
+sequence in one DuckDB transaction (in a worker thread). Every start, and every retry
+after a failure, reads on from the store's ``last_seq``: what the tables hold, not what a
+server remembers, decides where reading resumes, so nothing is applied twice, nothing is
+skipped, and any number of projectors may follow one log.
 """
 
 import functools
@@ -17,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import anyio
 import duckdb
@@ -29,7 +28,6 @@ from projections.store import Batch, ProjectionError, ProjectionStore, connect_r
 from services.ports import BulkLog, BulkReadUnavailable, EventLog, LogError
 
 __all__ = [
-    "DURABLE",
     "REBUILD_BATCH",
     "REBUILD_BATCHES_PER_TRANSACTION",
     "Projector",
@@ -37,7 +35,6 @@ __all__ = [
     "rebuild",
 ]
 
-DURABLE = "projector"
 _CATCH_UP_BATCH = 10_000
 # A rebuild writes larger transactions: fewer commits, each session written about once,
 # and whole row groups. DuckDB writes a row group (122,880 rows by default) that one
@@ -51,11 +48,6 @@ REBUILD_BATCHES_PER_TRANSACTION = 3
 log = structlog.get_logger()
 
 
-@runtime_checkable
-class _Durables(Protocol):
-    async def delete_consumer(self, durable: str) -> None: ...
-
-
 class Projector:
     """Applies the log to ``store``, batch by batch, forever (``run``)."""
 
@@ -64,7 +56,6 @@ class Projector:
         events: EventLog,
         store: ProjectionStore,
         *,
-        durable: str = DURABLE,
         batch: int = _CATCH_UP_BATCH,
         batches_per_transaction: int = 1,
     ) -> None:
@@ -75,7 +66,6 @@ class Projector:
             raise ValueError("batch and batches_per_transaction must be at least 1")
         self.events = events
         self.store = store
-        self.durable = durable
         self.batch = batch
         self.batches_per_transaction = batches_per_transaction
         self._advanced = anyio.Event()
@@ -218,12 +208,9 @@ class Projector:
                     log.warning("projector.retry", error=str(again))
 
     async def _follow(self) -> None:
-        if isinstance(self.events, _Durables):
-            # The server's cursor may be ahead of the tables (a batch delivered but not
-            # committed before a crash): start it afresh where the tables end.
-            await self.events.delete_consumer(self.durable)
-        after = self.store.last_seq
-        async with aclosing(self.events.follow(self.durable, after=after)) as batches:
+        # A cursor of this projector's own, held by no server: what the tables hold
+        # decides where reading resumes, and two projectors of one log never share one.
+        async with aclosing(self.events.tail(self.store.last_seq)) as batches:
             async for records in batches:
                 await self._apply(records)
 
@@ -278,11 +265,13 @@ async def rebuild(
     tmp = target.with_name(target.name + ".rebuild")
     await anyio.to_thread.run_sync(_prepare, target, tmp)
     kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
+    identity = await events.identity()
     store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
     # DuckDB's own checkpoints, every 16 MB of write-ahead log, are kept: letting the log
     # grow and compressing everything once at the end writes each byte twice, the second
     # time after the fold has finished.
     try:
+        await anyio.to_thread.run_sync(store.set_log_identity, identity)
         t0 = time.perf_counter()
         projector = Projector(
             events, store, batch=batch, batches_per_transaction=batches_per_transaction

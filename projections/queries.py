@@ -14,6 +14,7 @@ import duckdb
 __all__ = [
     "EventFilter",
     "agent_rows",
+    "destroy_row",
     "event_rows",
     "owner_usage",
     "session_events",
@@ -185,3 +186,9 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
         args.append(list(f.types))
     sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
     return _rows(con.execute(sql, [*args, limit]))
+
+
+def destroy_row(con: duckdb.DuckDBPyConnection, request_id: str) -> Row | None:
+    """The answer to destroy request ``request_id``; None while it has none."""
+    found = _rows(con.execute("SELECT * FROM destroys WHERE request_id = ?", [request_id]))
+    return found[0] if found else None

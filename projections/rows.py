@@ -5,20 +5,21 @@ session's view, an agent's view), never of how the log was cut into batches, so 
 projection built batch by batch and one rebuilt in one go hold the same rows.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import msgspec
 import pyarrow as pa
 
-from events import GpuUsageSampled, PolicySet
+from events import GpuUsageSampled, PolicySet, SessionDestroyRequested
 from projections.schema import ROWS
 from services.domain.state import AgentView, SessionView, Transition
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
 
 __all__ = [
     "agent_table",
+    "destroy_table",
     "event_table",
     "history_table",
     "packed",
@@ -197,4 +198,21 @@ def snapshot_table(snapshots: Sequence[tuple[int, bytes]]) -> pa.Table:
     return pa.table(
         {"seq": [s for s, _ in snapshots], "state": [b for _, b in snapshots]},
         schema=ROWS["snapshots"],
+    )
+
+
+def destroy_table(
+    answered: Mapping[str, tuple[int, SessionDestroyRequested, str | None]],
+) -> pa.Table:
+    """The destroy requests answered in a batch (``ClusterState.answered``)."""
+    items = sorted(answered.items(), key=lambda item: item[1][0])
+    return pa.table(
+        {
+            "request_id": [rid for rid, _ in items],
+            "session_id": [request.session_id for _, (_, request, _) in items],
+            "requester": [request.requester for _, (_, request, _) in items],
+            "answered_seq": [seq for _, (seq, _, _) in items],
+            "refused": [refused for _, (_, _, refused) in items],
+        },
+        schema=ROWS["destroys"],
     )

@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -160,6 +160,16 @@ ARROW: dict[str, pa.Schema] = {
     ),
     # The fold's state at fixed points of the log, for time travel and fast restarts.
     "snapshots": _schema([("seq", pa.int64()), ("state", pa.binary())]),
+    # Each destroy request once answered: by the first event naming it as its cause.
+    "destroys": _schema(
+        [
+            ("request_id", pa.string()),
+            ("session_id", pa.string()),
+            ("requester", pa.string()),
+            ("answered_seq", pa.int64()),
+            ("refused", pa.string()),  # why it was refused; null: carried out
+        ]
+    ),
 }
 
 _SQL_TYPES = {
@@ -308,6 +318,8 @@ VIEWS: dict[str, str] = {
 DDL: tuple[str, ...] = (
     # The last sequence applied is max(events.seq): written with the batch's other rows.
     "CREATE TABLE IF NOT EXISTS meta (key VARCHAR, value BIGINT)",
+    # The log the tables are of (EventLog.identity): tables of another log are no use.
+    "CREATE TABLE IF NOT EXISTS log_identity (identity VARCHAR)",
     *(_create(name, schema) for name, schema in _STORED_ROWS.items()),
     *(f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()),
 )

@@ -169,6 +169,22 @@ class ProjectionStore:
         """The last sequence the tables hold (committed; what readers see)."""
         return self.committed
 
+    def log_identity(self) -> str | None:
+        """The identity of the log the tables are of (``EventLog.identity``), if known."""
+        row = self.con.execute("SELECT identity FROM log_identity").fetchone()
+        return None if row is None else str(row[0])
+
+    def set_log_identity(self, identity: str) -> None:
+        """Say which log the tables are of. Raises ProjectionError."""
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            self.con.execute("DELETE FROM log_identity")
+            self.con.execute("INSERT INTO log_identity VALUES (?)", [identity])
+            self.con.execute("COMMIT")
+        except duckdb.Error as e:
+            self._roll_back()
+            raise ProjectionError(f"could not record the log's identity: {e}") from e
+
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own for a reader; it sees committed batches only."""
         with self._cursor_lock:
@@ -182,6 +198,7 @@ class ProjectionStore:
         _compact(state, list(state.sessions.values()))
         state.changed.clear()
         state.changed_agents.clear()
+        state.answered.clear()  # their rows are written already
         self.committed = checkpoint
         return state
 
@@ -209,13 +226,13 @@ class ProjectionStore:
         Records at or below ``last_seq`` are skipped. Returns the new ``last_seq``. If the
         transaction fails the state is restored from the tables and ProjectionError raised.
         """
-        batch = self.prepare(records)
-        if batch is not None:
-            try:
+        try:
+            batch = self.prepare(records)
+            if batch is not None:
                 self.write(batch)
-            except ProjectionError:
-                self.recover()
-                raise
+        except ProjectionError:
+            self.recover()
+            raise
         return self.committed
 
     def prepare(self, records: Sequence[Record], raw: RawBatch | None = None) -> "Batch | None":
@@ -226,7 +243,16 @@ class ProjectionStore:
         order; if one fails, call ``recover`` before preparing again. None: nothing new.
         ``raw``: the bulk batch ``records`` were decoded from (``decode``), whose canonical
         payloads the events rows then take as they are instead of encoding each event.
+
+        Raises ProjectionError if a value does not fit its column: the projector then
+        retries (logged) instead of taking its process down.
         """
+        try:
+            return self._prepare(records, raw)
+        except (pa.ArrowException, OverflowError) as e:
+            raise ProjectionError(f"could not turn records into rows: {e!r}") from e
+
+    def _prepare(self, records: Sequence[Record], raw: RawBatch | None) -> "Batch | None":
         s = self.state
         before = s.last_seq
         fresh = [r for r in records if r.seq > before]
@@ -288,12 +314,14 @@ class ProjectionStore:
             ),
             "snapshots": rows.snapshot_table(snapshots),
             "gpu_usage": rows.usage_table(samples),
+            "destroys": rows.destroy_table(s.answered),
         }
         agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
         tables["agents"] = rows.agent_table(agents)
         _compact(s, views)  # their rows are built: ended sessions can go
         s.changed.clear()
         s.changed_agents.clear()
+        s.answered.clear()
         return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables)
 
     def write(self, batch: "Batch") -> None:
@@ -437,6 +465,7 @@ def _execute(
     _snapshots: pa.Table,
     _gpu_usage: pa.Table,
     _agents: pa.Table,
+    _destroys: pa.Table,
 ) -> None:
     """Run ``script``, in which ``_<table>`` names the Arrow rows of that table.
 

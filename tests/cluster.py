@@ -7,9 +7,9 @@ import anyio
 
 from events import GpuInfo, Slots
 from services.actors.agent import AgentActor, AgentConfig
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
+from services.adapters.system_clock import SystemClock
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog
 

@@ -73,6 +73,21 @@ class EventLogContract:
     def publish_raw(self) -> PublishRaw:
         raise NotImplementedError("a subclass provides a way to publish raw bytes")
 
+    @pytest.fixture
+    def made_anew(self) -> Callable[[], Awaitable[EventLog]]:
+        raise NotImplementedError("a subclass provides a way to delete and create the log")
+
+    @pytest.mark.anyio
+    async def test_a_log_keeps_its_identity_until_made_anew(
+        self, events: EventLog, made_anew: Callable[[], Awaitable[EventLog]]
+    ) -> None:
+        first = await events.identity()
+        await events.append(QUOTA_A, admitted())
+        assert await events.identity() == first  # what it holds does not change it
+        again = await made_anew()
+        assert await again.last_seq() == 0
+        assert await again.identity() != first
+
     # ---- appends --------------------------------------------------------------------------
 
     @pytest.mark.anyio

@@ -13,10 +13,11 @@ from events import AgentLost, Slots
 from events import subjects as subj
 from services.actors.agent import LABEL_SESSION, AgentActor
 from services.actors.agent_host import AgentHost
-from services.actors.common import Provenance, SystemClock, stamp
+from services.actors.common import Provenance, stamp
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from services.testing import MemoryLog

@@ -14,11 +14,11 @@ import pytest
 
 from events import AgentLost, AgentRegistered, Slots
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from services.testing import MemoryBus, MemoryLog

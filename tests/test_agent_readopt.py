@@ -13,11 +13,11 @@ from docker_env import require_docker
 
 from events import Slots
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.docker_runtime import DockerRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from tests.cluster import agent_config, statuses
 

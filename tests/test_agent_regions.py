@@ -12,10 +12,10 @@ import pytest
 
 from events import AnyEvent, Slots
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.domain.state import ClusterState

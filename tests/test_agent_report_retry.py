@@ -11,10 +11,10 @@ import pytest
 
 from events import AnyEvent, SessionErrored, SessionTerminated, Slots
 from services.actors.agent import AgentActor, _Supervised
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.ports import ContainerError, ContainerInfo, LogError

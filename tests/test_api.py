@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from events import Record, Slots
-from services.actors.common import SystemClock
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
 from services.api import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.state import ClusterState, fold

@@ -11,9 +11,10 @@ from cli_stack import FGPU
 
 from events import PayloadRejected, SessionRequested, Slots
 from events import subjects as subj
-from services.actors.common import SystemClock, new_id
+from services.actors.common import new_id
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from tests.cluster import GIB, agent_config, running_cluster
@@ -60,6 +61,16 @@ async def test_bad_input_is_rejected_with_a_reason_and_the_cluster_keeps_working
                 subj.request("mallory", "sspoof"),
                 msgspec.json.encode(_request("alice", "sspoof")),
             ),
+            # An amount no 64-bit column holds: no event at all, never a crashed reader.
+            "overflow": (
+                subj.request("alice", "soverflow"),
+                json.dumps(
+                    {
+                        **msgspec.to_builtins(_request("alice", "soverflow")),
+                        "slots": {"cpu": 10**21, "mem": GIB, "fgpu": 100},
+                    }
+                ).encode(),
+            ),
         }
         for subject, payload in raw.values():
             await log.nc.publish(subject, payload)
@@ -73,6 +84,7 @@ async def test_bad_input_is_rejected_with_a_reason_and_the_cluster_keeps_working
             "sunknownimage": {"image": "nobody/has-this:1"},
             "shuge": {"slots": Slots(cpu=1000, mem=GIB, fgpu=500)},  # cluster has 4 fGPU
             "smem": {"slots": Slots(cpu=1000, mem=10_000 * GIB, fgpu=100)},
+            "sabsurd": {"slots": Slots(cpu=1 << 60, mem=GIB, fgpu=100)},
         }.items():
             await log.append(subj.request("alice", sid), _request("alice", sid, **changes))
         good = await alice.create(image=IMAGE, slots=ONE)
@@ -85,7 +97,10 @@ async def test_bad_input_is_rejected_with_a_reason_and_the_cluster_keeps_working
                 and len(s.destroy_answers) == 2
                 and good[0] in s.sessions
                 and s.sessions[good[0]].status == "RUNNING"
-                and all(s.sessions[i].status == "REJECTED" for i in ("szero", "shuge", "smem"))
+                and all(
+                    s.sessions[i].status == "REJECTED"
+                    for i in ("szero", "shuge", "smem", "sabsurd")
+                )
             )
 
         with anyio.fail_after(20):
@@ -102,6 +117,7 @@ async def test_bad_input_is_rejected_with_a_reason_and_the_cluster_keeps_working
         "no agent can ever hold 1 fGPU, 1 cpu, 9.77T mem; "
         "the largest offers 4 fGPU, 64 cpu, 256G mem" in rejected["smem"][1]
     )
+    assert rejected["sabsurd"] == ("REJECTED", "a requested amount is more than any cluster holds")
     assert s.destroy_answers[d_unknown] == "no such session"
     assert s.destroy_answers[d_other] == "the session belongs to another access key"
     assert s.sessions[good[0]].status == "RUNNING"  # bob's destroy changed nothing
@@ -116,7 +132,8 @@ async def test_bad_input_is_rejected_with_a_reason_and_the_cluster_keeps_working
     assert "unknown field `x`" in answers[raw["unknown-field"][0]].error
     assert "Expected `int`, got `float`" in answers[raw["float-fgpu"][0]].error
     assert "on subject fgpu.req.mallory.sspoof" in answers[raw["other-key"][0]].error
-    for name in ("sgarbage", "sunknown", "sfloat", "sspoof"):
+    assert "Expected `int` <= 4611686018427387904" in answers[raw["overflow"][0]].error
+    for name in ("sgarbage", "sunknown", "sfloat", "sspoof", "soverflow"):
         assert name not in s.sessions
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import pytest
@@ -20,10 +21,10 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 from typer.testing import CliRunner
 
-from services.actors.common import SystemClock
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
+from services.adapters.system_clock import SystemClock
 from services.cli.api_client import ReadApi, StreamEvent
 from services.cli.daemon_cmd import AgentOptions
 from services.cli.main import app
@@ -161,6 +162,40 @@ def test_rm_reports_refusals_and_waits_for_the_end(cluster: Cluster) -> None:
     assert done[session["id"]]["result"] == "TERMINATED"
 
 
+def test_rm_of_one_session_twice_asks_once(cluster: Cluster) -> None:
+    [session] = json.loads(_create(cluster, "alice", "sleep", "infinity").stdout)["sessions"]
+    done = cluster.run("session", "rm", session["id"], session["id"], "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {session["id"]: {"result": "TERMINATED", "reason": ANY}}
+
+
+def test_a_wait_through_a_missing_api_publishes_nothing(cluster: Cluster) -> None:
+    """create --wait and rm ask the read API before they publish: without it they change
+    nothing, rather than make a request they cannot report on."""
+    before = _log_end(cluster.nats)
+    for args in (
+        ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--", "true"],
+        ["session", "rm", "s0000"],
+    ):
+        given = ["--nats", cluster.nats, "--api", "http://127.0.0.1:9", *args]
+        result = CliRunner().invoke(app, given)
+        assert result.exit_code == 1 and "did not answer" in result.stderr, result.output
+    assert _log_end(cluster.nats) == before
+
+
+def _log_end(url: str) -> int:
+    """The log's last sequence, read from the server itself."""
+
+    async def read() -> int:
+        log = await connect(url, name="test-probe")
+        try:
+            return await log.last_seq()
+        finally:
+            await log.close()
+
+    return anyio.run(read, backend="asyncio")
+
+
 # ---- reads: the API's JSON, one shape, and no NATS needed ----------------------------------
 
 
@@ -214,7 +249,9 @@ def test_no_read_api_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Monke
         (["--image", "a" * 256], "longer than 255 characters"),
         (["--image", IMAGE, "--name", "n" * 129], "--name must be 1-128 characters"),
         (["--image", IMAGE, "--fgpu", "0.001"], "fGPU must be a multiple of 0.01"),
+        (["--image", IMAGE, "--cpu", "999999999999999999"], "cpu is more than any cluster"),
         (["--image", IMAGE, "--", "echo", ""], "the command has an empty element"),
+        (["--image", IMAGE, "--", *["x"] * 257], "command is too long"),
     ],
 )
 def test_bad_input_exits_2_before_anything_is_published(args: list[str], message: str) -> None:
@@ -230,12 +267,23 @@ def test_bad_input_exits_2_before_anything_is_published(args: list[str], message
 
 
 @pytest.mark.parametrize(
-    "image", ["fgpu/busybox", "localhost:5000/team/img:v1.2", f"img@sha256:{'a' * 64}"]
+    "image",
+    [
+        "fgpu/busybox",
+        "localhost:5000/team/img:v1.2",
+        "Registry.Example.com/a/b",
+        "[::1]:5000/img",
+        f"img@sha256:{'a' * 64}",
+        f"img:1@sha512:{'B' * 128}",
+    ],
 )
-def test_good_references_pass_the_door(image: str) -> None:
+def test_the_door_and_the_fold_agree_on_good_references(image: str) -> None:
+    """What the CLI lets through is never rejected later as invalid."""
     from services.domain.image_ref import image_reference_problem
+    from services.domain.validation import valid_image
 
     assert image_reference_problem(image) is None
+    assert valid_image(image)
 
 
 def test_no_wait_warns_when_no_alive_agent_offers_the_image(cluster: Cluster) -> None:
@@ -397,3 +445,17 @@ def test_the_stream_is_an_administrators_step() -> None:
         accepted = fgpu("--api", "http://127.0.0.1:9", *request)  # no API to check the image
         assert accepted.exit_code == 0 and accepted.stdout.startswith("s"), accepted.output
         assert json.loads(fgpu("stream", "info", "--json").stdout)["messages"] == 1
+
+
+def test_what_users_wrote_is_printed_as_written(cluster: Cluster) -> None:
+    """Names, commands and reasons come from users: rich markup in them is text."""
+    name = "[/x] [bold]hi"
+    args = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--name", name]
+    created = cluster.run(*args, "--wait", "--json", "--", "echo", "[red]")
+    assert created.exit_code == 0, created.output
+    [sid] = [s["id"] for s in json.loads(created.stdout)["sessions"]]
+    info = cluster.run("session", "info", sid)
+    assert info.exit_code == 0, info.output
+    assert name in info.stdout and "echo [red]" in info.stdout
+    events = cluster.run("events", "--session", sid)
+    assert events.exit_code == 0 and name in events.stdout, events.output

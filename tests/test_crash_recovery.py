@@ -20,9 +20,9 @@ from docker_env import require_docker
 from nats_env import create_stream
 
 from events import SessionRequested, SessionRunning, SessionScheduled, Slots
-from services.actors.common import SystemClock
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 

@@ -46,6 +46,7 @@ from events import (
     json_schema,
 )
 from events import subjects as subj
+from events.slots import AMOUNT_LIMIT
 from events.union import EVENT_TYPES
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -249,6 +250,12 @@ def test_every_event_round_trips(event: AnyEvent) -> None:
     assert type(decoded) is type(event)
     assert decoded == event
     assert encode(decoded) == payload
+
+
+# An amount on the log is bounded (events.slots.AMOUNT_LIMIT): the events hypothesis builds
+# hold amounts within the bound, as every decodable event does.
+_AMOUNT = st.integers(-AMOUNT_LIMIT, AMOUNT_LIMIT)
+st.register_type_strategy(Slots, st.builds(Slots, cpu=_AMOUNT, mem=_AMOUNT, fgpu=_AMOUNT))
 
 
 @settings(max_examples=20, deadline=None)

@@ -4,9 +4,9 @@ import anyio
 import pytest
 
 from events import Slots
-from services.actors.common import SystemClock
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from tests.cluster import GIB, agent_config, running_cluster, statuses

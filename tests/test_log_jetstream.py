@@ -5,7 +5,7 @@ import io
 import json
 import socket
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -14,6 +14,7 @@ import anyio
 import anyio.abc
 import pytest
 from log_contract import EventLogContract, PublishRaw, admitted
+from nats_env import fresh_stream
 
 from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
@@ -37,6 +38,14 @@ class TestJetStreamLog(EventLogContract):
             await log.nc.flush()
 
         return publish
+
+    @pytest.fixture
+    def made_anew(self, log: JetStreamLog) -> Callable[[], Awaitable[JetStreamLog]]:
+        async def anew() -> JetStreamLog:
+            await fresh_stream(log)  # the stream deleted and created again
+            return log
+
+        return anew
 
 
 @pytest.mark.anyio

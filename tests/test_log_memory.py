@@ -1,5 +1,6 @@
 """MemoryLog passes the EventLog contract; and its own promises as a fake."""
 
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 import anyio
@@ -25,6 +26,13 @@ class TestMemoryLog(EventLogContract):
             await events.publish_raw(subject, payload)
 
         return publish
+
+    @pytest.fixture
+    def made_anew(self) -> Callable[[], Awaitable[MemoryLog]]:
+        async def anew() -> MemoryLog:
+            return MemoryLog()  # a log in memory is made anew by making another
+
+        return anew
 
 
 class TestMemoryLogInSmallBatches(TestMemoryLog):

@@ -748,3 +748,71 @@ def test_batches_added_to_a_transaction_show_when_it_commits(tmp_path: Path) -> 
     finally:
         reader.close()
         store.close()
+
+
+@pytest.mark.anyio
+async def test_a_store_of_another_log_is_started_afresh(tmp_path: Path) -> None:
+    """Tables of one log are no use to another: pointed at a log made anew (or another
+    cluster's), the read API's store starts empty instead of serving the old tables and
+    skipping the new log's first records."""
+    from services.api.serve import open_store
+
+    path = tmp_path / "p.duckdb"
+    first, second = MemoryLog(), MemoryLog()
+    for log in (first, second):
+        await log.append(subj.quota("alice"), _admitted_event())
+    store = open_store(path, await first.identity())
+    await Projector(first, store).catch_up()
+    assert store.last_seq == 1
+    store.close()
+    again = open_store(path, await first.identity())  # the same log: kept
+    assert again.last_seq == 1 and again.log_identity() == await first.identity()
+    again.close()
+    other = open_store(path, await second.identity())
+    try:
+        assert other.last_seq == 0 and other.log_identity() == await second.identity()
+        await Projector(second, other).catch_up()
+        assert other.last_seq == 1
+    finally:
+        other.close()
+
+
+def _admitted_event() -> SessionAdmitted:
+    return SessionAdmitted(
+        id=uuid.uuid4().hex,
+        at=datetime(2025, 1, 1, tzinfo=UTC),
+        actor="quota",
+        session_id="s1",
+        owner="alice",
+    )
+
+
+@pytest.mark.anyio
+async def test_amounts_beyond_any_column_never_stop_the_projector() -> None:
+    """An amount a 64-bit column cannot hold is no event (decoding refuses it); the largest
+    an event may hold fits, summed with others: the projector writes both, crashing on
+    neither (it used to stop its whole process)."""
+    log = MemoryLog()
+    request = {
+        "type": "session.requested.v1",
+        "id": uuid.uuid4().hex,
+        "at": "2025-01-01T00:00:00Z",
+        "actor": "alice",
+        "session_id": "s1",
+        "owner": "alice",
+        "image": "fgpu/busybox:latest",
+        "slots": {"cpu": 10**21, "mem": 1, "fgpu": 1},
+    }
+    await log.publish_raw(subj.request("alice", "s1"), json.dumps(request).encode())
+    largest = {**request, "id": uuid.uuid4().hex, "session_id": "s2"}
+    largest["slots"] = {"cpu": 1 << 62, "mem": 1 << 62, "fgpu": 1 << 62}
+    await log.publish_raw(subj.request("alice", "s2"), json.dumps(largest).encode())
+    store = ProjectionStore(":memory:")
+    try:
+        assert await Projector(log, store).catch_up() == 2
+        kinds = store.con.execute("SELECT seq, type FROM events ORDER BY seq").fetchall()
+        assert kinds == [(1, "malformed"), (2, "session.requested.v1")]
+        row = store.con.execute("SELECT req_cpu, invalid FROM sessions").fetchone()
+        assert row == (1 << 62, "a requested amount is more than any cluster holds")
+    finally:
+        store.close()

@@ -23,12 +23,12 @@ from events import RawBatch, Slots
 from projections import ProjectionStore, Projector, rebuild
 from projections.compare import differences
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters import jetstream, raw_reader
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from services.ports import BulkLog
@@ -156,6 +156,10 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
             await tg.start(AgentActor(log, DummyRuntime(), clock, config).run)
         live = _Live(log, tmp / "live.duckdb", tg)
         await live.start()
+        # A second projector of the same log (another `fgpu api`), never restarted: the
+        # two must not take each other's records.
+        other = _Live(log, tmp / "other.duckdb", tg)
+        await other.start()
         clients = [Client(log, clock, o) for o in OWNERS]
         ids: list[str] = []
         for what, a, b in plan:
@@ -176,9 +180,12 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
             await clients[0].wait_until(_settled(ids, await log.last_seq()))
         end = await log.last_seq()
         assert live.projector is not None
+        assert other.projector is not None
         with anyio.fail_after(10):
             await live.projector.wait_beyond(end - 1)
+            await other.projector.wait_beyond(end - 1)
         await live.stop()
+        await other.stop()
         tg.cancel_scope.cancel()
 
     log = await connect(url)
@@ -202,6 +209,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
         await log.close()
     assert result.events == end
     assert differences(tmp / "live.duckdb", tmp / "rebuilt.duckdb") == {}
+    assert differences(tmp / "other.duckdb", tmp / "rebuilt.duckdb") == {}
     assert by_child == list(range(1, end + 1))  # every message, read by the child
     assert differences(tmp / "live.duckdb", tmp / "rebuilt-by-child.duckdb") == {}
     assert differences(tmp / "live.duckdb", tmp / "rebuilt-in-order.duckdb") == {}

@@ -13,11 +13,11 @@ import pytest
 
 from events import SessionScheduled, Slots
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from tests.cluster import GIB, agent_config

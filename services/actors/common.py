@@ -10,13 +10,12 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import AnyEvent
-from services.domain.provenance import Provenance, SystemClock, new_id, stamp
+from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.state import ClusterState, fold
 from services.ports import EventLog, LogError
 
 __all__ = [
     "Provenance",
-    "SystemClock",
     "append_expecting",
     "follow_log",
     "new_id",
@@ -67,6 +66,7 @@ async def _react(react: React, state: ClusterState) -> None:
     await react(state)
     state.changed.clear()
     state.changed_agents.clear()
+    state.answered.clear()
 
 
 async def follow_log(

@@ -240,6 +240,10 @@ class JetStreamLog:
     async def last_seq(self) -> int:
         return (await self.stream_info()).last_seq
 
+    async def identity(self) -> str:
+        """The stream's name and creation time: a stream made anew is created later."""
+        return f"{subj.STREAM}@{(await self.stream_info()).created.isoformat()}"
+
     async def read(
         self, after: int = 0, *, until: int | None = None
     ) -> AsyncGenerator[list[Record], None]:

@@ -175,6 +175,15 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             events=[shapes.event_from_row(e) for e in events],
         )
 
+    @app.get("/v1/destroys/{request_id}", tags=["sessions"], responses=_NOT_FOUND)
+    async def destroy_answer(request_id: str) -> models.DestroyAnswer:
+        """The answer to a destroy request (its event id): refused, and why, or carried
+        out (the session then ends). 404 while it has no answer."""
+        row = await query(lambda con: queries.destroy_row(con, request_id))
+        if row is None:
+            raise HTTPException(404, f"destroy request {request_id!r} has no answer (yet)")
+        return models.DestroyAnswer(**row)
+
     @app.get("/v1/agents", tags=["agents"])
     async def list_agents() -> models.AgentList:
         """Agents with their capacity and each GPU's fGPU shares, by session."""

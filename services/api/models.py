@@ -15,6 +15,7 @@ __all__ = [
     "AgentUsage",
     "Amounts",
     "ClusterAt",
+    "DestroyAnswer",
     "Device",
     "Event",
     "EventPage",
@@ -219,3 +220,13 @@ class ClusterAt(BaseModel):
     sessions: list[Session] = Field(description="sessions that had not ended by then")
     agents: list[Agent]
     owners: list[OwnerUsage]
+
+
+class DestroyAnswer(BaseModel):
+    """How a destroy request was answered: by the first event naming it as its cause."""
+
+    request_id: str
+    session_id: str
+    requester: str = Field(description="the access key that asked")
+    answered_seq: int = Field(description="the log sequence of the answer")
+    refused: str | None = Field(description="why it was refused; null: carried out")

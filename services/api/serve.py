@@ -45,16 +45,34 @@ class ReadApi:
         return f"{self.url}/openapi.json"
 
 
-def open_store(path: str | Path) -> ProjectionStore:
-    """The store at ``path``; one of another schema version is started afresh (it is
-    only ever a projection: the log rebuilds it). Blocks. Raises StoreLocked."""
+def open_store(path: str | Path, identity: str | None = None) -> ProjectionStore:
+    """The store at ``path``, of the log ``identity`` (``EventLog.identity``).
+
+    A store of another schema version, or of another log, is started afresh: it is only
+    ever a projection, which the log rebuilds. Tables of a store that named no log yet are
+    taken to be of this one. Blocks. Raises StoreLocked.
+    """
     try:
-        return ProjectionStore(path, threads=1)
+        store = ProjectionStore(path, threads=1)
     except SchemaMismatch as e:
         log.warning("projections.schema_changed", path=str(path), error=str(e))
-        for stale in (Path(path), Path(f"{path}.wal")):
-            stale.unlink(missing_ok=True)
-        return ProjectionStore(path, threads=1)
+        store = _afresh(path)
+    if identity is None:
+        return store
+    found = store.log_identity()
+    if found is not None and found != identity:
+        log.warning("projections.other_log", path=str(path), was=found, now=identity)
+        store.close()
+        store = _afresh(path)
+    if found != identity:
+        store.set_log_identity(identity)
+    return store
+
+
+def _afresh(path: str | Path) -> ProjectionStore:
+    for stale in (Path(path), Path(f"{path}.wal")):
+        stale.unlink(missing_ok=True)
+    return ProjectionStore(path, threads=1)
 
 
 class _Server(uvicorn.Server):
@@ -88,7 +106,8 @@ async def serve_read_api(
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
-    store = await anyio.to_thread.run_sync(open_store, str(db_path))
+    identity = await events.identity()
+    store = await anyio.to_thread.run_sync(open_store, str(db_path), identity)
     try:
         projector = Projector(events, store)
         closing = anyio.Event()

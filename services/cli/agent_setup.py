@@ -15,7 +15,7 @@ from events import GpuInfo, Slots
 from services.actors.agent import AgentConfig
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
-from services.cli.options import fail, out, state_file
+from services.cli.options import fail, state_file, warn
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.ports import ContainerRuntime, SliceRegions
 
@@ -49,7 +49,7 @@ def with_regions(
         return cfg, None
     shim = shim_dir or shim_lib_dir()
     if shim is None:
-        out().print("[yellow]no shim built (make -C gpu_shim): slices are not enforced[/]")
+        warn("no shim built (make -C gpu_shim): slices are not enforced")
         return cfg, None
     if not Path(shim, "libcuda.so.1").exists():
         fail(f"--shim-dir {shim} has no libcuda.so.1 (build it: make -C gpu_shim)")

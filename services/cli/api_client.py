@@ -12,7 +12,7 @@ Errors::
 import json
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +85,20 @@ class ReadApi:
         except ValueError as e:
             raise ApiUnreachable(f"the read API at {self.base_url} answered no JSON") from e
 
-    def stream(self, after: int, *, deadline: float | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self,
+        after: int,
+        *,
+        deadline: float | None = None,
+        on_break: Callable[[ApiUnreachable, int], None] | None = None,
+    ) -> Iterator[StreamEvent]:
         """Every event after sequence ``after``, then each new one as it comes.
 
         Resumes after the last event seen whenever the connection breaks (``Last-Event-ID``),
-        so nothing is missed or repeated. Ends at ``deadline`` (``time.monotonic()``), or
-        never. Raises ApiError if the API refuses, ApiUnreachable if it cannot be reached
-        before the deadline (or at all, the first time).
+        so nothing is missed or repeated; ``on_break(error, last)`` hears of each break
+        after which it tries again. Ends at ``deadline`` (``time.monotonic()``), or never.
+        Raises ApiError if the API refuses, ApiUnreachable if it cannot be reached before
+        the deadline (or at all, the first time).
         """
         last = after
         failures = 0
@@ -103,9 +110,11 @@ class ReadApi:
                     last = event.seq
                     yield event
                 return  # the deadline passed while waiting
-            except ApiUnreachable:
+            except ApiUnreachable as e:
                 if not opened:
                     raise  # never reached: say so rather than retry for ever
+                if on_break is not None and failures == 0:
+                    on_break(e, last)
                 failures += 1
                 pause = _BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1]
                 if deadline is not None:

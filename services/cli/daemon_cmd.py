@@ -227,8 +227,10 @@ def api(
         typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
     ] = None,
 ) -> None:
-    """Run the projector and the read API (with the console) against --nats URL, for a
-    deployment where they live apart from the actors. Users point --api or FGPU_API here."""
+    """Run the projector and the read API (with the console) against --nats URL.
+
+    For a deployment where they live apart from the actors; users point --api or
+    FGPU_API here."""
     import anyio
 
     from projections.paths import default_db_path

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, api_errors, out, print_json
+from services.cli.options import Settings, api_errors, out, print_json, warn
 from services.cli.render import event_line
 
 __all__ = ["app"]
@@ -31,7 +31,7 @@ def events(
     with api_errors():
         api = settings.read_api()
         if follow:
-            for e in api.stream(after):
+            for e in api.stream(after, on_break=_resuming):
                 if session is None or e.event.get("session_id") == session:
                     _print(e.event, as_json)
             return
@@ -44,12 +44,16 @@ def events(
             after = page["next_after"]
 
 
+def _resuming(error: Exception, last: int) -> None:
+    warn(f"{error}; resuming after event {last} when the read API answers again")
+
+
 def _print(e: dict[str, Any], as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(e) + "\n")
         sys.stdout.flush()
     else:
-        out().print(event_line(e), highlight=False)
+        out().print(event_line(e), highlight=False, soft_wrap=True)
 
 
 @app.command("schema")

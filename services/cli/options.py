@@ -98,10 +98,14 @@ async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
 
 @asynccontextmanager
 async def user_client(settings: Settings) -> "AsyncIterator[Client]":
-    """The user's requests (``services.client.Client``) on the log."""
+    """The user's requests (``services.client.Client``) on the log, in the name of the
+    access key; exits 2 with one line if it cannot be one."""
+    from events import subjects as subj
+    from services.adapters.system_clock import SystemClock
     from services.client import Client
-    from services.domain.provenance import SystemClock
 
+    if not subj.is_token(settings.access_key):
+        fail(f"access key {settings.access_key!r} must be 1-64 letters, digits, '-' or '_'")
     async with connection(settings) as conn:
         yield Client(conn.log, SystemClock(), settings.access_key)
 

@@ -41,6 +41,14 @@ def mem(n: int | str) -> str:
     return f"{n}B"
 
 
+def _e(value: object) -> str:
+    """``value`` as text that rich prints as it is: names, reasons and commands come from
+    users, and a ``[`` in them must not be read as markup."""
+    from rich.markup import escape
+
+    return escape(str(value))
+
+
 def _table(title: str, *columns: str) -> "Table":
     from rich.table import Table
 
@@ -54,7 +62,7 @@ def _note(s: Json) -> str:
     note: str = s.get("reason") or (s.get("waiting") if s["status"] == "PENDING" else None) or ""
     if s.get("exit_code") is not None:
         note = f"exit {s['exit_code']}" + (f"; {note}" if note else "")
-    return note
+    return _e(note)
 
 
 def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table":
@@ -66,10 +74,10 @@ def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table"
         t.add_row(
             s["id"],
             status,
-            s["owner"],
-            s["image"],
+            _e(s["owner"]),
+            _e(s["image"]),
             s["requested"]["fgpu"],
-            s["agent"] or "",
+            _e(s["agent"] or ""),
             devices,
             _note(s),
         )
@@ -78,16 +86,17 @@ def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table"
 
 def session_lines(s: Json) -> list[str]:
     """One session, field by field, with the moment it reached each status."""
+    command = _e(" ".join(s["command"])) or "(image default)"
     lines = [
         f"[bold]{s['id']}[/]  {s['status']}" + (f"  ({_note(s)})" if _note(s) else ""),
-        f"  owner     {s['owner']}" + (f"  name {s['name']}" if s.get("name") else ""),
-        f"  image     {s['image']}  command {' '.join(s['command']) or '(image default)'}",
+        f"  owner     {_e(s['owner'])}" + (f"  name {_e(s['name'])}" if s.get("name") else ""),
+        f"  image     {_e(s['image'])}  command {command}",
         f"  requested {s['requested']['fgpu']} fGPU, {s['requested']['cpu']} cpu, "
         f"{mem(s['requested']['mem'])} mem, priority {s['priority']}",
     ]
     if s.get("agent"):
         devices = ", ".join(f"gpu{d['gpu']}: {d['fgpu']} fGPU" for d in s["devices"])
-        lines.append(f"  agent     {s['agent']}  {devices}")
+        lines.append(f"  agent     {_e(s['agent'])}  {devices}")
     if s.get("container"):
         lines.append(f"  container {s['container']}")
     for moment, at in s["times"].items():
@@ -103,7 +112,7 @@ def agents_table(agents: Iterable[Json], title: str = "agents") -> "Table":
         gpus = " ".join(f"gpu{g['index']}[{g['allocated']}/{g['capacity']}]" for g in a["gpus"])
         alloc, cap = a["allocated"], a["capacity"]
         t.add_row(
-            a["id"],
+            _e(a["id"]),
             "[red]LOST[/]" if a["lost"] else "[green]alive[/]",
             f"{alloc['fgpu']}/{cap['fgpu']}",
             f"{alloc['cpu']}/{cap['cpu']}",
@@ -118,10 +127,10 @@ def shares_table(agents: Iterable[Json]) -> "Table":
     for a in agents:
         for g in a["gpus"]:
             shares = ", ".join(
-                f"{sh['session']} ({sh['owner'] or '?'}): {sh['fgpu']}" for sh in g["shares"]
+                f"{sh['session']} ({_e(sh['owner'] or '?')}): {sh['fgpu']}" for sh in g["shares"]
             )
             used = f"{g['allocated']}/{g['capacity']}"
-            t.add_row(a["id"], f"gpu{g['index']}", used, shares or "[dim]free[/]")
+            t.add_row(_e(a["id"]), f"gpu{g['index']}", used, shares or "[dim]free[/]")
     return t
 
 
@@ -136,14 +145,14 @@ def event_line(e: Json) -> str:
     )
     if e.get("raw") is not None:
         fields = f"raw={e['raw'][:200]!r} error={e.get('error')}"
-    return f"{e['seq']:>6} {e.get('at') or ''} [bold]{e['type']}[/] {fields}".rstrip()
+    return f"{e['seq']:>6} {e.get('at') or ''} [bold]{_e(e['type'])}[/] {_e(fields)}".rstrip()
 
 
 def story_lines(history: Json) -> list[str]:
     """A session's story (``/v1/sessions/{id}/history``), one line an event."""
     s = history["session"]
-    lines = [f"[bold]{s['id']}[/] of {s['owner']}: {s['status']}. {history['summary']}"]
+    lines = [f"[bold]{s['id']}[/] of {_e(s['owner'])}: {s['status']}. {_e(history['summary'])}"]
     for line in history["story"]:
-        text = f"{line['at']}  #{line['seq']:<6} {line['actor']}: {line['text']}"
+        text = f"{line['at']}  #{line['seq']:<6} {_e(line['actor'])}: {_e(line['text'])}"
         lines.append(text if line["effect"] else f"[dim]{text}[/]")
     return lines

@@ -4,6 +4,8 @@ Reads go through the read API (never a fold of the log); requests are events on 
 user's own subjects, published over NATS. Input is checked before anything is published.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,6 +23,8 @@ from services.cli.options import (
 )
 from services.cli.render import session_lines, sessions_table
 from services.cli.watch import Session, read_sessions, wait_for
+from services.domain.status import ENDED as _ENDED
+from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
     from events import Slots
@@ -31,8 +35,8 @@ __all__ = ["app"]
 app = typer.Typer(help="Sessions: containers holding a slice of a GPU.", no_args_is_help=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the read API's JSON.")]
-ENDED = ("TERMINATED", "CANCELLED", "ERROR", "REJECTED")
-NOT_ENDED = ("REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING")
+ENDED = frozenset(s.value for s in _ENDED)
+NOT_ENDED = [s.value for s in SessionStatus if s not in _ENDED]
 MAX_NAME = 128  # as the quota actor allows
 MAX_LISTED = 1000  # sessions one page of the API holds
 
@@ -56,12 +60,21 @@ def _ended(s: Session) -> bool:
 
 
 def _checked_request(
-    image: str, fgpu: str, cpu: str, mem: str, command: list[str], name: str | None
+    settings: Settings,
+    image: str,
+    amounts: tuple[str, str, str],
+    command: list[str],
+    name: str | None,
+    priority: int,
 ) -> "Slots":
-    """The slots asked for; exits 2 with one line for anything that could never be run."""
-    from events import Slots
+    """The slots asked for; exits 2 with one line for anything that could never be run:
+    what the door says in words, then every rule the quota actor would reject it by."""
+    from datetime import UTC, datetime
+
+    from events import SessionRequested, Slots
     from services.domain.image_ref import image_reference_problem
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
+    from services.domain.validation import invalid_request
 
     problem = image_reference_problem(image)
     if problem is not None:
@@ -70,10 +83,27 @@ def _checked_request(
         fail("the command has an empty element: remove it, or quote a real argument")
     if name is not None and not 1 <= len(name) <= MAX_NAME:
         fail(f"--name must be 1-{MAX_NAME} characters, got {len(name)}")
+    fgpu, cpu, mem = amounts
     try:
-        return Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
+        slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
     except InvalidAmount as e:
         fail(str(e))
+    as_published = SessionRequested(
+        id="door",
+        at=datetime.now(UTC),
+        actor=settings.access_key,
+        session_id="s0",
+        owner=settings.access_key,
+        image=image,
+        command=tuple(command),
+        slots=slots,
+        priority=priority,
+        name=name,
+    )
+    why = invalid_request(as_published)
+    if why is not None:
+        fail(why)
+    return slots
 
 
 def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
@@ -114,7 +144,8 @@ def create(
     """Ask for sessions. The command to run comes after `--`."""
     settings = _settings(ctx)
     command = list(ctx.args)
-    slots = _checked_request(image, fgpu, cpu, mem, command, name)
+    slots = _checked_request(settings, image, (fgpu, cpu, mem), command, name, priority)
+    api = _reachable_api(settings) if wait else None
 
     async def publish() -> list[str]:
         async with user_client(settings) as client:
@@ -131,8 +162,9 @@ def create(
             for i in ids:
                 out().print(i, highlight=False)
         return
-    with api_errors():
-        found = wait_for(settings.read_api(), ids, _settled, timeout_s=timeout)
+    assert api is not None
+    with _after_publishing(ids):
+        found = wait_for(api, ids, _settled, timeout_s=timeout)
     sessions = [found[i] for i in ids if i in found]
     if as_json:
         print_json({"sessions": sessions})
@@ -169,6 +201,8 @@ def wait_cmd(
         print_json({"sessions": sessions})
     else:
         out().print(sessions_table(sessions))
+    for unknown in (i for i in session_ids if i not in found):
+        warn(f"no session {unknown!r}")
     if len(sessions) < len(session_ids) or not all(reached(s) for s in sessions):
         fail(f"not every session got there within {timeout:g} s", code=3)
 
@@ -255,16 +289,16 @@ def rm(
 ) -> None:
     """Destroy sessions: a pending one is cancelled, a running one stopped and removed."""
     settings = _settings(ctx)
-    for sid in session_ids:
-        _id(sid)
+    session_ids = list(dict.fromkeys(_id(sid) for sid in session_ids))  # each once
+    api = _reachable_api(settings)
 
     async def publish() -> dict[str, tuple[str, int]]:
         async with user_client(settings) as client:
             return {sid: await client.destroy_at(sid) for sid in session_ids}
 
     requests = run_async(publish)
-    with api_errors():
-        results = _destroy_results(settings.read_api(), requests, wait=wait, timeout_s=timeout)
+    with _after_publishing([f"destroy {sid}" for sid in requests]):
+        results = _destroy_results(api, requests, wait=wait, timeout_s=timeout)
     failed = {sid: r for sid, r in results.items() if r["result"] in ("refused", "unanswered")}
     if as_json:
         print_json(results)
@@ -284,40 +318,84 @@ def _destroy_results(
 ) -> dict[str, dict[str, str]]:
     """What became of each destroy request: refused (why), or the session's status.
 
-    A request is answered by the first event that names it as its cause; the answers come
-    after the requests on the log, so the stream is read from the first of them.
+    The API says how each request was answered (``/v1/destroys/{id}``); the answers come
+    after the requests on the log, so the event stream, read from the first of them,
+    says when to ask again.
     """
     import time
 
     deadline = time.monotonic() + timeout_s
-    by_request = {rid: sid for sid, (rid, _) in requests.items()}
-    refused: dict[str, str] = {}
-    carried_out: set[str] = set()
-    after = min(seq for _, seq in requests.values()) - 1
-    for e in api.stream(after, deadline=deadline):
-        sid = by_request.pop(e.event.get("causation_id") or "", None)
-        if sid is not None:
-            if e.event["type"].startswith("session.destroy-rejected"):
-                refused[sid] = str((e.event.get("data") or {}).get("reason", "refused"))
-            else:
-                carried_out.add(sid)
-        if not by_request and not e.more:
-            break
+    answers = _destroy_answers(api, [rid for rid, _ in requests.values()])
+    if len(answers) < len(requests):
+        after = min(seq for _, seq in requests.values()) - 1
+        for e in api.stream(after, deadline=deadline):
+            if e.more:
+                continue  # more of the page is here: ask once it is read
+            answers.update(
+                _destroy_answers(api, [r for r, _ in requests.values() if r not in answers])
+            )
+            if len(answers) == len(requests):
+                break
+    carried_out = [
+        sid
+        for sid, (rid, _) in requests.items()
+        if rid in answers and answers[rid]["refused"] is None
+    ]
     remaining = max(0.0, deadline - time.monotonic())
     if wait and carried_out:
         sessions = wait_for(api, carried_out, _ended, timeout_s=remaining)
     else:
         sessions, _ = read_sessions(api, carried_out)
     results: dict[str, dict[str, str]] = {}
-    for sid in requests:
-        if sid in refused:
-            results[sid] = {"result": "refused", "reason": refused[sid]}
-        elif sid in sessions:
+    for sid, (rid, _) in requests.items():
+        answer = answers.get(rid)
+        if answer is not None and answer["refused"] is not None:
+            results[sid] = {"result": "refused", "reason": answer["refused"]}
+        elif answer is not None and sid in sessions:
             s = sessions[sid]
             results[sid] = {"result": s["status"], "reason": s["reason"] or ""}
         else:
             results[sid] = {"result": "unanswered", "reason": f"no answer in {timeout_s:g} s"}
     return results
+
+
+def _destroy_answers(api: "ReadApi", request_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The answers the API has to ``request_ids``, by request id (the unanswered left out)."""
+    from services.cli.api_client import ApiError
+
+    found = {}
+    for rid in request_ids:
+        try:
+            found[rid] = api.get(f"/v1/destroys/{rid}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+    return found
+
+
+def _reachable_api(settings: Settings) -> "ReadApi":
+    """The read API, once it has answered: a command that waits through it asks before it
+    publishes anything, so a missing API never leaves a request made and unreported."""
+    api = settings.read_api()
+    with api_errors():
+        api.get("/v1/sessions", {"limit": 1})
+    return api
+
+
+@contextmanager
+def _after_publishing(published: list[str]) -> Iterator[None]:
+    """The read API's failures, once the requests are on the log: they are printed (on
+    stdout, as a success would) before the error, so the user knows what was asked."""
+    from services.cli.api_client import ApiError, ApiUnreachable
+
+    try:
+        yield
+    except (ApiError, ApiUnreachable):
+        for line in published:
+            out().print(line, highlight=False)
+        warn("the requests above were published; the read API failed before they settled")
+        with api_errors():
+            raise
 
 
 def _id(session_id: str) -> str:

@@ -12,11 +12,11 @@ from anyio.abc import TaskStatus
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
-from services.actors.common import SystemClock
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.nats_connection import NatsConnection, nats_connection
+from services.adapters.system_clock import SystemClock
 from services.cli.options import state_file
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions

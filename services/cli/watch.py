@@ -48,10 +48,24 @@ def wait_for(
             dirty.add(e.event["session_id"])
         if not dirty or e.more:
             continue
-        fresh, _ = read_sessions(api, dirty)
-        current.update(fresh)
-        pending -= {i for i, s in fresh.items() if reached(s)}
-        dirty.clear()
+        _refresh(api, dirty, current, pending, reached)
         if not pending:
             break
+    if dirty:  # the deadline came with a page half read: what it named is read still
+        _refresh(api, dirty, current, pending, reached)
     return current
+
+
+def _refresh(
+    api: ReadApi,
+    dirty: set[str],
+    current: dict[str, Session],
+    pending: set[str],
+    reached: Callable[[Session], bool],
+) -> None:
+    """Read the ``dirty`` sessions again into ``current``; those that reached leave
+    ``pending``; ``dirty`` is emptied."""
+    fresh, _ = read_sessions(api, dirty)
+    current.update(fresh)
+    pending -= {i for i, s in fresh.items() if reached(s)}
+    dirty.clear()

@@ -2,9 +2,9 @@
 
 ``[registry[:port]/]path[:tag][@digest]``: lower-case path components joined by ``.``,
 ``_``, ``__`` or dashes; a tag of at most 128 word characters, dots and dashes; a digest
-``algorithm:hex``. Used at the door (the CLI), where a bad reference is refused before
-anything is published. The fold keeps its own, looser check (``validation.valid_image``):
-what it accepted once it must accept on every replay.
+``algorithm:hex``. One rule for the door (the CLI refuses a bad reference before anything
+is published) and the fold (``validation.invalid_request``), so what the door lets
+through is never rejected later as invalid.
 """
 
 import re

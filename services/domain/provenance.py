@@ -1,22 +1,15 @@
-"""Who makes a new event, when and why: stamping events, and the system's clock."""
+"""Who makes a new event, when and why: stamping events with a fresh id."""
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from events import AnyEvent
 
-__all__ = ["Provenance", "SystemClock", "new_id", "stamp"]
+__all__ = ["Provenance", "new_id", "stamp"]
 
 E = TypeVar("E", bound=AnyEvent)
-
-
-class SystemClock:
-    """The Clock port on this machine's clock."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 def new_id() -> str:

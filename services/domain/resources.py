@@ -8,9 +8,10 @@ exactly 30 quanta, and anything finer than the quantum is refused rather than ro
 import re
 from decimal import Decimal, Inexact, InvalidOperation, localcontext
 
-from events.slots import FGPU_QUANTUM_PER_UNIT, Slots
+from events.slots import AMOUNT_LIMIT, FGPU_QUANTUM_PER_UNIT, Slots
 
 __all__ = [
+    "MAX_AMOUNT",
     "UNLIMITED",
     "InvalidAmount",
     "add",
@@ -31,9 +32,13 @@ class InvalidAmount(ValueError):
 
 # Far above any real amount, far below what Decimal arithmetic cannot hold exactly.
 _LARGEST = Decimal(10) ** 18
+# The largest amount of any resource a request or a policy may name, in its unit (1 PiB
+# of memory, about a trillion cores): far above any machine, far below what sums of many
+# overflow.
+MAX_AMOUNT = 1 << 50
 # An amount at or above this stands for no limit (a policy that caps fGPU but not memory
 # holds it for memory); formatted as "unlimited". Above every amount a user can give.
-UNLIMITED = 1 << 62
+UNLIMITED = AMOUNT_LIMIT
 
 
 def _decimal(text: str, what: str) -> Decimal:
@@ -61,6 +66,8 @@ def _exact(value: Decimal, scale: int, what: str, text: str, step: str) -> int:
             raise InvalidAmount(f"{what} must be a multiple of {step}, got {text!r}") from e
     if scaled != scaled.to_integral_value():
         raise InvalidAmount(f"{what} must be a multiple of {step}, got {text!r}")
+    if scaled > MAX_AMOUNT:
+        raise InvalidAmount(f"{what} is more than any cluster holds, got {text!r}")
     return int(scaled)
 
 

@@ -121,8 +121,12 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
     # A destroy request is answered by the first event that names it as its cause, even
     # one that changed nothing (a stop order that lost the race to the session's end).
     cause = e.causation_id
-    if cause is not None and s.destroys.pop(cause, None) is not None:
-        s.destroy_answers[cause] = e.reason if isinstance(e, DestroyRejected) else None
+    if cause is not None:
+        request = s.destroys.pop(cause, None)
+        if request is not None:
+            refused = e.reason if isinstance(e, DestroyRejected) else None
+            s.destroy_answers[cause] = refused
+            s.answered[cause] = (seq, request, refused)
 
 
 # What each event does to the state, one handler per type (dispatched on the exact type).

@@ -1,28 +1,31 @@
 """Checks of a session request's content, beyond what decoding already enforces."""
 
-import re
 from functools import lru_cache
 
 from events import SessionRequested
 from events import subjects as subj
+from services.domain.image_ref import image_reference_problem
+from services.domain.resources import MAX_AMOUNT
 
 __all__ = ["MAX_PRIORITY", "invalid_request", "valid_image"]
 
 MAX_PRIORITY = 100
-_IMAGE = re.compile(
-    r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$"
-)
 
 
 def valid_image(image: str) -> bool:
-    """Whether ``image`` is a well-formed image reference (``name[:tag][@digest]``)."""
-    return len(image) <= 255 and _matches_image(image)
+    """Whether ``image`` is a well-formed image reference (``image_ref``'s grammar, the one
+    the CLI checks at the door).
+
+    The grammar only ever admits more than it did: a request it once refused was
+    rejected on the log, and a replay folds that rejection whatever the grammar says now.
+    """
+    return _image_problem(image) is None
 
 
 @lru_cache(maxsize=1024)
-def _matches_image(image: str) -> bool:
+def _image_problem(image: str) -> str | None:
     # Every fold checks every request, and a cluster runs few distinct images.
-    return bool(_IMAGE.match(image))
+    return image_reference_problem(image)
 
 
 def invalid_request(e: SessionRequested) -> str | None:
@@ -37,6 +40,8 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "cpu must be greater than zero"
     if e.slots.mem <= 0:
         return "mem must be greater than zero"
+    if max(e.slots.fgpu, e.slots.cpu, e.slots.mem) > MAX_AMOUNT:
+        return "a requested amount is more than any cluster holds"
     if not 0 <= e.priority <= MAX_PRIORITY:
         return f"priority must be between 0 and {MAX_PRIORITY}, got {e.priority}"
     if not valid_image(e.image):

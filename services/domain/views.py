@@ -135,6 +135,11 @@ class ClusterState:
     destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
     # destroy request id -> None if carried out, else why it was refused
     destroy_answers: dict[str, str | None] = field(default_factory=dict)
+    # Destroy requests answered since the owner last cleared this (with ``changed``):
+    # request id -> the answer's sequence, the request, why it was refused (None: done).
+    answered: dict[str, tuple[int, SessionDestroyRequested, str | None]] = field(
+        default_factory=dict
+    )
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
     # Sessions and agents whose state changed since the owner last cleared these; lets an

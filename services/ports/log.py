@@ -66,6 +66,12 @@ class EventLog(Protocol):
         """The sequence of the newest message (0 when empty)."""
         ...
 
+    async def identity(self) -> str:
+        """What tells this log from another: the same for as long as the log lives, and
+        another once it is made anew (deleted and created again), whatever it then holds.
+        A reader that keeps what it made of a log (projections) keeps this beside it."""
+        ...
+
     def read(
         self, after: int = 0, *, until: int | None = None
     ) -> AsyncGenerator[list[Record], None]:

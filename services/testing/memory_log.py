@@ -21,6 +21,7 @@ Waiting readers (``tail``, ``follow``) sleep on an ``anyio.Event`` set by every 
 never poll. Use one ``follow`` iterator per durable at a time.
 """
 
+import uuid
 from collections.abc import AsyncGenerator, Sequence
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,7 @@ class MemoryLog:
             raise ValueError("batch_size must be at least 1")
         self.subjects = tuple(subjects)
         self.batch_size = batch_size
+        self._identity = f"memory@{uuid.uuid4().hex}"  # each MemoryLog is a log of its own
         self._messages: list[tuple[str, bytes]] = []  # sequence n is at index n - 1
         self._subject_seq: dict[str, int] = {}
         self._seq_of_id: dict[str, int] = {}
@@ -126,6 +128,9 @@ class MemoryLog:
 
     async def last_seq(self) -> int:
         return len(self._messages)
+
+    async def identity(self) -> str:
+        return self._identity
 
     async def read(
         self, after: int = 0, *, until: int | None = None

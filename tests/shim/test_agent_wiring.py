@@ -17,12 +17,12 @@ from shim_kit import GIB, Kit, read_line, running
 
 from events import GpuOomRefused, GpuUsageSampled, Record, Slots
 from services.actors.agent import AgentActor
-from services.actors.common import SystemClock
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.shim_regions import ShimRegions
+from services.adapters.system_clock import SystemClock
 from services.client import Client
 from tests.cluster import agent_config
 
