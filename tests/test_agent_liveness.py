@@ -5,12 +5,14 @@ loop ticks every few milliseconds of real time, and the test waits for the ticks
 """
 
 import functools
-from collections.abc import Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 from events import AgentLost, AgentRegistered, Slots
 from services.actors.agent import AgentActor
@@ -92,75 +94,86 @@ async def next_of(log: MemoryLog, kind: type[E], *, after: int = 0) -> tuple[int
     raise AssertionError("the log ended")
 
 
-async def test_a_silent_agent_is_lost_gets_nothing_new_and_registers_again() -> None:
+@dataclass
+class Watched:
+    """A scheduler whose liveness checks run on a fake clock, watching heartbeats on an
+    in-memory bus, over an in-memory log; the quota actor beside it."""
+
+    log: MemoryLog
+    bus: MemoryBus
+    mono: FakeMonotonic
+    scheduler: SchedulerActor
+    watcher: CountingWatcher
+    client: Client
+    tg: TaskGroup
+
+    async def agent(self, agent_id: str) -> AgentActor:
+        actor = AgentActor(self.log, DummyRuntime(), SystemClock(), agent_config(agent_id))
+        await self.tg.start(actor.run)
+        return actor
+
+
+@asynccontextmanager
+async def watched() -> AsyncIterator[Watched]:
     log, bus, clock, mono = MemoryLog(), MemoryBus(), SystemClock(), FakeMonotonic()
     scheduler = SchedulerActor(log, clock, lost_after_s=15, monotonic=mono)
     watcher = CountingWatcher(scheduler)
-    client = Client(log, clock, "alice")
     async with anyio.create_task_group() as tg:
         await tg.start(QuotaActor(log, clock).run)
         await tg.start(scheduler.run)
         await tg.start(functools.partial(watch_heartbeats, bus, watcher, period_s=TICK_S))
-        await tg.start(AgentActor(log, DummyRuntime(), clock, agent_config("chatty")).run)
-        await tg.start(AgentActor(log, DummyRuntime(), clock, agent_config("quiet")).run)
-        await until(client, lambda s: {"quiet", "chatty"} <= set(s.agents))
+        yield Watched(log, bus, mono, scheduler, watcher, Client(log, clock, "alice"), tg)
+        tg.cancel_scope.cancel()
 
-        mono.now += 10
-        await bus.beat("chatty")
-        await watcher.heard_at("chatty", mono.now)
-        await watcher.wait_checks(3)  # 10 s of silence: not yet lost
-        assert not any(a.lost for a in (await client.state()).agents.values())
 
-        mono.now += 10
-        seq, declared = await next_of(log, AgentLost)
+async def test_a_silent_agent_is_lost_gets_nothing_new_and_registers_again() -> None:
+    async with watched() as w:
+        await w.agent("chatty")
+        await w.agent("quiet")
+        await until(w.client, lambda s: {"quiet", "chatty"} <= set(s.agents))
+
+        w.mono.now += 10
+        await w.bus.beat("chatty")
+        await w.watcher.heard_at("chatty", w.mono.now)
+        await w.watcher.wait_checks(3)  # 10 s of silence: not yet lost
+        assert not any(a.lost for a in (await w.client.state()).agents.values())
+
+        w.mono.now += 10
+        seq, declared = await next_of(w.log, AgentLost)
         assert declared.agent_id == "quiet" and "no heartbeat for 20 s" in declared.reason
         # The lost agent, alive after all, hears of it on the log and registers again.
-        _, again = await next_of(log, AgentRegistered, after=seq)
+        _, again = await next_of(w.log, AgentRegistered, after=seq)
         assert again.agent_id == "quiet"
-        s = await client.state()
+        s = await w.client.state()
         assert lost(s, "quiet") is False and lost(s, "chatty") is False
-        tg.cancel_scope.cancel()
 
 
 async def test_nothing_is_placed_on_a_lost_agent() -> None:
-    log, bus, clock, mono = MemoryLog(), MemoryBus(), SystemClock(), FakeMonotonic()
-    scheduler = SchedulerActor(log, clock, lost_after_s=15, monotonic=mono)
-    client = Client(log, clock, "alice")
-    async with anyio.create_task_group() as tg:
-        await tg.start(QuotaActor(log, clock).run)
-        await tg.start(scheduler.run)
-        await tg.start(functools.partial(watch_heartbeats, bus, scheduler, period_s=TICK_S))
+    async with watched() as w:
         # An agent that registers and then dies: it never hears it was declared lost.
-        await AgentActor(log, DummyRuntime(), clock, agent_config("gone")).register()
-        await until(client, lambda s: "gone" in s.agents)
-        mono.now += 20
-        await until(client, lambda s: lost(s, "gone"))
-        ids = await client.create(
+        clock = SystemClock()
+        await AgentActor(w.log, DummyRuntime(), clock, agent_config("gone")).register()
+        await until(w.client, lambda s: "gone" in s.agents)
+        w.mono.now += 20
+        await until(w.client, lambda s: lost(s, "gone"))
+        ids = await w.client.create(
             image="fgpu/busybox:latest", slots=Slots(cpu=100, mem=GIB, fgpu=50)
         )
         s = await until(
-            client, lambda s: ids[0] in s.sessions and s.sessions[ids[0]].waiting is not None
+            w.client, lambda s: ids[0] in s.sessions and s.sessions[ids[0]].waiting is not None
         )
         assert s.sessions[ids[0]].status == "PENDING" and s.sessions[ids[0]].agent_id is None
-        tg.cancel_scope.cancel()
 
 
 async def test_an_agent_that_beats_is_never_lost() -> None:
     """send_heartbeats keeps an agent alive however long the scheduler watches."""
-    log, bus, clock, mono = MemoryLog(), MemoryBus(), SystemClock(), FakeMonotonic()
-    scheduler = SchedulerActor(log, clock, lost_after_s=15, monotonic=mono)
-    watcher = CountingWatcher(scheduler)
-    client = Client(log, clock, "alice")
-    async with anyio.create_task_group() as tg:
-        await tg.start(scheduler.run)
-        await tg.start(functools.partial(watch_heartbeats, bus, watcher, period_s=TICK_S))
-        await tg.start(AgentActor(log, DummyRuntime(), clock, agent_config("steady")).run)
-        tg.start_soon(functools.partial(send_heartbeats, bus, ["steady"], period_s=TICK_S))
-        await until(client, lambda s: "steady" in s.agents)
+    async with watched() as w:
+        await w.agent("steady")
+        w.tg.start_soon(functools.partial(send_heartbeats, w.bus, ["steady"], period_s=TICK_S))
+        await until(w.client, lambda s: "steady" in s.agents)
         for _ in range(5):  # 50 s in steps of 10, each heard before the next
-            mono.now += 10
-            await watcher.heard_at("steady", mono.now)
-            await watcher.wait_checks(2)
-        assert not (await client.state()).agents["steady"].lost
-        assert bus.beats_sent >= 5
-        tg.cancel_scope.cancel()
+            w.mono.now += 10
+            await w.watcher.heard_at("steady", w.mono.now)
+            await w.watcher.wait_checks(2)
+        assert not (await w.client.state()).agents["steady"].lost
+        assert w.bus.beats_sent >= 5
