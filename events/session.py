@@ -29,7 +29,9 @@ __all__ = [
 
 
 class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
-    """A user asks for a session. ``owner`` is the access key; ``priority`` 0-100 (higher first)."""
+    """A user asks for a session. ``owner`` is the access key; ``priority`` 0-100 (higher
+    first); ``project`` one of its user's projects (None: the user's default project; on
+    a cluster without tenancy, and for requests from before it, the ``default`` one)."""
 
     session_id: str
     owner: str
@@ -38,6 +40,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     slots: Slots
     priority: int = 0
     name: str | None = None
+    project: str | None = None
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

@@ -2,9 +2,15 @@
 
 fgpu.req.<access_key>.<session_id>   user requests (create, destroy); a NATS user can be
                                      confined to publish on fgpu.req.<its key>.> only
-fgpu.quota.<access_key>              the quota account of one access key: admissions,
-                                     rejections, policy; the quota actor writes with
-                                     optimistic concurrency on this subject
+fgpu.admin.<access_key>.<request_id> administrators' requests (tenancy, policies)
+fgpu.tenancy                         the registrar's answers to them: the tenancy ledger,
+                                     written with optimistic concurrency on this subject
+fgpu.admission                       the quota actor's admissions and rejections, every
+                                     owner's on one subject, written with optimistic
+                                     concurrency: limits shared by many keys (a user's,
+                                     a project's, a domain's) hold whatever the actors
+fgpu.quota.<access_key>              a key's admissions, rejections and policies before
+                                     fgpu.admission existed (read, no longer written)
 fgpu.sched                           the allocation ledger: every placement, cancel and
                                      stop order; the scheduler writes with optimistic
                                      concurrency on this one subject
@@ -19,12 +25,15 @@ fgpu.rpc.<agent_id>                  requests to one agent (a session's logs): c
 import re
 
 __all__ = [
+    "ADMISSION",
     "HEARTBEAT_WILDCARD",
     "LEDGER",
     "STREAM",
     "STREAM_SUBJECTS",
     "STREAM_WILDCARD",
     "SYS",
+    "TENANCY",
+    "admin",
     "agent",
     "agent_rpc",
     "agent_session",
@@ -38,7 +47,19 @@ __all__ = [
 STREAM = "FGPU"
 LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
-STREAM_SUBJECTS = ("fgpu.req.>", "fgpu.quota.>", LEDGER, "fgpu.agent.>", "fgpu.usage.>", SYS)
+TENANCY = "fgpu.tenancy"
+ADMISSION = "fgpu.admission"
+STREAM_SUBJECTS = (
+    "fgpu.req.>",
+    "fgpu.quota.>",
+    LEDGER,
+    "fgpu.agent.>",
+    "fgpu.usage.>",
+    SYS,
+    "fgpu.admin.>",
+    TENANCY,
+    ADMISSION,
+)
 # Every subject of the stream, as a consumer's or a tail's filter: the stream stores only
 # STREAM_SUBJECTS, all under it (heartbeats match it too, but are never stored).
 STREAM_WILDCARD = "fgpu.>"
@@ -59,6 +80,10 @@ def request(access_key: str, session_id: str) -> str:
 
 def quota(access_key: str) -> str:
     return f"fgpu.quota.{access_key}"
+
+
+def admin(access_key: str, request_id: str) -> str:
+    return f"fgpu.admin.{access_key}.{request_id}"
 
 
 def agent(agent_id: str) -> str:

@@ -22,6 +22,7 @@ from events.session import (
     SessionTerminated,
     SessionTerminating,
 )
+from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
@@ -46,6 +47,9 @@ AnyEvent = (
     | AgentLost
     | GpuUsageSampled
     | GpuOomRefused
+    | AdminRequested
+    | AdminApplied
+    | AdminRefused
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -3,12 +3,12 @@
 It also answers payloads that are not valid events with ``PayloadRejected``, so bad
 input leaves a trace on the log instead of vanishing or crashing a reader.
 
-Decisions for one access key are appended to ``fgpu.quota.<key>`` as one atomic batch
-that expects the subject's last sequence: two quota actors running by mistake cannot both
-admit against the same held amount; the loser rebuilds and decides again.
+A round's decisions, every owner's, are appended to ``fgpu.admission`` as one atomic
+batch that expects the subject's last sequence: two quota actors running by mistake
+cannot both admit against the same held amount (an owner's, or one its user, project or
+domain shares with others); the loser rebuilds and decides again.
 """
 
-from collections import defaultdict
 from itertools import islice
 
 import anyio
@@ -40,7 +40,7 @@ class QuotaActor:
 
     async def react(self, s: ClusterState) -> None:
         await self._answer_malformed(s)
-        by_owner: dict[str, list[tuple[str, AnyEvent]]] = defaultdict(list)
+        items: list[tuple[str, AnyEvent]] = []
         now = self.clock.now()
         for session_id in list(islice(s.undecided, 1000)):
             v = s.sessions[session_id]
@@ -62,14 +62,10 @@ class QuotaActor:
                     code=code,
                     reason=why,
                 )
-            apply_decision(s, decision)  # later requests of this owner see it held
-            by_owner[v.owner].append((subj.quota(v.owner), decision))
-        if not by_owner:
-            return
-
-        async with anyio.create_task_group() as tg:
-            for owner, items in by_owner.items():
-                tg.start_soon(append_expecting, self.events, s, subj.quota(owner), items)
+            apply_decision(s, decision)  # later requests of this round see it held
+            items.append((subj.ADMISSION, decision))
+        if items:
+            await append_expecting(self.events, s, subj.ADMISSION, items)
 
     async def _answer_malformed(self, s: ClusterState) -> None:
         if not s.malformed:

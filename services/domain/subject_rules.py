@@ -44,9 +44,9 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
     [
         _rule(ev.SessionRequested, lambda e: subj.request(e.owner, e.session_id)),
         _rule(ev.SessionDestroyRequested, lambda e: subj.request(e.requester, e.session_id)),
-        _rule(ev.SessionAdmitted, lambda e: subj.quota(e.owner)),
+        _rule(ev.SessionAdmitted, lambda e: subj.ADMISSION),
         _rule(ev.PolicySet, lambda e: subj.quota(e.owner)),
-        _rule(ev.SessionRejected, lambda e: subj.quota(e.owner)),
+        _rule(ev.SessionRejected, lambda e: subj.ADMISSION),
         _rule(ev.SessionScheduled, _ledger),
         _rule(ev.SessionQueued, _ledger),
         _rule(ev.SessionCancelled, _ledger),
@@ -61,12 +61,29 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.PayloadRejected, lambda e: subj.SYS),
         _rule(ev.GpuUsageSampled, _usage),
         _rule(ev.GpuOomRefused, _usage),
+        _rule(ev.AdminRequested, lambda e: subj.admin(e.requester, e.id)),
+        _rule(ev.AdminApplied, lambda e: subj.TENANCY),
+        _rule(ev.AdminRefused, lambda e: subj.TENANCY),
     ]
 )
 
-# Another subject an event may stand on: quota rejects on the owner's account, the
-# scheduler (a session that never fits) on the ledger.
-ALSO_ON: dict[type[ev.Event], str] = {ev.SessionRejected: subj.LEDGER}
+
+def _owners_account(e: ev.SessionAdmitted | ev.SessionRejected) -> tuple[str, ...]:
+    # Where quota decisions stood before fgpu.admission: a log keeps them there.
+    return (subj.quota(e.owner),)
+
+
+# Other subjects an event may stand on: quota decisions on their owner's account (as logs
+# from before fgpu.admission hold them), and the scheduler's rejection of a session that
+# never fits on the ledger.
+def _rejected_also(e: ev.SessionRejected) -> tuple[str, ...]:
+    return (*_owners_account(e), subj.LEDGER)
+
+
+ALSO_ON: dict[type[ev.Event], Callable[[Any], tuple[str, ...]]] = {
+    ev.SessionAdmitted: _owners_account,
+    ev.SessionRejected: _rejected_also,
+}
 
 
 def mismatch(subject: str, e: ev.AnyEvent) -> str | None:
@@ -75,7 +92,8 @@ def mismatch(subject: str, e: ev.AnyEvent) -> str | None:
     ``SUBJECT_OF[type(e)](e) == subject`` is the quick check that it may.
     """
     own = SUBJECT_OF[type(e)](e)
-    if subject == own or subject == ALSO_ON.get(type(e)):
+    also = ALSO_ON.get(type(e))
+    if subject == own or (also is not None and subject in also(e)):
         return None
     tag = e.__struct_config__.tag
     return f"{tag} may not stand on subject {subject} (its subject is {own})"
