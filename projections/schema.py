@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])

@@ -1,7 +1,8 @@
 """Snapshots of the fold's state, small enough to keep one every few thousand events.
 
 A snapshot holds what can still change: sessions that have not ended, agents, policies,
-quota held, the queues and unanswered destroy requests. An ended session never changes
+quota held (at every level), the queues, unanswered destroy and admin requests, and the
+tenancy. An ended session never changes
 again (every rule of the fold ignores it), so it is left out; its rows live in the
 ``sessions`` and ``session_history`` tables. ``ENDED_STUB`` stands in for such a session
 in a restored state, so that a second request for its id is still ignored, as the fold
@@ -18,9 +19,17 @@ from operator import is_not
 
 import msgspec
 
-from events import PolicySet, SessionDestroyRequested, Slots
+from events import (
+    AdminRequested,
+    PolicyLevel,
+    PolicySet,
+    ResourcePolicy,
+    SessionDestroyRequested,
+    Slots,
+)
 from services.domain.state import AgentView, ClusterState, GpuView, OwnerUsage, SessionView
 from services.domain.status import ENDED, SessionStatus
+from services.domain.tenancy import Keypair, Tenancy, User
 
 __all__ = ["ENDED_STUB", "decode_state", "encode_state", "is_stub", "live_sessions"]
 
@@ -80,6 +89,32 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
         )
 
 
+class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
+    domains: list[tuple[str, list[str]]]
+    users: list[User]
+    keypairs: list[Keypair]
+    policies: list[tuple[PolicyLevel, str, ResourcePolicy]]
+
+    @classmethod
+    def of(cls, t: Tenancy) -> "_Tenancy":
+        return cls(
+            domains=[(d, list(projects)) for d, projects in sorted(t.domains.items())],
+            users=[t.users[k] for k in sorted(t.users)],
+            keypairs=[t.keypairs[k] for k in sorted(t.keypairs)],
+            policies=[
+                (level, target, t.policies[level, target]) for level, target in sorted(t.policies)
+            ],
+        )
+
+    def view(self) -> Tenancy:
+        return Tenancy(
+            domains={d: dict.fromkeys(projects) for d, projects in self.domains},
+            users={u.user: u for u in self.users},
+            keypairs={k.access_key: k for k in self.keypairs},
+            policies={(level, target): p for level, target, p in self.policies},
+        )
+
+
 class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     last_seq: int
     sessions: list[SessionView]
@@ -90,6 +125,10 @@ class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     queue: list[str]
     destroys: list[SessionDestroyRequested]
     malformed: list[tuple[int, str, str]]
+    held: dict[str, OwnerUsage]
+    pending: dict[str, OwnerUsage]
+    tenancy: _Tenancy
+    admin_requests: list[AdminRequested]
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -123,6 +162,10 @@ def encode_state(s: ClusterState) -> bytes:
             queue=list(s.queue),
             destroys=list(s.destroys.values()),
             malformed=[(seq, subject, error) for seq, (subject, error) in s.malformed.items()],
+            held={k: s.held[k] for k in sorted(s.held)},
+            pending={k: s.pending[k] for k in sorted(s.pending)},
+            tenancy=_Tenancy.of(s.tenancy),
+            admin_requests=list(s.admin_requests.values()),
         )
     )
 
@@ -148,4 +191,8 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.queue = dict.fromkeys(snap.queue)
     s.destroys = {d.id: d for d in snap.destroys}
     s.malformed = {seq: (subject, error) for seq, subject, error in snap.malformed}
+    s.held = dict(snap.held)
+    s.pending = dict(snap.pending)
+    s.tenancy = snap.tenancy.view()
+    s.admin_requests = {r.id: r for r in snap.admin_requests}
     return s

@@ -1,4 +1,5 @@
-"""The quota actor: admits or rejects each request against its owner's policy.
+"""The quota actor: admits or rejects each request against the policies of its keypair,
+user, project and domain (``services.domain.quota``).
 
 It also answers payloads that are not valid events with ``PayloadRejected``, so bad
 input leaves a trace on the log instead of vanishing or crashing a reader.
@@ -17,7 +18,7 @@ from anyio.abc import TaskStatus
 from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
 from events import subjects as subj
 from services.actors.common import Provenance, append_expecting, follow_log, stamp
-from services.domain.quota import over_policy
+from services.domain.quota import admission_refusal
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
 
@@ -47,7 +48,7 @@ class QuotaActor:
             why = v.invalid
             code = "invalid"
             if why is None:
-                why = over_policy(s.policies.get(v.owner), s.usage.get(v.owner), v.slots)
+                why = admission_refusal(s, v)
                 code = "quota"
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             decision: AnyEvent

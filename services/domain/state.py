@@ -13,6 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from events import (
+    AdminApplied,
+    AdminRefused,
+    AdminRequested,
     AgentLost,
     AgentRegistered,
     AnyEvent,
@@ -40,6 +43,7 @@ from events import (
 from services.domain.resources import add, sub
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.domain.subject_rules import SUBJECT_OF, mismatch
+from services.domain.tenancy import DEFAULT, apply, project_key
 from services.domain.validation import invalid_request
 from services.domain.views import (
     AgentView,
@@ -150,9 +154,23 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         requested_at=e.at,
         invalid=invalid_request(e),
     )
+    _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
     _transition(s, v, S.REQUESTED, seq, e)
     s.undecided[e.session_id] = None
+
+
+def _assign_tenant(s: ClusterState, v: SessionView, asked: str | None) -> None:
+    """Whose ``v`` is, as the tenancy stands: its key's user, the project it names (else
+    the user's default one) and their domain. Without tenancy, or for a key of no user,
+    the ``default`` domain and project: the quota actor decides what a key of no user
+    may have (nothing, once there is tenancy)."""
+    user = s.tenancy.user_of(v.owner)
+    if user is None:
+        return
+    v.user = user.user
+    v.domain = user.domain
+    v.project = project_key(user.domain, asked or user.default_project or DEFAULT)
 
 
 def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
@@ -199,6 +217,7 @@ def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
     if v is None or v.status is not S.PENDING or a is None:
         return
     s.queue.pop(v.session_id, None)
+    _unpend(s, v)
     v.agent_id = e.agent_id
     v.devices = e.devices
     _allocate(s, a, v)
@@ -258,6 +277,21 @@ def _payload_rejected(s: ClusterState, seq: int, e: PayloadRejected) -> None:
     s.malformed.pop(e.stream_seq, None)
 
 
+def _admin_requested(s: ClusterState, seq: int, e: AdminRequested) -> None:
+    s.admin_requests[e.id] = e
+
+
+def _admin_applied(s: ClusterState, seq: int, e: AdminApplied) -> None:
+    if e.causation_id is not None:
+        s.admin_requests.pop(e.causation_id, None)
+    apply(s.tenancy, e.command)
+
+
+def _admin_refused(s: ClusterState, seq: int, e: AdminRefused) -> None:
+    if e.causation_id is not None:
+        s.admin_requests.pop(e.causation_id, None)
+
+
 def _registered(s: ClusterState, seq: int, e: AgentRegistered) -> None:
     _register(s, e)
 
@@ -295,6 +329,9 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     GpuUsageSampled: _nothing,
     GpuOomRefused: _nothing,
     AgentLost: _agent_lost,
+    AdminRequested: _admin_requested,
+    AdminApplied: _admin_applied,
+    AdminRefused: _admin_refused,
 }
 
 
@@ -319,19 +356,41 @@ def _end(s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: An
     _transition(s, v, status, seq, e)
 
 
+def _levels(s: ClusterState, v: SessionView) -> list[OwnerUsage]:
+    """What ``v`` holds quota against: its owner's, and its user's, project's, domain's."""
+    out = [s.usage.setdefault(v.owner, OwnerUsage())]
+    if v.user is not None:
+        out.append(s.held.setdefault(f"user:{v.user}", OwnerUsage()))
+    out.append(s.held.setdefault(f"project:{v.project}", OwnerUsage()))
+    out.append(s.held.setdefault(f"domain:{v.domain}", OwnerUsage()))
+    return out
+
+
+def _count(u: OwnerUsage, v: SessionView, sign: int) -> None:
+    u.sessions += sign
+    u.slots = add(u.slots, v.slots) if sign > 0 else sub(u.slots, v.slots)
+
+
 def _hold_quota(s: ClusterState, v: SessionView) -> None:
-    u = s.usage.setdefault(v.owner, OwnerUsage())
-    u.sessions += 1
-    u.slots = add(u.slots, v.slots)
+    """Admitted: ``v`` holds its slots at every level until it ends, and is pending (on
+    its owner's account) until it is placed."""
+    for u in _levels(s, v):
+        _count(u, v, +1)
+    _count(s.pending.setdefault(v.owner, OwnerUsage()), v, +1)
     v.quota_held = True
+
+
+def _unpend(s: ClusterState, v: SessionView) -> None:
+    if v.quota_held and v.status is S.PENDING:
+        _count(s.pending[v.owner], v, -1)
 
 
 def _release_quota(s: ClusterState, v: SessionView) -> None:
     if not v.quota_held:
         return
-    u = s.usage[v.owner]
-    u.sessions -= 1
-    u.slots = sub(u.slots, v.slots)
+    _unpend(s, v)
+    for u in _levels(s, v):
+        _count(u, v, -1)
     v.quota_held = False
 
 

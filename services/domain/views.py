@@ -8,10 +8,18 @@ from datetime import datetime
 
 import msgspec
 
-from events import DevicePlacement, GpuInfo, PolicySet, SessionDestroyRequested, Slots
+from events import (
+    AdminRequested,
+    DevicePlacement,
+    GpuInfo,
+    PolicySet,
+    SessionDestroyRequested,
+    Slots,
+)
 from services.domain.fit_index import FitIndex
 from services.domain.resources import sub
 from services.domain.status import SessionStatus
+from services.domain.tenancy import Tenancy
 
 __all__ = ["AgentView", "ClusterState", "GpuView", "OwnerUsage", "SessionView", "Transition"]
 
@@ -52,6 +60,13 @@ class SessionView:
     invalid: str | None = None  # why the request can never be accepted as written
     waiting: str | None = None  # why the scheduler could not place it yet
     history: list[Transition] = field(default_factory=list)
+    # Whose it is, as the tenancy stood when it was asked for: the user of its access key
+    # (None: a service, an unknown key, or no tenancy), its project (``domain/project``)
+    # and domain. Quota held at each level is counted against these, so it is given back
+    # to the same ones whatever changes later.
+    user: str | None = None
+    project: str = "default/default"
+    domain: str = "default"
 
 
 class _Shares:
@@ -128,6 +143,13 @@ class ClusterState:
     agents: dict[str, AgentView] = field(default_factory=dict)
     policies: dict[str, PolicySet] = field(default_factory=dict)
     usage: dict[str, OwnerUsage] = field(default_factory=dict)  # quota held per owner
+    # Quota held above the keypair: "user:<name>", "project:<domain/project>",
+    # "domain:<name>" -> sessions and slots held; and per owner, what is admitted and not
+    # yet placed (pending).
+    held: dict[str, OwnerUsage] = field(default_factory=dict)
+    pending: dict[str, OwnerUsage] = field(default_factory=dict)
+    tenancy: Tenancy = field(default_factory=Tenancy)
+    admin_requests: dict[str, AdminRequested] = field(default_factory=dict)  # undecided
     subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
     # Work waiting for an actor, kept by the fold so no actor scans every session:
     undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota

@@ -1,0 +1,67 @@
+"""The registrar: answers administrators' requests, after checking the requester's role.
+
+Every change of tenancy or policy goes through it, as every placement goes through the
+scheduler: a request (``AdminRequested``, on the requester's own subject) is applied
+(``AdminApplied``) or refused with a reason (``AdminRefused``), judged by
+``services.domain.tenancy.refusal`` against the tenancy as the log has it. A round's
+answers are one atomic batch on ``fgpu.tenancy`` expecting the subject's last sequence,
+so two registrars running by mistake never both apply from one view of the tenancy.
+"""
+
+import anyio
+from anyio.abc import TaskStatus
+
+from events import AdminApplied, AdminRefused, AnyEvent
+from events import subjects as subj
+from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.domain.state import ClusterState, apply_decision
+from services.domain.tenancy import refusal
+from services.ports import Clock, EventLog
+
+__all__ = ["RegistrarActor"]
+
+NAME = "registrar"
+_MAX_ANSWERS = 1000  # the server's largest atomic batch
+
+
+class RegistrarActor:
+    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
+        self.events = events
+        self.clock = clock
+        self.durable = durable
+
+    async def run(
+        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Answer for ever; started once the state is rebuilt from the log."""
+        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+
+    async def react(self, s: ClusterState) -> None:
+        while s.admin_requests:
+            answers = self.decide(s)
+            await append_expecting(self.events, s, subj.TENANCY, answers)
+
+    def decide(self, s: ClusterState) -> list[tuple[str, AnyEvent]]:
+        """Answers to the undecided requests, in the order they came, each applied to ``s``
+        before the next is judged (a domain created, then a project in it)."""
+        now = self.clock.now()
+        out: list[tuple[str, AnyEvent]] = []
+        for request in list(s.admin_requests.values())[:_MAX_ANSWERS]:
+            prov = Provenance(NAME, now, request.id, request.correlation_id or request.id)
+            why = refusal(s.tenancy, request.requester, request.command)
+            answer: AnyEvent
+            if why is None:
+                answer = stamp(
+                    AdminApplied, prov, requester=request.requester, command=request.command
+                )
+            else:
+                answer = stamp(
+                    AdminRefused,
+                    prov,
+                    requester=request.requester,
+                    code=why.code,
+                    reason=why.reason,
+                )
+            apply_decision(s, answer)
+            out.append((subj.TENANCY, answer))
+        return out

@@ -1,0 +1,333 @@
+"""Tenancy as the log has it: domains and their projects, users, keypairs, policies.
+
+``apply`` folds a command the registrar applied (``AdminApplied``); ``refusal`` says
+whether a requester may have a command applied, and why not. Both are pure. A cluster
+whose log holds no domain has no tenancy yet (a log from before it, or a cluster never
+set up): every access key is then its own tenant in the ``default`` domain and project,
+as sessions from before tenancy are.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from events import (
+    AddMember,
+    AdminCommand,
+    CreateDomain,
+    CreateKeypair,
+    CreateProject,
+    CreateServiceKey,
+    CreateUser,
+    PolicyLevel,
+    RemoveMember,
+    RemoveProject,
+    RemoveUser,
+    ResourcePolicy,
+    RevokeKeypair,
+    Role,
+    SetPolicy,
+    SetRole,
+)
+from events import subjects as subj
+
+__all__ = [
+    "DEFAULT",
+    "SERVICES",
+    "Keypair",
+    "Refusal",
+    "Tenancy",
+    "User",
+    "apply",
+    "project_key",
+    "refusal",
+]
+
+DEFAULT = "default"  # the domain and project of sessions from before tenancy
+# The parts of a cluster that hold keypairs of their own (agents: ``agent:<id>``).
+SERVICES = frozenset({"quota", "scheduler", "registrar", "api", "auth"})
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
+_LIMITS: dict[PolicyLevel, frozenset[str]] = {
+    PolicyLevel.KEYPAIR: frozenset(
+        {"max_sessions", "max_pending_sessions", "max_pending_slots", "total_slots", "max_priority"}
+    ),
+    PolicyLevel.USER: frozenset({"total_slots", "max_sessions"}),
+    PolicyLevel.PROJECT: frozenset({"total_slots"}),
+    PolicyLevel.DOMAIN: frozenset({"total_slots"}),
+}
+
+
+def project_key(domain: str, project: str) -> str:
+    """A project's name across domains: ``domain/project``."""
+    return f"{domain}/{project}"
+
+
+@dataclass(slots=True)
+class User:
+    user: str
+    domain: str
+    role: Role
+    projects: dict[str, None]  # names of projects of ``domain``
+    default_project: str | None
+
+
+@dataclass(slots=True)
+class Keypair:
+    """An access key and the salted hash of its secret; of a user, or of a service."""
+
+    access_key: str
+    secret_hash: str
+    user: str | None = None
+    service: str | None = None
+    revoked: bool = False
+
+
+@dataclass(slots=True)
+class Tenancy:
+    domains: dict[str, dict[str, None]] = field(default_factory=dict)  # domain -> projects
+    users: dict[str, User] = field(default_factory=dict)
+    keypairs: dict[str, Keypair] = field(default_factory=dict)
+    policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
+
+    @property
+    def on(self) -> bool:
+        """Whether the cluster has tenancy (a domain exists): keys then need keypairs."""
+        return bool(self.domains)
+
+    def user_of(self, access_key: str) -> User | None:
+        """The user a live keypair belongs to; None for a service, an unknown or revoked key."""
+        kp = self.keypairs.get(access_key)
+        if kp is None or kp.revoked or kp.user is None:
+            return None
+        return self.users.get(kp.user)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: Literal["forbidden", "invalid", "conflict"]
+    reason: str
+
+
+def apply(t: Tenancy, c: AdminCommand) -> None:
+    """Fold a command the registrar applied. One that no longer fits (a project gone since)
+    changes what still fits and nothing else."""
+    match c:
+        case CreateDomain(domain=d):
+            t.domains.setdefault(d, {})
+        case CreateProject(domain=d, project=p) if d in t.domains:
+            t.domains[d][p] = None
+        case RemoveProject(domain=d, project=p) if d in t.domains:
+            t.domains[d].pop(p, None)
+            for u in t.users.values():
+                if u.domain == d:
+                    u.projects.pop(p, None)
+                    if u.default_project == p:
+                        u.default_project = None
+        case CreateUser() if c.domain in t.domains and c.user not in t.users:
+            projects = dict.fromkeys(p for p in c.projects if p in t.domains[c.domain])
+            default = c.default_project if c.default_project in projects else None
+            t.users[c.user] = User(c.user, c.domain, c.role, projects, default)
+        case RemoveUser(user=name):
+            t.users.pop(name, None)
+            for kp in t.keypairs.values():
+                if kp.user == name:
+                    kp.revoked = True
+        case SetRole(user=name, role=role) if name in t.users:
+            t.users[name].role = role
+        case AddMember(user=name, project=p) if name in t.users:
+            u = t.users[name]
+            if p in t.domains.get(u.domain, {}):
+                u.projects[p] = None
+                u.default_project = u.default_project or p
+        case RemoveMember(user=name, project=p) if name in t.users:
+            u = t.users[name]
+            u.projects.pop(p, None)
+            if u.default_project == p:
+                u.default_project = next(iter(u.projects), None)
+        case CreateKeypair() if c.access_key not in t.keypairs and c.user in t.users:
+            t.keypairs[c.access_key] = Keypair(c.access_key, c.secret_hash, user=c.user)
+        case CreateServiceKey() if c.access_key not in t.keypairs:
+            t.keypairs[c.access_key] = Keypair(c.access_key, c.secret_hash, service=c.service)
+        case RevokeKeypair(access_key=key) if key in t.keypairs:
+            t.keypairs[key].revoked = True
+        case SetPolicy(level=level, target=target, policy=policy):
+            t.policies[(level, target)] = policy
+
+
+def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
+    """Why ``requester`` (an access key) may not have ``c`` applied now; None if it may.
+
+    Roles: a superadmin may do anything; a domain admin manage its own domain's projects,
+    users (not superadmins), their keypairs and the keypair, user and project policies in
+    it; a user create and revoke its own keypairs. Services administer nothing.
+    """
+    who = t.user_of(requester)
+    if who is None:
+        return Refusal("forbidden", f"access key {requester} may not administer the cluster")
+    if who.role is Role.USER and not isinstance(c, CreateKeypair | RevokeKeypair):
+        return Refusal("forbidden", f"user {who.user} may not {_what(c)}")
+    problem = _invalid(t, c)
+    if problem is not None:
+        return problem
+    if who.role is Role.SUPERADMIN:
+        return None
+    domain = _domain_of(t, c)
+    if who.role is Role.DOMAIN_ADMIN and domain == who.domain and _admin_may(t, c):
+        return None
+    if _own_keypair(t, who.user, c):
+        return None
+    return Refusal("forbidden", f"{who.role} {who.user} may not {_what(c)}")
+
+
+def _admin_may(t: Tenancy, c: AdminCommand) -> bool:
+    """What a domain admin may do within its domain."""
+    match c:
+        case CreateDomain() | CreateServiceKey():
+            return False
+        case CreateUser(role=role) | SetRole(role=role):
+            target = t.users.get(c.user)
+            return role is not Role.SUPERADMIN and (
+                target is None or target.role is not Role.SUPERADMIN
+            )
+        case RemoveUser(user=name) | AddMember(user=name) | RemoveMember(user=name):
+            return t.users[name].role is not Role.SUPERADMIN
+        case SetPolicy(level=level):
+            return level is not PolicyLevel.DOMAIN
+        case _:
+            return True
+
+
+def _own_keypair(t: Tenancy, user: str, c: AdminCommand) -> bool:
+    match c:
+        case CreateKeypair(user=owner):
+            return owner == user
+        case RevokeKeypair(access_key=key):
+            return t.keypairs[key].user == user
+        case _:
+            return False
+
+
+def _domain_of(t: Tenancy, c: AdminCommand) -> str | None:
+    """The domain a (valid) command acts in; None for one that acts in none."""
+    match c:
+        case CreateDomain(domain=d) | CreateProject(domain=d) | RemoveProject(domain=d):
+            return d
+        case CreateUser(domain=d):
+            return d
+        case RemoveUser(user=n) | SetRole(user=n) | AddMember(user=n) | RemoveMember(user=n):
+            return t.users[n].domain
+        case CreateKeypair(user=n):
+            return t.users[n].domain
+        case RevokeKeypair(access_key=key):
+            owner = t.keypairs[key].user
+            return t.users[owner].domain if owner in t.users else None
+        case SetPolicy(level=level, target=target):
+            return _policy_domain(t, level, target)
+        case _:
+            return None
+
+
+def _policy_domain(t: Tenancy, level: PolicyLevel, target: str) -> str | None:
+    if level is PolicyLevel.DOMAIN:
+        return target
+    if level is PolicyLevel.PROJECT:
+        return target.split("/", 1)[0]
+    if level is PolicyLevel.USER:
+        return t.users[target].domain if target in t.users else None
+    owner = t.keypairs[target].user if target in t.keypairs else None
+    return t.users[owner].domain if owner in t.users else None
+
+
+def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
+    """Why ``c`` cannot hold as written, or conflicts with what holds; None if it can."""
+
+    def bad(reason: str) -> Refusal:
+        return Refusal("invalid", reason)
+
+    def taken(reason: str) -> Refusal:
+        return Refusal("conflict", reason)
+
+    match c:
+        case CreateDomain(domain=d):
+            if not subj.is_token(d):
+                return bad(f"domain {d!r} must be 1-64 letters, digits, '-' or '_'")
+            if d in t.domains:
+                return taken(f"domain {d} exists")
+        case CreateProject(domain=d, project=p):
+            if d not in t.domains:
+                return bad(f"no domain {d}")
+            if not subj.is_token(p):
+                return bad(f"project {p!r} must be 1-64 letters, digits, '-' or '_'")
+            if p in t.domains[d]:
+                return taken(f"project {project_key(d, p)} exists")
+        case RemoveProject(domain=d, project=p):
+            if p not in t.domains.get(d, {}):
+                return bad(f"no project {project_key(d, p)}")
+        case CreateUser():
+            if not _NAME.fullmatch(c.user):
+                return bad(f"user name {c.user!r} must be 1-128 letters, digits, '_.@+-'")
+            if c.domain not in t.domains:
+                return bad(f"no domain {c.domain}")
+            if c.user in t.users:
+                return taken(f"user {c.user} exists")
+            missing = [p for p in c.projects if p not in t.domains[c.domain]]
+            if missing:
+                return bad(f"no project {missing[0]} in domain {c.domain}")
+            if c.default_project is not None and c.default_project not in c.projects:
+                return bad("the default project must be one of the user's projects")
+        case RemoveUser(user=n) | SetRole(user=n):
+            if n not in t.users:
+                return bad(f"no user {n}")
+        case AddMember(user=n, project=p) | RemoveMember(user=n, project=p):
+            if n not in t.users:
+                return bad(f"no user {n}")
+            if p not in t.domains.get(t.users[n].domain, {}):
+                return bad(f"no project {p} in the domain of {n}")
+        case CreateKeypair(access_key=key) | CreateServiceKey(access_key=key):
+            if not subj.is_token(key):
+                return bad(f"access key {key!r} must be 1-64 letters, digits, '-' or '_'")
+            if key in t.keypairs:
+                return taken(f"access key {key} exists")
+            if isinstance(c, CreateKeypair) and c.user not in t.users:
+                return bad(f"no user {c.user}")
+            if isinstance(c, CreateServiceKey) and not _service(c.service):
+                return bad(f"no service {c.service!r}")
+        case RevokeKeypair(access_key=key):
+            if key not in t.keypairs:
+                return bad(f"no access key {key}")
+        case SetPolicy(level=level, target=target, policy=policy):
+            return _invalid_policy(t, level, target, policy)
+    return None
+
+
+def _invalid_policy(
+    t: Tenancy, level: PolicyLevel, target: str, policy: ResourcePolicy
+) -> Refusal | None:
+    known = {
+        PolicyLevel.KEYPAIR: target in t.keypairs,
+        PolicyLevel.USER: target in t.users,
+        PolicyLevel.DOMAIN: target in t.domains,
+        PolicyLevel.PROJECT: "/" in target
+        and target.split("/", 1)[1] in t.domains.get(target.split("/", 1)[0], {}),
+    }[level]
+    if not known:
+        return Refusal("invalid", f"no {level} {target}")
+    given = {name for name in policy.__struct_fields__ if getattr(policy, name) is not None}
+    extra = sorted(given - _LIMITS[level])
+    if extra:
+        allowed = ", ".join(sorted(_LIMITS[level]))
+        return Refusal("invalid", f"a {level} policy takes {allowed}; not {', '.join(extra)}")
+    counts = (policy.max_sessions, policy.max_pending_sessions, policy.max_priority)
+    if any(n is not None and n < 0 for n in counts):
+        return Refusal("invalid", "a policy's counts must not be negative")
+    return None
+
+
+def _service(name: str) -> bool:
+    kind, _, agent = name.partition(":")
+    return name in SERVICES or (kind == "agent" and subj.is_token(agent))
+
+
+def _what(c: AdminCommand) -> str:
+    """``c``'s action in words, for a refusal."""
+    return str(c.__struct_config__.tag).replace("-", " ")
