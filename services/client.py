@@ -8,7 +8,14 @@ import secrets
 from collections.abc import Callable, Iterable
 from contextlib import aclosing
 
-from events import PolicySet, SessionDestroyRequested, SessionRequested, Slots
+from events import (
+    AdminCommand,
+    AdminRequested,
+    PolicySet,
+    SessionDestroyRequested,
+    SessionRequested,
+    Slots,
+)
 from events import subjects as subj
 from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.state import ClusterState, fold
@@ -38,8 +45,10 @@ class Client:
         count: int = 1,
         priority: int = 0,
         name: str | None = None,
+        project: str | None = None,
     ) -> list[str]:
-        """Ask for ``count`` sessions; their ids, in order. They share a correlation id."""
+        """Ask for ``count`` sessions (in ``project``; None: the user's default one); their
+        ids, in order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -55,6 +64,7 @@ class Client:
                 slots=slots,
                 priority=priority,
                 name=name,
+                project=project,
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:
@@ -80,6 +90,18 @@ class Client:
             requester=self.access_key,
         )
         seq = await self.events.append(subj.request(self.access_key, session_id), e)
+        return e.id, seq
+
+    async def admin(self, command: AdminCommand) -> tuple[str, int]:
+        """Ask the registrar to apply ``command``; the request's id (its answer names it as
+        its cause) and sequence (the answer comes after it on the log)."""
+        e = stamp(
+            AdminRequested,
+            Provenance(self.access_key, self.clock.now()),
+            requester=self.access_key,
+            command=command,
+        )
+        seq = await self.events.append(subj.admin(self.access_key, e.id), e)
         return e.id, seq
 
     async def set_policy(

@@ -8,6 +8,7 @@ import anyio
 from events import GpuInfo, Slots
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.quota import QuotaActor
+from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.system_clock import SystemClock
 from services.domain.state import ClusterState
@@ -37,9 +38,10 @@ def agent_config(agent_id: str, gpus: int = 1, fgpu_per_gpu: int = 200) -> Agent
 async def running_cluster(
     events: EventLog, agents: list[tuple[AgentConfig, ContainerRuntime]]
 ) -> AsyncIterator[None]:
-    """Quota, scheduler and the agents running until the block ends."""
+    """Registrar, quota, scheduler and the agents running until the block ends."""
     clock = SystemClock()
     async with anyio.create_task_group() as tg:
+        await tg.start(RegistrarActor(events, clock).run)
         await tg.start(QuotaActor(events, clock).run)
         await tg.start(SchedulerActor(events, clock).run)
         for config, runtime in agents:

@@ -126,6 +126,7 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
         case CreateUser() if c.domain in t.domains and c.user not in t.users:
             projects = dict.fromkeys(p for p in c.projects if p in t.domains[c.domain])
             default = c.default_project if c.default_project in projects else None
+            default = default or next(iter(projects), None)  # else its first project
             t.users[c.user] = User(c.user, c.domain, c.role, projects, default)
         case RemoveUser(user=name):
             t.users.pop(name, None)

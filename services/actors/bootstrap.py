@@ -1,0 +1,76 @@
+"""The tenancy a cluster starts with: a domain, a project and a superadmin with a keypair.
+
+Written once, by an administrator's step (``fgpu up`` at its first start, or ``fgpu admin
+init``), straight onto ``fgpu.tenancy`` as changes the system made: there is nobody yet
+whose role a registrar could check. Only on a log whose tenancy ledger is empty: a second
+start finds it written and changes nothing.
+"""
+
+from dataclasses import dataclass
+
+from events import (
+    AdminApplied,
+    AdminCommand,
+    AnyEvent,
+    CreateDomain,
+    CreateKeypair,
+    CreateProject,
+    CreateUser,
+    Role,
+)
+from events import subjects as subj
+from services.domain.keys import hash_secret, new_access_key, new_secret
+from services.domain.provenance import Provenance, new_id, stamp
+from services.domain.tenancy import DEFAULT
+from services.ports import Clock, ConcurrencyConflict, EventLog
+
+__all__ = ["FirstAdmin", "bootstrap"]
+
+SYSTEM = "system"
+
+
+@dataclass(frozen=True)
+class FirstAdmin:
+    """The superadmin's keypair, whose secret is known here and nowhere on the log."""
+
+    user: str
+    access_key: str
+    secret: str
+
+
+async def bootstrap(
+    events: EventLog,
+    clock: Clock,
+    *,
+    user: str = "admin",
+    extra: tuple[AdminCommand, ...] = (),
+) -> FirstAdmin | None:
+    """Give an empty tenancy its ``default`` domain and project, a superadmin ``user`` with
+    a new keypair, and ``extra`` commands; the keypair, or None if the log has a tenancy
+    already (nothing is written then). Raises LogError."""
+    admin = FirstAdmin(user, new_access_key(), new_secret())
+    commands: list[AdminCommand] = [
+        CreateDomain(domain=DEFAULT),
+        CreateProject(domain=DEFAULT, project=DEFAULT),
+        CreateUser(
+            user=user,
+            domain=DEFAULT,
+            role=Role.SUPERADMIN,
+            projects=(DEFAULT,),
+            default_project=DEFAULT,
+        ),
+        CreateKeypair(
+            access_key=admin.access_key, user=user, secret_hash=hash_secret(admin.secret)
+        ),
+        *extra,
+    ]
+    correlation = new_id()
+    prov = Provenance(SYSTEM, clock.now(), None, correlation)
+    items: list[tuple[str, AnyEvent]] = [
+        (subj.TENANCY, stamp(AdminApplied, prov, requester=SYSTEM, command=c)) for c in commands
+    ]
+    try:
+        await events.append_batch(items, expect_subject=subj.TENANCY, expected_last_subject_seq=0)
+    except ConcurrencyConflict:
+        return None
+    return admin
