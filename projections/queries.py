@@ -13,6 +13,7 @@ import duckdb
 
 __all__ = [
     "EventFilter",
+    "admin_answer_row",
     "agent_rows",
     "destroy_row",
     "event_rows",
@@ -20,6 +21,7 @@ __all__ = [
     "session_events",
     "session_rows",
     "session_transitions",
+    "tenancy_rows",
 ]
 
 Row = dict[str, Any]
@@ -192,3 +194,21 @@ def destroy_row(con: duckdb.DuckDBPyConnection, request_id: str) -> Row | None:
     """The answer to destroy request ``request_id``; None while it has none."""
     found = _rows(con.execute("SELECT * FROM destroys WHERE request_id = ?", [request_id]))
     return found[0] if found else None
+
+
+def admin_answer_row(con: duckdb.DuckDBPyConnection, request_id: str) -> Row | None:
+    """The registrar's answer to admin request ``request_id``; None while it has none."""
+    found = _rows(con.execute("SELECT * FROM admin_answers WHERE request_id = ?", [request_id]))
+    return found[0] if found else None
+
+
+def tenancy_rows(con: duckdb.DuckDBPyConnection, table: str) -> list[Row]:
+    """Every row of one tenancy table (``domains``, ``users``, ``keypairs``,
+    ``level_policies``), in key order."""
+    order = {
+        "domains": "domain, project",
+        "users": "user",
+        "keypairs": "access_key",
+        "level_policies": "level, target",
+    }[table]
+    return _rows(con.execute(f"SELECT * FROM {table} ORDER BY {order}"))

@@ -12,12 +12,21 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from events import GpuUsageSampled, PolicySet, SessionDestroyRequested
+from events import (
+    AdminRequested,
+    GpuUsageSampled,
+    PolicyLevel,
+    PolicySet,
+    ResourcePolicy,
+    SessionDestroyRequested,
+)
 from projections.schema import ROWS
 from services.domain.state import AgentView, SessionView, Transition
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
+from services.domain.tenancy import Tenancy
 
 __all__ = [
+    "admin_answer_table",
     "agent_table",
     "destroy_table",
     "event_table",
@@ -26,6 +35,7 @@ __all__ = [
     "policy_table",
     "session_table",
     "snapshot_table",
+    "tenancy_tables",
     "usage_table",
 ]
 
@@ -93,6 +103,9 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "container_id": [v.container_id for v in vs],
         "exit_code": [v.exit_code for v in vs],
         "reason": [v.reason for v in vs],
+        "user": [v.user for v in vs],
+        "project": [v.project for v in vs],
+        "domain": [v.domain for v in vs],
         "waiting": [v.waiting for v in vs],
         "invalid": [v.invalid for v in vs],
         "request_id": [v.request_id for v in vs],
@@ -216,3 +229,80 @@ def destroy_table(
         },
         schema=ROWS["destroys"],
     )
+
+
+def admin_answer_table(
+    answered: Mapping[str, tuple[int, AdminRequested, tuple[str, str] | None]],
+) -> pa.Table:
+    """The admin requests answered in a batch (``ClusterState.admin_answered``)."""
+    items = sorted(answered.values(), key=lambda item: item[0])
+    return pa.table(
+        {
+            "request_id": [request.id for _, request, _ in items],
+            "requester": [request.requester for _, request, _ in items],
+            "command": [str(request.command.__struct_config__.tag) for _, request, _ in items],
+            "applied": [refused is None for _, _, refused in items],
+            "code": [refused[0] if refused else None for _, _, refused in items],
+            "reason": [refused[1] if refused else None for _, _, refused in items],
+            "answered_seq": [seq for seq, _, _ in items],
+        },
+        schema=ROWS["admin_answers"],
+    )
+
+
+def tenancy_tables(t: Tenancy) -> dict[str, pa.Table]:
+    """The tenancy's rows, whole: domains and projects, users, keypairs, policies."""
+    domains = [(d, p) for d, projects in sorted(t.domains.items()) for p in projects or [None]]
+    users = [t.users[k] for k in sorted(t.users)]
+    keys = [t.keypairs[k] for k in sorted(t.keypairs)]
+    policies = sorted(t.policies.items())
+    return {
+        "domains": pa.table(
+            {"domain": [d for d, _ in domains], "project": [p for _, p in domains]},
+            schema=ROWS["domains"],
+        ),
+        "users": pa.table(
+            {
+                "user": [u.user for u in users],
+                "domain": [u.domain for u in users],
+                "role": [u.role.value for u in users],
+                "projects": [list(u.projects) for u in users],
+                "default_project": [u.default_project for u in users],
+            },
+            schema=ROWS["users"],
+        ),
+        "keypairs": pa.table(
+            {
+                "access_key": [k.access_key for k in keys],
+                "user": [k.user for k in keys],
+                "service": [k.service for k in keys],
+                "revoked": [k.revoked for k in keys],
+            },
+            schema=ROWS["keypairs"],
+        ),
+        "level_policies": pa.table(_policy_columns(policies), schema=ROWS["level_policies"]),
+    }
+
+
+def _policy_columns(
+    policies: Sequence[tuple[tuple[PolicyLevel, str], ResourcePolicy]],
+) -> dict[str, list[object]]:
+    cols: dict[str, list[object]] = {name: [] for name in ROWS["level_policies"].names}
+    for (level, target), p in policies:
+        pending, total = p.max_pending_slots, p.total_slots
+        values: dict[str, object] = {
+            "level": level.value,
+            "target": target,
+            "max_sessions": p.max_sessions,
+            "max_pending_sessions": p.max_pending_sessions,
+            "max_pending_cpu": pending.cpu if pending else None,
+            "max_pending_mem": pending.mem if pending else None,
+            "max_pending_fgpu": pending.fgpu if pending else None,
+            "total_cpu": total.cpu if total else None,
+            "total_mem": total.mem if total else None,
+            "total_fgpu": total.fgpu if total else None,
+            "max_priority": p.max_priority,
+        }
+        for name, value in values.items():
+            cols[name].append(value)
+    return cols

@@ -21,10 +21,11 @@ __all__ = [
     "STORED",
     "TABLES",
     "VIEWS",
+    "WHOLE",
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -85,6 +86,9 @@ ARROW: dict[str, pa.Schema] = {
             ("container_id", pa.string()),
             ("exit_code", pa.int32()),
             ("reason", pa.string()),  # rejection, cancellation, stop or error reason
+            ("user", pa.string()),  # its access key's user when asked for (null: none)
+            ("project", pa.string()),  # domain/project
+            ("domain", pa.string()),
             ("waiting", pa.string()),  # why the scheduler could not place it at first
             ("invalid", pa.string()),  # why the request can never be accepted as written
             ("request_id", pa.string()),
@@ -160,6 +164,53 @@ ARROW: dict[str, pa.Schema] = {
     ),
     # The fold's state at fixed points of the log, for time travel and fast restarts.
     "snapshots": _schema([("seq", pa.int64()), ("state", pa.binary())]),
+    # Each admin request once answered (by the registrar): applied, or refused and why.
+    "admin_answers": _schema(
+        [
+            ("request_id", pa.string()),
+            ("requester", pa.string()),
+            ("command", pa.string()),  # what was asked: the command's tag
+            ("applied", pa.bool_()),
+            ("code", pa.string()),  # forbidden, invalid or conflict; null: applied
+            ("reason", pa.string()),
+            ("answered_seq", pa.int64()),
+        ]
+    ),
+    # The tenancy as it stands: rewritten whole whenever it changes (it is small).
+    "domains": _schema([("domain", pa.string()), ("project", pa.string())]),
+    "users": _schema(
+        [
+            ("user", pa.string()),
+            ("domain", pa.string()),
+            ("role", pa.string()),
+            ("projects", pa.list_(pa.string())),
+            ("default_project", pa.string()),
+        ]
+    ),
+    # Keypairs without their secrets' hashes: those stay in the fold.
+    "keypairs": _schema(
+        [
+            ("access_key", pa.string()),
+            ("user", pa.string()),  # null: a service's
+            ("service", pa.string()),
+            ("revoked", pa.bool_()),
+        ]
+    ),
+    "level_policies": _schema(
+        [
+            ("level", pa.string()),  # keypair, user, project or domain
+            ("target", pa.string()),
+            ("max_sessions", pa.int64()),
+            ("max_pending_sessions", pa.int64()),
+            ("max_pending_cpu", pa.int64()),
+            ("max_pending_mem", pa.int64()),
+            ("max_pending_fgpu", pa.int64()),
+            ("total_cpu", pa.int64()),
+            ("total_mem", pa.int64()),
+            ("total_fgpu", pa.int64()),
+            ("max_priority", pa.int64()),
+        ]
+    ),
     # Each destroy request once answered: by the first event naming it as its cause.
     "destroys": _schema(
         [
@@ -292,6 +343,9 @@ def _sql_list(statuses: Iterable[SessionStatus]) -> str:
 
 ENDED_SQL = _sql_list(ENDED)  # the ended statuses, for ``status IN (...)``
 _HELD = _sql_list(HOLDS_ALLOCATION | {SessionStatus.PENDING})  # quota held, as the actor counts
+
+# Tables written whole when what they describe changes (``Batch.replaced``).
+WHOLE = frozenset({"domains", "users", "keypairs", "level_policies"})
 
 # Derived tables, computed when read (nothing to write per batch).
 VIEWS: dict[str, str] = {

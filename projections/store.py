@@ -48,7 +48,7 @@ from events import (
     records_of,
 )
 from projections import rows
-from projections.schema import DDL, ENDED_SQL, INSERTS, SCHEMA_VERSION, STORED
+from projections.schema import DDL, ENDED_SQL, INSERTS, ROWS, SCHEMA_VERSION, STORED, WHOLE
 from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED
@@ -199,6 +199,8 @@ class ProjectionStore:
         state.changed.clear()
         state.changed_agents.clear()
         state.answered.clear()  # their rows are written already
+        state.admin_answered.clear()
+        state.tenancy_changed = False
         self.committed = checkpoint
         return state
 
@@ -315,14 +317,23 @@ class ProjectionStore:
             "snapshots": rows.snapshot_table(snapshots),
             "gpu_usage": rows.usage_table(samples),
             "destroys": rows.destroy_table(s.answered),
+            "admin_answers": rows.admin_answer_table(s.admin_answered),
         }
+        replaced: frozenset[str] = frozenset()
+        if s.tenancy_changed:
+            tables.update(rows.tenancy_tables(s.tenancy))
+            replaced = WHOLE
+        else:
+            tables.update({name: ROWS[name].empty_table() for name in WHOLE})
         agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
         tables["agents"] = rows.agent_table(agents)
         _compact(s, views)  # their rows are built: ended sessions can go
         s.changed.clear()
         s.changed_agents.clear()
         s.answered.clear()
-        return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables)
+        s.admin_answered.clear()
+        s.tenancy_changed = False
+        return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replaced=replaced)
 
     def write(self, batch: "Batch") -> None:
         """Store a prepared batch and its last sequence in one transaction.
@@ -386,7 +397,7 @@ class ProjectionStore:
         # A batch is one call, its transaction's begin or end included: each call into
         # DuckDB gives the GIL back and must win it again, which costs milliseconds while
         # a thread folds.
-        script = ";\n".join(_statements(batch.tables))
+        script = ";\n".join(_statements(batch.tables, batch.replaced))
         if begin:
             script = f"BEGIN TRANSACTION;\n{script}"
         if commit:
@@ -394,10 +405,13 @@ class ProjectionStore:
         _execute(self.con, script, **{f"_{n}": t for n, t in batch.tables.items()})
 
 
-def _statements(tables: dict[str, pa.Table]) -> list[str]:
-    """What stores ``tables`` (``_<table>`` naming each one's rows in ``_execute``)."""
+def _statements(tables: dict[str, pa.Table], replaced: frozenset[str]) -> list[str]:
+    """What stores ``tables`` (``_<table>`` naming each one's rows in ``_execute``); the
+    ``replaced`` ones are written whole, empty or not."""
     out = []
     for name, table in tables.items():
+        if name in replaced:
+            out.append(f"DELETE FROM {STORED[name]}")
         if not table.num_rows:
             continue
         key, stored = _KEYS.get(name), STORED[name]
@@ -448,6 +462,7 @@ class Batch:
     first: int
     last: int
     tables: dict[str, pa.Table]
+    replaced: frozenset[str] = frozenset()  # tables written whole (schema.WHOLE)
 
 
 # The key of each table whose rows are rewritten when what they describe changes.
@@ -466,6 +481,11 @@ def _execute(
     _gpu_usage: pa.Table,
     _agents: pa.Table,
     _destroys: pa.Table,
+    _admin_answers: pa.Table,
+    _domains: pa.Table,
+    _users: pa.Table,
+    _keypairs: pa.Table,
+    _level_policies: pa.Table,
 ) -> None:
     """Run ``script``, in which ``_<table>`` names the Arrow rows of that table.
 

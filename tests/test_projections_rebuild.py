@@ -19,18 +19,33 @@ from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
 from nats_env import fresh_stream
 
-from events import RawBatch, Slots
+from events import (
+    AddMember,
+    AdminCommand,
+    CreateKeypair,
+    CreateProject,
+    CreateUser,
+    PolicyLevel,
+    RawBatch,
+    ResourcePolicy,
+    SetPolicy,
+    Slots,
+)
 from projections import ProjectionStore, Projector, rebuild
 from projections.compare import differences
 from services.actors.agent import AgentActor
+from services.actors.bootstrap import bootstrap
 from services.actors.quota import QuotaActor
+from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters import jetstream, raw_reader
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
+from services.domain.keys import hash_secret
 from services.domain.state import ClusterState
+from services.domain.tenancy import DEFAULT
 from services.ports import BulkLog
 from tests.cluster import GIB, agent_config
 
@@ -45,6 +60,9 @@ steps = st.lists(
         st.tuples(st.just("policy"), st.integers(0, 1), st.integers(1, 3)),
         st.tuples(st.just("restart"), st.just(0), st.just(0)),
         st.tuples(st.just("bad"), st.just(0), st.just(0)),
+        # With tenancy: a project (a new one, or one of a domain that is not), a user's
+        # policy; its answer (applied or refused) is projected too.
+        st.tuples(st.just("admin"), st.integers(0, 3), st.integers(1, 3)),
     ),
     min_size=4,
     max_size=12,
@@ -56,9 +74,8 @@ def _settled(ids: list[str], seen: int) -> Callable[[ClusterState], bool]:
     up to ``seen``."""
 
     def done(s: ClusterState) -> bool:
-        if (
-            s.last_seq < seen or s.destroys or s.malformed
-        ):  # unanswered destroys, bad payloads not yet refused
+        # Unanswered destroys and admin requests, bad payloads not yet refused.
+        if s.last_seq < seen or s.destroys or s.admin_requests or s.malformed:
             return False
         for i in ids:
             v = s.sessions.get(i)
@@ -142,13 +159,41 @@ class _Live:
         await anyio.to_thread.run_sync(self.store.close)
 
 
-async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
+async def _tenancy(log: JetStreamLog, clock: SystemClock) -> Client:
+    """The first tenancy, with alice and bob users of the default project whose keypairs
+    are their names; the superadmin's client."""
+    extra = [
+        command
+        for owner in OWNERS
+        for command in (
+            CreateUser(user=owner, domain=DEFAULT, projects=(DEFAULT,)),
+            CreateKeypair(access_key=owner, user=owner, secret_hash=hash_secret(owner)),
+        )
+    ]
+    first = await bootstrap(log, clock, extra=tuple(extra))
+    assert first is not None
+    return Client(log, clock, first.access_key)
+
+
+def _admin_command(a: int, b: int) -> AdminCommand:
+    if a == 0:
+        return CreateProject(domain=DEFAULT, project=f"p{b}")
+    if a == 1:
+        return CreateProject(domain="nowhere", project="p")  # refused: no such domain
+    if a == 2:
+        policy = ResourcePolicy(max_sessions=b)
+        return SetPolicy(level=PolicyLevel.USER, target=OWNERS[b % 2], policy=policy)
+    return AddMember(user=OWNERS[b % 2], project=f"p{b}")
+
+
+async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> None:
     log = await connect(url)
     await fresh_stream(log)
     clock = SystemClock()
     async with AsyncExitStack() as stack:
         stack.push_async_callback(log.close)
         tg = await stack.enter_async_context(anyio.create_task_group())
+        await tg.start(RegistrarActor(log, clock).run)
         await tg.start(QuotaActor(log, clock).run)
         await tg.start(SchedulerActor(log, clock).run)
         for n in range(2):
@@ -161,6 +206,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
         other = _Live(log, tmp / "other.duckdb", tg)
         await other.start()
         clients = [Client(log, clock, o) for o in OWNERS]
+        root = await _tenancy(log, clock) if tenancy else None
         ids: list[str] = []
         for what, a, b in plan:
             if what == "create":
@@ -176,6 +222,8 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
                 await live.start()
             elif what == "bad":
                 await log.js.publish("fgpu.req.alice.s0bad", b"{not an event")
+            elif what == "admin" and root is not None:
+                await root.admin(_admin_command(a, b))
         with anyio.fail_after(30):
             await clients[0].wait_until(_settled(ids, await log.last_seq()))
         end = await log.last_seq()
@@ -219,6 +267,8 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
         assert found == {sid: v.status.value for sid, v in truth.sessions.items()}
         used = dict(store.con.execute("SELECT agent_id, alloc_fgpu FROM agents").fetchall())
         assert used == {aid: a.allocated.fgpu for aid, a in truth.agents.items()}
+        members = dict(store.con.execute("SELECT user, projects FROM users").fetchall())
+        assert members == {u: list(v.projects) for u, v in truth.tenancy.users.items()}
     finally:
         store.close()
 
@@ -229,9 +279,9 @@ async def _workload(url: str, tmp: Path, plan: list[Step]) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(plan=steps)
+@given(plan=steps, tenancy=st.booleans())
 def test_a_live_projection_equals_a_rebuild_row_for_row(
-    nats_url: str, tmp_path_factory: pytest.TempPathFactory, plan: list[Step]
+    nats_url: str, tmp_path_factory: pytest.TempPathFactory, plan: list[Step], tenancy: bool
 ) -> None:
     tmp = tmp_path_factory.mktemp("rebuild")
-    anyio.run(_workload, nats_url, tmp, plan, backend="asyncio")
+    anyio.run(_workload, nats_url, tmp, plan, tenancy, backend="asyncio")

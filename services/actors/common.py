@@ -67,6 +67,8 @@ async def _react(react: React, state: ClusterState) -> None:
     state.changed.clear()
     state.changed_agents.clear()
     state.answered.clear()
+    state.admin_answered.clear()
+    state.tenancy_changed = False
 
 
 async def follow_log(

@@ -184,6 +184,38 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             raise HTTPException(404, f"destroy request {request_id!r} has no answer (yet)")
         return models.DestroyAnswer(**row)
 
+    @app.get("/v1/admin/requests/{request_id}", tags=["tenancy"], responses=_NOT_FOUND)
+    async def admin_answer(request_id: str) -> models.AdminAnswer:
+        """The registrar's answer to an admin request (its event id): applied, or refused
+        and why. 404 while it has no answer."""
+        row = await query(lambda con: queries.admin_answer_row(con, request_id))
+        if row is None:
+            raise HTTPException(404, f"admin request {request_id!r} has no answer (yet)")
+        return models.AdminAnswer(**row)
+
+    @app.get("/v1/domains", tags=["tenancy"])
+    async def list_domains() -> list[models.DomainInfo]:
+        """Domains and their projects."""
+        return shapes.domains_from_rows(await query(lambda c: queries.tenancy_rows(c, "domains")))
+
+    @app.get("/v1/users", tags=["tenancy"])
+    async def list_users() -> list[models.UserInfo]:
+        """Users, their domain, role and projects."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "users"))
+        return [models.UserInfo(**r) for r in rows]
+
+    @app.get("/v1/keypairs", tags=["tenancy"])
+    async def list_keypairs() -> list[models.KeypairInfo]:
+        """Keypairs (never a secret), whose they are, and whether revoked."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "keypairs"))
+        return [models.KeypairInfo(**r) for r in rows]
+
+    @app.get("/v1/policies", tags=["tenancy"])
+    async def list_policies() -> list[models.PolicyInfo]:
+        """Resource policies of keypairs, users, projects and domains."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "level_policies"))
+        return [shapes.policy_from_row(r) for r in rows]
+
     @app.get("/v1/agents", tags=["agents"])
     async def list_agents() -> models.AgentList:
         """Agents with their capacity and each GPU's fGPU shares, by session."""

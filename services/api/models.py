@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "AdminAnswer",
     "Agent",
     "AgentList",
     "AgentUsage",
@@ -17,11 +18,14 @@ __all__ = [
     "ClusterAt",
     "DestroyAnswer",
     "Device",
+    "DomainInfo",
     "Event",
     "EventPage",
     "Gpu",
     "GpuUsage",
+    "KeypairInfo",
     "OwnerUsage",
+    "PolicyInfo",
     "Problem",
     "Session",
     "SessionHistory",
@@ -31,6 +35,7 @@ __all__ = [
     "Times",
     "Transition",
     "Usage",
+    "UserInfo",
 ]
 
 
@@ -67,7 +72,10 @@ class Times(BaseModel):
 class Session(BaseModel):
     id: str
     name: str | None
-    owner: str
+    owner: str = Field(description="the access key that asked for it")
+    user: str | None = Field(description="the key's user when it asked (null: none)")
+    project: str = Field(description="domain/project it belongs to")
+    domain: str
     status: str
     image: str
     command: list[str]
@@ -230,3 +238,49 @@ class DestroyAnswer(BaseModel):
     requester: str = Field(description="the access key that asked")
     answered_seq: int = Field(description="the log sequence of the answer")
     refused: str | None = Field(description="why it was refused; null: carried out")
+
+
+class AdminAnswer(BaseModel):
+    """The registrar's answer to an admin request."""
+
+    request_id: str
+    requester: str
+    command: str = Field(description="what was asked (create-user, set-policy, ...)")
+    applied: bool
+    code: str | None = Field(description="forbidden, invalid or conflict; null: applied")
+    reason: str | None
+    answered_seq: int
+
+
+class DomainInfo(BaseModel):
+    domain: str
+    projects: list[str]
+
+
+class UserInfo(BaseModel):
+    user: str
+    domain: str
+    role: str
+    projects: list[str]
+    default_project: str | None
+
+
+class KeypairInfo(BaseModel):
+    """A keypair, never its secret (nor the secret's hash)."""
+
+    access_key: str
+    user: str | None
+    service: str | None = Field(description="the service it is of; null: a user's")
+    revoked: bool
+
+
+class PolicyInfo(BaseModel):
+    """A resource policy; an absent limit is null, amounts as everywhere else."""
+
+    level: str
+    target: str
+    max_sessions: int | None
+    max_pending_sessions: int | None
+    max_pending: Amounts | None
+    total: Amounts | None
+    max_priority: int | None

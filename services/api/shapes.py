@@ -12,9 +12,11 @@ from services.api.models import (
     Agent,
     Amounts,
     Device,
+    DomainInfo,
     Event,
     Gpu,
     OwnerUsage,
+    PolicyInfo,
     Session,
     Share,
     Times,
@@ -27,9 +29,11 @@ __all__ = [
     "agent_from_row",
     "agent_from_view",
     "amounts",
+    "domains_from_rows",
     "event_from_row",
     "owners_from_rows",
     "owners_from_state",
+    "policy_from_row",
     "session_from_row",
     "session_from_view",
 ]
@@ -50,6 +54,9 @@ def session_from_row(r: Row) -> Session:
         id=r["session_id"],
         name=r["name"],
         owner=r["owner"],
+        user=r["user"],
+        project=r["project"],
+        domain=r["domain"],
         status=r["status"],
         image=r["image"],
         command=list(r["command"] or ()),
@@ -89,6 +96,9 @@ def _session_row(v: SessionView) -> Row:
         session_id=v.session_id,
         name=v.name,
         owner=v.owner,
+        user=v.user,
+        project=v.project,
+        domain=v.domain,
         status=v.status.value,
         image=v.image,
         command=v.command,
@@ -241,4 +251,29 @@ def event_from_row(r: Row) -> Event:
         error=r["error"],
         data=data,
         raw=raw,
+    )
+
+
+def domains_from_rows(rows: Iterable[Row]) -> list[DomainInfo]:
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        projects = found.setdefault(r["domain"], [])
+        if r["project"] is not None:
+            projects.append(r["project"])
+    return [DomainInfo(domain=d, projects=p) for d, p in found.items()]
+
+
+def policy_from_row(r: Row) -> PolicyInfo:
+    def maybe(prefix: str) -> Amounts | None:
+        values = (r[f"{prefix}_fgpu"], r[f"{prefix}_cpu"], r[f"{prefix}_mem"])
+        return None if values[0] is None else amounts(*values)
+
+    return PolicyInfo(
+        level=r["level"],
+        target=r["target"],
+        max_sessions=r["max_sessions"],
+        max_pending_sessions=r["max_pending_sessions"],
+        max_pending=maybe("max_pending"),
+        total=maybe("total"),
+        max_priority=r["max_priority"],
     )

@@ -22,7 +22,7 @@ from services.cli.options import (
     warn,
 )
 from services.cli.render import session_lines, sessions_table
-from services.cli.watch import Session, read_sessions, wait_for
+from services.cli.watch import Session, answers, read_sessions, wait_for
 from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
@@ -325,21 +325,14 @@ def _destroy_results(
     import time
 
     deadline = time.monotonic() + timeout_s
-    answers = _destroy_answers(api, [rid for rid, _ in requests.values()])
-    if len(answers) < len(requests):
-        after = min(seq for _, seq in requests.values()) - 1
-        for e in api.stream(after, deadline=deadline):
-            if e.more:
-                continue  # more of the page is here: ask once it is read
-            answers.update(
-                _destroy_answers(api, [r for r, _ in requests.values() if r not in answers])
-            )
-            if len(answers) == len(requests):
-                break
+    paths = {rid: f"/v1/destroys/{rid}" for rid, _ in requests.values()}
+    after = min(seq for _, seq in requests.values()) - 1
+    found = answers(api, paths.values(), after, timeout_s=timeout_s)
+    answered = {rid: found[path] for rid, path in paths.items() if path in found}
     carried_out = [
         sid
         for sid, (rid, _) in requests.items()
-        if rid in answers and answers[rid]["refused"] is None
+        if rid in answered and answered[rid]["refused"] is None
     ]
     remaining = max(0.0, deadline - time.monotonic())
     if wait and carried_out:
@@ -348,7 +341,7 @@ def _destroy_results(
         sessions, _ = read_sessions(api, carried_out)
     results: dict[str, dict[str, str]] = {}
     for sid, (rid, _) in requests.items():
-        answer = answers.get(rid)
+        answer = answered.get(rid)
         if answer is not None and answer["refused"] is not None:
             results[sid] = {"result": "refused", "reason": answer["refused"]}
         elif answer is not None and sid in sessions:
@@ -357,20 +350,6 @@ def _destroy_results(
         else:
             results[sid] = {"result": "unanswered", "reason": f"no answer in {timeout_s:g} s"}
     return results
-
-
-def _destroy_answers(api: "ReadApi", request_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """The answers the API has to ``request_ids``, by request id (the unanswered left out)."""
-    from services.cli.api_client import ApiError
-
-    found = {}
-    for rid in request_ids:
-        try:
-            found[rid] = api.get(f"/v1/destroys/{rid}")
-        except ApiError as e:
-            if e.status != 404:
-                raise
-    return found
 
 
 def _reachable_api(settings: Settings) -> "ReadApi":

@@ -11,7 +11,7 @@ from typing import Any
 
 from services.cli.api_client import ReadApi
 
-__all__ = ["Session", "read_sessions", "wait_for"]
+__all__ = ["Session", "answers", "read_sessions", "wait_for"]
 
 Session = dict[str, Any]
 _CHUNK = 100  # ids in one request: the query string stays well within what servers take
@@ -69,3 +69,34 @@ def _refresh(
     current.update(fresh)
     pending -= {i for i, s in fresh.items() if reached(s)}
     dirty.clear()
+
+
+def answers(
+    api: ReadApi, paths: Collection[str], after: int, *, timeout_s: float
+) -> dict[str, Any]:
+    """What the API answers at each of ``paths`` once it has an answer there (404 until
+    then): the answers of requests that came after sequence ``after``, read again each
+    time the event stream brings a page after it, until all are there or the timeout."""
+    deadline = time.monotonic() + timeout_s
+    found = _answered(api, paths)
+    if len(found) < len(paths):
+        for e in api.stream(after, deadline=deadline):
+            if e.more:
+                continue  # more of the page is here: ask once it is read
+            found.update(_answered(api, [p for p in paths if p not in found]))
+            if len(found) == len(paths):
+                break
+    return found
+
+
+def _answered(api: ReadApi, paths: Iterable[str]) -> dict[str, Any]:
+    from services.cli.api_client import ApiError
+
+    found = {}
+    for path in paths:
+        try:
+            found[path] = api.get(path)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+    return found

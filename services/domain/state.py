@@ -282,14 +282,23 @@ def _admin_requested(s: ClusterState, seq: int, e: AdminRequested) -> None:
 
 
 def _admin_applied(s: ClusterState, seq: int, e: AdminApplied) -> None:
-    if e.causation_id is not None:
-        s.admin_requests.pop(e.causation_id, None)
+    _admin_answer(s, seq, e.causation_id, None)
     apply(s.tenancy, e.command)
+    s.tenancy_changed = True
 
 
 def _admin_refused(s: ClusterState, seq: int, e: AdminRefused) -> None:
-    if e.causation_id is not None:
-        s.admin_requests.pop(e.causation_id, None)
+    _admin_answer(s, seq, e.causation_id, (e.code, e.reason))
+
+
+def _admin_answer(
+    s: ClusterState, seq: int, cause: str | None, refused: tuple[str, str] | None
+) -> None:
+    """The first answer naming a request as its cause answers it (what the system applied
+    at the start answers none)."""
+    request = s.admin_requests.pop(cause, None) if cause is not None else None
+    if request is not None:
+        s.admin_answered[request.id] = (seq, request, refused)
 
 
 def _registered(s: ClusterState, seq: int, e: AgentRegistered) -> None:

@@ -150,6 +150,13 @@ class ClusterState:
     pending: dict[str, OwnerUsage] = field(default_factory=dict)
     tenancy: Tenancy = field(default_factory=Tenancy)
     admin_requests: dict[str, AdminRequested] = field(default_factory=dict)  # undecided
+    # Admin requests answered, and whether the tenancy changed, since the owner last
+    # cleared these (with ``changed``): request id -> the answer's sequence, the request,
+    # and the refusal's code and reason (None: applied).
+    admin_answered: dict[str, tuple[int, AdminRequested, tuple[str, str] | None]] = field(
+        default_factory=dict
+    )
+    tenancy_changed: bool = False
     subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
     # Work waiting for an actor, kept by the fold so no actor scans every session:
     undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
