@@ -15,15 +15,32 @@ FGPU = str(Path(sys.executable).parent / "fgpu")
 
 
 class Stack:
+    """``fgpu up`` running, and the users made on it: commands run as ``researcher`` unless
+    another user is named (``key=``); ``admin`` is the superadmin ``fgpu up`` made."""
+
     def __init__(self, home: Path, agent_id: str) -> None:
         self.home = home
         self.agent_id = agent_id
-        self.env = {**os.environ, "FGPU_HOME": str(home), "FGPU_ACCESS_KEY": "researcher"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FGPU_")}
+        self.env = {**env, "FGPU_HOME": str(home)}
+        self.keys: dict[str, dict[str, str]] = {}
+
+    def user(self, name: str) -> None:
+        """A user ``name`` of the default project, with a keypair (made by the admin)."""
+        admin = ["admin", "user", "create", name, "--domain", "default", "--project", "default"]
+        self.fgpu(*admin, key="admin")
+        made = self.json("admin", "keypair", "create", "--user", name, key="admin")
+        self.keys[name] = {
+            "FGPU_ACCESS_KEY": made["access_key"],
+            "FGPU_SECRET_KEY": made["secret_key"],
+        }
+
+    def _env(self, key: str | None) -> dict[str, str]:
+        name = key or "researcher"
+        return self.env if name == "admin" else {**self.env, **self.keys[name]}
 
     def fgpu(self, *args: str, check: bool = True, key: str | None = None) -> str:
-        env = dict(self.env)
-        if key is not None:
-            env["FGPU_ACCESS_KEY"] = key
+        env = self._env(key)
         p = subprocess.run(
             [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
         )
@@ -37,9 +54,7 @@ class Stack:
         return json.loads(self.fgpu(*args[:i], "--json", *args[i:], key=key))
 
     def run(self, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(self.env)
-        if key is not None:
-            env["FGPU_ACCESS_KEY"] = key
+        env = self._env(key)
         return subprocess.run(
             [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
         )
@@ -72,8 +87,9 @@ def remove_agent_containers(agent_id: str) -> None:
 
 
 @contextmanager
-def fgpu_up(home: Path, *extra: str) -> Iterator[Stack]:
-    """`fgpu up` with one mock GPU worth 2 fGPU, on a fresh NATS server and Docker."""
+def fgpu_up(home: Path, *extra: str, users: tuple[str, ...] = ("researcher",)) -> Iterator[Stack]:
+    """`fgpu up` with one mock GPU worth 2 fGPU, on a fresh NATS server and Docker; and
+    ``users`` of its default project."""
     stack = Stack(home, "e2e" + secrets.token_hex(3))
     log = home / "up.log"
     with open(log, "wb") as out:
@@ -101,6 +117,8 @@ def fgpu_up(home: Path, *extra: str) -> Iterator[Stack]:
         )
     try:
         wait_for_line(log, "ready", process, 60)
+        for name in users:
+            stack.user(name)
         yield stack
     finally:
         process.terminate()

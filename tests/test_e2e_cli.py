@@ -21,7 +21,7 @@ GIB = 1 << 30
 def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
     require_docker()
     shim = build_shim(tmp_path / "shim")
-    with fgpu_up(tmp_path, "--shim-dir", str(shim)) as stack:
+    with fgpu_up(tmp_path, "--shim-dir", str(shim), users=("researcher", "mallory")) as stack:
         created = stack.json(
             "session",
             "create",

@@ -1,4 +1,4 @@
-"""Administrators' commands: resource policies, and the projections' rebuild."""
+"""Administrators' commands for the log: the stream, and the projections' rebuild."""
 
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,59 +13,15 @@ from services.cli.options import (
     print_json,
     run_async,
     state_file,
-    user_client,
 )
 
 __all__ = ["register"]
 
-policy_app = typer.Typer(help="Resource policies per access key (admins).", no_args_is_help=True)
 projections_app = typer.Typer(help="The DuckDB projections of the log.", no_args_is_help=True)
 stream_app = typer.Typer(
     help="The stream that holds the log (an administrator's step: clients never create it).",
     no_args_is_help=True,
 )
-
-
-@policy_app.command("set")
-def policy_set(
-    ctx: typer.Context,
-    owner: Annotated[str, typer.Argument(help="The access key the policy applies to.")],
-    max_sessions: Annotated[int | None, typer.Option(min=0, help="Concurrent sessions.")] = None,
-    max_fgpu: Annotated[str | None, typer.Option(help="Total fGPU held at once.")] = None,
-    max_cpu: Annotated[str | None, typer.Option(help="Total CPU held at once.")] = None,
-    max_mem: Annotated[str | None, typer.Option(help="Total memory held at once.")] = None,
-) -> None:
-    """Set an access key's policy; what is not given is not limited."""
-    from events import Slots
-    from events import subjects as subj
-    from services.domain.resources import (
-        UNLIMITED,
-        InvalidAmount,
-        parse_cpu,
-        parse_fgpu,
-        parse_mem,
-    )
-
-    settings: Settings = ctx.obj
-    if not subj.is_token(owner):
-        fail(f"access key {owner!r} must be 1-64 letters, digits, '-' or '_'")
-    limits = None
-    if max_fgpu or max_cpu or max_mem:
-        try:
-            limits = Slots(
-                fgpu=parse_fgpu(max_fgpu) if max_fgpu else UNLIMITED,
-                cpu=parse_cpu(max_cpu) if max_cpu else UNLIMITED,
-                mem=parse_mem(max_mem) if max_mem else UNLIMITED,
-            )
-        except InvalidAmount as e:
-            fail(str(e))
-
-    async def go() -> None:
-        async with user_client(settings) as client:
-            await client.set_policy(owner, max_sessions=max_sessions, max_slots=limits)
-
-    run_async(go)
-    out().print(f"policy of {owner} set")
 
 
 def _default_db() -> Path:
@@ -154,6 +110,5 @@ def stream_info(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(policy_app, name="policy")
     app.add_typer(projections_app, name="projections")
     app.add_typer(stream_app, name="stream")

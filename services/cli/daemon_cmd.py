@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import anyio.abc
 
     from services.actors.agent import AgentConfig
-    from services.ports import SliceRegions
+    from services.ports import EventLog, SliceRegions
 
 __all__ = ["AgentOptions", "register"]
 
@@ -142,7 +142,14 @@ def up(
     from projections.paths import default_db_path
     from services.adapters import nats_server
     from services.cli.agent_setup import container_runtime
-    from services.cli.stack import StackInfo, connected, run_agent, run_quota, run_scheduler
+    from services.cli.stack import (
+        StackInfo,
+        connected,
+        run_agent,
+        run_quota,
+        run_registrar,
+        run_scheduler,
+    )
 
     cfg, regions = agent.setup()
     try:
@@ -166,9 +173,12 @@ def up(
             container_runtime(cfg.runtime_name) as rt,
             anyio.create_task_group() as tg,
         ):
-            # The embedded case is its own administrator: it sets the stream up.
+            # The embedded case is its own administrator: it sets the stream up, and gives
+            # a new cluster its superadmin.
             await conn.log.create_or_update_stream()
+            await _first_admin(conn.log)
             tg.start_soon(_until_signalled, tg)
+            await tg.start(run_registrar, conn.log)
             await tg.start(run_quota, conn.log)
             await tg.start(run_scheduler, conn.log, conn.bus)
             await tg.start(run_agent, conn, rt, cfg, regions)
@@ -191,6 +201,19 @@ def up(
         server.stop()
         state_file().unlink(missing_ok=True)
         console.print("fgpu up: stopped")
+
+
+async def _first_admin(log: "EventLog") -> None:
+    """A superadmin for a cluster that has no tenancy yet, its keypair stored as the one
+    this host's CLI speaks as (the secret shown nowhere else)."""
+    from services.actors.bootstrap import bootstrap
+    from services.adapters.system_clock import SystemClock
+    from services.cli.credentials import Credentials, save
+
+    first = await bootstrap(log, SystemClock())
+    if first is not None:
+        path = save(Credentials(first.access_key, first.secret))
+        out().print(f"  superadmin {first.user}: keypair {first.access_key} stored in {path}")
 
 
 @_with_agent_options
@@ -318,16 +341,23 @@ def quota(ctx: typer.Context) -> None:
     _single(_url(ctx), "quota")
 
 
+def registrar(ctx: typer.Context) -> None:
+    """Run the registrar (it answers administrators' requests) against --nats URL."""
+    _single(_url(ctx), "registrar")
+
+
 def _single(url: str, which: str) -> None:
     import anyio
 
-    from services.cli.stack import connected, run_quota, run_scheduler
+    from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
 
     async def main() -> None:
         async with connected(url, f"fgpu-{which}") as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
             if which == "scheduler":
                 await tg.start(run_scheduler, conn.log, conn.bus)
+            elif which == "registrar":
+                await tg.start(run_registrar, conn.log)
             else:
                 await tg.start(run_quota, conn.log)
             out().print(f"{which} ready on {url}")
@@ -342,6 +372,7 @@ def register(app: typer.Typer) -> None:
     app.command("agent")(agent_cmd)
     app.command("scheduler")(scheduler)
     app.command("quota")(quota)
+    app.command("registrar")(registrar)
     app.command("api")(api)
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
     sim.command("agents")(sim_agents)

@@ -5,12 +5,20 @@ imports what it uses when it runs, so a read through the API pays for no NATS cl
 DuckDB or web framework.
 """
 
-import os
 from typing import Annotated
 
 import typer
 
-from services.cli import admin_cmd, agents_cmd, audit_cmd, daemon_cmd, events_cmd, session_cmd
+from services.cli import (
+    admin_cmd,
+    agents_cmd,
+    audit_cmd,
+    daemon_cmd,
+    events_cmd,
+    session_cmd,
+    tenancy_cmd,
+)
+from services.cli.credentials import resolve
 from services.cli.options import Settings, print_json
 
 __all__ = ["app"]
@@ -34,12 +42,16 @@ def main(
         typer.Option(help="Read API URL (default: $FGPU_API, else where `fgpu up` serves it)."),
     ] = None,
     access_key: Annotated[
-        str | None, typer.Option(help="Your access key (default: $FGPU_ACCESS_KEY or 'user').")
+        str | None,
+        typer.Option(
+            help="Your access key (default: $FGPU_ACCESS_KEY, else the one `fgpu login` "
+            "stored; its secret comes from $FGPU_SECRET_KEY or that store)."
+        ),
     ] = None,
 ) -> None:
     # Checked by the commands that publish in its name (``user_client``): a read needs none.
-    key = access_key or os.environ.get("FGPU_ACCESS_KEY", "user")
-    ctx.obj = Settings(nats=nats, api=api, access_key=key)
+    me = resolve(access_key)
+    ctx.obj = Settings(nats=nats, api=api, access_key=me.access_key, secret_key=me.secret_key)
 
 
 @app.command("version")
@@ -60,4 +72,5 @@ app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
 admin_cmd.register(app)
+tenancy_cmd.register(app)
 daemon_cmd.register(app)

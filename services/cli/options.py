@@ -58,6 +58,7 @@ class Settings:
     nats: str | None
     api: str | None
     access_key: str
+    secret_key: str | None = None
 
     @property
     def url(self) -> str:

@@ -14,6 +14,7 @@ from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
+from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
@@ -27,6 +28,7 @@ __all__ = [
     "run_agent",
     "run_agent_host",
     "run_quota",
+    "run_registrar",
     "run_scheduler",
 ]
 
@@ -58,6 +60,12 @@ async def run_quota(
     events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     await QuotaActor(events, SystemClock()).run(task_status=task_status)
+
+
+async def run_registrar(
+    events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    await RegistrarActor(events, SystemClock()).run(task_status=task_status)
 
 
 async def run_scheduler(

@@ -1,0 +1,494 @@
+"""``fgpu admin ...``: domains, projects, users, keypairs and resource policies; and
+``fgpu login`` / ``fgpu whoami``.
+
+A change is a request on the log (``AdminRequested``) that the registrar applies or
+refuses after checking the requester's role; the command waits for that answer through
+the read API and says it (exit 1 on a refusal, its reason on stderr). Lists are read from
+the read API. A keypair's secret is made here, shown once, and only its salted hash
+leaves this process.
+"""
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from services.cli.options import (
+    Settings,
+    api_errors,
+    fail,
+    out,
+    print_json,
+    run_async,
+    user_client,
+    warn,
+)
+
+if TYPE_CHECKING:
+    from events import AdminCommand, ResourcePolicy
+
+__all__ = ["admin_app", "register"]
+
+admin_app = typer.Typer(
+    help="Tenancy and resource policies (administrators).", no_args_is_help=True
+)
+domain_app = typer.Typer(help="Domains.", no_args_is_help=True)
+project_app = typer.Typer(help="Projects of a domain (DOMAIN/PROJECT).", no_args_is_help=True)
+user_app = typer.Typer(help="Users of a domain.", no_args_is_help=True)
+keypair_app = typer.Typer(help="Keypairs (access key + secret).", no_args_is_help=True)
+policy_app = typer.Typer(help="Resource policies at four levels.", no_args_is_help=True)
+for _name, _sub in (
+    ("domain", domain_app),
+    ("project", project_app),
+    ("user", user_app),
+    ("keypair", keypair_app),
+    ("policy", policy_app),
+):
+    admin_app.add_typer(_sub, name=_name)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    s: Settings = ctx.obj
+    return s
+
+
+def ask(ctx: typer.Context, command: "AdminCommand", timeout: float) -> dict[str, Any]:
+    """Ask the registrar for ``command``; its answer (exits 1 with the refusal's reason)."""
+    from services.cli.watch import answers
+
+    settings = _settings(ctx)
+    api = settings.read_api()
+    with api_errors():
+        api.get("/v1/domains")  # reachable: asked before anything is published
+
+    async def publish() -> tuple[str, int]:
+        async with user_client(settings) as client:
+            return await client.admin(command)
+
+    request_id, seq = run_async(publish)
+    path = f"/v1/admin/requests/{request_id}"
+    with api_errors():
+        found = answers(api, [path], seq - 1, timeout_s=timeout)
+    answer: dict[str, Any] | None = found.get(path)
+    if answer is None:
+        fail(f"no answer within {timeout:g} s (request {request_id}); is a registrar running?", 3)
+    if not answer["applied"]:
+        fail(f"refused ({answer['code']}): {answer['reason']}", code=1)
+    return answer
+
+
+def _done(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> None:
+    if as_json:
+        print_json({**answer, **extra})
+    else:
+        out().print(text, highlight=False)
+
+
+def _listed(ctx: typer.Context, path: str) -> Any:
+    with api_errors():
+        return _settings(ctx).read_api().get(path)
+
+
+def _split(project: str) -> tuple[str, str]:
+    domain, _, name = project.partition("/")
+    if not domain or not name:
+        fail(f"a project is DOMAIN/PROJECT, got {project!r}")
+    return domain, name
+
+
+# ---- domains and projects ---------------------------------------------------------------
+
+
+@domain_app.command("create")
+def domain_create(
+    ctx: typer.Context, domain: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Create a domain (superadmins)."""
+    from events import CreateDomain
+
+    _done(ask(ctx, CreateDomain(domain=domain), timeout), f"domain {domain} created", as_json)
+
+
+@domain_app.command("ls")
+def domain_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Domains and their projects."""
+    found = _listed(ctx, "/v1/domains")
+    if as_json:
+        print_json(found)
+        return
+    for d in found:
+        out().print(f"{d['domain']}: {', '.join(d['projects']) or '(no project)'}", highlight=False)
+
+
+@project_app.command("create")
+def project_create(
+    ctx: typer.Context,
+    project: Annotated[str, typer.Argument(help="DOMAIN/PROJECT")],
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a project in a domain (its domain admins, superadmins)."""
+    from events import CreateProject
+
+    domain, name = _split(project)
+    answer = ask(ctx, CreateProject(domain=domain, project=name), timeout)
+    _done(answer, f"project {project} created", as_json)
+
+
+@project_app.command("rm")
+def project_rm(
+    ctx: typer.Context,
+    project: Annotated[str, typer.Argument(help="DOMAIN/PROJECT")],
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove a project; its members leave it, its sessions run on."""
+    from events import RemoveProject
+
+    domain, name = _split(project)
+    answer = ask(ctx, RemoveProject(domain=domain, project=name), timeout)
+    _done(answer, f"project {project} removed", as_json)
+
+
+# ---- users ------------------------------------------------------------------------------
+
+
+@user_app.command("create")
+def user_create(
+    ctx: typer.Context,
+    user: str,
+    domain: Annotated[str, typer.Option(help="The user's domain.")],
+    role: Annotated[str, typer.Option(help="user, domain-admin or superadmin.")] = "user",
+    project: Annotated[
+        list[str] | None, typer.Option(help="A project of the domain (repeat for more).")
+    ] = None,
+    default_project: Annotated[str | None, typer.Option(help="Where sessions go.")] = None,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a user of a domain, member of the given projects."""
+    from events import CreateUser
+
+    command = CreateUser(
+        user=user,
+        domain=domain,
+        role=_role(role),
+        projects=tuple(project or ()),
+        default_project=default_project,
+    )
+    _done(ask(ctx, command, timeout), f"user {user} created", as_json)
+
+
+@user_app.command("rm")
+def user_rm(
+    ctx: typer.Context, user: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Remove a user: its keypairs are revoked; its sessions run on."""
+    from events import RemoveUser
+
+    _done(ask(ctx, RemoveUser(user=user), timeout), f"user {user} removed", as_json)
+
+
+@user_app.command("set-role")
+def user_set_role(
+    ctx: typer.Context, user: str, role: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Give a user another role."""
+    from events import SetRole
+
+    _done(ask(ctx, SetRole(user=user, role=_role(role)), timeout), f"{user} is {role}", as_json)
+
+
+@user_app.command("join")
+def user_join(
+    ctx: typer.Context,
+    user: str,
+    project: str,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a user a member of a project of its domain (PROJECT, without the domain)."""
+    from events import AddMember
+
+    answer = ask(ctx, AddMember(user=user, project=project), timeout)
+    _done(answer, f"{user} joined {project}", as_json)
+
+
+@user_app.command("leave")
+def user_leave(
+    ctx: typer.Context,
+    user: str,
+    project: str,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a user out of a project."""
+    from events import RemoveMember
+
+    answer = ask(ctx, RemoveMember(user=user, project=project), timeout)
+    _done(answer, f"{user} left {project}", as_json)
+
+
+@user_app.command("ls")
+def user_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Users, their domain, role and projects."""
+    found = _listed(ctx, "/v1/users")
+    if as_json:
+        print_json(found)
+        return
+    for u in found:
+        projects = ", ".join(u["projects"]) or "-"
+        out().print(
+            f"{u['user']}  {u['domain']}  {u['role']}  projects: {projects}", highlight=False
+        )
+
+
+def _role(text: str) -> Any:
+    from events import Role
+
+    try:
+        return Role(text)
+    except ValueError:
+        fail(f"a role is one of {', '.join(r.value for r in Role)}; got {text!r}")
+
+
+# ---- keypairs ---------------------------------------------------------------------------
+
+
+@keypair_app.command("create")
+def keypair_create(
+    ctx: typer.Context,
+    user: Annotated[str, typer.Option(help="Whose keypair it is.")],
+    save: Annotated[
+        bool, typer.Option("--save", help="Also store it as the keypair this CLI speaks as.")
+    ] = False,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a keypair: its secret is shown here, once, and never again."""
+    from events import CreateKeypair
+    from services.domain.keys import hash_secret, new_access_key, new_secret
+
+    key, secret = new_access_key(), new_secret()
+    command = CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret))
+    answer = ask(ctx, command, timeout)
+    if save:
+        _store(key, secret)
+    if as_json:
+        print_json({**answer, "access_key": key, "secret_key": secret})
+        return
+    out().print(f"access key {key}\nsecret key {secret}", highlight=False)
+    warn("the secret is shown this once: keep it (fgpu login stores it)")
+
+
+@keypair_app.command("revoke")
+def keypair_revoke(
+    ctx: typer.Context, access_key: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Revoke a keypair: it connects no more, and its requests are refused."""
+    from events import RevokeKeypair
+
+    answer = ask(ctx, RevokeKeypair(access_key=access_key), timeout)
+    _done(answer, f"keypair {access_key} revoked", as_json)
+
+
+@keypair_app.command("ls")
+def keypair_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Keypairs (never a secret): whose, and whether revoked."""
+    found = _listed(ctx, "/v1/keypairs")
+    if as_json:
+        print_json(found)
+        return
+    for k in found:
+        whose = k["user"] or f"service {k['service']}"
+        state = "revoked" if k["revoked"] else "active"
+        out().print(f"{k['access_key']}  {whose}  {state}", highlight=False)
+
+
+def _store(access_key: str, secret: str) -> None:
+    from services.cli.credentials import Credentials, save
+
+    path = save(Credentials(access_key, secret))
+    warn(f"stored in {path}: this CLI now speaks as {access_key}")
+
+
+# ---- policies ---------------------------------------------------------------------------
+
+
+@policy_app.command("set")
+def policy_set(
+    ctx: typer.Context,
+    keypair: Annotated[str | None, typer.Option(help="A keypair's policy.")] = None,
+    user: Annotated[str | None, typer.Option(help="A user's policy.")] = None,
+    project: Annotated[str | None, typer.Option(help="A project's (DOMAIN/PROJECT).")] = None,
+    domain: Annotated[str | None, typer.Option(help="A domain's policy.")] = None,
+    max_sessions: Annotated[int | None, typer.Option(min=0, help="Sessions held at once.")] = None,
+    max_pending_sessions: Annotated[
+        int | None, typer.Option(min=0, help="Sessions waiting to be placed (keypair).")
+    ] = None,
+    max_pending_fgpu: Annotated[str | None, typer.Option(help="fGPU waiting (keypair).")] = None,
+    max_fgpu: Annotated[str | None, typer.Option(help="Total fGPU held at once.")] = None,
+    max_cpu: Annotated[str | None, typer.Option(help="Total CPU held at once.")] = None,
+    max_mem: Annotated[str | None, typer.Option(help="Total memory held at once.")] = None,
+    max_priority: Annotated[int | None, typer.Option(min=0, max=100, help="(keypair)")] = None,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set the policy of one keypair, user, project or domain; what is not given is not
+    limited. It acts on admission: sessions already admitted run on."""
+    from events import PolicyLevel, SetPolicy
+
+    given = {
+        PolicyLevel.KEYPAIR: keypair,
+        PolicyLevel.USER: user,
+        PolicyLevel.PROJECT: project,
+        PolicyLevel.DOMAIN: domain,
+    }
+    named = [(level, target) for level, target in given.items() if target is not None]
+    if len(named) != 1:
+        fail("name one of --keypair, --user, --project, --domain")
+    level, target = named[0]
+    policy = _policy(
+        max_sessions,
+        max_pending_sessions,
+        max_pending_fgpu,
+        (max_fgpu, max_cpu, max_mem),
+        max_priority,
+    )
+    answer = ask(ctx, SetPolicy(level=level, target=target, policy=policy), timeout)
+    _done(answer, f"policy of {level} {target} set", as_json)
+
+
+def _policy(
+    sessions: int | None,
+    pending: int | None,
+    pending_fgpu: str | None,
+    total: tuple[str | None, str | None, str | None],
+    priority: int | None,
+) -> "ResourcePolicy":
+    from events import ResourcePolicy, Slots
+    from services.domain.resources import UNLIMITED, InvalidAmount, parse_cpu, parse_fgpu, parse_mem
+
+    fgpu, cpu, mem = total
+    try:
+        totals = (
+            Slots(
+                fgpu=parse_fgpu(fgpu) if fgpu else UNLIMITED,
+                cpu=parse_cpu(cpu) if cpu else UNLIMITED,
+                mem=parse_mem(mem) if mem else UNLIMITED,
+            )
+            if fgpu or cpu or mem
+            else None
+        )
+        waiting = (
+            Slots(fgpu=parse_fgpu(pending_fgpu), cpu=UNLIMITED, mem=UNLIMITED)
+            if pending_fgpu
+            else None
+        )
+    except InvalidAmount as e:
+        fail(str(e))
+    return ResourcePolicy(
+        max_sessions=sessions,
+        max_pending_sessions=pending,
+        max_pending_slots=waiting,
+        total_slots=totals,
+        max_priority=priority,
+    )
+
+
+@policy_app.command("ls")
+def policy_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Every resource policy."""
+    found = _listed(ctx, "/v1/policies")
+    if as_json:
+        print_json(found)
+        return
+    for p in found:
+        limits = {k: v for k, v in p.items() if k not in ("level", "target") and v is not None}
+        shown = ", ".join(f"{k}={v}" for k, v in limits.items()) or "no limit"
+        out().print(f"{p['level']} {p['target']}: {shown}", highlight=False)
+
+
+# ---- who this CLI speaks as -------------------------------------------------------------
+
+
+def login(
+    access_key: Annotated[str, typer.Option(help="Your access key.")],
+    secret_stdin: Annotated[
+        bool, typer.Option("--secret-stdin", help="Read the secret from standard input.")
+    ] = False,
+) -> None:
+    """Store your keypair (mode 0600) for the commands that follow. The secret is asked
+    for, never taken on the command line (every local user can read that)."""
+    import getpass
+    import sys
+
+    secret = sys.stdin.readline().strip() if secret_stdin else getpass.getpass("secret key: ")
+    if not secret:
+        fail("no secret given")
+    _store(access_key, secret)
+
+
+def whoami(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """The access key this CLI speaks as, and whose it is (from the read API)."""
+    settings = _settings(ctx)
+    keys = {k["access_key"]: k for k in _listed(ctx, "/v1/keypairs")}
+    mine = keys.get(settings.access_key)
+    found = {
+        "access_key": settings.access_key,
+        "secret": settings.secret_key is not None,
+        "user": mine["user"] if mine else None,
+        "revoked": mine["revoked"] if mine else None,
+    }
+    if as_json:
+        print_json(found)
+    elif mine is None:
+        out().print(f"{settings.access_key} (no keypair the cluster knows)", highlight=False)
+    else:
+        state = ", revoked" if mine["revoked"] else ""
+        out().print(
+            f"{settings.access_key}: {mine['user'] or mine['service']}{state}", highlight=False
+        )
+
+
+@admin_app.command("init")
+def init(
+    ctx: typer.Context,
+    user: Annotated[str, typer.Option(help="The superadmin's user name.")] = "admin",
+    save: Annotated[
+        bool, typer.Option("--save", help="Store its keypair as the one this CLI speaks as.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Give a cluster with no tenancy its default domain and project and a superadmin, on
+    --nats URL (an administrator's step, once; `fgpu up` does it for its own cluster)."""
+    from services.actors.bootstrap import FirstAdmin, bootstrap
+    from services.adapters.system_clock import SystemClock
+    from services.cli.options import connection
+
+    settings = _settings(ctx)
+
+    async def go() -> FirstAdmin | None:
+        async with connection(settings) as conn:
+            return await bootstrap(conn.log, SystemClock(), user=user)
+
+    first = run_async(go)
+    if first is None:
+        fail("this cluster has a tenancy already: nothing was changed", code=1)
+    if save:
+        _store(first.access_key, first.secret)
+    if as_json:
+        print_json({"user": first.user, "access_key": first.access_key, "secret_key": first.secret})
+        return
+    out().print(
+        f"superadmin {first.user}\naccess key {first.access_key}\nsecret key {first.secret}"
+    )
+    warn("the secret is shown this once: keep it (fgpu login stores it)")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(admin_app, name="admin")
+    app.command("login")(login)
+    app.command("whoami")(whoami)

@@ -1,0 +1,160 @@
+"""``fgpu admin``, ``fgpu login`` and ``fgpu whoami`` against a cluster with tenancy: every
+change is answered by the registrar and said, refusals with their reason on stderr."""
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import TaskStatus
+from anyio.from_thread import start_blocking_portal
+from typer.testing import CliRunner
+
+from services.actors.bootstrap import FirstAdmin, bootstrap
+from services.adapters import nats_server
+from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.jetstream import connect
+from services.adapters.system_clock import SystemClock
+from services.cli.main import app
+from tests.api_stack import read_api
+from tests.cluster import agent_config, running_cluster
+
+IMAGE = "fgpu/busybox:latest"
+
+
+@dataclass(frozen=True)
+class Tenanted:
+    nats: str
+    api: str
+    root: FirstAdmin
+
+    def run(self, *args: str, key: str | None = None, stdin: str | None = None) -> Any:
+        given = ["--nats", self.nats, "--api", self.api]
+        given += ["--access-key", key or self.root.access_key, *args]
+        return CliRunner().invoke(app, given, input=stdin)
+
+    def ok(self, *args: str, key: str | None = None) -> Any:
+        """The JSON of ``fgpu ARGS --json`` (``--json`` before a ``--``), which must succeed."""
+        i = args.index("--") if "--" in args else len(args)
+        result = self.run(*args[:i], "--json", *args[i:], key=key)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+
+async def _actors(url: str, *, task_status: TaskStatus[FirstAdmin]) -> None:
+    events = await connect(url, name="test-tenancy")
+    try:
+        await events.create_or_update_stream()
+        first = await bootstrap(events, SystemClock())
+        assert first is not None
+        async with running_cluster(events, [(agent_config("a1"), DummyRuntime())]):
+            task_status.started(first)
+            await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await events.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenanted]:
+    db = tmp_path_factory.mktemp("tenancy") / "p.duckdb"
+    with nats_server.nats_server() as server, start_blocking_portal("asyncio") as portal:
+        running, first = portal.start_task(_actors, server.url)
+        try:
+            with read_api(server.url, db) as api:
+                yield Tenanted(server.url, api.url, first)
+        finally:
+            running.cancel()
+
+
+def test_an_administrator_sets_up_a_team(cluster: Tenanted) -> None:
+    cluster.ok("admin", "domain", "create", "lab")
+    cluster.ok("admin", "project", "create", "lab/vision")
+    cluster.ok("admin", "user", "create", "ana", "--domain", "lab", "--project", "vision")
+    made = cluster.ok("admin", "keypair", "create", "--user", "ana")
+    assert made["applied"] and made["secret_key"] and made["access_key"].startswith("AK")
+    users = {u["user"]: u for u in cluster.ok("admin", "user", "ls")}
+    assert users["ana"] == {
+        "user": "ana",
+        "domain": "lab",
+        "role": "user",
+        "projects": ["vision"],
+        "default_project": "vision",
+    }
+    keys = {k["access_key"]: k for k in cluster.ok("admin", "keypair", "ls")}
+    assert keys[made["access_key"]] == {
+        "access_key": made["access_key"],
+        "user": "ana",
+        "service": None,
+        "revoked": False,
+    }
+    assert made["secret_key"] not in json.dumps(cluster.ok("admin", "keypair", "ls"))
+    # Ana's session goes to her project; a policy she may not set is refused with why.
+    ana = made["access_key"]
+    create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--", "true"]
+    [session] = cluster.ok(*create, key=ana)["sessions"]
+    assert (session["user"], session["project"]) == ("ana", "lab/vision")
+    refused = cluster.run("admin", "policy", "set", "--keypair", ana, "--max-fgpu", "9", key=ana)
+    assert refused.exit_code == 1
+    assert refused.stderr == "error: refused (forbidden): user ana may not set policy\n"
+
+
+def test_a_policy_refusal_names_its_level_and_says_unlimited(cluster: Tenanted) -> None:
+    cluster.ok("admin", "user", "create", "dave", "--domain", "default", "--project", "default")
+    dave = cluster.ok("admin", "keypair", "create", "--user", "dave")["access_key"]
+    set_ = ["admin", "policy", "set", "--user", "dave", "--max-fgpu", "0.25"]
+    cluster.ok(*set_)
+    policies = {(p["level"], p["target"]): p for p in cluster.ok("admin", "policy", "ls")}
+    assert policies["user", "dave"]["total"]["fgpu"] == "0.25"
+    assert policies["user", "dave"]["total"]["cpu"] == "unlimited"
+    create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--", "true"]
+    result = cluster.run(*create[:-2], "--json", "--", "true", key=dave)
+    assert result.exit_code == 1
+    [refused] = json.loads(result.stdout)["sessions"]
+    assert refused["reason"] == (
+        "user policy (dave) allows 0.25 fGPU, unlimited cpu, unlimited mem in total; "
+        "held: 0 fGPU, 0 cpu, 0B mem"
+    )
+
+
+def test_bad_admin_input_is_refused_at_the_door_or_by_the_registrar(cluster: Tenanted) -> None:
+    assert cluster.run("admin", "project", "create", "noslash").exit_code == 2
+    assert (
+        cluster.run("admin", "user", "create", "x", "--domain", "lab", "--role", "god").exit_code
+        == 2
+    )
+    taken = cluster.run("admin", "domain", "create", "default")
+    assert taken.exit_code == 1 and "refused (conflict): domain default exists" in taken.stderr
+    both = cluster.run("admin", "policy", "set", "--user", "a", "--domain", "b")
+    assert both.exit_code == 2 and "name one of" in both.stderr
+
+
+def test_login_stores_the_keypair_for_the_owner_only(
+    cluster: Tenanted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FGPU_HOME", str(tmp_path))
+    monkeypatch.delenv("FGPU_ACCESS_KEY", raising=False)
+    root = cluster.root
+    logged = CliRunner().invoke(
+        app, ["login", "--access-key", root.access_key, "--secret-stdin"], input=root.secret + "\n"
+    )
+    assert logged.exit_code == 0, logged.output
+    stored = tmp_path / "credentials"
+    assert stat.S_IMODE(os.stat(stored).st_mode) == 0o600
+    assert json.loads(stored.read_text()) == {
+        "access_key": root.access_key,
+        "secret_key": root.secret,
+    }
+    # Without --access-key the CLI now speaks as the stored keypair.
+    me = CliRunner().invoke(app, ["--api", cluster.api, "whoami", "--json"])
+    assert json.loads(me.stdout) == {
+        "access_key": root.access_key,
+        "secret": True,
+        "user": "admin",
+        "revoked": False,
+    }
