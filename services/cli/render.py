@@ -66,7 +66,7 @@ def _note(s: Json) -> str:
 
 
 def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table":
-    t = _table(title, "ID", "STATUS", "OWNER", "IMAGE", "fGPU", "AGENT", "DEVICES", "NOTE")
+    t = _table(title, "ID", "STATUS", "USER", "IMAGE", "fGPU", "AGENT", "DEVICES", "NOTE")
     for s in sessions:
         devices = " ".join(f"gpu{d['gpu']}:{d['fgpu']}" for d in s["devices"])
         style = _STYLE.get(s["status"], "")
@@ -74,7 +74,7 @@ def sessions_table(sessions: Iterable[Json], title: str = "sessions") -> "Table"
         t.add_row(
             s["id"],
             status,
-            _e(s["owner"]),
+            _e(s.get("user") or s["owner"]),  # the access key where there is no user
             _e(s["image"]),
             s["requested"]["fgpu"],
             _e(s["agent"] or ""),
@@ -89,7 +89,8 @@ def session_lines(s: Json) -> list[str]:
     command = _e(" ".join(s["command"])) or "(image default)"
     lines = [
         f"[bold]{s['id']}[/]  {s['status']}" + (f"  ({_note(s)})" if _note(s) else ""),
-        f"  owner     {_e(s['owner'])}" + (f"  name {_e(s['name'])}" if s.get("name") else ""),
+        f"  owner     {_e(s.get('user') or s['owner'])} (key {_e(s['owner'])})"
+        f" in {_e(s['project'])}" + (f"  name {_e(s['name'])}" if s.get("name") else ""),
         f"  image     {_e(s['image'])}  command {command}",
         f"  requested {s['requested']['fgpu']} fGPU, {s['requested']['cpu']} cpu, "
         f"{mem(s['requested']['mem'])} mem, priority {s['priority']}",
