@@ -18,14 +18,16 @@ fgpu.agent.<agent_id>                an agent's registrations
 fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
 fgpu.sys                             refused payloads
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
-fgpu.rpc.<agent_id>                  requests to one agent (a session's logs): core NATS
-                                     request and reply, not stored in the log
+fgpu.rpc.<agent_id>.<access_key>     requests to one agent (a session's logs) by an access
+                                     key: core NATS request and reply, not stored in the
+                                     log; the server confines a user to its own key here
 """
 
 import re
 
 __all__ = [
     "ADMISSION",
+    "AGENT_RPC_PREFIX",
     "HEARTBEAT_WILDCARD",
     "LEDGER",
     "STREAM",
@@ -35,6 +37,7 @@ __all__ = [
     "TENANCY",
     "admin",
     "agent",
+    "agent_request",
     "agent_rpc",
     "agent_session",
     "heartbeat",
@@ -64,6 +67,7 @@ STREAM_SUBJECTS = (
 # STREAM_SUBJECTS, all under it (heartbeats match it too, but are never stored).
 STREAM_WILDCARD = "fgpu.>"
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
+AGENT_RPC_PREFIX = "fgpu.rpc"
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -103,4 +107,9 @@ def heartbeat(agent_id: str) -> str:
 
 
 def agent_rpc(agent_id: str) -> str:
-    return f"fgpu.rpc.{agent_id}"
+    """The requests to one agent are ``<this>.<requester's access key>``."""
+    return f"{AGENT_RPC_PREFIX}.{agent_id}"
+
+
+def agent_request(agent_id: str, requester: str) -> str:
+    return f"{agent_rpc(agent_id)}.{requester}"

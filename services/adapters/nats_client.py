@@ -204,6 +204,7 @@ class ConnectOptions(TypedDict, total=False):
     nkeys_seed: str  # a file
     user_credentials: str  # a creds file
     tls: ssl.SSLContext
+    inbox_prefix: str  # where replies to it go: the only inbox a confined identity reads
 
 
 async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions]) -> NatsClient:

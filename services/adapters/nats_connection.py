@@ -3,9 +3,11 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Unpack
 
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.nats_bus import NatsBus
+from services.adapters.nats_client import ConnectOptions
 
 __all__ = ["NatsConnection", "nats_connection"]
 
@@ -17,9 +19,13 @@ class NatsConnection:
 
 
 @asynccontextmanager
-async def nats_connection(url: str, *, name: str = "fgpu") -> AsyncIterator[NatsConnection]:
-    """Connected for the block. Raises LogError if the server cannot be reached."""
-    log = await connect(url, name=name)
+async def nats_connection(
+    url: str, *, name: str = "fgpu", **options: Unpack[ConnectOptions]
+) -> AsyncIterator[NatsConnection]:
+    """Connected for the block, with nats-py's ``options`` (who it is: ``user`` and
+    ``password``, ``inbox_prefix``, TLS). Raises LogError if the server cannot be reached
+    or refuses."""
+    log = await connect(url, name=name, **options)
     try:
         yield NatsConnection(log, NatsBus(log.nc))
     finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 __all__ = ["NatsServer", "NatsServerError", "find_binary", "free_port", "nats_server"]
 
-_CONF = Path(__file__).resolve().parents[2] / "nats.conf"
+_BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
 
 
 class NatsServerError(RuntimeError):
@@ -58,19 +58,29 @@ class NatsServer:
 
 
 def start(
-    store_dir: str | None = None, port: int | None = None, args: Sequence[str] = ()
+    store_dir: str | None = None,
+    port: int | None = None,
+    args: Sequence[str] = (),
+    *,
+    config: str = "",
 ) -> NatsServer:
     """Start a server and wait until it accepts connections. Raises NatsServerError.
 
-    ``args``: more of nats-server's options (``--tls ...``, ``--auth TOKEN``).
+    ``args``: more of nats-server's options (``--tls ...``, ``--auth TOKEN``). ``config``:
+    more configuration (who may connect: ``nats_auth.ServerAuth.config``), after the
+    settings every fgpu server has (``nats-base.conf``); the file is written in the store
+    directory, readable by its owner only.
     """
     port = port or free_port()
     store = store_dir or tempfile.mkdtemp(prefix="fgpu-nats-")
     Path(store).mkdir(parents=True, exist_ok=True)
     log_path = os.path.join(store, "nats-server.log")
-    command = [find_binary(), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store, *args]
-    if _CONF.exists():
-        command[1:1] = ["-c", str(_CONF)]
+    conf = Path(store, "fgpu-server.conf")
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(_BASE.read_text() + "\n" + config)
+    command = [find_binary(), "-c", str(conf), "-js", "-a", "127.0.0.1", "-p", str(port)]
+    command += ["-sd", store, *args]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 15

@@ -27,6 +27,7 @@ from services.ports.errors import (
     RuntimeUnavailable,
     StreamMissing,
 )
+from services.ports.gate import Connection, Grant, Kicker
 from services.ports.host import Clock, GpuProbe
 from services.ports.log import MAX_BATCH, BulkLog, EventLog, check_batch
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
@@ -42,14 +43,17 @@ __all__ = [
     "BulkReadUnavailable",
     "Clock",
     "ConcurrencyConflict",
+    "Connection",
     "ContainerError",
     "ContainerInfo",
     "ContainerRuntime",
     "DeviceUsageSample",
     "EventLog",
     "GpuProbe",
+    "Grant",
     "Heartbeats",
     "ImageNotFound",
+    "Kicker",
     "LogError",
     "LogsReply",
     "LogsRequest",

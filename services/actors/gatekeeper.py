@@ -1,0 +1,133 @@
+"""The gatekeeper: decides who may connect to the bus, and with which permissions.
+
+The server asks it about every connection but its own static users (the auth callout):
+an access key and a secret. It folds the log like every actor, so it knows each keypair
+and the salted hash of its secret, whose user it is and the user's role, or which service
+it is of; it answers with that identity's concrete permissions
+(``services.domain.permissions``), or a refusal. It remembers each connection it let in,
+and when a keypair is revoked or its user removed, it disconnects them (``Kicker``): a
+revocation takes effect within a batch of the log, with nothing restarted.
+
+Checking a secret costs the scrypt work by design; a secret once checked is remembered
+(its SHA-256, in memory) for as long as the keypair lives, so that a reconnecting client
+does not pay it again.
+"""
+
+import hashlib
+import hmac
+from collections import defaultdict
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from services.actors.common import follow_log
+from services.domain.keys import secret_matches
+from services.domain.permissions import service_permissions, user_permissions
+from services.domain.state import ClusterState
+from services.ports import Clock, Connection, EventLog, Grant, Kicker
+
+__all__ = ["GatekeeperActor"]
+
+NAME = "gatekeeper"
+USER_GRANT_S = 12 * 3600  # a person's connection is let in for this long at most
+_CATCH_UP_S = 1.0  # how long an unknown key waits for the fold to reach the log's end
+_REMEMBERED = 1000  # connections remembered per access key
+log = structlog.get_logger()
+
+
+class GatekeeperActor:
+    def __init__(
+        self, events: EventLog, kicker: Kicker, clock: Clock, *, durable: str = NAME
+    ) -> None:
+        self.events = events
+        self.kicker = kicker
+        self.clock = clock
+        self.durable = durable
+        self.state = ClusterState()
+        self._checked: dict[str, bytes] = {}  # access key -> SHA-256 of its checked secret
+        # Connections let in, by access key; the latest few: kicking one gone is harmless.
+        self._connections: dict[str, dict[Connection, None]] = defaultdict(dict)
+        self._folded = anyio.Event()
+
+    async def run(
+        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Follow the log for ever; started once the state is rebuilt from it."""
+        await follow_log(
+            self.events,
+            self.durable,
+            self.react,
+            task_status=task_status,
+            on_rebuild=self.react,
+        )
+
+    async def react(self, s: ClusterState) -> None:
+        self.state = s
+        self._folded.set()
+        self._folded = anyio.Event()
+        await self._disconnect_revoked()
+
+    async def authorize(self, access_key: str, secret: str, connection: Connection) -> Grant | str:
+        """Let ``access_key`` in on ``connection`` (a Grant), or why not (a refusal)."""
+        if access_key not in self.state.tenancy.keypairs:
+            await self._caught_up()  # a keypair just made may not be folded yet
+        t = self.state.tenancy
+        kp = t.keypairs.get(access_key)
+        if kp is None or kp.revoked:
+            return f"access key {access_key!r} is unknown or revoked"
+        if not await self._secret_ok(access_key, secret, kp.secret_hash):
+            return f"wrong secret for access key {access_key}"
+        grant = self._grant(access_key)
+        if isinstance(grant, Grant):
+            known = self._connections[access_key]
+            known[connection] = None
+            if len(known) > _REMEMBERED:
+                del known[next(iter(known))]
+        return grant
+
+    def _grant(self, access_key: str) -> Grant | str:
+        t = self.state.tenancy
+        kp = t.keypairs[access_key]
+        if kp.service is not None:
+            permissions = service_permissions(access_key, kp.service)
+            if permissions is None:
+                return f"access key {access_key} is of no service this version knows"
+            return Grant(f"service:{kp.service}", permissions, None)
+        user = t.user_of(access_key)
+        if user is None:
+            return f"the user of access key {access_key} was removed"
+        expires = int(self.clock.now().timestamp()) + USER_GRANT_S
+        return Grant(f"user:{user.user}", user_permissions(access_key, user.role), expires)
+
+    async def _secret_ok(self, access_key: str, secret: str, kept: str) -> bool:
+        digest = hashlib.sha256(secret.encode()).digest()
+        known = self._checked.get(access_key)
+        if known is not None:
+            return hmac.compare_digest(known, digest)
+        if not await anyio.to_thread.run_sync(secret_matches, secret, kept):
+            return False
+        self._checked[access_key] = digest
+        return True
+
+    async def _caught_up(self) -> None:
+        """Wait, briefly, until the fold holds everything the log held when asked."""
+        with anyio.move_on_after(_CATCH_UP_S):
+            end = await self.events.last_seq()
+            while self.state.last_seq < end:
+                await self._folded.wait()
+
+    def _alive(self, access_key: str) -> bool:
+        t = self.state.tenancy
+        kp = t.keypairs.get(access_key)
+        if kp is None or kp.revoked:
+            return False
+        return kp.service is not None or t.user_of(access_key) is not None
+
+    async def _disconnect_revoked(self) -> None:
+        for access_key in [k for k in self._connections if not self._alive(k)]:
+            connections = self._connections.pop(access_key)
+            self._checked.pop(access_key, None)
+            for c in connections:
+                log.info("gatekeeper.kick", access_key=access_key, client=c.client_id)
+                await self.kicker.kick(c)

@@ -1,0 +1,131 @@
+"""Who may connect to fgpu's NATS server: the auth callout's configuration and secrets.
+
+Every client but four static users goes through the auth callout (fgpu's gatekeeper),
+which checks its access key and secret against the tenancy on the log and hands out its
+permissions (``services.domain.permissions``). The static users are the gatekeeper's own
+ways in, which cannot wait on the gatekeeper:
+
+    fgpu-auth   account AUTH: answers the server's authorization requests
+    fgpu-gate   account FGPU: reads the log (the tenancy the gatekeeper decides on)
+    fgpu-setup  account FGPU: creates or updates the stream, and writes the first tenancy
+    fgpu-sys    system account: disconnects a revoked key's connections
+
+Accounts: everything of fgpu's lives in FGPU (JetStream is enabled there); AUTH holds the
+callout service; SYS is the system account. Secrets (the issuer's account seed, the
+static users' passwords) never leave the file ``save`` writes, readable by its owner only.
+"""
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from services.adapters.nats_jwt import new_account_seed, public_key
+from services.domain.permissions import Permissions, inbox, service_permissions
+
+__all__ = ["ACCOUNT", "SETUP_PERMISSIONS", "ServerAuth"]
+
+ACCOUNT = "FGPU"  # the account every fgpu identity is placed in
+AUTH_USER, GATE_USER, SETUP_USER, SYS_USER = "fgpu-auth", "fgpu-gate", "fgpu-setup", "fgpu-sys"
+_JS = "$JS.API"
+
+
+def _known(found: Permissions | None) -> Permissions:
+    assert found is not None, "a service of a kind permissions knows"
+    return found
+
+
+_GATE = _known(service_permissions(GATE_USER, "auth"))
+SETUP_PERMISSIONS = Permissions(
+    publish=(
+        f"{_JS}.STREAM.CREATE.FGPU",
+        f"{_JS}.STREAM.UPDATE.FGPU",
+        "fgpu.tenancy",
+        *_GATE.publish,
+    ),
+    subscribe=(f"{inbox(SETUP_USER)}.>",),
+)
+
+
+@dataclass(frozen=True)
+class ServerAuth:
+    """The issuer seed whose account key signs users' permissions, and the passwords of the
+    static users (module docstring)."""
+
+    issuer_seed: str
+    auth_password: str
+    gate_password: str
+    setup_password: str
+    sys_password: str
+
+    @classmethod
+    def generate(cls) -> "ServerAuth":
+        def password() -> str:
+            return secrets.token_urlsafe(24)
+
+        return cls(new_account_seed(), password(), password(), password(), password())
+
+    @property
+    def issuer(self) -> str:
+        return public_key(self.issuer_seed)
+
+    def config(self) -> str:
+        """The server's configuration of accounts, static users and the auth callout."""
+        gate = _permissions(_GATE)
+        setup = _permissions(SETUP_PERMISSIONS)
+        users = ", ".join(f'"{u}"' for u in (AUTH_USER, GATE_USER, SETUP_USER, SYS_USER))
+        return f"""
+accounts {{
+  AUTH {{ users: [ {{ user: "{AUTH_USER}", password: "{self.auth_password}" }} ] }}
+  {ACCOUNT} {{
+    jetstream: enabled
+    users: [
+      {{ user: "{GATE_USER}", password: "{self.gate_password}", permissions: {gate} }}
+      {{ user: "{SETUP_USER}", password: "{self.setup_password}", permissions: {setup} }}
+    ]
+  }}
+  SYS {{ users: [ {{ user: "{SYS_USER}", password: "{self.sys_password}" }} ] }}
+}}
+system_account: SYS
+authorization {{
+  auth_callout {{
+    issuer: "{self.issuer}"
+    auth_users: [ {users} ]
+    account: AUTH
+  }}
+}}
+"""
+
+    def save(self, directory: Path) -> Path:
+        """Write the secrets (``auth.json``) and the server's part (``auth.conf``) into
+        ``directory``, both readable by their owner only; the secrets' path."""
+        directory.mkdir(parents=True, exist_ok=True)
+        _private(directory / "auth.conf", self.config())
+        return _private(directory / "auth.json", json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, directory: Path) -> "ServerAuth":
+        """The secrets ``save`` wrote in ``directory``. Raises OSError, ValueError."""
+        data = json.loads((directory / "auth.json").read_text())
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise ValueError(f"{directory / 'auth.json'} holds no fgpu server secrets") from e
+
+
+def _permissions(p: Permissions) -> str:
+    def listed(subjects: tuple[str, ...]) -> str:
+        return "[" + ", ".join(f'"{s}"' for s in subjects) + "]"
+
+    return (
+        f"{{ publish: {{ allow: {listed(p.publish)}, deny: {listed(p.deny_publish)} }},"
+        f" subscribe: {{ allow: {listed(p.subscribe)} }} }}"
+    )
+
+
+def _private(path: Path, text: str) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path

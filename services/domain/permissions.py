@@ -1,0 +1,109 @@
+"""What each identity may publish and subscribe to on the bus, as concrete subject lists.
+
+The server enforces these (the auth callout hands them out with each connection), so a
+confinement holds whatever a client's code does. Users publish only their own request and
+admin subjects and read only their own inbox: they read the cluster through the read API,
+never through consumers of their own. Each part of the cluster publishes only what it
+decides; all of them read the log through JetStream consumers. Nobody may delete or purge
+the stream or its messages; only a superadmin (the administrator's step) may create or
+update it.
+"""
+
+from dataclasses import dataclass
+
+from events import Role
+from events import subjects as subj
+
+__all__ = ["Permissions", "inbox", "service_permissions", "user_permissions"]
+
+_STREAM = subj.STREAM
+_JS = "$JS.API"
+# Reading the log through consumers: stream info, consumers (ordered and durable, made,
+# looked up, pulled from, deleted), their acknowledgements and flow control.
+_READS = (
+    f"{_JS}.STREAM.INFO.{_STREAM}",
+    f"{_JS}.CONSUMER.CREATE.{_STREAM}",
+    f"{_JS}.CONSUMER.CREATE.{_STREAM}.>",
+    f"{_JS}.CONSUMER.DURABLE.CREATE.{_STREAM}.>",
+    f"{_JS}.CONSUMER.INFO.{_STREAM}.>",
+    f"{_JS}.CONSUMER.DELETE.{_STREAM}.>",
+    f"{_JS}.CONSUMER.MSG.NEXT.{_STREAM}.>",
+    f"$JS.ACK.{_STREAM}.>",
+    f"$JS.FC.{_STREAM}.>",
+)
+# Never anyone's: deny wins over allow.
+_NEVER = (
+    f"{_JS}.STREAM.DELETE.>",
+    f"{_JS}.STREAM.PURGE.>",
+    f"{_JS}.STREAM.MSG.DELETE.>",
+    f"{_JS}.STREAM.MSG.GET.>",
+    f"{_JS}.DIRECT.GET.{_STREAM}",
+)
+_STREAM_ADMIN = (
+    f"{_JS}.STREAM.INFO.{_STREAM}",
+    f"{_JS}.STREAM.CREATE.{_STREAM}",
+    f"{_JS}.STREAM.UPDATE.{_STREAM}",
+)
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """Subjects an identity may publish to and subscribe to (``*`` one token, ``>`` the
+    rest), what it never may, and whether it may answer requests sent to it."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    deny_publish: tuple[str, ...] = _NEVER
+    responds: bool = False
+
+
+def inbox(access_key: str) -> str:
+    """The inbox prefix of ``access_key``: replies to it come here, and nowhere else it
+    may read (a shared ``_INBOX.>`` would show every user every other's replies)."""
+    return f"_INBOX.{access_key}"
+
+
+def user_permissions(access_key: str, role: Role) -> Permissions:
+    """A person's: its own requests (sessions, administration, questions to agents)."""
+    publish: tuple[str, ...] = (
+        f"fgpu.req.{access_key}.>",
+        f"fgpu.admin.{access_key}.>",
+        f"{subj.AGENT_RPC_PREFIX}.*.{access_key}",
+    )
+    if role is Role.SUPERADMIN:
+        publish += _STREAM_ADMIN
+    return Permissions(publish=publish, subscribe=(f"{inbox(access_key)}.>",))
+
+
+def service_permissions(access_key: str, service: str) -> Permissions | None:
+    """A part of the cluster's: what it decides, and reading the log; None for a service
+    of no known kind."""
+    kind, _, agent_id = service.partition(":")
+    own: tuple[str, ...]
+    listens: tuple[str, ...] = ()
+    responds = False
+    if service == "quota":
+        own = (subj.ADMISSION, subj.SYS)
+    elif service == "scheduler":
+        own = (subj.LEDGER,)
+        listens = (subj.HEARTBEAT_WILDCARD,)
+    elif service == "registrar":
+        own = (subj.TENANCY,)
+    elif service in ("api", "auth"):
+        own = ()
+    elif kind == "agent" and subj.is_token(agent_id):
+        own = (
+            subj.agent(agent_id),
+            f"{subj.agent(agent_id)}.>",
+            f"fgpu.usage.{agent_id}.>",
+            subj.heartbeat(agent_id),
+        )
+        listens = (f"{subj.agent_rpc(agent_id)}.*",)
+        responds = True
+    else:
+        return None
+    return Permissions(
+        publish=own + _READS,
+        subscribe=(f"{inbox(access_key)}.>", *listens),
+        responds=responds,
+    )

@@ -1,0 +1,112 @@
+"""A real nats-server with authentication on, fgpu's gatekeeper answering for it, and the
+first tenancy: for tests of what identities may and may not do on the bus."""
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import nats
+import nats.errors
+from anyio.abc import TaskGroup
+
+from events import CreateServiceKey
+from services.actors.bootstrap import FirstAdmin, bootstrap
+from services.actors.gatekeeper import GatekeeperActor
+from services.adapters import nats_server
+from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.nats_auth import GATE_USER, SETUP_USER, ServerAuth
+from services.adapters.nats_callout import SystemKicker, serve_callout
+from services.adapters.system_clock import SystemClock
+from services.client import Client
+from services.domain.keys import hash_secret, new_access_key, new_secret
+from services.domain.permissions import inbox
+
+__all__ = ["Secured", "secured_cluster"]
+
+
+@dataclass
+class Secured:
+    url: str
+    auth: ServerAuth
+    root: FirstAdmin
+    setup: JetStreamLog  # the administrator's static connection (stream, first tenancy)
+    gatekeeper: GatekeeperActor
+    tg: TaskGroup
+    services: dict[str, tuple[str, str]] = field(default_factory=dict)  # kind -> key, secret
+    errors: list[str] = field(default_factory=list)  # what the server told clients
+    _told: anyio.Event = field(default_factory=anyio.Event)
+
+    async def told(self, text: str, n: int) -> list[str]:
+        """The first ``n`` errors the server told clients that hold ``text``, once told."""
+        while len(found := [e for e in self.errors if text in e]) < n:
+            await self._told.wait()
+        return found[:n]
+
+    async def client(self, access_key: str, secret: str, **options: Any) -> nats.NATS:
+        """A plain nats-py client connected as ``access_key`` (raises on refusal)."""
+
+        async def on_error(e: Exception) -> None:
+            self.errors.append(str(e))
+            self._told.set()
+            self._told = anyio.Event()
+
+        given = {"user": access_key, "password": secret, "inbox_prefix": inbox(access_key)}
+        return await self.connect(**given, error_cb=on_error, **options)
+
+    async def connect(self, **options: Any) -> nats.NATS:
+        """A plain nats-py client with ``options``; a refused one is closed, and raises."""
+        nc = nats.NATS()
+        try:
+            # No retry: a refusal raises (max_reconnect_attempts=0 would retry for ever).
+            await nc.connect(self.url, allow_reconnect=False, connect_timeout=5, **options)
+        except BaseException:
+            await nc.close()  # its socket, else left to the collector's warning
+            raise
+        return nc
+
+    async def log_as(self, access_key: str, secret: str) -> JetStreamLog:
+        return await connect(
+            self.url, user=access_key, password=secret, inbox_prefix=inbox(access_key)
+        )
+
+    def admin(self) -> Client:
+        return Client(self.setup, SystemClock(), self.root.access_key)
+
+
+@asynccontextmanager
+async def secured_cluster(services: tuple[str, ...] = ()) -> AsyncIterator[Secured]:
+    """The server, the gatekeeper, a stream and the first tenancy (a superadmin), plus a
+    keypair for each of ``services`` (``scheduler``, ``agent:a1``, ...)."""
+    auth = ServerAuth.generate()
+    server = nats_server.start(config=auth.config())
+    async with AsyncExitStack() as stack:
+        stack.callback(server.stop)
+        setup = await connect(
+            server.url,
+            user=SETUP_USER,
+            password=auth.setup_password,
+            inbox_prefix=inbox(SETUP_USER),
+        )
+        stack.push_async_callback(setup.close)
+        await setup.create_or_update_stream()
+        keys = {kind: (new_access_key("SK"), new_secret()) for kind in services}
+        extra = tuple(
+            CreateServiceKey(access_key=key, service=kind, secret_hash=hash_secret(secret))
+            for kind, (key, secret) in keys.items()
+        )
+        root = await bootstrap(setup, SystemClock(), extra=extra)
+        assert root is not None
+        gate = await connect(
+            server.url, user=GATE_USER, password=auth.gate_password, inbox_prefix=inbox(GATE_USER)
+        )
+        stack.push_async_callback(gate.close)
+        kicker = await SystemKicker.connect(server.url, auth)
+        stack.push_async_callback(kicker.close)
+        keeper = GatekeeperActor(gate, kicker, SystemClock())
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        await tg.start(keeper.run)
+        await tg.start(serve_callout, server.url, auth, keeper.authorize)
+        yield Secured(server.url, auth, root, setup, keeper, tg, keys)
+        tg.cancel_scope.cancel()
