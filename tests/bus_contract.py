@@ -28,7 +28,10 @@ DEADLINE_S = 10.0
 
 
 class Bus(Heartbeats, AgentRequests):
-    """Both halves of the bus (a Protocol, for the fixtures' type)."""
+    """Both halves of the bus (a Protocol, for the fixtures' type), asking as
+    ``requester``."""
+
+    requester: str
 
 
 async def _next(beats: AsyncIterator[str]) -> str:
@@ -56,15 +59,16 @@ class BusContract:
         asked: list[tuple[str, AgentRequest]] = []
 
         def handler(agent_id: str) -> AgentHandler:
-            async def answer(request: AgentRequest) -> LogsReply:
+            async def answer(requester: str, request: AgentRequest) -> LogsReply:
                 asked.append((agent_id, request))
-                return LogsReply(ok=True, logs=f"{agent_id}:{request.session_id}")
+                return LogsReply(ok=True, logs=f"{agent_id}:{request.session_id}:{requester}")
 
             return answer
 
         async with bus.serving("a1", handler("a1")), bus.serving("a2", handler("a2")):
             reply = await bus.ask("a2", LogsRequest(session_id="s1", tail=5))
-        assert reply == LogsReply(ok=True, logs="a2:s1")
+        # The agent is told who asked: the access key the bus asks as.
+        assert reply == LogsReply(ok=True, logs=f"a2:s1:{bus.requester}")
         assert asked == [("a2", LogsRequest(session_id="s1", tail=5))]
 
     async def test_no_agent_serving_is_unreachable(self, bus: Bus) -> None:
@@ -72,7 +76,7 @@ class BusContract:
             await bus.ask("nobody", LogsRequest(session_id="s1"), timeout_s=2)
 
     async def test_an_agent_that_stopped_serving_is_unreachable(self, bus: Bus) -> None:
-        async def answer(request: AgentRequest) -> LogsReply:
+        async def answer(requester: str, request: AgentRequest) -> LogsReply:
             return LogsReply(ok=True)
 
         async with bus.serving("a1", answer):
@@ -81,7 +85,7 @@ class BusContract:
             await bus.ask("a1", LogsRequest(session_id="s"), timeout_s=2)
 
     async def test_an_agent_too_slow_is_unreachable(self, bus: Bus) -> None:
-        async def answer(request: AgentRequest) -> LogsReply:
+        async def answer(requester: str, request: AgentRequest) -> LogsReply:
             await anyio.sleep(30)
             return LogsReply(ok=True)
 
@@ -90,7 +94,7 @@ class BusContract:
                 await bus.ask("slow", LogsRequest(session_id="s"), timeout_s=0.2)
 
     async def test_a_failing_handler_answers_that_it_failed(self, bus: Bus) -> None:
-        async def answer(request: AgentRequest) -> LogsReply:
+        async def answer(requester: str, request: AgentRequest) -> LogsReply:
             raise RuntimeError("the disk is on fire")
 
         async with bus.serving("a1", answer):

@@ -24,7 +24,7 @@ from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.tenancy import DEFAULT
 from services.ports import Clock, ConcurrencyConflict, EventLog
 
-__all__ = ["FirstAdmin", "bootstrap"]
+__all__ = ["FirstAdmin", "bootstrap", "system_applied"]
 
 SYSTEM = "system"
 
@@ -65,12 +65,19 @@ async def bootstrap(
         *extra,
     ]
     correlation = new_id()
-    prov = Provenance(SYSTEM, clock.now(), None, correlation)
     items: list[tuple[str, AnyEvent]] = [
-        (subj.TENANCY, stamp(AdminApplied, prov, requester=SYSTEM, command=c)) for c in commands
+        (subj.TENANCY, system_applied(c, clock, correlation)) for c in commands
     ]
     try:
         await events.append_batch(items, expect_subject=subj.TENANCY, expected_last_subject_seq=0)
     except ConcurrencyConflict:
         return None
     return admin
+
+
+def system_applied(
+    command: AdminCommand, clock: Clock, correlation_id: str | None = None
+) -> AdminApplied:
+    """``command`` as a change the system made (an administrator's step, not a request)."""
+    prov = Provenance(SYSTEM, clock.now(), None, correlation_id)
+    return stamp(AdminApplied, prov, requester=SYSTEM, command=command)

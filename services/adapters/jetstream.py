@@ -398,6 +398,8 @@ class JetStreamLog:
             user=user,
             password=password,
             token=token,
+            # The connection's own inbox: a confined identity may receive there only.
+            inbox_prefix=self._client.credentials.inbox_prefix,
         )
         if child_from is None:
             child_from = CHILD_READ_FROM

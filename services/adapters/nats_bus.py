@@ -37,16 +37,20 @@ def _log() -> Any:
 
 
 _FOREIGN = (nats.errors.Error, TimeoutError, OSError)
+ANONYMOUS = "anonymous"  # who asks over a connection that gave no access key
 _requests = msgspec.json.Decoder(AgentRequest)
 _replies = msgspec.json.Decoder(AgentReply)
 _encode = msgspec.json.Encoder().encode
 
 
 class NatsBus:
-    """Heartbeats and AgentRequests over a connected client."""
+    """Heartbeats and AgentRequests over a connected client that speaks as ``requester``
+    (its access key): a request goes out on ``fgpu.rpc.<agent>.<requester>``, where the
+    server lets a user publish with its own key only."""
 
-    def __init__(self, nc: Client) -> None:
+    def __init__(self, nc: Client, requester: str = ANONYMOUS) -> None:
         self._nc = nc
+        self.requester = requester
 
     async def beat(self, agent_id: str) -> None:
         try:
@@ -71,9 +75,8 @@ class NatsBus:
         self, agent_id: str, request: AgentRequest, *, timeout_s: float = 10.0
     ) -> AgentReply:
         try:
-            reply = await self._nc.request(
-                subj.agent_rpc(agent_id), _encode(request), timeout=timeout_s
-            )
+            subject = subj.agent_request(agent_id, self.requester)
+            reply = await self._nc.request(subject, _encode(request), timeout=timeout_s)
         except nats.errors.NoRespondersError as e:
             raise AgentUnreachable(f"no agent {agent_id} is serving requests") from e
         except nats.errors.TimeoutError as e:
@@ -96,14 +99,14 @@ class NatsBus:
                 answer = RequestFailed(error=f"a request of a form unknown here: {e}")
             else:
                 try:
-                    answer = await handler(request)
+                    answer = await handler(msg.subject.rsplit(".", 1)[-1], request)
                 except Exception as e:  # the answer says so; the agent goes on serving
                     _log().exception("agent.request_failed", agent=agent_id)
                     answer = RequestFailed(error=f"{type(e).__name__}: {e}")
             with contextlib.suppress(*_FOREIGN):  # the asker gone: nobody to tell
                 await msg.respond(_encode(answer))
 
-        sub = await self._subscribe(subj.agent_rpc(agent_id), on_request)
+        sub = await self._subscribe(f"{subj.agent_rpc(agent_id)}.*", on_request)
         try:
             yield
         finally:

@@ -114,6 +114,7 @@ class Credentials:
     nkey: bool = False  # an nkey seed signs the server's nonce
     jwt: bool = False  # a creds file: a user JWT, and the nkey that signs
     tls: bool = False  # an SSLContext was given; a tls:// URL says so too
+    inbox_prefix: str = "_INBOX"  # where replies to the connection go
 
 
 class NatsClient:
@@ -129,6 +130,7 @@ class NatsClient:
         self.epoch = 0
         self._in_flight: set[anyio.CancelScope] = set()
         self._closing = False
+        self.last_error: str | None = None  # what the server said last (a refusal, say)
 
     @contextlib.contextmanager
     def call(
@@ -192,6 +194,7 @@ class NatsClient:
         log.info("nats.reconnected", url=_redacted(str(self.nc.connected_url)))
 
     async def on_error(self, e: Exception) -> None:
+        self.last_error = str(e)
         log.debug("nats.error", error=f"{type(e).__name__}: {e}")
 
 
@@ -220,6 +223,7 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
         nkey="nkeys_seed" in options,
         jwt="user_credentials" in options,
         tls="tls" in options or urlsplit(url).scheme == "tls",
+        inbox_prefix=options.get("inbox_prefix", "_INBOX"),
     )
     client = NatsClient(credentials)
     try:
@@ -236,6 +240,13 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
             **options,
         )
     except (*_FOREIGN, ImportError) as e:  # ImportError: nkeys, for a seed or a creds file
+        said = client.last_error or ""
+        if "authorization violation" in said.lower():
+            who = f"access key {options['user']}" if "user" in options else "an anonymous client"
+            raise LogError(
+                f"NATS at {_redacted(url)} refused {who}: wrong or revoked keypair? "
+                "(fgpu login, or FGPU_ACCESS_KEY and FGPU_SECRET_KEY)"
+            ) from e
         raise LogError(f"cannot connect to NATS at {_redacted(url)}: {e}") from e
     client.nc.options["max_reconnect_attempts"] = -1
     return client

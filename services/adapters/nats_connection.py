@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from services.adapters.jetstream import JetStreamLog, connect
-from services.adapters.nats_bus import NatsBus
+from services.adapters.nats_bus import ANONYMOUS, NatsBus
 from services.adapters.nats_client import ConnectOptions
 
 __all__ = ["NatsConnection", "nats_connection"]
@@ -27,6 +27,7 @@ async def nats_connection(
     or refuses."""
     log = await connect(url, name=name, **options)
     try:
-        yield NatsConnection(log, NatsBus(log.nc))
+        requester = options.get("user") or ANONYMOUS
+        yield NatsConnection(log, NatsBus(log.nc, requester))
     finally:
         await log.close()

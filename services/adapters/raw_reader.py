@@ -64,6 +64,7 @@ class Source:
     user: str | None = None
     password: str | None = None
     token: str | None = None
+    inbox_prefix: str = "_INBOX"  # the connection's own: where it may receive
 
 
 async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
@@ -140,7 +141,7 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
     """``read_stored(src)`` with the subjects undecoded, as the child sends them."""
     if src.end <= src.after:
         return
-    inbox = f"_INBOX.{src.consumer}".encode()
+    inbox = f"{src.inbox_prefix}.{src.consumer}".encode()
     next_msg = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
 
     def pull(n: int) -> bytes:

@@ -6,7 +6,9 @@ import dataclasses
 import functools
 import inspect
 import os
+import tempfile
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     import anyio.abc
 
     from services.actors.agent import AgentConfig
+    from services.adapters.nats_auth import ServerAuth
+    from services.cli.identities import Identity
     from services.ports import EventLog, SliceRegions
 
 __all__ = ["AgentOptions", "register"]
@@ -141,19 +145,24 @@ def up(
 
     from projections.paths import default_db_path
     from services.adapters import nats_server
+    from services.adapters.nats_auth import SETUP_USER
     from services.cli.agent_setup import container_runtime
+    from services.cli.identities import service_keys
     from services.cli.stack import (
         StackInfo,
         connected,
         run_agent,
+        run_gatekeeper,
         run_quota,
         run_registrar,
         run_scheduler,
     )
 
     cfg, regions = agent.setup()
+    store_dir = Path(store) if store else Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
+    auth = _server_auth(store_dir)
     try:
-        server = nats_server.start(store, port)
+        server = nats_server.start(str(store_dir), port, config=auth.config())
     except nats_server.NatsServerError as e:
         fail(str(e), code=1)
     info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
@@ -166,28 +175,42 @@ def up(
         f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
     )
     console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
+    kinds = ["quota", "scheduler", "registrar", "api", f"agent:{cfg.agent_id}"]
 
     async def main() -> None:
-        async with (
-            connected(server.url, "fgpu-up") as conn,
-            container_runtime(cfg.runtime_name) as rt,
-            anyio.create_task_group() as tg,
-        ):
-            # The embedded case is its own administrator: it sets the stream up, and gives
-            # a new cluster its superadmin.
-            await conn.log.create_or_update_stream()
-            await _first_admin(conn.log)
-            tg.start_soon(_until_signalled, tg)
-            await tg.start(run_registrar, conn.log)
-            await tg.start(run_quota, conn.log)
-            await tg.start(run_scheduler, conn.log, conn.bus)
-            await tg.start(run_agent, conn, rt, cfg, regions)
+        async with AsyncExitStack() as stack:
+            # The embedded case is its own administrator: it sets the stream up, gives a
+            # new cluster its superadmin, and keypairs to the services it runs.
+            setup = await stack.enter_async_context(
+                connected(server.url, "fgpu-up-setup", _static(SETUP_USER, auth.setup_password))
+            )
+            await setup.log.create_or_update_stream()
+            await _first_admin(setup.log)
+            keys = await service_keys(setup.log, store_dir, kinds)
+            # The gatekeeper first (everything else connects through it), in a task group
+            # that outlives the services' connections; the actors in one they outlive.
+            outer = await stack.enter_async_context(anyio.create_task_group())
+            outer.start_soon(_until_signalled, outer)
+            await outer.start(run_gatekeeper, server.url, auth)
+            conns = {
+                kind: await stack.enter_async_context(
+                    connected(server.url, f"fgpu-{kind.replace(':', '-')}", keys[kind])
+                )
+                for kind in kinds
+            }
+            rt = await stack.enter_async_context(container_runtime(cfg.runtime_name))
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await tg.start(run_registrar, conns["registrar"].log)
+            await tg.start(run_quota, conns["quota"].log)
+            await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
+            await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
             if not no_api:
                 from services.api.serve import serve_read_api  # heavy: only when serving
 
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
-                api = await tg.start(serve_read_api, conn.log, db, "127.0.0.1", api_port)
+                reader = conns["api"].log
+                api = await tg.start(serve_read_api, reader, db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
                 console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -201,6 +224,25 @@ def up(
         server.stop()
         state_file().unlink(missing_ok=True)
         console.print("fgpu up: stopped")
+
+
+def _server_auth(store: Path) -> "ServerAuth":
+    """The server's secrets kept in ``store`` (new ones for a new store)."""
+    from services.adapters.nats_auth import ServerAuth
+
+    try:
+        return ServerAuth.load(store)
+    except (OSError, ValueError):
+        auth = ServerAuth.generate()
+        auth.save(store)
+        return auth
+
+
+def _static(user: str, password: str) -> "Identity":
+    """A static user of the server's configuration, as an identity."""
+    from services.cli.identities import Identity
+
+    return Identity(user, password)
 
 
 async def _first_admin(log: "EventLog") -> None:
@@ -229,7 +271,7 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
 
     async def main() -> None:
         async with (
-            connected(url, f"fgpu-agent-{cfg.agent_id}") as conn,
+            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx)) as conn,
             container_runtime(cfg.runtime_name) as rt,
             anyio.create_task_group() as tg,
         ):
@@ -265,7 +307,7 @@ def api(
     path.parent.mkdir(parents=True, exist_ok=True)
 
     async def main() -> None:
-        async with connected(url, "fgpu-api") as conn, anyio.create_task_group() as tg:
+        async with connected(url, "fgpu-api", _me(ctx)) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
             served = await tg.start(serve_read_api, conn.log, path, host, port)
             console = out()
@@ -320,7 +362,11 @@ def sim_agents(
     ]
 
     async def main() -> None:
-        async with connected(url, f"fgpu-sim-{prefix}") as conn, anyio.create_task_group() as tg:
+        me = _me(ctx)
+        async with (
+            connected(url, f"fgpu-sim-{prefix}", me) as conn,
+            anyio.create_task_group() as tg,
+        ):
             tg.start_soon(_until_signalled, tg)
             await tg.start(
                 run_agent_host, conn, configs, lambda: DummyRuntime(start_delay_s=start_delay)
@@ -332,27 +378,37 @@ def sim_agents(
 
 
 def scheduler(ctx: typer.Context) -> None:
-    """Run the scheduler against --nats URL."""
-    _single(_url(ctx), "scheduler")
+    """Run the scheduler against --nats URL (as a scheduler's service keypair)."""
+    _single(ctx, "scheduler")
 
 
 def quota(ctx: typer.Context) -> None:
-    """Run the quota actor against --nats URL."""
-    _single(_url(ctx), "quota")
+    """Run the quota actor against --nats URL (as a quota service keypair)."""
+    _single(ctx, "quota")
 
 
 def registrar(ctx: typer.Context) -> None:
     """Run the registrar (it answers administrators' requests) against --nats URL."""
-    _single(_url(ctx), "registrar")
+    _single(ctx, "registrar")
 
 
-def _single(url: str, which: str) -> None:
+def _me(ctx: typer.Context) -> "Identity":
+    settings: Settings = ctx.obj
+    return settings.identity()
+
+
+def _single(ctx: typer.Context, which: str) -> None:
     import anyio
 
     from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
 
+    url = _url(ctx)
+
     async def main() -> None:
-        async with connected(url, f"fgpu-{which}") as conn, anyio.create_task_group() as tg:
+        async with (
+            connected(url, f"fgpu-{which}", _me(ctx)) as conn,
+            anyio.create_task_group() as tg,
+        ):
             tg.start_soon(_until_signalled, tg)
             if which == "scheduler":
                 await tg.start(run_scheduler, conn.log, conn.bus)

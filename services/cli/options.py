@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from services.adapters.nats_connection import NatsConnection
+    from services.cli.identities import Identity
     from services.client import Client
 
 __all__ = [
@@ -64,6 +65,12 @@ class Settings:
     def url(self) -> str:
         return resolve_nats(self.nats)
 
+    def identity(self) -> "Identity":
+        """Who this CLI speaks as on the bus (anonymous without a secret)."""
+        from services.cli.identities import Identity
+
+        return Identity(self.access_key, self.secret_key)
+
     @property
     def api_url(self) -> str | None:
         """--api, else $FGPU_API, else the one ``fgpu up`` serves; None if none is known."""
@@ -89,12 +96,23 @@ async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
     """The log and the bus, for a command that publishes or asks an agent."""
     from services.adapters.nats_import import import_nats_client
 
+    _quiet_logs()
     url = settings.url
     import_nats_client(websockets=url.startswith(("ws://", "wss://")))
     from services.adapters.nats_connection import nats_connection
 
-    async with nats_connection(url, name="fgpu-cli") as conn:
+    options = settings.identity().options()
+    async with nats_connection(url, name="fgpu-cli", **options) as conn:
         yield conn
+
+
+def _quiet_logs() -> None:
+    """A command is no daemon: what the adapters log below a warning is not for its user."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
 @asynccontextmanager
@@ -182,7 +200,8 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     except StreamMissing as e:
         fail(str(e), code=1)  # it says what to do: no hint about fgpu up
     except LogError as e:
-        fail(f"{e} (is `fgpu up` running? set --nats or FGPU_NATS)", code=1)
+        hint = "" if "refused" in str(e) else " (is `fgpu up` running? set --nats or FGPU_NATS)"
+        fail(f"{e}{hint}", code=1)
     except ValueError as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -12,12 +12,16 @@ from anyio.abc import TaskStatus
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
+from services.actors.gatekeeper import GatekeeperActor
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
+from services.adapters.nats_auth import GATE_USER, ServerAuth
+from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
+from services.cli.identities import Identity
 from services.cli.options import state_file
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions
@@ -27,6 +31,7 @@ __all__ = [
     "connected",
     "run_agent",
     "run_agent_host",
+    "run_gatekeeper",
     "run_quota",
     "run_registrar",
     "run_scheduler",
@@ -50,9 +55,13 @@ class StackInfo:
 
 
 @asynccontextmanager
-async def connected(url: str, name: str) -> AsyncIterator[NatsConnection]:
-    """The log and the bus of one connection to ``url``, for the block."""
-    async with nats_connection(url, name=name) as conn:
+async def connected(
+    url: str, name: str, identity: Identity | None = None
+) -> AsyncIterator[NatsConnection]:
+    """The log and the bus of one connection to ``url`` as ``identity`` (None: anonymous),
+    for the block."""
+    options = identity.options() if identity is not None else {}
+    async with nats_connection(url, name=name, **options) as conn:
         yield conn
 
 
@@ -60,6 +69,25 @@ async def run_quota(
     events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     await QuotaActor(events, SystemClock()).run(task_status=task_status)
+
+
+async def run_gatekeeper(
+    url: str, auth: ServerAuth, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """The gatekeeper: it reads the log as the static user fgpu-gate, answers the server's
+    authorization requests, and disconnects revoked keys as the system user."""
+    gate = Identity(GATE_USER, auth.gate_password)
+    async with connected(url, "fgpu-gatekeeper", gate) as conn:
+        kicker = await SystemKicker.connect(url, auth)
+        try:
+            keeper = GatekeeperActor(conn.log, kicker, SystemClock())
+            async with anyio.create_task_group() as tg:
+                await tg.start(keeper.run)
+                await tg.start(serve_callout, url, auth, keeper.authorize)
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await kicker.close()
 
 
 async def run_registrar(
@@ -94,7 +122,7 @@ async def run_agent(
     """The agent, its heartbeat, and its answers to requests (``fgpu session logs``)."""
     actor = AgentActor(conn.log, runtime, SystemClock(), config, regions)
     async with (
-        conn.bus.serving(config.agent_id, answering(config.agent_id, runtime)),
+        conn.bus.serving(config.agent_id, answering(config.agent_id, runtime, lambda: actor.state)),
         anyio.create_task_group() as tg,
     ):
         await tg.start(actor.run)

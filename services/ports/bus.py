@@ -46,7 +46,9 @@ class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
 
 AgentRequest = LogsRequest
 AgentReply = LogsReply | RequestFailed
-AgentHandler = Callable[[AgentRequest], Awaitable[AgentReply]]
+# Answers ``request`` from ``requester`` (the access key the bus says asked: on NATS, the
+# one the server let in on the connection that asked).
+AgentHandler = Callable[[str, AgentRequest], Awaitable[AgentReply]]
 
 
 class Heartbeats(Protocol):
@@ -65,7 +67,8 @@ class Heartbeats(Protocol):
 
 
 class AgentRequests(Protocol):
-    """Requests to one agent, answered by that agent alone."""
+    """Requests to one agent, answered by that agent alone. A bus asks as one identity
+    (its connection's access key); the agent is told who asked."""
 
     async def ask(
         self, agent_id: str, request: AgentRequest, *, timeout_s: float = 10.0
@@ -74,5 +77,6 @@ class AgentRequests(Protocol):
         ...
 
     def serving(self, agent_id: str, handler: AgentHandler) -> AbstractAsyncContextManager[None]:
-        """Answer the requests to ``agent_id`` with ``handler`` while the block runs."""
+        """Answer the requests to ``agent_id`` with ``handler`` while the block runs; it is
+        told the access key that asked each one."""
         ...

@@ -27,12 +27,20 @@ _QUEUED = 10_000  # beats a slow listener may fall behind by; past that they are
 
 
 class MemoryBus:
-    """Heartbeats and AgentRequests within one process."""
+    """Heartbeats and AgentRequests within one process; requests ask as ``requester``
+    (``as_requester`` gives a view of the same bus that asks as another)."""
 
-    def __init__(self) -> None:
+    def __init__(self, requester: str = "anonymous") -> None:
+        self.requester = requester
         self._listeners: list[MemoryObjectSendStream[str]] = []
         self._servers: dict[str, AgentHandler] = {}
         self.beats_sent = 0
+
+    def as_requester(self, requester: str) -> "MemoryBus":
+        """The same bus, asking as ``requester``."""
+        view = MemoryBus(requester)
+        view._listeners, view._servers = self._listeners, self._servers
+        return view
 
     async def beat(self, agent_id: str) -> None:
         self.beats_sent += 1
@@ -62,7 +70,7 @@ class MemoryBus:
             raise AgentUnreachable(f"no agent {agent_id} is serving requests")
         with anyio.move_on_after(timeout_s):
             try:
-                return await handler(request)
+                return await handler(self.requester, request)
             except Exception as e:  # as the NATS side: the answer says so
                 return RequestFailed(error=f"{type(e).__name__}: {e}")
         raise AgentUnreachable(f"agent {agent_id} did not answer within {timeout_s:g} s")
