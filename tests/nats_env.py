@@ -1,6 +1,8 @@
-"""Helpers for tests on a real nats-server: the administrator's stream step, TLS."""
+"""Helpers for tests on a real nats-server: the administrator's stream step, TLS, a
+configuration of the test's own."""
 
 import contextlib
+import os
 import ssl
 import subprocess
 from dataclasses import dataclass
@@ -12,7 +14,9 @@ import nats.js.errors
 from events import subjects as subj
 from services.adapters.jetstream import JetStreamLog, connect
 
-__all__ = ["Cert", "create_stream", "fresh_stream", "make_cert", "store_raw"]
+__all__ = ["Cert", "create_stream", "fresh_stream", "make_cert", "server_conf", "store_raw"]
+
+_FGPU_CONF = Path(__file__).resolve().parents[1] / "nats.conf"
 
 
 async def fresh_stream(events: JetStreamLog) -> None:
@@ -78,3 +82,13 @@ def make_cert(where: Path) -> Cert:
         timeout=60,
     )
     return cert
+
+
+def server_conf(where: Path, text: str) -> list[str]:
+    """nats-server's options to read ``text`` as its configuration, on top of fgpu's own
+    (``nats.conf``, included): the last ``-c`` given is the one the server reads."""
+    conf = where / "nats-test.conf"
+    # nats-server resolves an include from the including file's folder.
+    included = os.path.relpath(_FGPU_CONF, where)
+    conf.write_text(f'include "{included}"\n{text}\n')
+    return ["-c", str(conf)]
