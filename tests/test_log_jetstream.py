@@ -17,7 +17,7 @@ from log_contract import EventLogContract, PublishRaw, admitted
 
 from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
-from services.adapters import nats_server, raw_reader
+from services.adapters import jetstream_stream, nats_server, raw_reader
 from services.adapters.jetstream import JetStreamLog, StreamChange, connect
 from services.adapters.jetstream_pull import ack_seqs
 from services.ports import BulkReadUnavailable, LogError
@@ -530,3 +530,56 @@ async def test_the_stream_is_created_then_current_then_brought_up_to_date() -> N
             assert await events.append(subj.usage("a1", "s1"), admitted()) == 5
         finally:
             await events.close()
+
+
+@pytest.mark.anyio
+async def test_bringing_the_stream_up_to_date_keeps_an_administrators_settings() -> None:
+    """An administrator limited the stream (age, count) and gave it a subject of their own;
+    its subjects are an older version's. Brought up to date, it stores this version's
+    subjects and keeps all of that."""
+    hour_ns = 3600 * 10**9
+    with nats_server.nats_server() as server:
+        events = await connect(server.url)
+        try:
+            await events.create_or_update_stream()
+            config = (await events.js.stream_info(subj.STREAM)).config
+            config.subjects = [*[s for s in subj.STREAM_SUBJECTS if s != "fgpu.usage.>"], "ops.>"]
+            config.max_age = 3600.0  # nats-py's seconds: the server's nanoseconds below
+            config.max_msgs = 5000
+            await events.js.update_stream(config)
+
+            assert await events.create_or_update_stream() is StreamChange.UPDATED
+            assert await events.create_or_update_stream() is StreamChange.CURRENT
+            data = await events.nc.request(f"$JS.API.STREAM.INFO.{subj.STREAM}", b"")
+            kept = json.loads(data.data)["config"]
+        finally:
+            await events.close()
+    assert (kept["max_age"], kept["max_msgs"]) == (hour_ns, 5000)
+    assert sorted(kept["subjects"]) == sorted([*subj.STREAM_SUBJECTS, "ops.>"])
+
+
+@pytest.mark.parametrize(
+    ("theirs", "subjects"),
+    [
+        (["fgpu.sched", "ops.>"], ["fgpu.sched", "ops.>", "fgpu.req.>", "fgpu.sys"]),
+        (["fgpu.>"], ["fgpu.>"]),  # a wider subject of theirs stores ours already
+        (["fgpu.req.alice.*", "fgpu.sys"], ["fgpu.sys", "fgpu.req.>", "fgpu.sched"]),
+        (["fgpu.*"], ["fgpu.*", "fgpu.req.>"]),  # one token only: not fgpu.req.<a>.<b>
+        ([], ["fgpu.req.>", "fgpu.sched", "fgpu.sys"]),
+    ],
+    ids=["theirs-and-ours", "wider", "narrower", "one-token", "none"],
+)
+def test_an_update_stores_the_subjects_of_both_without_overlap(
+    theirs: list[str], subjects: list[str]
+) -> None:
+    """Every subject of either is stored, by itself or by a wider one; none is stored twice
+    (the server refuses subjects that overlap); the administrator's other settings stay."""
+    wanted = {"subjects": ["fgpu.req.>", "fgpu.sched", "fgpu.sys"], "allow_atomic": True}
+    config = {"subjects": theirs, "allow_atomic": False, "max_age": 60}
+    body = jetstream_stream.updated(config, wanted)
+    assert body == {"subjects": subjects, "allow_atomic": True, "max_age": 60}
+    assert jetstream_stream.holds(body, wanted)
+    # Only a subject of theirs that stores all of ours makes theirs enough.
+    assert jetstream_stream.holds({**config, "allow_atomic": True}, wanted) == (
+        theirs == ["fgpu.>"]
+    )
