@@ -4,8 +4,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.jetstream import JetStreamLog
 from services.adapters.nats_bus import NatsBus
+from services.adapters.nats_client import open_client
 
 __all__ = ["NatsConnection", "nats_connection"]
 
@@ -18,9 +19,11 @@ class NatsConnection:
 
 @asynccontextmanager
 async def nats_connection(url: str, *, name: str = "fgpu") -> AsyncIterator[NatsConnection]:
-    """Connected for the block. Raises LogError if the server cannot be reached."""
-    log = await connect(url, name=name)
+    """Connected for the block: the log and the bus on one client, whose errors both
+    translate in one place (``NatsClient.call``). Raises LogError if the server cannot be
+    reached."""
+    client = await open_client(url, name=name)
     try:
-        yield NatsConnection(log, NatsBus(log.nc))
+        yield NatsConnection(JetStreamLog(client), NatsBus(client))
     finally:
-        await log.close()
+        await client.close()
