@@ -72,7 +72,10 @@ class BusContract:
         assert asked == [("a2", LogsRequest(session_id="s1", tail=5))]
 
     async def test_no_agent_serving_is_unreachable(self, bus: Bus) -> None:
-        with anyio.fail_after(DEADLINE_S), pytest.raises(AgentUnreachable):
+        with (
+            anyio.fail_after(DEADLINE_S),
+            pytest.raises(AgentUnreachable, match="no agent nobody is serving requests"),
+        ):
             await bus.ask("nobody", LogsRequest(session_id="s1"), timeout_s=2)
 
     async def test_an_agent_that_stopped_serving_is_unreachable(self, bus: Bus) -> None:
@@ -90,7 +93,10 @@ class BusContract:
             return LogsReply(ok=True)
 
         async with bus.serving("slow", answer):
-            with anyio.fail_after(DEADLINE_S), pytest.raises(AgentUnreachable):
+            with (
+                anyio.fail_after(DEADLINE_S),
+                pytest.raises(AgentUnreachable, match=r"agent slow did not answer within 0\.2 s"),
+            ):
                 await bus.ask("slow", LogsRequest(session_id="s"), timeout_s=0.2)
 
     async def test_a_failing_handler_answers_that_it_failed(self, bus: Bus) -> None:

@@ -18,6 +18,13 @@ def nats_url() -> Iterator[str]:
 
 
 @pytest.fixture
+def server() -> Iterator[nats_server.NatsServer]:
+    """A nats-server of the test's own: one it may stop."""
+    with nats_server.nats_server() as s:
+        yield s
+
+
+@pytest.fixture
 async def log() -> AsyncIterator[JetStreamLog]:
     """A connection to an empty stream on a server of its own.
 

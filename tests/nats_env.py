@@ -1,18 +1,39 @@
-"""Helpers for tests on a real nats-server: the administrator's stream step, TLS."""
+"""Helpers for tests on a real nats-server: the administrator's stream step, TLS, a
+configuration of the test's own, a server the test stops."""
 
 import contextlib
+import os
 import ssl
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import nats.js.errors
+import pytest
+from nats.aio.client import Client
 
 from events import subjects as subj
+from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 
-__all__ = ["Cert", "create_stream", "fresh_stream", "make_cert", "store_raw"]
+__all__ = [
+    "Cert",
+    "Stoppable",
+    "Trigger",
+    "create_stream",
+    "fresh_stream",
+    "make_cert",
+    "server_conf",
+    "store_raw",
+]
+
+_DEADLINE_S = 10.0  # a wait for the client to see what the test did to its server
+# Which message, given its subject and headers, the server stops at (Stoppable).
+Trigger = Callable[[str, dict[str, str]], bool]
+
+_FGPU_CONF = Path(__file__).resolve().parents[1] / "nats-base.conf"
 
 
 async def fresh_stream(events: JetStreamLog) -> None:
@@ -78,3 +99,53 @@ def make_cert(where: Path) -> Cert:
         timeout=60,
     )
     return cert
+
+
+def server_conf(where: Path, text: str) -> list[str]:
+    """nats-server's options to read ``text`` as its configuration, on top of fgpu's own
+    (``nats-base.conf``, included): the last ``-c`` given is the one the server reads."""
+    conf = where / "nats-test.conf"
+    # nats-server resolves an include from the including file's folder.
+    included = os.path.relpath(_FGPU_CONF, where)
+    conf.write_text(f'include "{included}"\n{text}\n')
+    return ["-c", str(conf)]
+
+
+@dataclass
+class Stoppable:
+    """A server of a test's own and the client on it, the server for the test to stop."""
+
+    server: nats_server.NatsServer
+    nc: Client
+
+    async def stop(self) -> None:
+        await anyio.to_thread.run_sync(self.server.stop)
+
+    async def gone(self) -> None:
+        """Stopped, and the client has seen it go."""
+        await self.stop()
+        await self.until(lambda: not self.nc.is_connected)
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        """Wait until ``done()``, with a deadline."""
+        with anyio.fail_after(_DEADLINE_S):
+            while not done():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+    def stop_on_publish(self, monkeypatch: pytest.MonkeyPatch, when: Trigger) -> None:
+        """Stop the server as the client publishes the first message ``when`` picks. The
+        stop blocks the event loop until the server has exited, so the client learns of it
+        only once the call waits for an answer: it fails in flight."""
+        publish = self.nc.publish
+
+        async def stopping(
+            subject: str,
+            payload: bytes = b"",
+            reply: str = "",
+            headers: dict[str, str] | None = None,
+        ) -> None:
+            if self.server.process.poll() is None and when(subject, headers or {}):
+                self.server.stop()
+            await publish(subject, payload, reply=reply, headers=headers)
+
+        monkeypatch.setattr(self.nc, "publish", stopping)

@@ -4,8 +4,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from services.adapters.jetstream import connect
 from services.adapters.nats_bus import NatsBus
+from services.adapters.nats_connection import nats_connection
 from services.testing import MemoryBus
 from tests.bus_contract import BusContract
 
@@ -19,8 +19,5 @@ class TestMemoryBus(BusContract):
 class TestNatsBus(BusContract):
     @pytest.fixture
     async def bus(self, nats_url: str) -> AsyncIterator[NatsBus]:
-        log = await connect(nats_url)
-        try:
-            yield NatsBus(log.nc)
-        finally:
-            await log.close()
+        async with nats_connection(nats_url) as conn:
+            yield conn.bus

@@ -18,7 +18,7 @@ from nats_env import fresh_stream
 
 from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
-from services.adapters import nats_server, raw_reader
+from services.adapters import jetstream_stream, nats_server, raw_reader
 from services.adapters.jetstream import JetStreamLog, StreamChange, connect
 from services.adapters.jetstream_pull import ack_seqs
 from services.ports import BulkReadUnavailable, LogError
@@ -186,17 +186,24 @@ class _Server:
 
 @contextlib.asynccontextmanager
 async def _scripted_nats(
-    parts: list[bytes], *, info: bytes = b'{"max_payload":1048576}'
+    parts: list[bytes],
+    *,
+    info: bytes = b'{"max_payload":1048576}',
+    greeting: bytes = b"PONG\r\n",
 ) -> AsyncIterator[_Server]:
-    """A server on a free port that sends INFO ``info``, then each part of ``parts``: the
-    next only once the client has answered the PING in the one before, so that the client
-    has read that part (up to its PING at least) before the next arrives."""
+    """A server on a free port that sends INFO ``info``, answers the client's CONNECT and
+    PING with ``greeting``, then sends each part of ``parts``: the next only once the
+    client has answered the PING in the one before, so that the client has read that part
+    (up to its PING at least) before the next arrives."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     server = _Server(listener.extra(anyio.abc.SocketAttribute.local_port))
 
     async def serve(client: anyio.abc.SocketStream) -> None:
         async with client:
             await client.send(b"INFO %s\r\n" % info)
+            if not await _greeted(client, greeting):
+                server.hung_up.set()
+                return
             received = b""
             for i, part in enumerate(parts):
                 if part:
@@ -213,6 +220,18 @@ async def _scripted_nats(
         tg.start_soon(listener.serve, serve)
         yield server
         tg.cancel_scope.cancel()
+
+
+async def _greeted(client: anyio.abc.SocketStream, greeting: bytes) -> bool:
+    """Whether the client sent its CONNECT and PING, then answered with ``greeting``; False
+    if it hung up first (as a reader does that the INFO told to use TLS)."""
+    received = b""
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+        while b"PING\r\n" not in received:
+            received += await client.receive()
+        await client.send(greeting)
+        return True
+    return False
 
 
 def _read(in_child: bool, port: int, *, end: int = 9) -> AsyncIterator[RawBatch]:
@@ -371,9 +390,50 @@ def test_a_reply_of_no_known_form_is_a_log_error(reply: str | None) -> None:
 async def test_a_raw_read_raises_log_error_on_a_refusal_or_garbage(
     in_child: bool, answer: bytes, error: str
 ) -> None:
+    """After a message of the read: the reader was let through, so even a refusal is no
+    reason to read in order instead."""
     with anyio.fail_after(30):
         async with _scripted_nats([_msg("fgpu.a", 3, b"{}") + answer]) as server:
-            with pytest.raises(LogError, match=error):
+            with pytest.raises(LogError, match=error) as e:
+                async for _ in _read(in_child, server.port):
+                    pass
+    assert not isinstance(e.value, BulkReadUnavailable)
+
+
+REFUSALS = {  # as nats-server words them
+    "its-user": "Authorization Violation",
+    "too-many-connections": "maximum connections exceeded",
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+@pytest.mark.parametrize("refusal", REFUSALS)
+async def test_a_server_that_refuses_the_readers_connection_makes_it_unavailable(
+    in_child: bool, refusal: str
+) -> None:
+    """An ``-ERR`` for the reader's CONNECT, at once: the client's own connection was let
+    through, so the caller reads in order rather than retrying; the server's words say why."""
+    text = REFUSALS[refusal]
+    with anyio.fail_after(30):
+        async with _scripted_nats([], greeting=b"-ERR '%s'\r\n" % text.encode()) as server:
+            with pytest.raises(BulkReadUnavailable, match=text):
+                async for _ in _read(in_child, server.port):
+                    pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("in_child", [False, True], ids=["in-process", "child-process"])
+async def test_a_server_that_refuses_the_readers_pull_makes_it_unavailable(
+    in_child: bool,
+) -> None:
+    """A connection let through, then refused what it asks before any message came (a
+    permission to pull from the consumer's API): the server keeps the connection and sends
+    nothing more, so the read ends there rather than waiting."""
+    refusal = b"-ERR 'Permissions Violation for Publish to \"$JS.API.CONSUMER.MSG.NEXT.S.C\"'\r\n"
+    with anyio.fail_after(30):
+        async with _scripted_nats([refusal]) as server:
+            with pytest.raises(BulkReadUnavailable, match="Permissions Violation for Publish"):
                 async for _ in _read(in_child, server.port):
                     pass
 
@@ -479,3 +539,56 @@ async def test_the_stream_is_created_then_current_then_brought_up_to_date() -> N
             assert await events.append(subj.usage("a1", "s1"), admitted()) == 5
         finally:
             await events.close()
+
+
+@pytest.mark.anyio
+async def test_bringing_the_stream_up_to_date_keeps_an_administrators_settings() -> None:
+    """An administrator limited the stream (age, count) and gave it a subject of their own;
+    its subjects are an older version's. Brought up to date, it stores this version's
+    subjects and keeps all of that."""
+    hour_ns = 3600 * 10**9
+    with nats_server.nats_server() as server:
+        events = await connect(server.url)
+        try:
+            await events.create_or_update_stream()
+            config = (await events.js.stream_info(subj.STREAM)).config
+            config.subjects = [*[s for s in subj.STREAM_SUBJECTS if s != "fgpu.usage.>"], "ops.>"]
+            config.max_age = 3600.0  # nats-py's seconds: the server's nanoseconds below
+            config.max_msgs = 5000
+            await events.js.update_stream(config)
+
+            assert await events.create_or_update_stream() is StreamChange.UPDATED
+            assert await events.create_or_update_stream() is StreamChange.CURRENT
+            data = await events.nc.request(f"$JS.API.STREAM.INFO.{subj.STREAM}", b"")
+            kept = json.loads(data.data)["config"]
+        finally:
+            await events.close()
+    assert (kept["max_age"], kept["max_msgs"]) == (hour_ns, 5000)
+    assert sorted(kept["subjects"]) == sorted([*subj.STREAM_SUBJECTS, "ops.>"])
+
+
+@pytest.mark.parametrize(
+    ("theirs", "subjects"),
+    [
+        (["fgpu.sched", "ops.>"], ["fgpu.sched", "ops.>", "fgpu.req.>", "fgpu.sys"]),
+        (["fgpu.>"], ["fgpu.>"]),  # a wider subject of theirs stores ours already
+        (["fgpu.req.alice.*", "fgpu.sys"], ["fgpu.sys", "fgpu.req.>", "fgpu.sched"]),
+        (["fgpu.*"], ["fgpu.*", "fgpu.req.>"]),  # one token only: not fgpu.req.<a>.<b>
+        ([], ["fgpu.req.>", "fgpu.sched", "fgpu.sys"]),
+    ],
+    ids=["theirs-and-ours", "wider", "narrower", "one-token", "none"],
+)
+def test_an_update_stores_the_subjects_of_both_without_overlap(
+    theirs: list[str], subjects: list[str]
+) -> None:
+    """Every subject of either is stored, by itself or by a wider one; none is stored twice
+    (the server refuses subjects that overlap); the administrator's other settings stay."""
+    wanted = {"subjects": ["fgpu.req.>", "fgpu.sched", "fgpu.sys"], "allow_atomic": True}
+    config = {"subjects": theirs, "allow_atomic": False, "max_age": 60}
+    body = jetstream_stream.updated(config, wanted)
+    assert body == {"subjects": subjects, "allow_atomic": True, "max_age": 60}
+    assert jetstream_stream.holds(body, wanted)
+    # Only a subject of theirs that stores all of ours makes theirs enough.
+    assert jetstream_stream.holds({**config, "allow_atomic": True}, wanted) == (
+        theirs == ["fgpu.>"]
+    )

@@ -7,7 +7,7 @@ JetStream raise, what comes out is LogError (StreamMissing where the stream is m
 and every wait is bounded by ``anyio.fail_after``: nothing hangs.
 """
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 from log_contract import DEADLINE_S, admitted
+from nats_env import Stoppable, Trigger
 
 from events import AnyEvent, RawBatch
 from events import subjects as subj
@@ -30,27 +31,10 @@ QUOTA = subj.quota("alice")
 
 
 @dataclass
-class Doomed:
+class Doomed(Stoppable):
     """A log on a server of its own, which the test stops."""
 
-    server: nats_server.NatsServer
     log: JetStreamLog
-
-    async def stop(self) -> None:
-        await anyio.to_thread.run_sync(self.server.stop)
-
-    async def gone(self) -> None:
-        """Stopped, and the client has seen it go."""
-        await self.stop()
-        with anyio.fail_after(DEADLINE_S):
-            while self.log.nc.is_connected:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-
-
-@pytest.fixture
-def server() -> Iterator[nats_server.NatsServer]:
-    with nats_server.nats_server() as s:
-        yield s
 
 
 @pytest.fixture
@@ -60,7 +44,7 @@ async def doomed(server: nats_server.NatsServer) -> AsyncIterator[Doomed]:
         await events.create_or_update_stream()
         for _ in range(STORED):
             await events.append(LEDGER, admitted())
-        yield Doomed(server, events)
+        yield Doomed(server, events.nc, events)
     finally:
         with anyio.fail_after(DEADLINE_S):
             await events.close()
@@ -107,10 +91,8 @@ async def test_a_call_after_the_server_went_raises_log_error(doomed: Doomed, cal
         await CALLS[call](doomed.log)
 
 
-# When the server stops: as the client publishes a message for which ``when`` holds, given
-# its subject and headers. The stop blocks the event loop until the server has exited, so
-# the client learns of it only once the call waits for an answer: it fails in flight.
-Trigger = Callable[[str, dict[str, str]], bool]
+# When the server stops: as the client publishes a message for which the Trigger holds,
+# given its subject and headers (``Stoppable.stop_on_publish``).
 
 
 def _subject(prefix: str) -> Trigger:
@@ -155,27 +137,12 @@ DURING: dict[str, tuple[Call, Trigger]] = {
 }
 
 
-def _stop_on_publish(doomed: Doomed, monkeypatch: pytest.MonkeyPatch, when: Trigger) -> None:
-    """Stop the server as the client publishes the first message ``when`` picks."""
-    nc = doomed.log.nc
-    publish = nc.publish
-
-    async def stopping(
-        subject: str, payload: bytes = b"", reply: str = "", headers: dict[str, str] | None = None
-    ) -> None:
-        if doomed.server.process.poll() is None and when(subject, headers or {}):
-            doomed.server.stop()
-        await publish(subject, payload, reply=reply, headers=headers)
-
-    monkeypatch.setattr(nc, "publish", stopping)
-
-
 @pytest.mark.parametrize("case", DURING)
 async def test_a_call_whose_server_stops_in_its_middle_raises_log_error(
     doomed: Doomed, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     call, when = DURING[case]
-    _stop_on_publish(doomed, monkeypatch, when)
+    doomed.stop_on_publish(monkeypatch, when)
     with anyio.fail_after(DEADLINE_S), pytest.raises(LogError):
         await call(doomed.log)
     assert doomed.server.process.poll() is not None, "the trigger never fired"

@@ -2,9 +2,11 @@
 
 Real servers: one that requires TLS (a certificate made at test time), whether the client
 was told (an SSLContext) or found out (the server's INFO); ones that require a token or a
-password, which the bulk reader speaks; and one behind a proxy that rewrites the bulk
-reader's acks into a form it does not parse, before its first batch or after some. In
-each the projector ends with every record, as one pass of the fold writes them.
+password, which the bulk reader speaks; ones that let the client in but refuse the bulk
+reader (one connection at most, or no right to pull); and one behind a proxy that
+rewrites the bulk reader's acks into a form it does not parse, before its first batch or
+after some. In each the projector ends with every record, as one pass of the fold writes
+them.
 """
 
 import contextlib
@@ -17,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from nats_env import Cert, store_raw
+from nats_env import Cert, server_conf, store_raw
 from structlog.testing import capture_logs
 
 from events import AgentRegistered, GpuInfo, SessionRequested, Slots, encode, record_of
@@ -150,6 +152,44 @@ async def test_a_token_or_a_password_is_spoken_by_the_bulk_reader(
             got = [seq async for raw in events.read_raw(0, batch=7) for seq in raw.seqs]
             assert got == list(range(1, len(messages) + 1))
             assert await _caught_up(events, messages, tmp_path, batch=7) == []
+
+
+# ---- a server that lets the client in and refuses the bulk reader -------------------------
+
+# The client's connection reads in order (an ordered push consumer); the bulk reader needs
+# a second connection, and publishes pull requests to its consumer's API. Both connect as
+# ann, which a server without users takes as anyone.
+REFUSING = {
+    "one-connection": ("max_connections: 1", "maximum connections exceeded"),
+    "no-pulls": (
+        """authorization {
+          users = [{user: ann, password: pw,
+                    permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}]
+        }""",
+        "Permissions Violation for Publish to",
+    ),
+}
+
+
+@pytest.mark.parametrize("refusing", REFUSING)
+async def test_a_server_that_refuses_the_bulk_reader_is_caught_up_in_order(
+    tmp_path: Path, refusing: str
+) -> None:
+    """Refused before its first message, the bulk reader is unavailable at once, with the
+    server's words: the catch-up warns once and reads everything in order, where
+    retrying would be refused for ever."""
+    conf, said = REFUSING[refusing]
+    messages = _log(30)
+    args = server_conf(tmp_path, conf)
+    with nats_server.nats_server(args=args) as server:
+        async with _log_on(f"nats://ann:pw@127.0.0.1:{server.port}") as events:
+            await store_raw(events, messages)
+            with anyio.fail_after(30), pytest.raises(BulkReadUnavailable, match=said):
+                async for _ in events.read_raw(0):
+                    pass
+            fallbacks = await _caught_up(events, messages, tmp_path, batch=7)
+    assert len(fallbacks) == 1
+    assert said in str(fallbacks[0]["reason"]) and fallbacks[0]["after"] == 0
 
 
 # ---- acks of a form the bulk reader does not parse -----------------------------------------

@@ -38,6 +38,7 @@ from services.adapters.jetstream_stream import (
     holds,
     stream_config,
     stream_info_of,
+    updated,
 )
 from services.adapters.nats_client import (
     ConnectOptions,
@@ -115,17 +116,20 @@ class JetStreamLog:
 
     async def create_or_update_stream(self) -> StreamChange:
         """Create the stream, or bring an existing one up to this version's configuration,
-        keeping its messages. An administrator's step (``fgpu stream create``; ``fgpu up``
-        for its embedded server). Raises LogError if the server refuses."""
+        keeping its messages and what an administrator set beside it (``updated``). An
+        administrator's step (``fgpu stream create``; ``fgpu up`` for its embedded
+        server). Raises LogError if the server refuses."""
         wanted = stream_config()
-        body = json.dumps(wanted).encode()
         try:
             current = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
         except StreamMissing:
+            body = json.dumps(wanted).encode()
             await self._api("create the stream", f"STREAM.CREATE.{subj.STREAM}", body)
             return StreamChange.CREATED
-        if holds(current.get("config") or {}, wanted):
+        config = current.get("config") or {}
+        if holds(config, wanted):
             return StreamChange.CURRENT
+        body = json.dumps(updated(config, wanted)).encode()
         await self._api("update the stream", f"STREAM.UPDATE.{subj.STREAM}", body)
         return StreamChange.UPDATED
 

@@ -1,11 +1,14 @@
 """The stream the log lives in: this version's configuration, and what a server says of it.
 
 The stream is an administrator's to create or update (``JetStreamLog.create_or_update_
-stream``); clients only read its description.
+stream``); clients only read its description. An update lays this version's settings over
+the stream's own (``updated``), so what an administrator set beside them (limits,
+replicas, subjects of their own) stays.
 """
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,7 +16,14 @@ from typing import Any
 from events import subjects as subj
 from services.ports import LogError
 
-__all__ = ["StreamChange", "StreamInfo", "holds", "stream_config", "stream_info_of"]
+__all__ = [
+    "StreamChange",
+    "StreamInfo",
+    "holds",
+    "stream_config",
+    "stream_info_of",
+    "updated",
+]
 
 _DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
 
@@ -71,8 +81,40 @@ def stream_info_of(data: dict[str, Any]) -> StreamInfo:
 
 
 def holds(config: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    """Whether the server's ``config`` has every setting of ``wanted`` (lists in any order)."""
+    """Whether the server's ``config`` has every setting of ``wanted``: each of its
+    subjects stored (by the same subject or a wider one), the rest equal."""
     return all(
-        sorted(config.get(k) or ()) == sorted(v) if isinstance(v, list) else config.get(k) == v
+        all(_stored(s, config.get(k) or ()) for s in v) if k == "subjects" else config.get(k) == v
         for k, v in wanted.items()
     )
+
+
+def updated(config: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """The server's ``config`` brought up to ``wanted``, as ``$JS.API.STREAM.UPDATE`` takes
+    it: every setting of ``wanted`` laid over the stream's, whose others (an administrator's
+    limits, replicas, ...) stay; the subjects are the stream's and ``wanted``'s, less any
+    that another of them stores too (the server refuses subjects that overlap)."""
+    both = [*(config.get("subjects") or ()), *wanted["subjects"]]
+    subjects = [
+        s
+        for i, s in enumerate(both)
+        if s not in both[:i] and not _stored(s, [o for o in both if o != s])
+    ]
+    return {**config, **wanted, "subjects": subjects}
+
+
+def _stored(subject: str, subjects: Iterable[str]) -> bool:
+    """Whether one of ``subjects`` stores every message ``subject`` matches."""
+    return any(_covers(pattern, subject) for pattern in subjects)
+
+
+def _covers(pattern: str, subject: str) -> bool:
+    """Whether ``pattern`` matches every subject that ``subject`` (a pattern too) matches:
+    ``*`` stands for one token, ``>`` for one or more at the end."""
+    ours, theirs = pattern.split("."), subject.split(".")
+    for i, token in enumerate(ours):
+        if token == ">":
+            return len(theirs) > i
+        if i == len(theirs) or theirs[i] == ">" or token not in ("*", theirs[i]):
+            return False
+    return len(theirs) == len(ours)

@@ -1,33 +1,50 @@
 """Heartbeats and agent requests on core NATS (``services.ports.bus``), not on the log.
 
 A beat is a message on ``fgpu.hb.<agent>``, a request a NATS request on
-``fgpu.rpc.<agent>`` whose payload is the tagged request as JSON. Every error of the
-client comes out as the port's: a lost beat is dropped (the next comes in seconds), a
-request that meets no agent, no answer or a broken connection is AgentUnreachable.
+``fgpu.rpc.<agent>.<requester>`` whose payload is the tagged request as JSON: the
+requester is the access key the connection speaks as, which the server lets a user
+publish with only its own, so the agent is told truly who asked.
+
+Every call into nats-py runs inside ``NatsClient.call``, the one place where the
+client's errors are translated (``nats_client``); what it raises is then the bus port's::
+
+    beat                                    a LogError is logged, the beat dropped
+    ask: NoResponders                    -> AgentUnreachable (no agent serves the id)
+         TimedOut                        -> AgentUnreachable (no answer within timeout_s)
+         any other LogError              -> AgentUnreachable (no connection, or lost)
+         an answer of no known form      -> AgentUnreachable
+    heard, serving: entered with no connection -> AgentUnreachable
+    an answer that cannot be sent           dropped (the asker is gone, or the connection)
+
+As the log's calls, none waits on a reconnection: one that starts while the connection is
+away fails at once, a request in flight when it drops fails then. A listener or a server
+already in its block stays there: the client subscribes again once reconnected.
 """
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import msgspec
-import nats.errors
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from events import subjects as subj
+from services.adapters.nats_client import NatsClient, NoResponders, TimedOut
 from services.ports import (
     AgentHandler,
     AgentReply,
     AgentRequest,
     AgentUnreachable,
+    LogError,
     RequestFailed,
 )
 
-__all__ = ["NatsBus"]
+__all__ = ["ANONYMOUS", "NatsBus"]
+
+ANONYMOUS = "anonymous"  # who asks over a connection that gave no access key
 
 
 def _log() -> Any:
@@ -36,26 +53,38 @@ def _log() -> Any:
     return structlog.get_logger()
 
 
-_FOREIGN = (nats.errors.Error, TimeoutError, OSError)
-ANONYMOUS = "anonymous"  # who asks over a connection that gave no access key
 _requests = msgspec.json.Decoder(AgentRequest)
 _replies = msgspec.json.Decoder(AgentReply)
 _encode = msgspec.json.Encoder().encode
 
 
-class NatsBus:
-    """Heartbeats and AgentRequests over a connected client that speaks as ``requester``
-    (its access key): a request goes out on ``fgpu.rpc.<agent>.<requester>``, where the
-    server lets a user publish with its own key only."""
+@contextlib.contextmanager
+def _asking(agent_id: str, timeout_s: float) -> Iterator[None]:
+    """The block's LogError (a request to ``agent_id``) as AgentUnreachable, saying why."""
+    try:
+        yield
+    except NoResponders as e:
+        raise AgentUnreachable(f"no agent {agent_id} is serving requests") from e
+    except TimedOut as e:
+        raise AgentUnreachable(f"agent {agent_id} did not answer within {timeout_s:g} s") from e
+    except LogError as e:
+        raise AgentUnreachable(str(e)) from e
 
-    def __init__(self, nc: Client, requester: str = ANONYMOUS) -> None:
-        self._nc = nc
+
+class NatsBus:
+    """Heartbeats and AgentRequests over a connected client (the log's, usually), asking
+    as ``requester``."""
+
+    def __init__(self, client: NatsClient, requester: str = ANONYMOUS) -> None:
+        self._client = client
+        self._nc = client.nc
         self.requester = requester
 
     async def beat(self, agent_id: str) -> None:
         try:
-            await self._nc.publish(subj.heartbeat(agent_id), b"")
-        except _FOREIGN as e:
+            with self._client.call(f"heartbeat of {agent_id}"):
+                await self._nc.publish(subj.heartbeat(agent_id), b"")
+        except LogError as e:  # best effort: the next beat comes in seconds
             _log().warning("heartbeat.lost", agent=agent_id, error=str(e))
 
     @contextlib.asynccontextmanager
@@ -65,24 +94,18 @@ class NatsBus:
         async def on_beat(msg: Msg) -> None:
             queue.put_nowait(msg.subject.rsplit(".", 1)[-1])
 
-        sub = await self._subscribe(subj.HEARTBEAT_WILDCARD, on_beat)
+        sub = await self._subscribe("listen for heartbeats", subj.HEARTBEAT_WILDCARD, on_beat)
         try:
             yield _drain(queue)
         finally:
-            await _unsubscribe(sub)
+            await self._unsubscribe(sub)
 
     async def ask(
         self, agent_id: str, request: AgentRequest, *, timeout_s: float = 10.0
     ) -> AgentReply:
-        try:
+        with _asking(agent_id, timeout_s), self._client.call(f"ask {agent_id}"):
             subject = subj.agent_request(agent_id, self.requester)
             reply = await self._nc.request(subject, _encode(request), timeout=timeout_s)
-        except nats.errors.NoRespondersError as e:
-            raise AgentUnreachable(f"no agent {agent_id} is serving requests") from e
-        except nats.errors.TimeoutError as e:
-            raise AgentUnreachable(f"agent {agent_id} did not answer within {timeout_s:g} s") from e
-        except _FOREIGN as e:
-            raise AgentUnreachable(f"asking agent {agent_id}: {type(e).__name__}: {e}") from e
         try:
             answer: AgentReply = _replies.decode(reply.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -103,27 +126,34 @@ class NatsBus:
                 except Exception as e:  # the answer says so; the agent goes on serving
                     _log().exception("agent.request_failed", agent=agent_id)
                     answer = RequestFailed(error=f"{type(e).__name__}: {e}")
-            with contextlib.suppress(*_FOREIGN):  # the asker gone: nobody to tell
+            # The asker gone, or the connection: nobody to tell.
+            with contextlib.suppress(LogError), self._client.call(f"answer for {agent_id}"):
                 await msg.respond(_encode(answer))
 
-        sub = await self._subscribe(f"{subj.agent_rpc(agent_id)}.*", on_request)
+        sub = await self._subscribe(
+            f"serve requests to {agent_id}", f"{subj.agent_rpc(agent_id)}.*", on_request
+        )
         try:
             yield
         finally:
-            await _unsubscribe(sub)
+            await self._unsubscribe(sub)
 
-    async def _subscribe(self, subject: str, cb: Callable[[Msg], Awaitable[None]]) -> Subscription:
+    async def _subscribe(
+        self, what: str, subject: str, cb: Callable[[Msg], Awaitable[None]]
+    ) -> Subscription:
+        """Subscribe ``cb`` to ``subject``. Raises AgentUnreachable."""
         try:
-            return await self._nc.subscribe(subject, cb=cb)
-        except _FOREIGN as e:
-            raise AgentUnreachable(f"cannot subscribe to {subject}: {e}") from e
+            with self._client.call(what):
+                return await self._nc.subscribe(subject, cb=cb)
+        except LogError as e:
+            raise AgentUnreachable(str(e)) from e
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
+        """Drop ``sub`` even as the block is cancelled; never raises."""
+        with anyio.CancelScope(shield=True):
+            await self._client.unsubscribe(sub)
 
 
 async def _drain(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
     while True:
         yield await queue.get()
-
-
-async def _unsubscribe(sub: Subscription) -> None:
-    with anyio.CancelScope(shield=True), contextlib.suppress(*_FOREIGN):
-        await sub.unsubscribe()

@@ -1,7 +1,9 @@
-"""The client connection under JetStreamLog, and the one place its errors are translated.
+"""The client connection under JetStreamLog and NatsBus, and the one place its errors are
+translated.
 
-Every call the log makes into nats-py runs inside ``NatsClient.call``, which turns what
-nats-py, JetStream and the transport raise into the log port's errors::
+Every call the log and the bus make into nats-py runs inside ``NatsClient.call``, which
+turns what nats-py, JetStream and the transport raise into the log port's errors (the bus
+turns those into its own, ``nats_bus``)::
 
     JetStream API error, by its code (JsErr)
       WRONG_LAST_SEQUENCE        -> ConcurrencyConflict
@@ -9,6 +11,7 @@ nats-py, JetStream and the transport raise into the log port's errors::
       CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
       any other                  -> LogError, naming the code
     no responders                -> NoResponders      (a LogError: nothing stores the subject)
+    no answer in time            -> TimedOut          (a LogError)
     not connected when it starts -> LogError at once  (no wait for a reconnection)
     connection lost during it    -> LogError at once  (the call is cancelled)
     any other nats-py, timeout or socket error -> LogError
@@ -43,6 +46,7 @@ __all__ = [
     "JsErr",
     "NatsClient",
     "NoResponders",
+    "TimedOut",
     "js_error",
     "open_client",
 ]
@@ -82,7 +86,12 @@ class ConsumerMissing(LogError):
 
 
 class NoResponders(LogError):
-    """Nobody answered a request: no stream stores the subject, or no JetStream."""
+    """Nobody answered a request: no stream stores the subject, or no JetStream (or, on
+    the bus, no agent serves the id)."""
+
+
+class TimedOut(LogError):
+    """A request's answer did not come in time."""
 
 
 def js_error(what: str, code: int | None, description: str | None) -> LogError:
@@ -158,6 +167,8 @@ class NatsClient:
             raise js_error(what, e.err_code, e.description) from e
         except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError) as e:
             raise NoResponders(f"{what}: nobody answered") from e
+        except TimeoutError as e:  # nats-py's is one too
+            raise TimedOut(f"{what}: {type(e).__name__}: {e}") from e
         except _FOREIGN as e:
             raise LogError(f"{what}: {type(e).__name__}: {e}") from e
         finally:

@@ -5,9 +5,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Unpack
 
-from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.jetstream import JetStreamLog
 from services.adapters.nats_bus import ANONYMOUS, NatsBus
-from services.adapters.nats_client import ConnectOptions
+from services.adapters.nats_client import ConnectOptions, open_client
 
 __all__ = ["NatsConnection", "nats_connection"]
 
@@ -23,11 +23,12 @@ async def nats_connection(
     url: str, *, name: str = "fgpu", **options: Unpack[ConnectOptions]
 ) -> AsyncIterator[NatsConnection]:
     """Connected for the block, with nats-py's ``options`` (who it is: ``user`` and
-    ``password``, ``inbox_prefix``, TLS). Raises LogError if the server cannot be reached
-    or refuses."""
-    log = await connect(url, name=name, **options)
+    ``password``, ``inbox_prefix``; TLS): the log and the bus on one client, whose errors
+    both translate in one place (``NatsClient.call``). Raises LogError if the server
+    cannot be reached or refuses."""
+    client = await open_client(url, name=name, **options)
     try:
         requester = options.get("user") or ANONYMOUS
-        yield NatsConnection(log, NatsBus(log.nc, requester))
+        yield NatsConnection(JetStreamLog(client), NatsBus(client, requester))
     finally:
-        await log.close()
+        await client.close()

@@ -15,7 +15,9 @@ the Source as JSON on its standard input, the child writes frames to its standar
 It speaks plain TCP and authenticates with a user and password or a token. What it does
 not speak (TLS asked for by the server, a reply form other than the one below) raises
 BulkReadUnavailable, before anything is handed out or after: the caller reads on in order
-through the ordered consumer.
+through the ordered consumer. So does a server that refuses this second connection, or
+what it asks, before the read's first message (an ``-ERR``: too many connections, a
+permission the ordered path does not need): the client's own connection still serves.
 
 Payloads come canonical (``RawBatch``): an event as ``events.encode`` writes it, whatever
 its producer wrote, so that a projection store can keep the bytes it is handed instead
@@ -70,8 +72,9 @@ class Source:
 async def read_stored(src: Source) -> AsyncGenerator[RawBatch, None]:
     """Messages ``src.after + 1`` to ``src.end``, in order, at most ``src.batch`` at a time.
 
-    Raises BulkReadUnavailable if the server requires TLS or replies in a form this reader
-    does not parse; LogError if it cannot be reached, refuses, or hangs up.
+    Raises BulkReadUnavailable if the server requires TLS, replies in a form this reader
+    does not parse, or refuses the reader before its first message; LogError if it cannot
+    be reached, hangs up, or refuses once messages have come.
     """
     async with contextlib.aclosing(_read(src)) as batches:
         async for seqs, names, payloads in batches:
@@ -123,6 +126,46 @@ def _reply_seq(reply: bytes, ours: bytes, consumer: str, head: bytes) -> bytes:
     raise LogError(
         f"raw read: a message not of consumer {consumer}: {head[:200].decode(errors='replace')}"
     )
+
+
+def _refusal(line: bytes, got: int) -> LogError:
+    """The error for the server's ``-ERR`` ``line``, met after ``got`` of the read's messages.
+
+    Before the first, the server refuses this connection or what it asks (its user, the
+    number of connections, a publish to the consumer's API or a subscription to the inbox)
+    where the client's own connection was let through: BulkReadUnavailable, so that the
+    caller reads in order rather than retrying what will be refused again. After some, the
+    reader was let through and something else went wrong: LogError.
+    """
+    text = line.decode(errors="replace")
+    if got == 0:
+        return BulkReadUnavailable(f"NATS refused the bulk reader: {text}")
+    return LogError(f"NATS refused a raw read: {text}")
+
+
+async def _handshake(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: dict[str, Any]
+) -> None:
+    """Send CONNECT and wait for the server's PONG: it has taken the connection.
+
+    Nothing else is sent before the answer, so that a server that refuses the connection
+    and hangs up has read all of it: its ``-ERR`` then arrives before an orderly close, not
+    lost to a reset. Raises BulkReadUnavailable on an ``-ERR`` (``_refusal``), LogError if
+    the server hangs up without one or says something no server says here.
+    """
+    writer.write(b"CONNECT %s\r\nPING\r\n" % json.dumps(hello).encode())
+    while True:
+        line = await reader.readline()
+        if not line.endswith(b"\n"):
+            raise LogError("the server closed the connection before a raw read began")
+        if line.startswith(b"PONG"):
+            return
+        if line.startswith(b"-ERR"):
+            raise _refusal(line.rstrip(), got=0)
+        if line.startswith(b"PING"):
+            writer.write(b"PONG\r\n")
+        elif not line.startswith((b"INFO ", b"+OK")):
+            raise LogError(f"raw read: unexpected answer from the server: {line[:200]!r}")
 
 
 def _subjects(names: bytes, count: int) -> list[str]:
@@ -188,9 +231,10 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
             hello.update(user=src.user, **{"pass": src.password or ""})
         elif src.token:
             hello.update(auth_token=src.token)
-        writer.write(b"CONNECT %s\r\nSUB %s 1\r\n" % (json.dumps(hello).encode(), inbox))
+        await _handshake(reader, writer, hello)
         first = pull_size()
-        writer.write(pull(first) * 2)  # two pulls in flight: the server never waits for us
+        # Two pulls in flight: the server never waits for us.
+        writer.write(b"SUB %s 1\r\n%s" % (inbox, pull(first) * 2))
         await writer.drain()
         pending = 2 * first  # messages asked for and not yet received
         seqs: list[int] = []
@@ -221,7 +265,7 @@ async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], lis
                         if head == b"PING":
                             writer.write(b"PONG\r\n")
                         elif head[:4] == b"-ERR":
-                            raise LogError(f"NATS refused a raw read: {head.decode()}")
+                            raise _refusal(head, got)
                         continue  # not a message: pending is unchanged, no pull is due
                     # MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes;
                     # a status has no reply: HMSG subject sid header-bytes bytes
