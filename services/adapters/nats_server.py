@@ -98,9 +98,11 @@ def start(
 
 
 @contextmanager
-def nats_server(store_dir: str | None = None, args: Sequence[str] = ()) -> Iterator[NatsServer]:
+def nats_server(
+    store_dir: str | None = None, args: Sequence[str] = (), *, config: str = ""
+) -> Iterator[NatsServer]:
     """A server for the duration of the block; its temporary store is removed after."""
-    server = start(store_dir, args=args)
+    server = start(store_dir, args=args, config=config)
     try:
         yield server
     finally:

@@ -271,7 +271,7 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
 
     async def main() -> None:
         async with (
-            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx)) as conn,
+            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx, f"agent:{cfg.agent_id}")) as conn,
             container_runtime(cfg.runtime_name) as rt,
             anyio.create_task_group() as tg,
         ):
@@ -307,7 +307,8 @@ def api(
     path.parent.mkdir(parents=True, exist_ok=True)
 
     async def main() -> None:
-        async with connected(url, "fgpu-api", _me(ctx)) as conn, anyio.create_task_group() as tg:
+        me = _me(ctx, "api")
+        async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
             served = await tg.start(serve_read_api, conn.log, path, host, port)
             console = out()
@@ -392,9 +393,37 @@ def registrar(ctx: typer.Context) -> None:
     _single(ctx, "registrar")
 
 
-def _me(ctx: typer.Context) -> "Identity":
+def gatekeeper(
+    ctx: typer.Context,
+    secrets_dir: Annotated[
+        Path, typer.Option("--secrets", help="The server's secrets (fgpu admin server-auth).")
+    ],
+) -> None:
+    """Run the gatekeeper (the server's auth callout) against --nats URL: it lets in live
+    keypairs with their permissions and disconnects revoked ones. Several may run."""
+    import anyio
+
+    from services.adapters.nats_auth import ServerAuth
+    from services.cli.stack import run_gatekeeper
+
+    url = _url(ctx)
+    try:
+        auth = ServerAuth.load(secrets_dir)
+    except (OSError, ValueError) as e:
+        fail(f"no server secrets in {secrets_dir}: {e}")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(run_gatekeeper, url, auth)
+            out().print(f"gatekeeper ready on {url}")
+
+    run_async(main)
+
+
+def _me(ctx: typer.Context, service: str | None = None) -> "Identity":
     settings: Settings = ctx.obj
-    return settings.identity()
+    return settings.identity(service)
 
 
 def _single(ctx: typer.Context, which: str) -> None:
@@ -406,7 +435,7 @@ def _single(ctx: typer.Context, which: str) -> None:
 
     async def main() -> None:
         async with (
-            connected(url, f"fgpu-{which}", _me(ctx)) as conn,
+            connected(url, f"fgpu-{which}", _me(ctx, which)) as conn,
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(_until_signalled, tg)
@@ -429,6 +458,7 @@ def register(app: typer.Typer) -> None:
     app.command("scheduler")(scheduler)
     app.command("quota")(quota)
     app.command("registrar")(registrar)
+    app.command("gatekeeper")(gatekeeper)
     app.command("api")(api)
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
     sim.command("agents")(sim_agents)

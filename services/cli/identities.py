@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from services.adapters.nats_client import ConnectOptions
     from services.ports import EventLog
 
-__all__ = ["Identity", "service_keys"]
+__all__ = ["Identity", "kept_service_key", "service_keys"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,15 @@ async def service_keys(log: "EventLog", store: Path, kinds: list[str]) -> dict[s
     with os.fdopen(fd, "w") as f:
         json.dump({k: {"access_key": v.access_key, "secret": v.secret} for k, v in kept.items()}, f)
     return kept
+
+
+def kept_service_key(path: Path, kind: str) -> Identity:
+    """The keypair of service ``kind`` kept in ``path`` (a services.json). Raises
+    ValueError (with what to do) if there is none."""
+    try:
+        found = json.loads(path.read_text())[kind]
+        return Identity(str(found["access_key"]), str(found["secret"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"no keypair of service {kind!r} in {path}: fgpu admin init --service {kind} makes one"
+        ) from e

@@ -41,6 +41,13 @@ def main(
         str | None,
         typer.Option(help="Read API URL (default: $FGPU_API, else where `fgpu up` serves it)."),
     ] = None,
+    service_keys: Annotated[
+        str | None,
+        typer.Option(
+            help="Services' keypairs (services.json, from fgpu admin init): a daemon "
+            "(agent, scheduler, ...) speaks as its own (default: $FGPU_SERVICE_KEYS)."
+        ),
+    ] = None,
     access_key: Annotated[
         str | None,
         typer.Option(
@@ -51,7 +58,13 @@ def main(
 ) -> None:
     # Checked by the commands that publish in its name (``user_client``): a read needs none.
     me = resolve(access_key)
-    ctx.obj = Settings(nats=nats, api=api, access_key=me.access_key, secret_key=me.secret_key)
+    ctx.obj = Settings(
+        nats=nats,
+        api=api,
+        access_key=me.access_key,
+        secret_key=me.secret_key,
+        service_keys=service_keys,
+    )
 
 
 @app.command("version")

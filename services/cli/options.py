@@ -60,15 +60,24 @@ class Settings:
     api: str | None
     access_key: str
     secret_key: str | None = None
+    service_keys: str | None = None  # a services.json: daemons take their keypair there
 
     @property
     def url(self) -> str:
         return resolve_nats(self.nats)
 
-    def identity(self) -> "Identity":
-        """Who this CLI speaks as on the bus (anonymous without a secret)."""
-        from services.cli.identities import Identity
+    def identity(self, service: str | None = None) -> "Identity":
+        """Who this process speaks as on the bus: the keypair of ``service`` (``quota``,
+        ``agent:<id>``, ...) where service keys are given, else the user's (anonymous
+        without a secret). Exits 2 if the service has no keypair there."""
+        from services.cli.identities import Identity, kept_service_key
 
+        path = self.service_keys or os.environ.get("FGPU_SERVICE_KEYS")
+        if service is not None and path:
+            try:
+                return kept_service_key(Path(path), service)
+            except ValueError as e:
+                fail(str(e))
         return Identity(self.access_key, self.secret_key)
 
     @property

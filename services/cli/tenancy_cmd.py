@@ -8,6 +8,7 @@ the read API. A keypair's secret is made here, shown once, and only its salted h
 leaves this process.
 """
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -453,30 +454,75 @@ def whoami(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         )
 
 
+@admin_app.command("server-auth")
+def server_auth(
+    directory: Annotated[Path, typer.Option("--dir", help="Where to write the secrets.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace secrets already there.")] = False,
+) -> None:
+    """Write a NATS server's auth part (auth.conf, that nats.conf includes) and its
+    secrets (auth.json), both readable by their owner only: the auth callout's issuer key
+    and the static users' passwords. Once, before the server first starts."""
+    from services.adapters.nats_auth import ServerAuth
+
+    if (directory / "auth.json").exists() and not force:
+        out().print(f"{directory / 'auth.json'} exists: kept (--force replaces it)")
+        return
+    path = ServerAuth.generate().save(directory)
+    out().print(f"wrote {directory / 'auth.conf'} and {path}")
+
+
 @admin_app.command("init")
 def init(
     ctx: typer.Context,
+    secrets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--secrets",
+            help="The server's secrets (fgpu admin server-auth): act as its setup user.",
+        ),
+    ] = None,
+    service: Annotated[
+        list[str] | None,
+        typer.Option(help="A keypair for this service (quota, agent:ID, ...); repeat."),
+    ] = None,
     user: Annotated[str, typer.Option(help="The superadmin's user name.")] = "admin",
     save: Annotated[
         bool, typer.Option("--save", help="Store its keypair as the one this CLI speaks as.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Give a cluster with no tenancy its default domain and project and a superadmin, on
-    --nats URL (an administrator's step, once; `fgpu up` does it for its own cluster)."""
+    """Set a cluster up on --nats URL, once (again, it changes nothing made already): the
+    stream, the default domain and project, a superadmin (its secret shown once), and
+    keypairs for the services named (kept in --secrets DIR/services.json, 0600).
+    `fgpu up` does all of it for its own cluster."""
     from services.actors.bootstrap import FirstAdmin, bootstrap
+    from services.adapters.nats_auth import SETUP_USER, ServerAuth
     from services.adapters.system_clock import SystemClock
-    from services.cli.options import connection
+    from services.cli.identities import Identity, service_keys
+    from services.cli.stack import connected
 
     settings = _settings(ctx)
+    me = settings.identity()
+    if secrets_dir is not None:
+        try:
+            me = Identity(SETUP_USER, ServerAuth.load(secrets_dir).setup_password)
+        except (OSError, ValueError) as e:
+            fail(f"no server secrets in {secrets_dir}: {e} (fgpu admin server-auth writes them)")
+    if service and secrets_dir is None:
+        fail("--service needs --secrets DIR, where the services' keypairs are kept")
 
     async def go() -> FirstAdmin | None:
-        async with connection(settings) as conn:
-            return await bootstrap(conn.log, SystemClock(), user=user)
+        async with connected(settings.url, "fgpu-admin-init", me) as conn:
+            await conn.log.create_or_update_stream()
+            first = await bootstrap(conn.log, SystemClock(), user=user)
+            if service and secrets_dir is not None:
+                await service_keys(conn.log, secrets_dir, list(service))
+            return first
 
     first = run_async(go)
     if first is None:
-        fail("this cluster has a tenancy already: nothing was changed", code=1)
+        out().print("this cluster has a tenancy already: no superadmin was made")
+        return
     if save:
         _store(first.access_key, first.secret)
     if as_json:

@@ -1,0 +1,103 @@
+"""compose.yaml's deployment, as processes on this host: the server's secrets, a server
+with authentication on, its gatekeeper, the administrator's set-up step, each actor with
+its own service keypair, the read API; then a user made by the superadmin runs a session.
+Nothing connects anonymously."""
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+from cli_stack import FGPU, wait_for_line
+
+from services.adapters import nats_server
+from services.adapters.nats_auth import ServerAuth
+
+pytestmark = pytest.mark.slow
+IMAGE = "fgpu/busybox:latest"
+
+
+@contextmanager
+def _process(tmp: Path, name: str, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    log = tmp / f"{name}.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([FGPU, *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_line(log, "ready", p, 60)
+        yield p
+    finally:
+        p.terminate()
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def _fgpu(env: dict[str, str], *args: str) -> str:
+    p = subprocess.run(
+        [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0, f"fgpu {' '.join(args)}: {p.stderr}"
+    return p.stdout
+
+
+def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FGPU_")}
+    env["FGPU_HOME"] = str(tmp_path / "home")
+    _fgpu(env, "admin", "server-auth", "--dir", str(secrets))
+    assert oct(os.stat(secrets / "auth.json").st_mode & 0o777) == "0o600"
+    auth = ServerAuth.load(secrets)
+    with nats_server.nats_server(config=auth.config()) as server, ExitStack() as stack:
+        url = ["--nats", server.url]
+        # The set-up step speaks as the server's static setup user: no gatekeeper yet.
+        kinds = ["quota", "scheduler", "registrar", "api", "agent:node1"]
+        init = ["admin", "init", "--secrets", str(secrets), "--json"]
+        for kind in kinds:
+            init += ["--service", kind]
+        root = json.loads(_fgpu(env, *url, *init))
+        gate = ["gatekeeper", "--secrets", str(secrets)]
+        stack.enter_context(_process(tmp_path, "gate", *url, *gate))
+        keys = ["--service-keys", str(secrets / "services.json")]
+        for name in ("registrar", "quota", "scheduler"):
+            stack.enter_context(_process(tmp_path, name, *url, *keys, name))
+        agent = ["agent", "--agent-id", "node1", "--mock-gpus", "1", "--runtime", "dummy"]
+        stack.enter_context(_process(tmp_path, "agent", *url, *keys, *agent, "--no-shim"))
+        api_log = tmp_path / "api.log"
+        stack.enter_context(_process(tmp_path, "api", *url, *keys, "api", "--port", "0"))
+        api = next(w for w in api_log.read_text().split() if w.startswith("http"))
+        as_root = {
+            **env,
+            "FGPU_ACCESS_KEY": root["access_key"],
+            "FGPU_SECRET_KEY": root["secret_key"],
+        }
+        base = [*url, "--api", api.removesuffix("/v1")]
+        _fgpu(
+            as_root,
+            *base,
+            "admin",
+            "user",
+            "create",
+            "ana",
+            "--domain",
+            "default",
+            "--project",
+            "default",
+        )
+        made = json.loads(
+            _fgpu(as_root, *base, "admin", "keypair", "create", "--user", "ana", "--json")
+        )
+        as_ana = {
+            **env,
+            "FGPU_ACCESS_KEY": made["access_key"],
+            "FGPU_SECRET_KEY": made["secret_key"],
+        }
+        create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--json"]
+        [session] = json.loads(_fgpu(as_ana, *base, *create, "--", "true"))["sessions"]
+        assert session["status"] in ("RUNNING", "TERMINATED") and session["user"] == "ana"
+        # The same set-up step again changes nothing, and makes no second superadmin.
+        again = _fgpu(env, *url, "admin", "init", "--secrets", str(secrets))
+        assert "no superadmin was made" in again
