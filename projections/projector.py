@@ -25,6 +25,7 @@ from anyio.abc import TaskStatus
 
 from events import RawBatch, Record
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
+from services.domain.tenancy import Tenancy
 from services.ports import BulkLog, BulkReadUnavailable, EventLog, LogError
 
 __all__ = [
@@ -79,6 +80,11 @@ class Projector:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of the reader's own (see ``ProjectionStore.cursor``)."""
         return self.store.cursor()
+
+    def tenancy(self) -> Tenancy:
+        """The tenancy as folded so far (keypairs with their secrets' hashes): who may
+        read. Read it, never change it."""
+        return self.store.state.tenancy
 
     async def wait_beyond(self, seq: int) -> int:
         """Return ``last_seq`` once it is beyond ``seq`` (wait as long as it takes)."""

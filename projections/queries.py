@@ -11,6 +11,8 @@ from typing import Any
 
 import duckdb
 
+from services.domain.visibility import Scope
+
 __all__ = [
     "EventFilter",
     "admin_answer_row",
@@ -20,8 +22,10 @@ __all__ = [
     "owner_usage",
     "session_events",
     "session_rows",
+    "session_scope",
     "session_transitions",
     "tenancy_rows",
+    "visible_sessions",
 ]
 
 Row = dict[str, Any]
@@ -52,12 +56,18 @@ def session_rows(
     statuses: Sequence[str] = (),
     owner: str | None = None,
     agent: str | None = None,
+    scope: Scope | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[int, list[Row]]:
-    """How many sessions match, and one page of them, newest request first."""
+    """How many sessions match (and are in ``scope``), and one page of them, newest
+    request first."""
     where: list[str] = ["TRUE"]
     args: list[object] = []
+    if scope is not None and not scope.everything:
+        cond, given = session_scope(scope)
+        where.append(cond)
+        args += given
     if session_id is not None:
         where.append("session_id = ?")
         args.append(session_id)
@@ -83,6 +93,29 @@ def session_rows(
         )
     )
     return total, page
+
+
+def session_scope(scope: Scope) -> tuple[str, list[object]]:
+    """A condition on the ``sessions`` table's rows, and its arguments: the session is in
+    ``scope`` (which does not cover everything)."""
+    keys = sorted(scope.keys)
+    if scope.domain is not None:
+        return "(domain = ? OR list_contains(?, owner))", [scope.domain, keys]
+    return '("user" = ? OR list_contains(?, owner))', [scope.user, keys]
+
+
+def visible_sessions(
+    con: duckdb.DuckDBPyConnection, session_ids: Sequence[str], scope: Scope
+) -> set[str]:
+    """Those of ``session_ids`` that are in ``scope``."""
+    if scope.everything:
+        return set(session_ids)
+    cond, args = session_scope(scope)
+    found = con.execute(
+        f"SELECT session_id FROM sessions WHERE list_contains(?, session_id) AND {cond}",
+        [list(session_ids), *args],
+    ).fetchall()
+    return {r[0] for r in found}
 
 
 def session_transitions(con: duckdb.DuckDBPyConnection, session_id: str) -> list[Row]:
@@ -157,12 +190,14 @@ class EventFilter:
     owner: str | None = None
     agent: str | None = None
     types: tuple[str, ...] = ()
+    scope: Scope | None = None  # None: every event
 
 
 def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> list[Row]:
     """Events matching ``f`` after sequence ``f.after``, oldest first, at most ``limit``.
 
-    ``owner`` matches events that name the key and events of the key's sessions.
+    ``owner`` matches events that name the key and events of the key's sessions;
+    ``scope``, events that name one of its keys and events of sessions in it.
     """
     where: list[str] = ["seq > ?"]
     args: list[object] = [f.after]
@@ -186,6 +221,13 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
     if f.types:
         where.append("list_contains(?, type)")
         args.append(list(f.types))
+    if f.scope is not None and not f.scope.everything:
+        cond, given = session_scope(f.scope)
+        where.append(
+            "(list_contains(?, owner) OR session_id IN "
+            f"(SELECT session_id FROM sessions WHERE {cond}))"
+        )
+        args += [sorted(f.scope.keys), *given]
     sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
     return _rows(con.execute(sql, [*args, limit]))
 

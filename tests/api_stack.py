@@ -9,26 +9,29 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 
 from services.adapters.jetstream import connect
+from services.api.auth import TokenSigner
 from services.api.serve import ReadApi, serve_read_api
 
 __all__ = ["read_api"]
 
 
-async def _serve(url: str, db: Path, *, task_status: TaskStatus[ReadApi]) -> None:
+async def _serve(
+    url: str, db: Path, signer: TokenSigner | None, *, task_status: TaskStatus[ReadApi]
+) -> None:
     events = await connect(url, name="test-read-api")
     try:
-        await serve_read_api(events, db, task_status=task_status)
+        await serve_read_api(events, db, signer=signer, task_status=task_status)
     finally:
         with anyio.CancelScope(shield=True):
             await events.close()
 
 
 @contextmanager
-def read_api(nats_url: str, db: Path) -> Iterator[ReadApi]:
-    """The read API projecting ``nats_url`` into ``db``, for the block; ready (caught up
-    with the log as it was) when the block starts."""
+def read_api(nats_url: str, db: Path, signer: TokenSigner | None = None) -> Iterator[ReadApi]:
+    """The read API projecting ``nats_url`` into ``db``, its tokens signed by ``signer``,
+    for the block; ready (caught up with the log as it was) when the block starts."""
     with start_blocking_portal("asyncio") as portal:
-        running, api = portal.start_task(_serve, nats_url, db)
+        running, api = portal.start_task(_serve, nats_url, db, signer)
         try:
             yield api
         finally:

@@ -1,5 +1,6 @@
 """Shared fixtures: a real NATS server per test session, a fresh stream per test."""
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -7,6 +8,19 @@ from nats_env import Cert, make_cert
 
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fgpu_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A home of the run's own for what commands keep (credentials, the API's tokens):
+    never the user's ``~/.fgpu``."""
+    before = os.environ.get("FGPU_HOME")
+    os.environ["FGPU_HOME"] = str(tmp_path_factory.mktemp("fgpu-home"))
+    yield
+    if before is None:
+        os.environ.pop("FGPU_HOME", None)
+    else:
+        os.environ["FGPU_HOME"] = before
 
 
 @pytest.fixture(scope="session")

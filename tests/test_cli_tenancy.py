@@ -5,7 +5,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +32,25 @@ class Tenanted:
     nats: str
     api: str
     root: FirstAdmin
+    secrets: dict[str, str] = field(default_factory=dict)  # of the keypairs made here
 
     def run(self, *args: str, key: str | None = None, stdin: str | None = None) -> Any:
-        given = ["--nats", self.nats, "--api", self.api]
-        given += ["--access-key", key or self.root.access_key, *args]
-        return CliRunner().invoke(app, given, input=stdin)
+        key = key or self.root.access_key
+        secret = self.root.secret if key == self.root.access_key else self.secrets.get(key)
+        given = ["--nats", self.nats, "--api", self.api, "--access-key", key, *args]
+        env = {"FGPU_SECRET_KEY": secret} if secret else {}
+        return CliRunner(env=env).invoke(app, given, input=stdin)
 
     def ok(self, *args: str, key: str | None = None) -> Any:
-        """The JSON of ``fgpu ARGS --json`` (``--json`` before a ``--``), which must succeed."""
+        """The JSON of ``fgpu ARGS --json`` (``--json`` before a ``--``), which must succeed;
+        a keypair it makes is remembered, to speak as."""
         i = args.index("--") if "--" in args else len(args)
         result = self.run(*args[:i], "--json", *args[i:], key=key)
         assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)
+        out = json.loads(result.stdout)
+        if isinstance(out, dict) and out.get("secret_key"):
+            self.secrets[out["access_key"]] = out["secret_key"]
+        return out
 
 
 async def _actors(url: str, *, task_status: TaskStatus[FirstAdmin]) -> None:

@@ -6,6 +6,7 @@ and does its DuckDB work in a worker thread. Errors are JSON (``Problem``); a ba
 parameter gets a 4xx that says what is wrong.
 """
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Protocol, TypeVar
@@ -24,9 +25,13 @@ from projections import queries
 from projections.replay import seq_at, state_at
 from projections.store import applied_seq
 from projections.story import story, summary
-from services.api import console, models, shapes
+from services.api import console, guard, models, shapes, tenancy_routes
+from services.api.auth import Authenticator, TokenSigner
+from services.api.guard import AccessRecorder, Guard, Who, WhoStreaming
 from services.api.sse import event_stream
 from services.domain.status import ENDED, SessionStatus
+from services.domain.tenancy import Tenancy
+from services.domain.visibility import Viewer
 
 __all__ = ["MAX_SEQ", "ReadSource", "create_app"]
 
@@ -52,6 +57,8 @@ class ReadSource(Protocol):
 
     async def wait_beyond(self, seq: int) -> int: ...
 
+    def tenancy(self) -> Tenancy: ...
+
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 Seq = Annotated[int, Query(ge=0, le=MAX_SEQ)]
@@ -68,8 +75,16 @@ def _utc(at: datetime | None, name: str) -> datetime | None:
         raise HTTPException(422, f"{name}: {at.isoformat()} is out of range in UTC") from e
 
 
-def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> FastAPI:
-    """The API over ``source``; ``closing`` (set on shutdown) ends the event streams."""
+def create_app(
+    source: ReadSource,
+    *,
+    closing: anyio.Event | None = None,
+    signer: TokenSigner | None = None,
+    recorder: AccessRecorder | None = None,
+) -> FastAPI:
+    """The API over ``source``; ``closing`` (set on shutdown) ends the event streams.
+    ``signer`` signs its tokens (a fresh key if None); ``recorder`` hears of sign-ins and
+    refusals, for the audit log."""
     app = FastAPI(
         title="fgpu read API",
         version="1",
@@ -78,6 +93,8 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
     )
     _errors(app)
     stop = closing or anyio.Event()
+    auth = Authenticator(source.tenancy, signer or TokenSigner.fresh(), time.time)
+    guard.mount(app, Guard(auth, recorder))
 
     async def query(fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         def work() -> T:
@@ -104,8 +121,10 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         agent: Annotated[str | None, Query(description="agent id")] = None,
         limit: Limit = 100,
         offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+        *,
+        viewer: Who,
     ) -> models.SessionPage:
-        """Sessions, newest request first, filtered and paginated."""
+        """Sessions in the viewer's scope, newest request first, filtered and paginated."""
         statuses = [s.value for s in status]
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[int, list[Any], int]:
@@ -115,6 +134,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
                 statuses=statuses,
                 owner=owner,
                 agent=agent,
+                scope=viewer.scope,
                 limit=limit,
                 offset=offset,
             )
@@ -129,25 +149,30 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             sessions=[shapes.session_from_row(r) for r in rows],
         )
 
-    def one_session(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, Any]:
-        _, rows = queries.session_rows(con, session_id=session_id)
+    def one_session(
+        con: duckdb.DuckDBPyConnection, session_id: str, viewer: Viewer
+    ) -> dict[str, Any]:
+        """The session's row; 404 if there is none in the viewer's scope (a session of
+        another is not even said to exist)."""
+        _, rows = queries.session_rows(con, session_id=session_id, scope=viewer.scope)
         if not rows:
             raise HTTPException(404, f"no session {session_id!r}")
         return rows[0]
 
     @app.get("/v1/sessions/{session_id}", tags=["sessions"], responses=_NOT_FOUND)
-    async def get_session(session_id: str) -> models.Session:
+    async def get_session(session_id: str, viewer: Who) -> models.Session:
         """One session: status, placement, times of each transition, reasons."""
-        return shapes.session_from_row(await query(lambda con: one_session(con, session_id)))
+        row = await query(lambda con: one_session(con, session_id, viewer))
+        return shapes.session_from_row(row)
 
     @app.get("/v1/sessions/{session_id}/history", tags=["sessions"], responses=_NOT_FOUND)
-    async def session_history(session_id: str) -> models.SessionHistory:
+    async def session_history(session_id: str, viewer: Who) -> models.SessionHistory:
         """A session's whole story: who asked, when it waited and why, where it ran, how
         it ended; with its status transitions and every event that names it."""
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any], list[Any]]:
             return (
-                one_session(con, session_id),
+                one_session(con, session_id, viewer),
                 queries.session_transitions(con, session_id),
                 queries.session_events(con, session_id),
             )
@@ -176,65 +201,39 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         )
 
     @app.get("/v1/destroys/{request_id}", tags=["sessions"], responses=_NOT_FOUND)
-    async def destroy_answer(request_id: str) -> models.DestroyAnswer:
+    async def destroy_answer(request_id: str, viewer: Who) -> models.DestroyAnswer:
         """The answer to a destroy request (its event id): refused, and why, or carried
-        out (the session then ends). 404 while it has no answer."""
+        out (the session then ends). 404 while it has no answer (or it is not the
+        viewer's: asked by another, of a session out of its scope)."""
         row = await query(lambda con: queries.destroy_row(con, request_id))
-        if row is None:
+        if row is None or not viewer.scope.sees_key(row["requester"]):
             raise HTTPException(404, f"destroy request {request_id!r} has no answer (yet)")
         return models.DestroyAnswer(**row)
 
-    @app.get("/v1/admin/requests/{request_id}", tags=["tenancy"], responses=_NOT_FOUND)
-    async def admin_answer(request_id: str) -> models.AdminAnswer:
-        """The registrar's answer to an admin request (its event id): applied, or refused
-        and why. 404 while it has no answer."""
-        row = await query(lambda con: queries.admin_answer_row(con, request_id))
-        if row is None:
-            raise HTTPException(404, f"admin request {request_id!r} has no answer (yet)")
-        return models.AdminAnswer(**row)
-
-    @app.get("/v1/domains", tags=["tenancy"])
-    async def list_domains() -> list[models.DomainInfo]:
-        """Domains and their projects."""
-        return shapes.domains_from_rows(await query(lambda c: queries.tenancy_rows(c, "domains")))
-
-    @app.get("/v1/users", tags=["tenancy"])
-    async def list_users() -> list[models.UserInfo]:
-        """Users, their domain, role and projects."""
-        rows = await query(lambda con: queries.tenancy_rows(con, "users"))
-        return [models.UserInfo(**r) for r in rows]
-
-    @app.get("/v1/keypairs", tags=["tenancy"])
-    async def list_keypairs() -> list[models.KeypairInfo]:
-        """Keypairs (never a secret), whose they are, and whether revoked."""
-        rows = await query(lambda con: queries.tenancy_rows(con, "keypairs"))
-        return [models.KeypairInfo(**r) for r in rows]
-
-    @app.get("/v1/policies", tags=["tenancy"])
-    async def list_policies() -> list[models.PolicyInfo]:
-        """Resource policies of keypairs, users, projects and domains."""
-        rows = await query(lambda con: queries.tenancy_rows(con, "level_policies"))
-        return [shapes.policy_from_row(r) for r in rows]
-
     @app.get("/v1/agents", tags=["agents"])
-    async def list_agents() -> models.AgentList:
-        """Agents with their capacity and each GPU's fGPU shares, by session."""
-        rows, seq = await query(lambda con: (queries.agent_rows(con), applied_seq(con)))
+    async def list_agents(viewer: Who) -> models.AgentList:
+        """Agents with their capacity and each GPU's fGPU shares, by session (only the
+        viewer's sessions' shares are named; the others count in what is allocated)."""
+        rows, seq = await query(
+            lambda con: (_agents_seen(con, viewer, queries.agent_rows(con)), applied_seq(con))
+        )
         return models.AgentList(last_seq=seq, agents=[shapes.agent_from_row(a) for a in rows])
 
     @app.get("/v1/agents/{agent_id}", tags=["agents"], responses=_NOT_FOUND)
-    async def get_agent(agent_id: str) -> models.Agent:
-        rows = await query(lambda con: queries.agent_rows(con, agent_id))
+    async def get_agent(agent_id: str, viewer: Who) -> models.Agent:
+        rows = await query(lambda con: _agents_seen(con, viewer, queries.agent_rows(con, agent_id)))
         if not rows:
             raise HTTPException(404, f"no agent {agent_id!r}")
         return shapes.agent_from_row(rows[0])
 
     @app.get("/v1/usage", tags=["agents"])
-    async def usage() -> models.Usage:
-        """Allocated against capacity, per agent and GPU, and per owner."""
+    async def usage(viewer: Who) -> models.Usage:
+        """Allocated against capacity, per agent and GPU, and per owner (the owners in the
+        viewer's scope)."""
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[list[Any], list[Any], int]:
-            return queries.agent_rows(con), queries.owner_usage(con), applied_seq(con)
+            owners = [o for o in queries.owner_usage(con) if viewer.scope.sees_key(o["owner"])]
+            return queries.agent_rows(con), owners, applied_seq(con)
 
         agents, owners, seq = await query(work)
         totals = {k: sum(a[k] for a in agents) for k in _TOTALS}
@@ -259,8 +258,11 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         owner: str | None = None,
         agent: str | None = None,
         type: Annotated[list[str], Query(description="event types (tags)")] = [],  # noqa: B006
+        *,
+        viewer: Who,
     ) -> models.EventPage:
-        """The audit log: events after a sequence and/or within a time range, oldest first.
+        """The audit log: events after a sequence and/or within a time range, oldest first;
+        of those, the ones in the viewer's scope (naming its keys, or of its sessions).
 
         ``owner`` matches the events that name the access key and those of its sessions.
         """
@@ -272,6 +274,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             owner=owner,
             agent=agent,
             types=tuple(type),
+            scope=viewer.scope,
         )
         rows, seq = await query(lambda con: (queries.event_rows(con, f, limit), applied_seq(con)))
         return models.EventPage(
@@ -284,6 +287,8 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
     async def state(
         at: Annotated[datetime | None, Query(description="an instant (UTC if no offset)")] = None,
         seq: Annotated[int | None, Query(ge=0, le=MAX_SEQ, description="a log sequence")] = None,
+        *,
+        viewer: Who,
     ) -> models.ClusterAt:
         """The cluster as it was at ``at`` (the log up to the last event stamped at or
         before it) or right after record ``seq``; now if neither is given. Computed by
@@ -298,8 +303,13 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
                 raise HTTPException(404, f"sequence {seq} is beyond the log's end ({end})")
             n = seq if seq is not None else (seq_at(con, when) if when is not None else end)
             past = state_at(con, n)
-            live = [v for v in past.sessions() if v.status not in ENDED]
-            counts: dict[str, int] = dict(past.ended_counts)
+            seen = viewer.scope.sees_session
+            live = [
+                v
+                for v in past.sessions()
+                if v.status not in ENDED and seen(v.owner, v.user, v.domain)
+            ]
+            counts: dict[str, int] = dict(past.ended_counts) if viewer.scope.everything else {}
             for v in live:
                 counts[v.status.value] = counts.get(v.status.value, 0) + 1
             owners = {v.session_id: v.owner for v in live}
@@ -310,7 +320,7 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
                 counts=counts,
                 sessions=[shapes.session_from_view(v) for v in live],
                 agents=[
-                    shapes.agent_from_view(past.state.agents[k], owners)
+                    _only_shares_of(shapes.agent_from_view(past.state.agents[k], owners), owners)
                     for k in sorted(past.state.agents)
                 ],
                 owners=shapes.owners_from_state(past.state, live),
@@ -329,8 +339,11 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
         last_event_id: Annotated[
             str | None, Header(description="resume after this sequence (wins over after)")
         ] = None,
+        *,
+        viewer: WhoStreaming,
     ) -> StreamingResponse:
-        """Server-sent events, one per log record (``id`` is its sequence), forever.
+        """Server-sent events, one per log record in the viewer's scope (``id`` is its
+        sequence), forever.
 
         A reconnecting client sends ``Last-Event-ID`` and gets every event after it:
         no gap, no duplicate."""
@@ -340,8 +353,9 @@ def create_app(source: ReadSource, *, closing: anyio.Event | None = None) -> Fas
             if not text.isdigit() or int(text) > MAX_SEQ:
                 raise HTTPException(400, f"Last-Event-ID must be a sequence, got {last_event_id!r}")
             start = int(text)
-        return event_stream(source, start, stop, query)
+        return event_stream(source, start, stop, query, viewer.scope)
 
+    tenancy_routes.mount(app, query, source.tenancy)
     console.mount(app)
     return app
 
@@ -357,6 +371,27 @@ _TOTALS = (
     "free_cpu",
     "free_mem",
 )
+
+
+def _agents_seen(
+    con: duckdb.DuckDBPyConnection, viewer: Viewer, agents: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``agents`` (rows) with only the shares of sessions in the viewer's scope."""
+    if viewer.scope.everything:
+        return agents
+    ids = [s["session_id"] for a in agents for g in a["gpus"] for s in g["shares"]]
+    seen = queries.visible_sessions(con, ids, viewer.scope)
+    for a in agents:
+        for g in a["gpus"]:
+            g["shares"] = [s for s in g["shares"] if s["session_id"] in seen]
+    return agents
+
+
+def _only_shares_of(a: models.Agent, sessions: dict[str, str]) -> models.Agent:
+    """``a`` with only the shares of ``sessions``."""
+    for g in a.gpus:
+        g.shares = [s for s in g.shares if s.session in sessions]
+    return a
 
 
 def _agent_usage(a: models.Agent) -> models.AgentUsage:

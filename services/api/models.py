@@ -284,3 +284,29 @@ class PolicyInfo(BaseModel):
     max_pending: Amounts | None
     total: Amounts | None
     max_priority: int | None
+
+
+class TokenRequest(BaseModel):
+    """A keypair, to sign in with."""
+
+    access_key: str = Field(min_length=1, max_length=64)
+    secret_key: str = Field(min_length=1, max_length=256)
+
+
+class Identity(BaseModel):
+    """Who a request reads as, and what it sees."""
+
+    access_key: str = Field(description="empty on a cluster with no tenancy")
+    user: str | None = Field(description="null on a cluster with no tenancy")
+    role: str
+    domain: str | None
+    sees: str = Field(description="everything, domain or own")
+
+
+class Token(BaseModel):
+    """A bearer token for this API: send ``Authorization: Bearer <token>``."""
+
+    token: str
+    token_type: str = "bearer"
+    expires_at: datetime
+    identity: Identity

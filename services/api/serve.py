@@ -17,6 +17,8 @@ from anyio.abc import TaskStatus
 
 from projections import ProjectionStore, Projector, SchemaMismatch
 from services.api.app import create_app
+from services.api.auth import TokenSigner
+from services.api.guard import AccessRecorder
 from services.ports import EventLog
 
 __all__ = ["ReadApi", "open_store", "serve_read_api"]
@@ -98,6 +100,8 @@ async def serve_read_api(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
+    signer: TokenSigner | None = None,
+    recorder: AccessRecorder | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -111,7 +115,7 @@ async def serve_read_api(
     try:
         projector = Projector(events, store)
         closing = anyio.Event()
-        app = create_app(projector, closing=closing)
+        app = create_app(projector, closing=closing, signer=signer, recorder=recorder)
         sock = _listen(host, port)
         bound = sock.getsockname()[1]
         config = uvicorn.Config(

@@ -15,7 +15,9 @@ import duckdb
 from starlette.responses import StreamingResponse
 
 from projections.queries import EventFilter, event_rows
+from projections.store import applied_seq
 from services.api.shapes import event_from_row
+from services.domain.visibility import Scope
 
 __all__ = ["event_stream"]
 
@@ -23,14 +25,18 @@ T = TypeVar("T")
 _BATCH = 500
 _KEEPALIVE_S = 15.0
 Query = Callable[[Callable[[duckdb.DuckDBPyConnection], T]], Awaitable[T]]
+Page = tuple[list[dict[str, Any]], int]
 
 
 class _Source(Protocol):
     async def wait_beyond(self, seq: int) -> int: ...
 
 
-def _page(f: EventFilter, con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    return event_rows(con, f, _BATCH)
+def _page(f: EventFilter, con: duckdb.DuckDBPyConnection) -> tuple[list[dict[str, Any]], int]:
+    """A page of records after ``f.after``, and how far it looked: to the log's end as
+    projected, unless the page is full."""
+    rows = event_rows(con, f, _BATCH)
+    return rows, rows[-1]["seq"] if len(rows) == _BATCH else applied_seq(con)
 
 
 def _frame(row: dict[str, Any]) -> bytes:
@@ -61,20 +67,27 @@ async def _more(source: _Source, last: int, stop: anyio.Event) -> bool:
 
 
 def event_stream(
-    source: _Source, after: int, stop: anyio.Event, query: Query[list[dict[str, Any]]]
+    source: _Source,
+    after: int,
+    stop: anyio.Event,
+    query: Query[Page],
+    scope: Scope,
 ) -> StreamingResponse:
-    """Every record after ``after``, then each new one as it is projected, until ``stop``."""
+    """Every record in ``scope`` after ``after``, then each new one as it is projected,
+    until ``stop``."""
 
     async def body() -> AsyncIterator[bytes]:
         last = after
         yield b"retry: 1000\n\n"
         while not stop.is_set():
-            rows = await query(partial(_page, EventFilter(after=last)))
+            rows, looked = await query(partial(_page, EventFilter(after=last, scope=scope)))
             if rows:
                 # One write for the page: a chunk per event cost the server and the client a
                 # system call and a parse each.
                 yield b"".join(_frame(row) for row in rows)
-                last = rows[-1]["seq"]
+            # Every record in scope up to ``looked`` is sent: wait beyond it, not beyond the
+            # last one sent, or records out of scope would wake this stream again and again.
+            last = max(last, looked)
             if len(rows) == _BATCH:
                 continue
             if not await _more(source, last, stop) and not stop.is_set():

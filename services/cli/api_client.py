@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from services.cli.api_tokens import TokenCache
+
 if TYPE_CHECKING:
     import http.client
 
@@ -55,31 +57,90 @@ class StreamEvent:
 
 
 class ReadApi:
-    """A client of the read API at ``base_url`` (``http://host:port``)."""
+    """A client of the read API at ``base_url`` (``http://host:port``), reading as the
+    keypair ``access_key`` with ``secret`` (signed in when the API asks for it; a cluster
+    with no tenancy does not), its tokens kept in ``tokens``."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = _TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        access_key: str | None = None,
+        secret: str | None = None,
+        tokens: TokenCache | None = None,
+        timeout_s: float = _TIMEOUT_S,
+    ) -> None:
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"the read API's address must be http://HOST:PORT, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self._url = url
         self._timeout_s = timeout_s
+        self._key = access_key
+        self._secret = secret
+        self._tokens = tokens or TokenCache(None)
 
     def get(self, path: str, params: Params | None = None) -> Any:
         """The JSON body of ``GET path?params``. Raises ApiError or ApiUnreachable."""
+        target = self._target(path, params)
+        status, body = self._call("GET", target, None, self._token())
+        if status == 401 and self._may_sign_in():
+            status, body = self._call("GET", target, None, self.sign_in())
+        if status >= 400:
+            raise ApiError(status, self._refusal(_detail(body, status), status))
+        return self._json(body)
+
+    def sign_in(self) -> str:
+        """A new token for the keypair (kept for the next calls). Raises ApiError (the
+        keypair is refused) or ApiUnreachable."""
+        body = json.dumps({"access_key": self._key, "secret_key": self._secret}).encode()
+        status, answer = self._call("POST", self._target("/v1/auth/token", None), body, None)
+        if status >= 400:
+            raise ApiError(status, f"signing in to the read API: {_detail(answer, status)}")
+        data = self._json(answer)
+        import datetime
+
+        expires = datetime.datetime.fromisoformat(data["expires_at"]).timestamp()
+        self._tokens.put(self.base_url, str(self._key), data["token"], expires)
+        return str(data["token"])
+
+    def _token(self) -> str | None:
+        return self._tokens.get(self.base_url, self._key) if self._key else None
+
+    def _may_sign_in(self) -> bool:
+        if self._key and self._token():
+            self._tokens.put(self.base_url, self._key, None)  # refused: forget it
+        return bool(self._key and self._secret)
+
+    def _refusal(self, detail: str, status: int) -> str:
+        if status == 401 and not (self._key and self._secret):
+            return (
+                f"{detail} (the read API reads for a signed-in keypair: give its secret in "
+                "FGPU_SECRET_KEY, or `fgpu login`)"
+            )
+        return detail
+
+    def _call(
+        self, method: str, target: str, body: bytes | None, token: str | None
+    ) -> tuple[int, bytes]:
         import http.client
 
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         conn = self._connection(self._timeout_s)
         try:
-            conn.request("GET", self._target(path, params), headers={"Accept": "application/json"})
+            conn.request(method, target, body=body, headers=headers)
             response = conn.getresponse()
-            body = response.read()
+            return response.status, response.read()
         except (OSError, http.client.HTTPException) as e:
             raise ApiUnreachable(f"the read API at {self.base_url} did not answer: {e}") from e
         finally:
             conn.close()
-        if response.status >= 400:
-            raise ApiError(response.status, _detail(body, response.status))
+
+    def _json(self, body: bytes) -> Any:
         try:
             return json.loads(body)
         except ValueError as e:
@@ -102,6 +163,7 @@ class ReadApi:
         """
         last = after
         failures = 0
+        signed_in = False  # once per stream: a token just made and refused is final
         opened: list[bool] = []  # the stream was open once: a break later is resumed
         while deadline is None or time.monotonic() < deadline:
             try:
@@ -110,6 +172,11 @@ class ReadApi:
                     last = event.seq
                     yield event
                 return  # the deadline passed while waiting
+            except ApiError as e:
+                if e.status != 401 or signed_in or not self._may_sign_in():
+                    raise ApiError(e.status, self._refusal(e.detail, e.status)) from e
+                self.sign_in()
+                signed_in = True
             except ApiUnreachable as e:
                 if not opened:
                     raise  # never reached: say so rather than retry for ever
@@ -132,6 +199,9 @@ class ReadApi:
         conn = self._connection(idle)
         try:
             headers = {"Accept": "text/event-stream", "Last-Event-ID": str(after)}
+            token = self._token()
+            if token is not None:
+                headers["Authorization"] = f"Bearer {token}"
             conn.request("GET", "/v1/events/stream", headers=headers)
             response = conn.getresponse()
             if response.status >= 400:

@@ -94,8 +94,12 @@ class Settings:
                 "none); give --api URL or set FGPU_API (`fgpu api` serves one)",
                 code=1,
             )
+        from services.cli.api_tokens import TokenCache
+        from services.cli.credentials import credentials_file
+
+        tokens = TokenCache(credentials_file().with_name("api-tokens.json"))
         try:
-            return ReadApi(url)
+            return ReadApi(url, access_key=self.access_key, secret=self.secret_key, tokens=tokens)
         except ValueError as e:
             fail(str(e))
 

@@ -109,12 +109,12 @@ def _checked_request(
 def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
     """A warning on stderr when no alive agent has ``image`` (the request waits or is
     rejected); silent when no read API is known or it cannot tell: the request is made."""
-    from services.cli.api_client import ApiError, ApiUnreachable, ReadApi
+    from services.cli.api_client import ApiError, ApiUnreachable
 
     if settings.api_url is None:
         return
     try:
-        agents = ReadApi(settings.api_url).get("/v1/agents")["agents"]
+        agents = settings.read_api().get("/v1/agents")["agents"]
     except (ApiError, ApiUnreachable, ValueError, KeyError, TypeError):
         return
     alive = [a for a in agents if not a["lost"]]

@@ -1,0 +1,68 @@
+"""The tenancy as the read API shows it: to each viewer what its scope covers.
+
+A superadmin sees every domain, user, keypair and policy; a domain admin those of its
+domain; a user its domain's name, itself, its keypairs and the policies that apply to it.
+An admin request's answer is shown to whoever could see the requester's keypair.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import duckdb
+from fastapi import FastAPI, HTTPException
+
+from projections import queries
+from services.api import models, shapes
+from services.api.guard import Who
+from services.domain.tenancy import Tenancy
+from services.domain.visibility import sees_policy, sees_user
+
+__all__ = ["mount"]
+
+T = TypeVar("T")
+Query = Callable[[Callable[[duckdb.DuckDBPyConnection], T]], Awaitable[T]]
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": models.Problem}}
+
+
+def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> None:
+    @app.get("/v1/admin/requests/{request_id}", tags=["tenancy"], responses=_NOT_FOUND)
+    async def admin_answer(request_id: str, viewer: Who) -> models.AdminAnswer:
+        """The registrar's answer to an admin request (its event id): applied, or refused
+        and why. 404 while it has no answer (or it is not the viewer's to see)."""
+        row = await query(lambda con: queries.admin_answer_row(con, request_id))
+        if row is None or not viewer.scope.sees_key(row["requester"]):
+            raise HTTPException(404, f"admin request {request_id!r} has no answer (yet)")
+        return models.AdminAnswer(**row)
+
+    @app.get("/v1/domains", tags=["tenancy"])
+    async def list_domains(viewer: Who) -> list[models.DomainInfo]:
+        """Domains and their projects: all of them for a superadmin, else one's own."""
+        rows = await query(lambda c: queries.tenancy_rows(c, "domains"))
+        if not viewer.scope.everything:
+            rows = [r for r in rows if r["domain"] == viewer.domain]
+        return shapes.domains_from_rows(rows)
+
+    @app.get("/v1/users", tags=["tenancy"])
+    async def list_users(viewer: Who) -> list[models.UserInfo]:
+        """Users, their domain, role and projects."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "users"))
+        t = tenancy()
+        return [models.UserInfo(**r) for r in rows if sees_user(t, viewer, r["user"])]
+
+    @app.get("/v1/keypairs", tags=["tenancy"])
+    async def list_keypairs(viewer: Who) -> list[models.KeypairInfo]:
+        """Keypairs (never a secret), whose they are, and whether revoked."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "keypairs"))
+        t = tenancy()
+        return [models.KeypairInfo(**r) for r in rows if sees_user(t, viewer, r["user"])]
+
+    @app.get("/v1/policies", tags=["tenancy"])
+    async def list_policies(viewer: Who) -> list[models.PolicyInfo]:
+        """Resource policies of keypairs, users, projects and domains."""
+        rows = await query(lambda con: queries.tenancy_rows(con, "level_policies"))
+        t = tenancy()
+        return [
+            shapes.policy_from_row(r)
+            for r in rows
+            if sees_policy(t, viewer, r["level"], r["target"])
+        ]
