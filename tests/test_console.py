@@ -10,17 +10,27 @@ chromium-driver. Without them the test is skipped, unless FGPU_REQUIRE_BROWSER=1
 """
 
 import os
+import re
 import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, get_args
 
 import anyio
 import pytest
 
+from events import AdminCommand, AnyEvent, CreateKeypair, CreateUser, Slots
+from services.actors.bootstrap import bootstrap
 from services.adapters.jetstream import JetStreamLog
-from services.api import ReadApi, serve_read_api
+from services.adapters.system_clock import SystemClock
+from services.api import ReadApi, console, serve_read_api
+from services.client import Client
+from services.domain.keys import hash_secret, new_access_key, new_secret
 from tests.test_api import Scenario, run_scenario
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
 
 pytestmark = pytest.mark.anyio
 
@@ -46,14 +56,9 @@ def _png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
-    """What a person does in the console, checked on the DOM; the screenshot's path."""
+def _chrome(tmp: Path) -> "WebDriver":
     from selenium import webdriver
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -71,11 +76,20 @@ def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
         f"--window-size={WIDTH},{HEIGHT}",
     ):
         options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+
+
+def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
+    """What a person does in the console, checked on the DOM; the screenshot's path."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = _chrome(tmp)
     # The page re-renders as the log moves on: an element read mid-render is read again.
     wait = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
 
-    def until(check: Callable[[WebDriver], object], what: str) -> None:
+    def until(check: "Callable[[WebDriver], object]", what: str) -> None:
         wait.until(check, message=what)
 
     def texts(selector: str, attribute: str | None = None) -> list[str]:
@@ -160,3 +174,66 @@ async def test_the_console_shows_the_past_the_present_and_a_story(
     width, height = _png_size(shot)
     assert width == WIDTH and height > 600 and shot.stat().st_size > 20_000
     print(f"\nconsole screenshot: {shot} ({width}x{height}); now: {tmp_path / 'console-now.png'}")
+
+
+def _sign_in(console: str, alice: tuple[str, str], mine: str, tmp: Path) -> None:
+    """A person signs in (once with a wrong secret) and sees its own session only."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = _chrome(tmp)
+    wait = WebDriverWait(driver, 20)
+    try:
+        driver.get(console)
+        wait.until(lambda d: d.find_element(By.ID, "sign-in").get_attribute("open") is not None)
+        assert not driver.execute_script("return document.body.dataset.ready")
+        key, secret = alice
+        driver.find_element(By.ID, "sign-in-key").send_keys(key)
+        driver.find_element(By.ID, "sign-in-secret").send_keys(secret + "x")
+        driver.find_element(By.ID, "sign-in-go").click()
+        error = driver.find_element(By.ID, "sign-in-error")
+        wait.until(lambda d: "wrong secret" in error.text, message="the refusal said")
+        driver.find_element(By.ID, "sign-in-secret").clear()
+        driver.find_element(By.ID, "sign-in-secret").send_keys(secret)
+        driver.find_element(By.ID, "sign-in-go").click()
+        wait.until(lambda d: d.execute_script("return document.body.dataset.ready"))
+        assert driver.find_element(By.ID, "who").text == "alice (user, default): sees own"
+        chips = driver.find_elements(By.CSS_SELECTOR, ".session-chip")
+        assert [c.get_attribute("data-session") for c in chips] == [mine]
+        rows = driver.find_elements(By.CSS_SELECTOR, "#timeline tbody td.sid")
+        assert {r.text for r in rows} == {mine}
+    finally:
+        driver.quit()
+
+
+async def test_the_console_asks_who_reads_on_a_cluster_with_tenancy(
+    log: JetStreamLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _browser_or_skip()
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    keys = {u: (new_access_key(), new_secret()) for u in ("alice", "bob")}
+    people: list[AdminCommand] = []
+    for user, (key, secret) in keys.items():
+        people.append(
+            CreateUser(user=user, domain="default", projects=("default",), default_project=None)
+        )
+        people.append(CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret)))
+    assert await bootstrap(log, SystemClock(), extra=tuple(people)) is not None
+    sessions = {}
+    for user, (key, _) in keys.items():
+        client = Client(log, SystemClock(), key)
+        [sessions[user]] = await client.create(image="x:1", slots=Slots(cpu=1000, fgpu=10))
+    async with anyio.create_task_group() as tg:
+        api: ReadApi = await tg.start(serve_read_api, log, tmp_path / "p.duckdb")
+        with anyio.fail_after(90):
+            await anyio.to_thread.run_sync(
+                _sign_in, api.console, keys["alice"], sessions["alice"], tmp_path
+            )
+        tg.cancel_scope.cancel()
+
+
+def test_the_console_listens_to_every_kind_of_event() -> None:
+    script = (Path(console.__file__).with_name("console") / "console.js").read_text()
+    listed = set(re.findall(r'"([a-z.-]+\.v\d+)"', script.split("const CATALOGUE")[1]))
+    tags = {t.__struct_config__.tag for t in get_args(AnyEvent)}
+    assert tags <= listed, tags - listed

@@ -15,6 +15,9 @@ let timelineAfter = 0;
 let filter = {};
 let refreshTimer = null;
 const seenTypes = new Set();
+// The API's bearer token, for this tab only (sessionStorage); none on a cluster with no
+// tenancy, which needs none.
+const TOKEN = "fgpu-token";
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -38,10 +41,75 @@ async function api(path, params = {}) {
       if (one !== "" && one !== null && one !== undefined) url.searchParams.append(k, one);
     }
   }
-  const response = await fetch(url);
+  const token = sessionStorage.getItem(TOKEN);
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const response = await fetch(url, { headers });
   const body = await response.json();
+  if (response.status === 401) {
+    sessionStorage.removeItem(TOKEN);
+    signIn(body.detail);
+  }
   if (!response.ok) throw new Error(body.detail || response.statusText);
   return body;
+}
+
+// ---- signing in -------------------------------------------------------------------------
+
+let signedIn = null; // resolves once a token is held
+
+function signIn(why) {
+  const dialog = $("#sign-in");
+  if (!dialog.open) dialog.showModal();
+  $("#sign-in-error").textContent = why && sessionStorage.getItem(TOKEN) ? why : "";
+  if (!signedIn) {
+    signedIn = new Promise((resolve) => {
+      $("#sign-in-form").addEventListener("submit", async function submit(ev) {
+        ev.preventDefault();
+        const response = await fetch("/v1/auth/token", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({
+            access_key: $("#sign-in-key").value.trim(),
+            secret_key: $("#sign-in-secret").value,
+          }),
+        });
+        const body = await response.json();
+        if (!response.ok) {
+          $("#sign-in-error").textContent = body.detail || response.statusText;
+          return;
+        }
+        sessionStorage.setItem(TOKEN, body.token);
+        $("#sign-in-secret").value = "";
+        $("#sign-in-form").removeEventListener("submit", submit);
+        dialog.close();
+        signedIn = null;
+        resolve();
+      });
+    });
+  }
+  return signedIn;
+}
+
+async function whoami() {
+  // Until the API knows who asks: a cluster with tenancy answers 401 without a token.
+  for (;;) {
+    const token = sessionStorage.getItem(TOKEN);
+    const response = await fetch("/v1/auth/whoami", {
+      headers: token ? { Authorization: `Bearer ${token}` } : {},
+    });
+    if (response.ok) return response.json();
+    sessionStorage.removeItem(TOKEN);
+    await signIn();
+  }
+}
+
+function showIdentity(me) {
+  if (!me.user) {
+    $("#who").textContent = "open cluster (no tenancy)";
+    return;
+  }
+  $("#who").textContent = `${me.user} (${me.role}${me.domain ? `, ${me.domain}` : ""}): sees ${me.sees}`;
+  $("#sign-out").hidden = false;
 }
 
 function fail(error) {
@@ -255,7 +323,9 @@ function unfiltered() {
 // ---- live -------------------------------------------------------------------------------
 
 function listen() {
-  const stream = new EventSource(`/v1/events/stream?after=${lastSeq}`);
+  const token = sessionStorage.getItem(TOKEN);
+  const auth = token ? `&access_token=${encodeURIComponent(token)}` : "";
+  const stream = new EventSource(`/v1/events/stream?after=${lastSeq}${auth}`);
   stream.onopen = () => { $("#log-status").textContent = `live, at event #${lastSeq}`; };
   stream.onerror = () => { $("#log-status").textContent = "reconnecting…"; };
   stream.onmessage = () => {};
@@ -282,7 +352,8 @@ const CATALOGUE = [
   "session.terminating.v1", "session.preparing.v1", "session.running.v1",
   "session.terminated.v1", "session.errored.v1", "session.destroy-rejected.v1",
   "policy.set.v1", "payload.rejected.v1", "agent.registered.v1", "agent.lost.v1",
-  "gpu.usage-sampled.v1", "gpu.oom-refused.v1", "malformed",
+  "gpu.usage-sampled.v1", "gpu.oom-refused.v1", "admin.requested.v1", "admin.applied.v1",
+  "admin.refused.v1", "malformed",
 ];
 
 // ---- wiring -----------------------------------------------------------------------------
@@ -319,10 +390,15 @@ function wire() {
     loadTimeline(true);
   });
   $("#more").addEventListener("click", () => loadTimeline(false));
+  $("#sign-out").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN);
+    location.reload();
+  });
 }
 
 async function start() {
   wire();
+  showIdentity(await whoami());
   const params = new URLSearchParams(location.search);
   const at = params.get("at");
   const seq = params.get("seq");
