@@ -3,6 +3,7 @@
 This package imports nothing else of the project; everything else may import it.
 """
 
+from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
 from events.agent import AgentLost, AgentRegistered, GpuInfo
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
@@ -52,6 +53,9 @@ from events.usage import GpuOomRefused, GpuUsageSampled
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AccessGranted",
+    "AccessRefused",
+    "AccessSuppressed",
     "AddMember",
     "AdminApplied",
     "AdminCommand",
@@ -67,6 +71,7 @@ __all__ = [
     "CreateUser",
     "DestroyRejected",
     "DevicePlacement",
+    "Door",
     "Event",
     "GpuInfo",
     "GpuOomRefused",

@@ -17,6 +17,8 @@ fgpu.sched                           the allocation ledger: every placement, can
 fgpu.agent.<agent_id>                an agent's registrations
 fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
 fgpu.sys                             refused payloads
+fgpu.access.<door>                   the access audit of one door (nats: the gatekeeper,
+                                     api: the read API): sign-ins, refusals
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
 fgpu.rpc.<agent_id>.<access_key>     requests to one agent (a session's logs) by an access
                                      key: core NATS request and reply, not stored in the
@@ -35,6 +37,7 @@ __all__ = [
     "STREAM_WILDCARD",
     "SYS",
     "TENANCY",
+    "access",
     "admin",
     "agent",
     "agent_request",
@@ -62,6 +65,7 @@ STREAM_SUBJECTS = (
     "fgpu.admin.>",
     TENANCY,
     ADMISSION,
+    "fgpu.access.>",
 )
 # Every subject of the stream, as a consumer's or a tail's filter: the stream stores only
 # STREAM_SUBJECTS, all under it (heartbeats match it too, but are never stored).
@@ -84,6 +88,11 @@ def request(access_key: str, session_id: str) -> str:
 
 def quota(access_key: str) -> str:
     return f"fgpu.quota.{access_key}"
+
+
+def access(door: str) -> str:
+    """The access audit subject of ``door`` (``nats``, ``api``)."""
+    return f"fgpu.access.{door}"
 
 
 def admin(access_key: str, request_id: str) -> str:

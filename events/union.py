@@ -4,6 +4,7 @@ import typing
 
 import msgspec
 
+from events.access import AccessGranted, AccessRefused, AccessSuppressed
 from events.agent import AgentLost, AgentRegistered
 from events.session import (
     DestroyRejected,
@@ -50,6 +51,9 @@ AnyEvent = (
     | AdminRequested
     | AdminApplied
     | AdminRefused
+    | AccessGranted
+    | AccessRefused
+    | AccessSuppressed
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

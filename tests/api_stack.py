@@ -8,7 +8,9 @@ import anyio
 from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 
+from services.actors.access_audit import AccessAudit
 from services.adapters.jetstream import connect
+from services.adapters.system_clock import SystemClock
 from services.api.auth import TokenSigner
 from services.api.serve import ReadApi, serve_read_api
 
@@ -19,8 +21,11 @@ async def _serve(
     url: str, db: Path, signer: TokenSigner | None, *, task_status: TaskStatus[ReadApi]
 ) -> None:
     events = await connect(url, name="test-read-api")
+    audit = AccessAudit(events, SystemClock(), "api", "api")
     try:
-        await serve_read_api(events, db, signer=signer, task_status=task_status)
+        async with anyio.create_task_group() as tg:
+            await tg.start(audit.run)
+            await serve_read_api(events, db, signer=signer, recorder=audit, task_status=task_status)
     finally:
         with anyio.CancelScope(shield=True):
             await events.close()

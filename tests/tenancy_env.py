@@ -12,6 +12,7 @@ import nats.errors
 from anyio.abc import TaskGroup
 
 from events import CreateServiceKey
+from services.actors.access_audit import AccessAudit
 from services.actors.bootstrap import FirstAdmin, bootstrap
 from services.actors.gatekeeper import GatekeeperActor
 from services.adapters import nats_server
@@ -20,6 +21,7 @@ from services.adapters.nats_auth import GATE_USER, SETUP_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.system_clock import SystemClock
 from services.client import Client
+from services.domain.access_audit import AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
 
@@ -71,14 +73,25 @@ class Secured:
             self.url, user=access_key, password=secret, inbox_prefix=inbox(access_key)
         )
 
+    async def stored_since(self, seq: int) -> list[str]:
+        """The subjects of what the log stored after ``seq``, but the access audit (the
+        gatekeeper writes it as connections come, whenever they come)."""
+        found: list[str] = []
+        async for batch in self.setup.read(seq):
+            found += [r.subject for r in batch if not r.subject.startswith("fgpu.access.")]
+        return found
+
     def admin(self) -> Client:
         return Client(self.setup, SystemClock(), self.root.access_key)
 
 
 @asynccontextmanager
-async def secured_cluster(services: tuple[str, ...] = ()) -> AsyncIterator[Secured]:
-    """The server, the gatekeeper, a stream and the first tenancy (a superadmin), plus a
-    keypair for each of ``services`` (``scheduler``, ``agent:a1``, ...)."""
+async def secured_cluster(
+    services: tuple[str, ...] = (), limiter: AccessLimiter | None = None
+) -> AsyncIterator[Secured]:
+    """The server, the gatekeeper (its access audit limited by ``limiter``), a stream and
+    the first tenancy (a superadmin), plus a keypair for each of ``services``
+    (``scheduler``, ``agent:a1``, ...)."""
     auth = ServerAuth.generate()
     server = nats_server.start(config=auth.config())
     async with AsyncExitStack() as stack:
@@ -104,8 +117,10 @@ async def secured_cluster(services: tuple[str, ...] = ()) -> AsyncIterator[Secur
         stack.push_async_callback(gate.close)
         kicker = await SystemKicker.connect(server.url, auth)
         stack.push_async_callback(kicker.close)
-        keeper = GatekeeperActor(gate, kicker, SystemClock())
+        audit = AccessAudit(gate, SystemClock(), "nats", "gatekeeper", limiter)
+        keeper = GatekeeperActor(gate, kicker, SystemClock(), audit=audit)
         tg = await stack.enter_async_context(anyio.create_task_group())
+        await tg.start(audit.run)
         await tg.start(keeper.run)
         await tg.start(serve_callout, server.url, auth, keeper.authorize)
         yield Secured(server.url, auth, root, setup, keeper, tg, keys)

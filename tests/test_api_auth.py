@@ -149,6 +149,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
         try:
             with read_api(server.url, db, SIGNER) as api:
                 t.api, t.nats = api.url, server.url
+                t.keys["root"] = (t.root.access_key, t.root.secret)
                 yield t
         finally:
             running.cancel()
@@ -332,3 +333,29 @@ def test_a_revoked_keypair_reads_nothing_more(tenants: Tenants) -> None:
         json={"access_key": key, "secret_key": tenants.keys["mallory"][1]},
     )
     assert again.status_code == 401
+
+
+def test_refused_sign_ins_and_requests_are_in_the_audit_log_for_an_admin(
+    tenants: Tenants,
+) -> None:
+    r = httpx.post(
+        f"{tenants.api}/v1/auth/token", json={"access_key": "AKintruder", "secret_key": "guess"}
+    )
+    assert r.status_code == 401
+    bad = {"Authorization": "Bearer fgpu1.AKforger.99999999999.sig"}
+    assert httpx.get(f"{tenants.api}/v1/sessions", headers=bad).status_code == 401
+    wanted = {("AKintruder", "sign in"), ("AKforger", "GET /v1/sessions")}
+    deadline = time.monotonic() + 20
+    while True:
+        seen = tenants.ok("root", "/v1/events", limit=1000, type="access.refused.v1")["events"]
+        found = {(e["data"]["owner"], e["data"]["what"]) for e in seen}
+        if wanted <= found:
+            break
+        assert time.monotonic() < deadline, found
+        time.sleep(0.05)
+    assert {e["subject"] for e in seen} == {subj.access("api")}
+    granted = tenants.ok("root", "/v1/events", limit=1000, type="access.granted.v1")["events"]
+    assert tenants.keys["alice"][0] in {e["data"]["owner"] for e in granted}
+    # A user sees the accesses naming its keys (tokens of hers refused), none of others'.
+    mine = tenants.ok("alice", "/v1/events", limit=1000, type="access.refused.v1")["events"]
+    assert {e["data"]["owner"] for e in mine} == {tenants.keys["alice"][0]}

@@ -18,6 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import (
+    AccessGranted,
+    AccessRefused,
+    AccessSuppressed,
     AdminApplied,
     AdminRefused,
     AdminRequested,
@@ -257,6 +260,35 @@ DECODED_V1: dict[str, AnyEvent] = {
             requester="mallory",
             code="forbidden",
             reason="a user may not create domains",
+            **ENVELOPE,
+        ),
+        AccessGranted(
+            id="e-access-granted",
+            actor="gatekeeper",
+            via="nats",
+            owner="AKana01",
+            identity="user:ana",
+            client="127.0.0.1",
+            **ENVELOPE,
+        ),
+        AccessRefused(
+            id="e-access-refused",
+            actor="api",
+            via="api",
+            owner="AKmallory01",
+            what="GET /v1/sessions",
+            reason="access key 'AKmallory01' is unknown or revoked",
+            client="10.0.0.7",
+            **ENVELOPE,
+        ),
+        AccessSuppressed(
+            id="e-access-suppressed",
+            actor="gatekeeper",
+            via="nats",
+            owner="AKmallory01",
+            since=datetime(2024, 5, 17, 12, 29, 15, tzinfo=UTC),
+            granted=3,
+            refused=4096,
             **ENVELOPE,
         ),
         GpuOomRefused(

@@ -21,6 +21,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from services.actors.access_audit import AccessAudit
 from services.actors.common import follow_log
 from services.domain.keys import secret_matches
 from services.domain.permissions import service_permissions, user_permissions
@@ -38,9 +39,16 @@ log = structlog.get_logger()
 
 class GatekeeperActor:
     def __init__(
-        self, events: EventLog, kicker: Kicker, clock: Clock, *, durable: str = NAME
+        self,
+        events: EventLog,
+        kicker: Kicker,
+        clock: Clock,
+        *,
+        durable: str = NAME,
+        audit: AccessAudit | None = None,
     ) -> None:
         self.events = events
+        self.audit = audit
         self.kicker = kicker
         self.clock = clock
         self.durable = durable
@@ -69,7 +77,17 @@ class GatekeeperActor:
         await self._disconnect_revoked()
 
     async def authorize(self, access_key: str, secret: str, connection: Connection) -> Grant | str:
-        """Let ``access_key`` in on ``connection`` (a Grant), or why not (a refusal)."""
+        """Let ``access_key`` in on ``connection`` (a Grant), or why not (a refusal); either
+        is told to the access audit."""
+        answer = await self._authorize(access_key, secret, connection)
+        if self.audit is not None:
+            if isinstance(answer, Grant):
+                self.audit.granted(access_key, answer.name)
+            else:
+                self.audit.refused(access_key, "connect", answer)
+        return answer
+
+    async def _authorize(self, access_key: str, secret: str, connection: Connection) -> Grant | str:
         if access_key not in self.state.tenancy.keypairs:
             await self._caught_up()  # a keypair just made may not be folded yet
         t = self.state.tenancy

@@ -20,19 +20,26 @@ __all__ = ["AccessRecorder", "Guard", "Who", "WhoStreaming", "identity", "mount"
 
 
 class AccessRecorder(Protocol):
-    """Where sign-ins and refusals are told, to be audited. Never blocks."""
+    """Where sign-ins and refusals are told, to be audited (``AccessAudit``). Never
+    blocks."""
 
-    def signed_in(self, access_key: str, identity: str) -> None: ...
+    def granted(self, owner: str, identity: str, client: str | None = None) -> None: ...
 
-    def refused(self, access_key: str | None, what: str, reason: str) -> None: ...
+    def refused(
+        self, owner: str | None, what: str, reason: str, client: str | None = None
+    ) -> None: ...
 
 
 class _Unrecorded:
-    def signed_in(self, access_key: str, identity: str) -> None:
+    def granted(self, owner: str, identity: str, client: str | None = None) -> None:
         pass
 
-    def refused(self, access_key: str | None, what: str, reason: str) -> None:
+    def refused(self, owner: str | None, what: str, reason: str, client: str | None = None) -> None:
         pass
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client is not None else None
 
 
 _bearer = HTTPBearer(
@@ -67,7 +74,7 @@ class Guard:
             return self.auth.viewer(token)
         except Refused as e:
             what = f"{request.method} {request.url.path}"
-            self.recorder.refused(_key_of(token), what, e.reason)
+            self.recorder.refused(_key_of(token), what, e.reason, _client(request))
             raise HTTPException(e.status, e.reason, headers={"WWW-Authenticate": "Bearer"}) from e
 
 
@@ -109,15 +116,15 @@ def mount(app: FastAPI, guard: Guard) -> None:
             401: {"model": models.Problem, "description": "refused"},
         },
     )
-    async def token(body: models.TokenRequest) -> models.Token:
+    async def token(body: models.TokenRequest, request: Request) -> models.Token:
         """Sign in with a keypair: a bearer token for this API, good for an hour (or until
         the keypair is revoked). Only people sign in: services read the log."""
         try:
             viewer, token, expires = await guard.auth.login(body.access_key, body.secret_key)
         except Refused as e:
-            guard.recorder.refused(body.access_key, "sign in", e.reason)
+            guard.recorder.refused(body.access_key, "sign in", e.reason, _client(request))
             raise HTTPException(e.status, e.reason) from e
-        guard.recorder.signed_in(viewer.access_key, f"user:{viewer.user}")
+        guard.recorder.granted(viewer.access_key, f"user:{viewer.user}", _client(request))
         return models.Token(
             token=token,
             expires_at=datetime.fromtimestamp(expires, UTC),

@@ -108,6 +108,9 @@ async def serve_read_api(
     free port), until cancelled. Signals readiness with the ``ReadApi`` (its URL) once the
     projections have caught up with the log and the server listens.
 
+    ``signer`` signs the API's tokens (a fresh key if None); ``recorder`` hears of
+    sign-ins and refusals (the caller runs it: ``AccessAudit``).
+
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
     identity = await events.identity()

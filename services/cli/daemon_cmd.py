@@ -154,6 +154,7 @@ def up(
         run_agent,
         run_gatekeeper,
         run_quota,
+        run_read_api,
         run_registrar,
         run_scheduler,
     )
@@ -205,12 +206,10 @@ def up(
             await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
             await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
             if not no_api:
-                from services.api.serve import serve_read_api  # heavy: only when serving
-
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
                 reader = conns["api"].log
-                api = await tg.start(serve_read_api, reader, db, "127.0.0.1", api_port)
+                api = await tg.start(run_read_api, reader, db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
                 console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -299,8 +298,7 @@ def api(
     import anyio
 
     from projections.paths import default_db_path
-    from services.api.serve import serve_read_api
-    from services.cli.stack import connected
+    from services.cli.stack import connected, run_read_api
 
     url = _url(ctx)
     path = db or default_db_path(state_file().parent)
@@ -310,7 +308,7 @@ def api(
         me = _me(ctx, "api")
         async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
-            served = await tg.start(serve_read_api, conn.log, path, host, port)
+            served = await tg.start(run_read_api, conn.log, path, host, port)
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)

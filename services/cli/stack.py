@@ -1,14 +1,18 @@
 """Wiring of actors to real adapters: what ``fgpu up``, ``fgpu agent`` and friends run."""
 
+import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from services.actors.access_audit import AccessAudit
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
@@ -25,6 +29,9 @@ from services.cli.identities import Identity
 from services.cli.options import state_file
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions
+
+if TYPE_CHECKING:
+    from services.api.serve import ReadApi
 
 __all__ = [
     "StackInfo",
@@ -80,8 +87,10 @@ async def run_gatekeeper(
     async with connected(url, "fgpu-gatekeeper", gate) as conn:
         kicker = await SystemKicker.connect(url, auth)
         try:
-            keeper = GatekeeperActor(conn.log, kicker, SystemClock())
+            audit = AccessAudit(conn.log, SystemClock(), "nats", "gatekeeper")
+            keeper = GatekeeperActor(conn.log, kicker, SystemClock(), audit=audit)
             async with anyio.create_task_group() as tg:
+                await tg.start(audit.run)
                 await tg.start(keeper.run)
                 await tg.start(serve_callout, url, auth, keeper.authorize)
                 task_status.started()
@@ -145,3 +154,22 @@ async def run_agent_host(
         await tg.start(host.run)
         tg.start_soon(send_heartbeats, conn.bus, [c.agent_id for c in configs])
         task_status.started()
+
+
+async def run_read_api(
+    events: EventLog,
+    db: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The projector and the read API, its sign-ins and refusals audited on the log."""
+    from services.api.serve import serve_read_api  # heavy: only when serving
+
+    audit = AccessAudit(events, SystemClock(), "api", "api")
+    async with anyio.create_task_group() as tg:
+        await tg.start(audit.run)
+        serve = functools.partial(serve_read_api, recorder=audit)
+        api = await tg.start(serve, events, db, host, port)
+        task_status.started(api)

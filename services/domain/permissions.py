@@ -89,8 +89,10 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
         listens = (subj.HEARTBEAT_WILDCARD,)
     elif service == "registrar":
         own = (subj.TENANCY,)
-    elif service in ("api", "auth"):
-        own = ()
+    elif service == "api":
+        own = (subj.access("api"),)
+    elif service == "auth":
+        own = (subj.access("nats"),)
     elif kind == "agent" and subj.is_token(agent_id):
         own = (
             subj.agent(agent_id),

@@ -13,6 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from events import (
+    AccessGranted,
+    AccessRefused,
+    AccessSuppressed,
     AdminApplied,
     AdminRefused,
     AdminRequested,
@@ -314,8 +317,8 @@ def _agent_lost(s: ClusterState, seq: int, e: AgentLost) -> None:
 
 
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
-    """Events that change no state: a refusal (it only answers its destroy request) and
-    measurements (the projections keep them)."""
+    """Events that change no state: a refusal (it only answers its destroy request),
+    measurements and the access audit (the projections keep them)."""
 
 
 _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
@@ -341,6 +344,9 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     AdminRequested: _admin_requested,
     AdminApplied: _admin_applied,
     AdminRefused: _admin_refused,
+    AccessGranted: _nothing,
+    AccessRefused: _nothing,
+    AccessSuppressed: _nothing,
 }
 
 

@@ -64,6 +64,9 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.AdminRequested, lambda e: subj.admin(e.requester, e.id)),
         _rule(ev.AdminApplied, lambda e: subj.TENANCY),
         _rule(ev.AdminRefused, lambda e: subj.TENANCY),
+        _rule(ev.AccessGranted, lambda e: subj.access(e.via)),
+        _rule(ev.AccessRefused, lambda e: subj.access(e.via)),
+        _rule(ev.AccessSuppressed, lambda e: subj.access(e.via)),
     ]
 )
 
