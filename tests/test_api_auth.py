@@ -309,6 +309,7 @@ def test_the_event_stream_shows_a_user_its_own_only(tenants: Tenants) -> None:
 
 
 def test_a_revoked_keypair_reads_nothing_more(tenants: Tenants) -> None:
+    """Its next request is refused, and a stream it holds open ends."""
     token = tenants.token("mallory")
     assert tenants.get("mallory", "/v1/sessions").status_code == 200
     key = tenants.keys["mallory"][0]
@@ -321,7 +322,13 @@ def test_a_revoked_keypair_reads_nothing_more(tenants: Tenants) -> None:
         finally:
             await events.close()
 
-    anyio.run(revoke)
+    url = f"{tenants.api}/v1/events/stream"
+    with httpx.stream("GET", url, params={"access_token": token}, timeout=10) as open_stream:
+        lines = open_stream.iter_lines()
+        assert next(lines) == "retry: 1000"
+        anyio.run(revoke)
+        rest = list(lines)  # ends (a read timeout would raise): the server closed it
+    assert all(not line.startswith("id:") for line in rest[-1:])
     deadline = time.monotonic() + 10
     while (r := tenants.get("mallory", "/v1/sessions")).status_code == 200:
         assert time.monotonic() < deadline, "the revoked key still reads"

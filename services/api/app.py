@@ -353,7 +353,7 @@ def create_app(
             if not text.isdigit() or int(text) > MAX_SEQ:
                 raise HTTPException(400, f"Last-Event-ID must be a sequence, got {last_event_id!r}")
             start = int(text)
-        return event_stream(source, start, stop, query, viewer.scope)
+        return event_stream(source, start, stop, query, viewer.scope, lambda: auth.live(viewer))
 
     tenancy_routes.mount(app, query, source.tenancy)
     console.mount(app)

@@ -121,6 +121,13 @@ class Authenticator:
             raise Refused(401, found)
         return found
 
+    def live(self, viewer: Viewer) -> bool:
+        """Whether ``viewer`` may still read (its keypair not revoked, its user not
+        removed): a stream opened before checks it as it goes."""
+        return viewer.user is None or not isinstance(
+            viewer_of(self._tenancy(), viewer.access_key), str
+        )
+
     async def _secret_ok(self, access_key: str, secret: str, kept: str) -> bool:
         digest = hashlib.sha256(secret.encode()).digest()
         known = self._checked.get(access_key)

@@ -72,14 +72,16 @@ def event_stream(
     stop: anyio.Event,
     query: Query[Page],
     scope: Scope,
+    live: Callable[[], bool],
 ) -> StreamingResponse:
     """Every record in ``scope`` after ``after``, then each new one as it is projected,
-    until ``stop``."""
+    until ``stop``, or until the viewer may read no more (``live()`` false: its keypair
+    was revoked)."""
 
     async def body() -> AsyncIterator[bytes]:
         last = after
         yield b"retry: 1000\n\n"
-        while not stop.is_set():
+        while not stop.is_set() and live():
             rows, looked = await query(partial(_page, EventFilter(after=last, scope=scope)))
             if rows:
                 # One write for the page: a chunk per event cost the server and the client a
