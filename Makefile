@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) bench/projection_lag.py
 	$(PY) bench/state_at.py
 	$(PY) bench/cli.py
+	$(PY) bench/tenancy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

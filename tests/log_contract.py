@@ -335,6 +335,15 @@ class EventLogContract:
             got += await take(batches, 1)
         assert [(r.seq, r.subject, r.event) for r in got] == [*wanted, last]
 
+    @pytest.mark.anyio
+    async def test_count_is_of_one_subject(self, events: EventLog) -> None:
+        assert await events.count(LEDGER) == 0
+        for subject in (LEDGER, QUOTA_A, LEDGER, subj.agent("a1"), LEDGER):
+            await events.append(subject, admitted())
+        assert await events.count(LEDGER) == 3
+        assert await events.count(QUOTA_A) == 1
+        assert await events.count(QUOTA_B) == 0
+
     # ---- durable cursors ------------------------------------------------------------------
 
     @pytest.mark.anyio

@@ -102,21 +102,34 @@ async def test_a_revoked_keypair_is_disconnected_at_once_and_refused_after() -> 
         await nc.close()
 
 
-async def test_a_service_publishes_what_it_decides_only() -> None:
-    async with secured_cluster(services=("scheduler",)) as c:
-        key, secret = c.services["scheduler"]
+@pytest.mark.parametrize(
+    ("service", "own", "denied"),
+    [
+        ("scheduler", subj.LEDGER, (subj.ADMISSION, subj.TENANCY, subj.request("AKany", "s1"))),
+        ("quota", subj.ADMISSION, (subj.LEDGER, subj.TENANCY, subj.agent("a1"))),
+        ("registrar", subj.TENANCY, (subj.LEDGER, subj.ADMISSION, subj.access("api"))),
+        ("agent:a1", subj.agent("a1"), (subj.agent("a2"), subj.LEDGER, subj.ADMISSION)),
+        ("agent-host", subj.agent("sim-7"), (subj.LEDGER, subj.ADMISSION, subj.TENANCY)),
+        ("api", subj.access("api"), (subj.access("nats"), subj.LEDGER, subj.TENANCY)),
+    ],
+)
+async def test_a_service_publishes_what_it_decides_only(
+    service: str, own: str, denied: tuple[str, ...]
+) -> None:
+    async with secured_cluster(services=(service,)) as c:
+        key, secret = c.services[service]
         log = await c.log_as(key, secret)
         try:
-            assert await log.append(subj.LEDGER, _admitted()) > 0
+            assert await log.append(own, _admitted()) > 0
         finally:
             await log.close()
         nc = await c.client(key, secret)
         before = await c.setup.last_seq()
-        for subject in (subj.ADMISSION, subj.TENANCY, subj.request("AKany", "s1")):
+        for subject in denied:
             await nc.publish(subject, encode(_admitted()))
         await nc.flush()
         with anyio.fail_after(10):
-            await c.told("permissions violation", 3)
+            await c.told("permissions violation", len(denied))
         assert await c.stored_since(before) == []
         await nc.close()
 

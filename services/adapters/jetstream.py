@@ -244,6 +244,14 @@ class JetStreamLog:
     async def last_seq(self) -> int:
         return (await self.stream_info()).last_seq
 
+    async def count(self, subject: str) -> int:
+        body = json.dumps({"subjects_filter": subject}).encode()
+        data = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}", body)
+        try:
+            return int((data["state"].get("subjects") or {}).get(subject, 0))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise LogError(f"stream info: an answer of no known form: {e!r}") from e
+
     async def identity(self) -> str:
         """The stream's name and creation time: a stream made anew is created later."""
         return f"{subj.STREAM}@{(await self.stream_info()).created.isoformat()}"

@@ -333,7 +333,8 @@ def sim_agents(
     prefix: Annotated[str, typer.Option(help="Agent ids are PREFIX-N.")] = "sim",
     start_delay: Annotated[float, typer.Option(help="Seconds a container takes to start.")] = 0.0,
 ) -> None:
-    """Run COUNT simulated agents (dummy runtime: containers start instantly)."""
+    """Run COUNT simulated agents (dummy runtime: containers start instantly), as the
+    agent-host service's keypair where service keys are given."""
     import anyio
 
     from events import Slots
@@ -361,7 +362,7 @@ def sim_agents(
     ]
 
     async def main() -> None:
-        me = _me(ctx)
+        me = _me(ctx, "agent-host")
         async with (
             connected(url, f"fgpu-sim-{prefix}", me) as conn,
             anyio.create_task_group() as tg,

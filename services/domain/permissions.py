@@ -93,6 +93,11 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
         own = (subj.access("api"),)
     elif service == "auth":
         own = (subj.access("nats"),)
+    elif service == "agent-host":
+        # Any agent's subjects: a process hosting many (``fgpu sim agents``).
+        own = ("fgpu.agent.>", "fgpu.usage.>", subj.HEARTBEAT_WILDCARD)
+        listens = (f"{subj.AGENT_RPC_PREFIX}.*.*",)
+        responds = True
     elif kind == "agent" and subj.is_token(agent_id):
         own = (
             subj.agent(agent_id),

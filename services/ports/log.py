@@ -66,6 +66,11 @@ class EventLog(Protocol):
         """The sequence of the newest message (0 when empty)."""
         ...
 
+    async def count(self, subject: str) -> int:
+        """How many messages the log holds on ``subject`` (one subject, no wildcard): a
+        reader of that subject alone knows it has caught up once it has read as many."""
+        ...
+
     async def identity(self) -> str:
         """What tells this log from another: the same for as long as the log lives, and
         another once it is made anew (deleted and created again), whatever it then holds.

@@ -129,6 +129,9 @@ class MemoryLog:
     async def last_seq(self) -> int:
         return len(self._messages)
 
+    async def count(self, subject: str) -> int:
+        return sum(1 for s, _ in self._messages if s == subject)
+
     async def identity(self) -> str:
         return self._identity
 
