@@ -29,7 +29,7 @@ from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import SessionRequested, SessionRunning, Slots, encode
 from services.adapters import nats_server
-from services.adapters.jetstream import connect
+from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 
@@ -59,7 +59,9 @@ class Observer:
         self.event = asyncio.Event()
 
     async def run(self, url: str) -> None:
-        events = await connect(url, name="bench-observer")
+        await self.follow(await connect(url, name="bench-observer"))
+
+    async def follow(self, events: JetStreamLog) -> None:
         # Only agents' session reports: the observer must not lag behind what it times.
         async for batch in events.tail(0, subject="fgpu.agent.*.s.*"):
             now = time.perf_counter()

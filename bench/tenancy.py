@@ -180,7 +180,7 @@ async def _actors(
 async def throughput(c: Cluster, sessions: int) -> float:
     """Sessions per second: all asked at once by the users, to the last RUNNING."""
     observer = Observer()
-    watch = asyncio.create_task(_observe(observer, c.admin))
+    watch = asyncio.create_task(observer.follow(c.admin))
     await asyncio.sleep(1.0)  # the agents' registrations folded by the scheduler first
     logs: list[JetStreamLog] = []
     for key, secret in c.users:
@@ -201,17 +201,6 @@ async def throughput(c: Cluster, sessions: int) -> float:
         if log is not c.admin:
             await log.close()
     return rate
-
-
-async def _observe(observer: Observer, log: JetStreamLog) -> None:
-    from events import SessionRunning
-
-    async for batch in log.tail(0, subject="fgpu.agent.*.s.*"):
-        now = time.perf_counter()
-        for r in batch:
-            if isinstance(r.event, SessionRunning):
-                observer.running.setdefault(r.event.session_id, now)
-        observer.event.set()
 
 
 async def connect_times(c: Cluster, n: int) -> tuple[float, list[float]]:
