@@ -38,6 +38,7 @@ class Secured:
     tg: TaskGroup
     services: dict[str, tuple[str, str]] = field(default_factory=dict)  # kind -> key, secret
     errors: list[str] = field(default_factory=list)  # what the server told clients
+    server_log: str = ""  # where the server logs (permission violations, by identity)
     _told: anyio.Event = field(default_factory=anyio.Event)
 
     async def told(self, text: str, n: int) -> list[str]:
@@ -123,5 +124,5 @@ async def secured_cluster(
         await tg.start(audit.run)
         await tg.start(keeper.run)
         await tg.start(serve_callout, server.url, auth, keeper.authorize)
-        yield Secured(server.url, auth, root, setup, keeper, tg, keys)
+        yield Secured(server.url, auth, root, setup, keeper, tg, keys, server_log=server.log_path)
         tg.cancel_scope.cancel()
