@@ -106,6 +106,16 @@ def test_an_administrator_sets_up_a_team(cluster: Tenanted) -> None:
     create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--", "true"]
     [session] = cluster.ok(*create, key=ana)["sessions"]
     assert (session["user"], session["project"]) == ("ana", "lab/vision")
+    [other] = cluster.ok(*create[:-2], "--project", "vision", "--", "true", key=ana)["sessions"]
+    assert other["project"] == "lab/vision"
+    wrong = cluster.run(*create[:-2], "--project", "nope", "--json", "--", "true", key=ana)
+    assert wrong.exit_code == 1
+    assert json.loads(wrong.stdout)["sessions"][0]["reason"] == (
+        "user ana is not a member of project lab/nope"
+    )
+    assert (
+        cluster.run(*create[:-2], "--project", "lab/vision", "--", "true", key=ana).exit_code == 2
+    )
     refused = cluster.run("admin", "policy", "set", "--keypair", ana, "--max-fgpu", "9", key=ana)
     assert refused.exit_code == 1
     assert refused.stderr == "error: refused (forbidden): user ana may not set policy\n"

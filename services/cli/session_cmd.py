@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from events import subjects as subj
 from services.cli.options import (
     Settings,
     api_errors,
@@ -135,6 +136,10 @@ def create(
     count: Annotated[int, typer.Option(min=1, max=1000, help="How many sessions.")] = 1,
     priority: Annotated[int, typer.Option(min=0, max=100, help="Higher goes first.")] = 0,
     name: Annotated[str | None, typer.Option(help="A name to show (1-128 characters).")] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(help="A project of yours, by name (default: your default project)."),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -143,6 +148,11 @@ def create(
 ) -> None:
     """Ask for sessions. The command to run comes after `--`."""
     settings = _settings(ctx)
+    if project is not None and not subj.is_token(project):
+        fail(
+            f"project {project!r}: give the name of a project of your domain, without its "
+            "domain (1-64 letters, digits, '-' or '_')"
+        )
     command = list(ctx.args)
     slots = _checked_request(settings, image, (fgpu, cpu, mem), command, name, priority)
     api = _reachable_api(settings) if wait else None
@@ -150,7 +160,13 @@ def create(
     async def publish() -> list[str]:
         async with user_client(settings) as client:
             return await client.create(
-                image=image, slots=slots, command=command, count=count, priority=priority, name=name
+                image=image,
+                slots=slots,
+                command=command,
+                count=count,
+                priority=priority,
+                name=name,
+                project=project,
             )
 
     ids = run_async(publish)
