@@ -19,7 +19,9 @@ from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.nats_auth import GATE_USER, SETUP_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
+from services.adapters.nats_server_log import follow_violations
 from services.adapters.system_clock import SystemClock
+from services.cli.stack import violations_to
 from services.client import Client
 from services.domain.access_audit import AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
@@ -123,6 +125,7 @@ async def secured_cluster(
         tg = await stack.enter_async_context(anyio.create_task_group())
         await tg.start(audit.run)
         await tg.start(keeper.run)
+        tg.start_soon(follow_violations, server.log_path, violations_to(audit, keeper))
         await tg.start(serve_callout, server.url, auth, keeper.authorize)
         yield Secured(server.url, auth, root, setup, keeper, tg, keys, server_log=server.log_path)
         tg.cancel_scope.cancel()

@@ -15,6 +15,7 @@ from tenancy_env import Secured, secured_cluster
 from events import AccessGranted, AccessRefused, AccessSuppressed, CreateKeypair, CreateUser
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
+from services.adapters.nats_server_log import Violation, parse_violation
 from services.adapters.system_clock import SystemClock
 from services.domain.access_audit import ALL_KEYS, AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
@@ -84,6 +85,24 @@ def test_a_window_that_ends_with_nobody_coming_is_summarised() -> None:
     [summary] = limiter.due(5)
     assert (summary.owner, summary.since, summary.granted, summary.refused) == ("AKa", 0, 0, 1)
     assert limiter.due(100) == []
+
+
+def test_the_server_logs_violations_in_lines_of_known_forms() -> None:
+    pub = (
+        '[13452] 2026/11/24 00:27:55.343213 [ERR] 127.0.0.1:50866 - cid:18 - "v2.16.0:python3"'
+        ' - "FGPU/user:user:ana" - Publish Violation - Subject "fgpu.sched"'
+    )
+    sub = (
+        '[22309] 2026/11/24 00:32:49.385948 [ERR] 127.0.0.1:38022 - cid:56 - "v2.16.0:python3"'
+        ' - "FGPU/user:service:agent:a1" - Subscription Violation - Subject "fgpu.>", SID 1'
+    )
+    assert parse_violation(pub) == Violation(
+        18, "127.0.0.1:50866", "user:ana", "publish", "fgpu.sched"
+    )
+    assert parse_violation(sub) == Violation(
+        56, "127.0.0.1:38022", "service:agent:a1", "subscription", "fgpu.>"
+    )
+    assert parse_violation("[1] 2026/11/24 00:00:00.000000 [INF] Server is ready") is None
 
 
 # ---- through the doors ------------------------------------------------------------------

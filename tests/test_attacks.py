@@ -23,6 +23,7 @@ import pytest
 from tenancy_env import Secured, secured_cluster
 
 from events import (
+    AccessRefused,
     AdminApplied,
     AdminCommand,
     AdminRequested,
@@ -52,6 +53,7 @@ from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
+from services.domain.access_audit import AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
 from services.domain.provenance import Provenance, stamp
@@ -92,7 +94,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def world() -> AsyncIterator[World]:
-    async with secured_cluster(services=SERVICES) as c:
+    # Every refusal written: the audit's flood limit is not what is tested here.
+    limiter = AccessLimiter(per_key=10_000, total=100_000)
+    async with secured_cluster(services=SERVICES, limiter=limiter) as c:
         keys = {name: (new_access_key(), new_secret()) for name in PEOPLE}
         commands: list[AdminCommand] = [CreateDomain(domain="lab"), CreateDomain(domain="other")]
         for d, p in (("lab", "a"), ("lab", "b"), ("other", "x")):
@@ -344,9 +348,23 @@ async def test_an_attack_is_refused_changes_nothing_and_is_seen(
     assert _running(s, list(w.victims.values()))
     forged_users = [u for u in s.tenancy.users.values() if u.user.startswith("x")]
     assert forged_users == []
-    # Seen: the server's log names who tried what.
+    # Seen: the server's log names who tried what, and so does the audit log.
     who = "service:agent:a1" if role == "agent" else f"user:{role}"
     logged = w.server_log.read_text(errors="replace").splitlines()
     for subject in denied:
         lines = [line for line in logged if f'Violation - Subject "{subject}"' in line]
         assert any(who in line for line in lines), (subject, lines[-3:])
+    await _audited(w, w.keys[role][0], denied)
+
+
+async def _audited(w: World, key: str, subjects: list[str]) -> None:
+    """Wait until the access audit holds a refusal of ``key`` for each of ``subjects``."""
+    wanted = set(subjects)
+    with anyio.fail_after(10):
+        async for batch in w.c.setup.tail(0, subject=subj.access("nats")):
+            for r in batch:
+                e = r.event
+                if isinstance(e, AccessRefused) and e.owner == key:
+                    wanted.discard(e.what.partition(" ")[2])
+            if not wanted:
+                return

@@ -157,6 +157,15 @@ class GatekeeperActor:
             while self._seen < end:
                 await self._folded.wait()
 
+    def key_of(self, client_id: int) -> str | None:
+        """The access key connection ``client_id`` (the server's cid) was let in with, if
+        it is remembered. On a cluster of servers a cid names a connection per server:
+        the first remembered wins."""
+        for access_key, connections in self._connections.items():
+            if any(c.client_id == client_id for c in connections):
+                return access_key
+        return None
+
     def _alive(self, access_key: str) -> bool:
         t = self.state.tenancy
         kp = t.keypairs.get(access_key)

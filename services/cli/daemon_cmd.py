@@ -192,7 +192,7 @@ def up(
             # that outlives the services' connections; the actors in one they outlive.
             outer = await stack.enter_async_context(anyio.create_task_group())
             outer.start_soon(_until_signalled, outer)
-            await outer.start(run_gatekeeper, server.url, auth)
+            await outer.start(run_gatekeeper, server.url, auth, server.log_path)
             conns = {
                 kind: await stack.enter_async_context(
                     connected(server.url, f"fgpu-{kind.replace(':', '-')}", keys[kind])
@@ -397,9 +397,18 @@ def gatekeeper(
     secrets_dir: Annotated[
         Path, typer.Option("--secrets", help="The server's secrets (fgpu admin server-auth).")
     ],
+    server_log: Annotated[
+        Path | None,
+        typer.Option(
+            help="The server's log file, where it runs beside the server: its permission "
+            "violations go to the access audit."
+        ),
+    ] = None,
 ) -> None:
     """Run the gatekeeper (the server's auth callout) against --nats URL: it lets in live
-    keypairs with their permissions and disconnects revoked ones. Several may run."""
+    keypairs with their permissions and disconnects revoked ones; connections let in and
+    refused (and the server's permission violations, with --server-log) go to the access
+    audit. Several may run."""
     import anyio
 
     from services.adapters.nats_auth import ServerAuth
@@ -414,7 +423,8 @@ def gatekeeper(
     async def main() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
-            await tg.start(run_gatekeeper, url, auth)
+            log = str(server_log) if server_log is not None else None
+            await tg.start(run_gatekeeper, url, auth, log)
             out().print(f"gatekeeper ready on {url}")
 
     run_async(main)

@@ -2,7 +2,7 @@
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ from services.actors.scheduler import SchedulerActor
 from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
+from services.adapters.nats_server_log import Violation, follow_violations
 from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.options import state_file
@@ -79,10 +80,16 @@ async def run_quota(
 
 
 async def run_gatekeeper(
-    url: str, auth: ServerAuth, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    url: str,
+    auth: ServerAuth,
+    server_log: str | None = None,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The gatekeeper: it reads the log as the static user fgpu-gate, answers the server's
-    authorization requests, and disconnects revoked keys as the system user."""
+    """The gatekeeper: it reads the tenancy as the static user fgpu-gate, answers the
+    server's authorization requests, and disconnects revoked keys as the system user.
+    Connections let in and refused go to the access audit, and so do the permission
+    violations the server writes to ``server_log`` (when it runs beside the server)."""
     gate = Identity(GATE_USER, auth.gate_password)
     async with connected(url, "fgpu-gatekeeper", gate) as conn:
         kicker = await SystemKicker.connect(url, auth)
@@ -93,10 +100,24 @@ async def run_gatekeeper(
                 await tg.start(audit.run)
                 await tg.start(keeper.run)
                 await tg.start(serve_callout, url, auth, keeper.authorize)
+                if server_log is not None:
+                    tg.start_soon(follow_violations, server_log, violations_to(audit, keeper))
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True):
                 await kicker.close()
+
+
+def violations_to(
+    audit: AccessAudit, keeper: GatekeeperActor
+) -> Callable[[Violation], Awaitable[None]]:
+    """What tells the access audit of a permission violation the server logged."""
+
+    async def told(v: Violation) -> None:
+        reason = f"permissions violation ({v.identity})"
+        audit.refused(keeper.key_of(v.client_id), f"{v.kind} {v.subject}", reason, v.client)
+
+    return told
 
 
 async def run_registrar(
