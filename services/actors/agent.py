@@ -15,6 +15,12 @@ before acting, so the same code starts a new session and re-adopts one after a r
 
 Running sessions therefore survive a restart of every actor: containers keep running,
 and the new agent process picks them up by their labels.
+
+A container is labelled with the identity of the log its session is on (``fgpu.log``).
+An agent started on another log (a new store, a stream made anew and empty) finds
+containers of a log that is not its own: it cannot account for them, so it never touches
+them, and says so at every start, loudly, until someone removes them or points the agent
+back at their log.
 """
 
 import contextlib
@@ -38,7 +44,13 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
-from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION, ContainerSpec, session_spec
+from services.domain.container_spec import (
+    LABEL_AGENT,
+    LABEL_LOG,
+    LABEL_SESSION,
+    ContainerSpec,
+    session_spec,
+)
 from services.domain.gpu_slice import slices
 from services.domain.state import ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
@@ -108,6 +120,7 @@ class AgentActor:
         self.regions = regions
         self.name = f"agent:{config.agent_id}"
         self.local = _Local()
+        self.log_identity: str | None = None  # the log's (EventLog.identity), once read
         self.state = ClusterState()
         self._tg: TaskGroup | None = None
         self._reannounced = False
@@ -134,11 +147,28 @@ class AgentActor:
         )
 
     async def on_rebuild(self, s: ClusterState) -> None:
-        """Take stock of our containers and announce our capacity."""
+        """Take stock of our containers (those of this log) and announce our capacity."""
         self.state = s
+        self.log_identity = await self.events.identity()
         found = await self.runtime.list({LABEL_AGENT: self.config.agent_id})
-        self.local.found = {c.labels[LABEL_SESSION]: c for c in found if LABEL_SESSION in c.labels}
+        ours = self._of_this_log(found)
+        foreign = [c for c in found if c not in ours]
+        if foreign:
+            log.error(
+                "agent.containers_of_another_log",
+                agent=self.config.agent_id,
+                log=self.log_identity,
+                containers={c.id[:12]: c.labels.get(LABEL_LOG) for c in foreign},
+                action="kept, untouched: this agent cannot account for them",
+            )
+        self.local.found = {c.labels[LABEL_SESSION]: c for c in ours if LABEL_SESSION in c.labels}
         await self.register()
+
+    def _of_this_log(self, containers: list[ContainerInfo]) -> list[ContainerInfo]:
+        """Those of ``containers`` this agent may act on: of this log (or labelled with
+        none: made before containers were)."""
+        me = self.log_identity
+        return [c for c in containers if c.labels.get(LABEL_LOG, me) == me]
 
     async def register(self) -> None:
         c = self.config
@@ -249,7 +279,7 @@ class AgentActor:
             await anyio.sleep(min(0.2 * 2**attempt, 5.0))
             attempt += 1
             with contextlib.suppress(ContainerError):
-                found = await self.runtime.list({LABEL_SESSION: session_id})
+                found = self._of_this_log(await self.runtime.list({LABEL_SESSION: session_id}))
                 if found:
                     self.local.found[session_id] = found[0]
         sup.done = True
@@ -260,7 +290,7 @@ class AgentActor:
         if c is None and v.status in (S.RUNNING, S.TERMINATING):
             # Ask the engine, not a list taken earlier: only a container it does not have
             # may be reported as vanished.
-            listed = await self.runtime.list({LABEL_SESSION: session_id})
+            listed = self._of_this_log(await self.runtime.list({LABEL_SESSION: session_id}))
             c = listed[0] if listed else None
         if c is None:
             if v.status in (S.RUNNING, S.TERMINATING) and v.container_id is not None:
@@ -351,6 +381,7 @@ class AgentActor:
             request_devices=not c.mock_gpus,
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,
+            log_identity=self.log_identity,
         )
 
     # ---- usage from the shim --------------------------------------------------------------

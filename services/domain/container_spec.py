@@ -9,6 +9,7 @@ from services.domain.state import SessionView
 
 __all__ = [
     "LABEL_AGENT",
+    "LABEL_LOG",
     "LABEL_OWNER",
     "LABEL_SESSION",
     "REGION_IN_CONTAINER",
@@ -22,6 +23,7 @@ __all__ = [
 LABEL_SESSION = "fgpu.session"
 LABEL_AGENT = "fgpu.agent"
 LABEL_OWNER = "fgpu.owner"
+LABEL_LOG = "fgpu.log"  # the identity of the log the session is on
 SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # holds the shim as libcuda.so.1, first on the path
 REGION_IN_CONTAINER = "/run/fgpu/region"
 
@@ -59,6 +61,7 @@ def session_spec(
     request_devices: bool,
     shim_lib_dir: str | None = None,
     region_path: str | None = None,
+    log_identity: str | None = None,
 ) -> ContainerSpec:
     """The spec for ``v``'s container on ``agent_id``.
 
@@ -67,6 +70,8 @@ def session_spec(
     With ``shim_lib_dir`` the shim is mounted first on the library path; with
     ``region_path`` the session's shared region (read-write, the agent reads usage from
     it). With ``request_devices`` false (mock GPUs) the engine is asked for no device.
+    ``log_identity`` (``EventLog.identity``) labels the container with the log whose
+    session it is: an agent never removes a container of another log.
     """
     parts = slices(v.devices, gpus, fgpu_per_gpu)
     uuids = tuple(p.gpu.uuid for p in parts)
@@ -91,7 +96,12 @@ def session_spec(
         image=v.image,
         command=v.command,
         env=env,
-        labels={LABEL_SESSION: v.session_id, LABEL_AGENT: agent_id, LABEL_OWNER: v.owner},
+        labels={
+            LABEL_SESSION: v.session_id,
+            LABEL_AGENT: agent_id,
+            LABEL_OWNER: v.owner,
+            **({LABEL_LOG: log_identity} if log_identity is not None else {}),
+        },
         cpu_millis=v.slots.cpu,
         mem_bytes=v.slots.mem,
         gpu_uuids=uuids if request_devices else (),
