@@ -21,6 +21,7 @@ class Stack:
     def __init__(self, home: Path, agent_id: str) -> None:
         self.home = home
         self.agent_id = agent_id
+        self.process: subprocess.Popen[bytes] | None = None  # fgpu up
         env = {k: v for k, v in os.environ.items() if not k.startswith("FGPU_")}
         self.env = {**env, "FGPU_HOME": str(home)}
         self.keys: dict[str, dict[str, str]] = {}
@@ -87,10 +88,18 @@ def remove_agent_containers(agent_id: str) -> None:
 
 
 @contextmanager
-def fgpu_up(home: Path, *extra: str, users: tuple[str, ...] = ("researcher",)) -> Iterator[Stack]:
-    """`fgpu up` with one mock GPU worth 2 fGPU, on a fresh NATS server and Docker; and
-    ``users`` of its default project."""
-    stack = Stack(home, "e2e" + secrets.token_hex(3))
+def fgpu_up(
+    home: Path,
+    *extra: str,
+    users: tuple[str, ...] = ("researcher",),
+    agent_id: str | None = None,
+    keep_containers: bool = False,
+) -> Iterator[Stack]:
+    """`fgpu up` with one mock GPU worth 2 fGPU, its store in ``home`` (a new one unless
+    ``home`` has one), on Docker; and ``users`` of its default project. Its containers are
+    removed after, unless ``keep_containers`` (for a restart)."""
+    stack = Stack(home, agent_id or "e2e" + secrets.token_hex(3))
+    home.mkdir(parents=True, exist_ok=True)
     log = home / "up.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
@@ -115,6 +124,7 @@ def fgpu_up(home: Path, *extra: str, users: tuple[str, ...] = ("researcher",)) -
             stderr=subprocess.STDOUT,
             env=stack.env,
         )
+    stack.process = process
     try:
         wait_for_line(log, "ready", process, 60)
         for name in users:
@@ -126,4 +136,5 @@ def fgpu_up(home: Path, *extra: str, users: tuple[str, ...] = ("researcher",)) -
             process.wait(20)
         except subprocess.TimeoutExpired:
             process.kill()
-        remove_agent_containers(stack.agent_id)
+        if not keep_containers:
+            remove_agent_containers(stack.agent_id)

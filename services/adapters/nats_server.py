@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,13 +64,17 @@ def start(
     args: Sequence[str] = (),
     *,
     config: str = "",
+    die_with_parent: bool = False,
 ) -> NatsServer:
     """Start a server and wait until it accepts connections. Raises NatsServerError.
 
     ``args``: more of nats-server's options (``--tls ...``, ``--auth TOKEN``). ``config``:
     more configuration (who may connect: ``nats_auth.ServerAuth.config``), after the
     settings every fgpu server has (``nats-base.conf``); the file is written in the store
-    directory, readable by its owner only.
+    directory, readable by its owner only. The server writes its pid to
+    ``<store>/nats-server.pid``. ``die_with_parent``: the kernel stops the server when
+    the thread that started it ends, however it ends (Linux; call it from the main
+    thread of a process that serves until it exits: ``fgpu up``).
     """
     port = port or free_port()
     store = store_dir or tempfile.mkdtemp(prefix="fgpu-nats-")
@@ -80,9 +85,12 @@ def start(
     with os.fdopen(fd, "w") as f:
         f.write(_BASE.read_text() + "\n" + config)
     command = [find_binary(), "-c", str(conf), "-js", "-a", "127.0.0.1", "-p", str(port)]
-    command += ["-sd", store, *args]
+    command += ["-sd", store, "-P", os.path.join(store, "nats-server.pid"), *args]
+    preexec = _die_with_parent if die_with_parent and sys.platform == "linux" else None
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec
+        )
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -95,6 +103,14 @@ def start(
             time.sleep(0.05)
     process.kill()
     raise NatsServerError(f"nats-server did not listen on port {port} within 15 s")
+
+
+def _die_with_parent() -> None:
+    """In the child before it runs the server: SIGTERM when the parent ends."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @contextmanager

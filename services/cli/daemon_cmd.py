@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, fail, out, resolve_nats, run_async, state_file
+from services.cli.options import Settings, fail, out, resolve_nats, run_async, state_file, warn
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -132,20 +132,30 @@ def _url(ctx: typer.Context) -> str:
 def up(
     agent: AgentOptions,
     store: Annotated[
-        str | None, typer.Option(help="JetStream store directory (default: temporary).")
+        str | None,
+        typer.Option(help="JetStream store directory (default: $FGPU_HOME/store, kept)."),
     ] = None,
+    ephemeral: Annotated[
+        bool,
+        typer.Option(help="A throwaway store, removed when fgpu up stops: no history kept."),
+    ] = False,
     port: Annotated[int | None, typer.Option(help="NATS port (default: a free one).")] = None,
     api_port: Annotated[
         int, typer.Option(help="Port of the read API and console (0: a free one).")
     ] = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
 ) -> None:
-    """Start an embedded NATS server and every actor in this process, until Ctrl-C."""
+    """Start an embedded NATS server and every actor in this process, until Ctrl-C or
+    `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
+    re-adopts the containers still running."""
+    import shutil
+
     import anyio
 
     from projections.paths import default_db_path
     from services.adapters import nats_server
     from services.adapters.nats_auth import SETUP_USER
+    from services.adapters.store_lock import StoreInUse, StoreLock, stop_orphan
     from services.cli.agent_setup import container_runtime
     from services.cli.identities import service_keys
     from services.cli.stack import (
@@ -159,17 +169,34 @@ def up(
         run_scheduler,
     )
 
+    if ephemeral and store:
+        fail("give --store or --ephemeral, not both")
     cfg, regions = agent.setup()
-    store_dir = Path(store) if store else Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
+    if ephemeral:
+        store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
+    else:
+        store_dir = Path(store).resolve() if store else state_file().parent / "store"
+    try:
+        lock = StoreLock(store_dir)
+    except StoreInUse as e:
+        fail(str(e), code=1)
+    orphan = stop_orphan(store_dir)
+    if orphan is not None:
+        warn(f"stopped nats-server {orphan}, left running on {store_dir} by an fgpu up that died")
+    kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
     auth = _server_auth(store_dir)
     try:
-        server = nats_server.start(str(store_dir), port, config=auth.config())
+        server = nats_server.start(str(store_dir), port, config=auth.config(), die_with_parent=True)
     except nats_server.NatsServerError as e:
+        lock.release()
         fail(str(e), code=1)
     info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
     info.save()
     console = out()
-    console.print(f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir})")
+    history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
+    console.print(
+        f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir}: {history})"
+    )
     console.print(
         f"  agent {cfg.agent_id}: {len(cfg.gpus)} GPU(s)"
         f"{' (mock)' if cfg.mock_gpus else ''}, 1 GPU = "
@@ -222,7 +249,39 @@ def up(
     finally:
         server.stop()
         state_file().unlink(missing_ok=True)
+        lock.release()
+        if ephemeral:
+            shutil.rmtree(store_dir, ignore_errors=True)
         console.print("fgpu up: stopped")
+
+
+def down(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for it to stop.")] = 60.0,
+) -> None:
+    """Stop the `fgpu up` of this host ($FGPU_HOME): its actors, then its server. The
+    containers of running sessions keep running; the next `fgpu up` re-adopts them."""
+    import json
+    import signal
+    import time
+
+    from services.adapters.store_lock import alive
+
+    path = state_file()
+    try:
+        pid = int(json.loads(path.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        fail(f"fgpu up is not running here ({path} names none)", code=1)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        path.unlink(missing_ok=True)
+        fail(f"fgpu up (pid {pid}) is not running: its state file was stale", code=1)
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        fail(f"fgpu up (pid {pid}) did not stop within {timeout:g} s", code=1)
+    out().print(f"fgpu up (pid {pid}) stopped")
 
 
 def _server_auth(store: Path) -> "ServerAuth":
@@ -463,6 +522,7 @@ def _single(ctx: typer.Context, which: str) -> None:
 def register(app: typer.Typer) -> None:
     """Add the commands that run parts of the cluster to ``app``."""
     app.command("up")(up)
+    app.command("down")(down)
     app.command("agent")(agent_cmd)
     app.command("scheduler")(scheduler)
     app.command("quota")(quota)
