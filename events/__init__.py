@@ -4,7 +4,7 @@ This package imports nothing else of the project; everything else may import it.
 """
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
-from events.agent import AgentLost, AgentRegistered, GpuInfo
+from events.agent import AgentFenced, AgentLost, AgentRegistered, GpuInfo
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
 from events.records import Malformed, RawBatch, Record, record_of, records_of
@@ -17,6 +17,7 @@ from events.session import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionLost,
     SessionPreparing,
     SessionQueued,
     SessionRejected,
@@ -25,6 +26,7 @@ from events.session import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
+    SessionUnplaced,
 )
 from events.slots import Slots
 from events.tenancy import (
@@ -61,6 +63,7 @@ __all__ = [
     "AdminCommand",
     "AdminRefused",
     "AdminRequested",
+    "AgentFenced",
     "AgentLost",
     "AgentRegistered",
     "AnyEvent",
@@ -92,6 +95,7 @@ __all__ = [
     "SessionCancelled",
     "SessionDestroyRequested",
     "SessionErrored",
+    "SessionLost",
     "SessionPreparing",
     "SessionQueued",
     "SessionRejected",
@@ -100,6 +104,7 @@ __all__ = [
     "SessionScheduled",
     "SessionTerminated",
     "SessionTerminating",
+    "SessionUnplaced",
     "SetPolicy",
     "SetRole",
     "Slots",

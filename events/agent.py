@@ -5,7 +5,7 @@ import msgspec
 from events.base import Event
 from events.slots import Slots
 
-__all__ = ["AgentLost", "AgentRegistered", "GpuInfo"]
+__all__ = ["AgentFenced", "AgentLost", "AgentRegistered", "GpuInfo"]
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -37,9 +37,19 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
 class AgentLost(Event, frozen=True, kw_only=True, tag="agent.lost.v1"):
     """The scheduler stopped hearing an agent's heartbeats; nothing new is placed there.
 
-    Sessions on it keep their allocation: their containers may well still run, and the
-    agent re-adopts and reports them when it comes back.
+    Sessions on it keep their allocation for a grace: their containers may well still run,
+    and the agent re-adopts and reports them when it comes back. Those it never started
+    are placed again at once (``session.unplaced``), those it had started end after the
+    grace (``session.lost``).
     """
 
     agent_id: str
     reason: str
+
+
+class AgentFenced(Event, frozen=True, kw_only=True, tag="agent.fenced.v1"):
+    """An agent back from the dead stopped and removed the containers of sessions that
+    ended while it was away (``session_ids``): nothing of theirs runs on any more."""
+
+    agent_id: str
+    session_ids: tuple[str, ...]

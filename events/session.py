@@ -17,6 +17,7 @@ __all__ = [
     "SessionCancelled",
     "SessionDestroyRequested",
     "SessionErrored",
+    "SessionLost",
     "SessionPreparing",
     "SessionQueued",
     "SessionRejected",
@@ -25,6 +26,7 @@ __all__ = [
     "SessionScheduled",
     "SessionTerminated",
     "SessionTerminating",
+    "SessionUnplaced",
 ]
 
 
@@ -140,6 +142,28 @@ class SessionErrored(Event, frozen=True, kw_only=True, tag="session.errored.v1")
     """The session could not be started; its resources are free."""
 
     session_id: str
+    agent_id: str
+    reason: str
+
+
+class SessionUnplaced(Event, frozen=True, kw_only=True, tag="session.unplaced.v1"):
+    """The scheduler took back a placement its agent never acted on (the agent was lost
+    before it started the session): the session is PENDING again, in its place in the
+    queue, holding no device; it is placed anew."""
+
+    session_id: str
+    owner: str
+    agent_id: str
+    reason: str
+
+
+class SessionLost(Event, frozen=True, kw_only=True, tag="session.lost.v1"):
+    """The scheduler ended a session its agent had started, the agent having been lost for
+    longer than the grace: ERROR, its shares and quota free. If the agent comes back, it
+    removes the container (``agent.fenced``)."""
+
+    session_id: str
+    owner: str
     agent_id: str
     reason: str
 

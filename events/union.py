@@ -5,7 +5,7 @@ import typing
 import msgspec
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed
-from events.agent import AgentLost, AgentRegistered
+from events.agent import AgentFenced, AgentLost, AgentRegistered
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -14,6 +14,7 @@ from events.session import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionLost,
     SessionPreparing,
     SessionQueued,
     SessionRejected,
@@ -22,6 +23,7 @@ from events.session import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
+    SessionUnplaced,
 )
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled
@@ -54,6 +56,9 @@ AnyEvent = (
     | AccessGranted
     | AccessRefused
     | AccessSuppressed
+    | SessionUnplaced
+    | SessionLost
+    | AgentFenced
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

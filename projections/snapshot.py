@@ -60,6 +60,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     allocated: Slots
     sessions: list[str]
     lost: bool
+    lost_at: datetime | None = None
+    registered_seq: int = 0
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -73,6 +75,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             allocated=a.allocated,
             sessions=list(a.sessions),
             lost=a.lost,
+            lost_at=a.lost_at,
+            registered_seq=a.registered_seq,
         )
 
     def view(self) -> AgentView:
@@ -86,6 +90,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             allocated=self.allocated,
             sessions=dict.fromkeys(self.sessions),
             lost=self.lost,
+            lost_at=self.lost_at,
+            registered_seq=self.registered_seq,
         )
 
 

@@ -18,6 +18,7 @@ from events import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionLost,
     SessionPreparing,
     SessionQueued,
     SessionRejected,
@@ -26,6 +27,7 @@ from events import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
+    SessionUnplaced,
 )
 from services.domain.resources import format_cpu, format_fgpu, format_mem
 
@@ -42,6 +44,8 @@ _TRANSITIONS = (
     SessionRunning,
     SessionTerminated,
     SessionErrored,
+    SessionUnplaced,
+    SessionLost,
 )
 
 
@@ -130,6 +134,10 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             return f"ended with exit code {code} ({e.reason})" + (f" after {ran}" if ran else "")
         case SessionErrored():
             return f"could not start on {e.agent_id}: {e.reason}"
+        case SessionUnplaced():
+            return f"taken back from {e.agent_id} to be placed again: {e.reason}"
+        case SessionLost():
+            return f"ended with its agent: {e.reason}"
         case GpuOomRefused():
             return (
                 f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"

@@ -8,13 +8,22 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from events import AgentLost, AgentRegistered, Slots
+from events import (
+    AgentFenced,
+    AgentLost,
+    AgentRegistered,
+    SessionLost,
+    SessionScheduled,
+    SessionUnplaced,
+    Slots,
+)
 from services.actors.agent import AgentActor
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
@@ -23,6 +32,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
+from services.ports import Clock
 from services.testing import MemoryBus, MemoryLog
 from tests.cluster import GIB, agent_config
 
@@ -113,10 +123,25 @@ class Watched:
         return actor
 
 
+class FakeClock:
+    """Wall-clock time for the scheduler's grace, moved by the test."""
+
+    def __init__(self) -> None:
+        self.at = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+
 @asynccontextmanager
-async def watched() -> AsyncIterator[Watched]:
-    log, bus, clock, mono = MemoryLog(), MemoryBus(), SystemClock(), FakeMonotonic()
-    scheduler = SchedulerActor(log, clock, lost_after_s=15, monotonic=mono)
+async def watched(
+    log: MemoryLog | None = None, clock: Clock | None = None
+) -> AsyncIterator[Watched]:
+    """The scheduler and quota on ``log`` (a new one if None), the scheduler's events
+    stamped by ``clock``."""
+    log, bus, mono = log or MemoryLog(), MemoryBus(), FakeMonotonic()
+    clock = clock or SystemClock()
+    scheduler = SchedulerActor(log, clock, lost_after_s=15, lost_grace_s=600, monotonic=mono)
     watcher = CountingWatcher(scheduler)
     async with anyio.create_task_group() as tg:
         await tg.start(QuotaActor(log, clock).run)
@@ -177,3 +202,67 @@ async def test_an_agent_that_beats_is_never_lost() -> None:
             await w.watcher.wait_checks(2)
         assert not (await w.client.state()).agents["steady"].lost
         assert w.bus.beats_sent >= 5
+
+
+SLOTS = Slots(cpu=100, mem=GIB, fgpu=50)
+
+
+def status(s: ClusterState, session_id: str) -> str | None:
+    v = s.sessions.get(session_id)
+    return None if v is None else v.status.value
+
+
+async def test_after_a_restart_an_agent_gone_long_ago_gets_nothing() -> None:
+    """Registered on the log, never heard from since the scheduler started: nothing is
+    placed there, not even before it could be declared lost."""
+    log = MemoryLog()
+    await AgentActor(log, DummyRuntime(), SystemClock(), agent_config("ghost")).register()
+    async with watched(log) as w:
+        [sid] = await w.client.create(image="fgpu/busybox:latest", slots=SLOTS)
+        s = await until(w.client, lambda s: sid in s.sessions and s.sessions[sid].waiting)
+        assert status(s, sid) == "PENDING" and not s.agents["ghost"].lost
+        await w.agent("fresh")  # registers after the scheduler started: heard
+        s = await until(w.client, lambda s: status(s, sid) == "RUNNING")
+        assert s.sessions[sid].agent_id == "fresh"
+        placed = [r.event for b in [x async for x in log.read(0)] for r in b]
+        assert [e.agent_id for e in placed if isinstance(e, SessionScheduled)] == ["fresh"]
+
+
+async def test_a_lost_agents_sessions_are_placed_again_or_end_after_the_grace() -> None:
+    clock = FakeClock()
+    async with watched(clock=clock) as w:
+        rt = DummyRuntime()  # the node's engine: it outlives the agent process
+        with anyio.CancelScope() as agent_scope:
+            async with anyio.create_task_group() as agent_tg:
+                await agent_tg.start(AgentActor(w.log, rt, SystemClock(), agent_config("a1")).run)
+                [ran] = await w.client.create(image="fgpu/busybox:latest", slots=SLOTS)
+                await until(w.client, lambda s: status(s, ran) == "RUNNING")
+                agent_scope.cancel()  # the agent dies; its container runs on
+        [waits] = await w.client.create(image="fgpu/busybox:latest", slots=SLOTS)
+        await until(w.client, lambda s: status(s, waits) == "SCHEDULED")
+
+        w.mono.now += 20  # silent: lost; what it never started is placed again
+        _, declared = await next_of(w.log, AgentLost)
+        _, back = await next_of(w.log, SessionUnplaced)
+        assert (back.session_id, back.agent_id) == (waits, "a1")
+        assert back.reason == "agent a1 was lost before it started the session"
+        s = await until(w.client, lambda s: status(s, waits) == "PENDING")
+        assert status(s, ran) == "RUNNING"  # within the grace: it may come back
+        await w.agent("a2")
+        s = await until(w.client, lambda s: status(s, waits) == "RUNNING")
+        assert s.sessions[waits].agent_id == "a2"
+
+        clock.at = declared.at + timedelta(seconds=601)  # the grace is over
+        _, ended = await next_of(w.log, SessionLost)
+        assert ended.session_id == ran and ended.reason == "agent lost: a1 not heard from for 600 s"
+        s = await until(w.client, lambda s: status(s, ran) == "ERROR")
+        assert s.agents["a1"].sessions == {} and s.agents["a1"].allocated == Slots()
+        assert len(await rt.list({})) == 1  # its container still runs on the node
+
+        # Back at last: it removes what ended meanwhile, and says so.
+        await w.tg.start(AgentActor(w.log, rt, SystemClock(), agent_config("a1")).run)
+        _, fenced = await next_of(w.log, AgentFenced)
+        assert (fenced.agent_id, fenced.session_ids) == ("a1", (ran,))
+        assert await rt.list({}) == []
+        s = await until(w.client, lambda s: lost(s, "a1") is False)
+        assert status(s, ran) == "ERROR"

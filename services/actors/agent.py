@@ -31,6 +31,7 @@ import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from events import (
+    AgentFenced,
     AgentRegistered,
     AnyEvent,
     GpuInfo,
@@ -230,12 +231,26 @@ class AgentActor:
             await self._remove_orphans(s)
 
     async def _remove_orphans(self, s: ClusterState) -> None:
-        """Containers of ours whose session holds nothing here: ended while we were down."""
+        """Containers of ours whose session holds nothing here: ended while we were down
+        (the scheduler gave up on us, or they were destroyed). Stopped and removed, and
+        said (``agent.fenced``): nothing of theirs runs on."""
+        fenced: list[str] = []
         for session_id, c in list(self.local.found.items()):
             v = s.sessions.get(session_id)
             if v is None or v.agent_id != self.config.agent_id or v.status not in HOLDS_ALLOCATION:
                 del self.local.found[session_id]
                 await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
+                fenced.append(session_id)
+        if fenced:
+            log.warning("agent.fenced", agent=self.config.agent_id, sessions=fenced)
+            e = stamp(
+                AgentFenced,
+                Provenance(self.name, self.clock.now()),
+                agent_id=self.config.agent_id,
+                session_ids=tuple(fenced),
+            )
+            with contextlib.suppress(LogError):  # the removal is what matters; it is logged
+                await self.events.append(subj.agent(self.config.agent_id), e)
 
     async def _stop(self, sup: _Supervised) -> None:
         if sup.container_id is not None and not sup.stopping:

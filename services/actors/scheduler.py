@@ -26,10 +26,12 @@ from events import (
     DestroyRejected,
     SessionCancelled,
     SessionDestroyRequested,
+    SessionLost,
     SessionQueued,
     SessionRejected,
     SessionScheduled,
     SessionTerminating,
+    SessionUnplaced,
     Slots,
 )
 from events import subjects as subj
@@ -51,7 +53,15 @@ S = SessionStatus
 
 class SchedulerActor:
     """Also watches agents' heartbeats: ``heard(agent_id)`` for each one received, and an
-    agent silent for ``lost_after_s`` is declared lost (nothing new is placed there)."""
+    agent silent for ``lost_after_s`` is declared lost (nothing new is placed there).
+
+    An agent counts as alive only once heard from since this scheduler started (a
+    heartbeat, or a registration it folded after its rebuild): an agent gone long before
+    a restart gets nothing placed on it, not even for ``lost_after_s``. When an agent is
+    lost, the sessions placed there that it never started are placed again at once
+    (``session.unplaced``); those it had started end ERROR after ``lost_grace_s``
+    (``session.lost``), their shares freed. Each is an event with its reason.
+    """
 
     def __init__(
         self,
@@ -60,6 +70,7 @@ class SchedulerActor:
         *,
         durable: str = NAME,
         lost_after_s: float = 15.0,
+        lost_grace_s: float = 600.0,
         reserve_after_s: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -67,6 +78,8 @@ class SchedulerActor:
         self.clock = clock
         self.durable = durable
         self.lost_after_s = lost_after_s
+        self.lost_grace_s = lost_grace_s
+        self.rebuilt_seq: int | None = None  # the log's end when this scheduler rebuilt
         self.reserve_after_s = reserve_after_s
         self.monotonic = monotonic
         self.last_heard: dict[str, float] = {}
@@ -91,23 +104,74 @@ class SchedulerActor:
             for agent_id, a in s.agents.items():
                 heard = self.last_heard.get(agent_id, self.since)
                 if not a.lost and now - heard > self.lost_after_s:
-                    out.append(
-                        stamp(
-                            AgentLost,
-                            Provenance(NAME, self.clock.now()),
-                            agent_id=agent_id,
-                            reason=f"no heartbeat for {now - heard:.0f} s",
-                        )
+                    lost = stamp(
+                        AgentLost,
+                        Provenance(NAME, self.clock.now()),
+                        agent_id=agent_id,
+                        reason=f"no heartbeat for {now - heard:.0f} s",
                     )
+                    out.append(lost)
+            # Agents lost in an earlier check: their sessions (independent decisions, each
+            # about one session of one lost agent).
+            out += self._of_lost_agents(s)
             if not out:
                 return
             try:
                 await self._append(s, out)
             except LogError as err:
                 log.warning("scheduler.liveness_not_appended", error=str(err))
-                return
-            for lost in out:
-                apply_decision(s, lost)
+                return  # nothing applied: the next check decides again
+            for e in out:
+                apply_decision(s, e)
+
+    def _of_lost_agents(self, s: ClusterState) -> list[AnyEvent]:
+        """Placements on lost agents taken back, and sessions they ran past the grace
+        ended (not applied yet)."""
+        now = self.clock.now()
+        out: list[AnyEvent] = []
+        for a in s.agents.values():
+            if not a.lost or not a.sessions:
+                continue
+            over = a.lost_at is not None and (now - a.lost_at).total_seconds() >= self.lost_grace_s
+            for session_id in list(a.sessions):
+                v = s.sessions[session_id]
+                prov = Provenance(NAME, now, None, v.correlation_id)
+                e: AnyEvent
+                if v.status is S.SCHEDULED:
+                    reason = f"agent {a.agent_id} was lost before it started the session"
+                    e = stamp(
+                        SessionUnplaced,
+                        prov,
+                        session_id=session_id,
+                        owner=v.owner,
+                        agent_id=a.agent_id,
+                        reason=reason,
+                    )
+                elif over:
+                    reason = f"agent lost: {a.agent_id} not heard from for {self.lost_grace_s:g} s"
+                    e = stamp(
+                        SessionLost,
+                        prov,
+                        session_id=session_id,
+                        owner=v.owner,
+                        agent_id=a.agent_id,
+                        reason=reason,
+                    )
+                else:
+                    continue
+                out.append(e)
+        return out
+
+    def _unheard(self, s: ClusterState) -> frozenset[str]:
+        """Agents not heard from since this scheduler started: nothing is placed there. A
+        scheduler that never rebuilt (deciding on a state handed to it) heard every
+        registration as it came."""
+        since = self.rebuilt_seq if self.rebuilt_seq is not None else 0
+        return frozenset(
+            agent_id
+            for agent_id, a in s.agents.items()
+            if agent_id not in self.last_heard and a.registered_seq <= since
+        )
 
     async def run(
         self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
@@ -116,6 +180,8 @@ class SchedulerActor:
         await follow_log(self.events, self.durable, self.react, task_status=task_status)
 
     async def react(self, s: ClusterState) -> None:
+        if self.rebuilt_seq is None:
+            self.rebuilt_seq = s.last_seq  # the first call is right after the rebuild
         self.state = s
         async with self._lock:
             while True:
@@ -149,6 +215,7 @@ class SchedulerActor:
         queue = sorted(
             s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
         )
+        unheard = self._unheard(s)
         for session_id in queue:
             if len(out) >= _MAX_DECISIONS:
                 break
@@ -172,7 +239,7 @@ class SchedulerActor:
                 continue
             placement = None
             if shape not in failed and reserved is None:
-                placement = place(s, v.slots, v.image)
+                placement = place(s, v.slots, v.image, unheard)
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (

@@ -8,6 +8,7 @@ keeps large holes open for large requests: the fragmentation Backend.AI users re
 (#3327, #9480) comes from spreading small shares over many devices.
 """
 
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from events import DevicePlacement, Slots
@@ -43,12 +44,16 @@ def _devices(a: AgentView, need: int) -> tuple[DevicePlacement, ...] | None:
     return tuple(chosen)
 
 
-def _usable(a: AgentView, slots: Slots, image: str) -> bool:
-    return not a.lost and image in a.images and fits(slots, a.free)
+def _usable(a: AgentView, slots: Slots, image: str, unheard: AbstractSet[str]) -> bool:
+    return not a.lost and a.agent_id not in unheard and image in a.images and fits(slots, a.free)
 
 
-def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
-    """The agent and devices for a session needing ``slots`` of ``image``, or None now."""
+def place(
+    s: ClusterState, slots: Slots, image: str, unheard: AbstractSet[str] = frozenset()
+) -> Placement | None:
+    """The agent and devices for a session needing ``slots`` of ``image``, or None now.
+    ``unheard``: agents not known to be alive yet (not heard from since the scheduler
+    started), on which nothing is placed."""
     if slots.fgpu <= 0:
         return None
     agents = s.agents
@@ -57,14 +62,14 @@ def place(s: ClusterState, slots: Slots, image: str) -> Placement | None:
         # Every agent could take it on one device: the index finds the tightest quickly.
         for agent_id in s.fit.candidates(slots.fgpu):
             a = agents[agent_id]
-            if _usable(a, slots, image):
+            if _usable(a, slots, image, unheard):
                 devices = _devices(a, slots.fgpu)
                 if devices is not None:
                     return agent_id, devices
         return None
     best: tuple[int, str, tuple[DevicePlacement, ...]] | None = None
     for agent_id, a in agents.items():
-        if not _usable(a, slots, image):
+        if not _usable(a, slots, image, unheard):
             continue
         devices = _devices(a, slots.fgpu)
         if devices is not None and (best is None or a.free.fgpu < best[0]):

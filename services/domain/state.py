@@ -19,6 +19,7 @@ from events import (
     AdminApplied,
     AdminRefused,
     AdminRequested,
+    AgentFenced,
     AgentLost,
     AgentRegistered,
     AnyEvent,
@@ -34,6 +35,7 @@ from events import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionLost,
     SessionPreparing,
     SessionQueued,
     SessionRejected,
@@ -42,6 +44,7 @@ from events import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
+    SessionUnplaced,
 )
 from services.domain.resources import add, sub
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
@@ -306,14 +309,38 @@ def _admin_answer(
 
 def _registered(s: ClusterState, seq: int, e: AgentRegistered) -> None:
     _register(s, e)
+    s.agents[e.agent_id].registered_seq = seq
 
 
 def _agent_lost(s: ClusterState, seq: int, e: AgentLost) -> None:
     a = s.agents.get(e.agent_id)
-    if a is not None:
+    if a is not None and not a.lost:
         a.lost = True
+        a.lost_at = e.at
         s.fit.update(a)
         s.changed_agents[a.agent_id] = None
+
+
+def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
+    """A placement its agent never acted on, taken back: PENDING again, in its place in
+    the queue, its quota still held."""
+    v = s.sessions.get(e.session_id)
+    if v is None or v.status is not S.SCHEDULED or v.agent_id != e.agent_id:
+        return
+    _take_back(s, v)
+    v.agent_id, v.devices, v.waiting = None, (), None
+    _transition(s, v, S.PENDING, seq, e)
+    s.queue[v.session_id] = None
+    if v.quota_held:
+        _count(s.pending.setdefault(v.owner, OwnerUsage()), v, +1)
+
+
+def _session_lost(s: ClusterState, seq: int, e: SessionLost) -> None:
+    v = _holding(s, e.session_id, e.agent_id)
+    if v is not None:
+        v.reason = e.reason
+        _free(s, v)
+        _end(s, v, S.ERROR, seq, e)
 
 
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
@@ -344,6 +371,9 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     AdminRequested: _admin_requested,
     AdminApplied: _admin_applied,
     AdminRefused: _admin_refused,
+    SessionUnplaced: _unplaced,
+    SessionLost: _session_lost,
+    AgentFenced: _nothing,
     AccessGranted: _nothing,
     AccessRefused: _nothing,
     AccessSuppressed: _nothing,
@@ -422,6 +452,11 @@ def _allocate(s: ClusterState, a: AgentView, v: SessionView) -> None:
 def _free(s: ClusterState, v: SessionView) -> None:
     """Give back the session's allocation and quota; it holds neither afterwards."""
     _release_quota(s, v)
+    _take_back(s, v)
+
+
+def _take_back(s: ClusterState, v: SessionView) -> None:
+    """Give back the session's allocation on its agent (its quota stays held)."""
     a = s.agents.get(v.agent_id or "")
     if a is None or v.session_id not in a.sessions:
         return

@@ -124,6 +124,8 @@ class AgentView:
     allocated: Slots = Slots()
     sessions: dict[str, None] = field(default_factory=dict)  # sessions holding an allocation
     lost: bool = False
+    lost_at: datetime | None = None  # when it was declared lost (the event's time)
+    registered_seq: int = 0  # the log sequence of its latest registration
 
     @property
     def free(self) -> Slots:
