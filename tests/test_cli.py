@@ -350,7 +350,14 @@ def _options(command: str) -> set[str]:
 def test_up_and_agent_take_every_agent_option() -> None:
     agent_options = {f.name for f in dataclasses.fields(AgentOptions)}
     assert _options("agent") == agent_options
-    assert _options("up") == agent_options | {"store", "ephemeral", "port", "api_port", "no_api"}
+    assert _options("up") == agent_options | {
+        "store",
+        "ephemeral",
+        "port",
+        "api_port",
+        "no_api",
+        "lost_grace",
+    }
 
 
 @pytest.mark.parametrize("command", ["up", "agent"])

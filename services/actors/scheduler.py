@@ -135,30 +135,23 @@ class SchedulerActor:
             over = a.lost_at is not None and (now - a.lost_at).total_seconds() >= self.lost_grace_s
             for session_id in list(a.sessions):
                 v = s.sessions[session_id]
-                prov = Provenance(NAME, now, None, v.correlation_id)
-                e: AnyEvent
+                kind: type[SessionUnplaced] | type[SessionLost]
                 if v.status is S.SCHEDULED:
+                    kind = SessionUnplaced
                     reason = f"agent {a.agent_id} was lost before it started the session"
-                    e = stamp(
-                        SessionUnplaced,
-                        prov,
-                        session_id=session_id,
-                        owner=v.owner,
-                        agent_id=a.agent_id,
-                        reason=reason,
-                    )
                 elif over:
+                    kind = SessionLost
                     reason = f"agent lost: {a.agent_id} not heard from for {self.lost_grace_s:g} s"
-                    e = stamp(
-                        SessionLost,
-                        prov,
-                        session_id=session_id,
-                        owner=v.owner,
-                        agent_id=a.agent_id,
-                        reason=reason,
-                    )
                 else:
                     continue
+                e = stamp(
+                    kind,
+                    Provenance(NAME, now, None, v.correlation_id),
+                    session_id=session_id,
+                    owner=v.owner,
+                    agent_id=a.agent_id,
+                    reason=reason,
+                )
                 out.append(e)
         return out
 

@@ -123,6 +123,16 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 1000)
 
 
+LostGraceOpt = Annotated[
+    float,
+    typer.Option(
+        min=0,
+        help="Seconds a lost agent's running sessions are kept before they end ERROR "
+        "(agent lost) and free their shares.",
+    ),
+]
+
+
 def _url(ctx: typer.Context) -> str:
     settings: Settings = ctx.obj
     return resolve_nats(settings.nats)
@@ -144,6 +154,7 @@ def up(
         int, typer.Option(help="Port of the read API and console (0: a free one).")
     ] = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
+    lost_grace: LostGraceOpt = 600.0,
 ) -> None:
     """Start an embedded NATS server and every actor in this process, until Ctrl-C or
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
@@ -230,7 +241,8 @@ def up(
             tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(run_registrar, conns["registrar"].log)
             await tg.start(run_quota, conns["quota"].log)
-            await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
+            schedule = functools.partial(run_scheduler, lost_grace_s=lost_grace)
+            await tg.start(schedule, conns["scheduler"].log, conns["scheduler"].bus)
             await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.
@@ -436,9 +448,9 @@ def sim_agents(
     run_async(main)
 
 
-def scheduler(ctx: typer.Context) -> None:
+def scheduler(ctx: typer.Context, lost_grace: LostGraceOpt = 600.0) -> None:
     """Run the scheduler against --nats URL (as a scheduler's service keypair)."""
-    _single(ctx, "scheduler")
+    _single(ctx, "scheduler", lost_grace_s=lost_grace)
 
 
 def quota(ctx: typer.Context) -> None:
@@ -494,7 +506,7 @@ def _me(ctx: typer.Context, service: str | None = None) -> "Identity":
     return settings.identity(service)
 
 
-def _single(ctx: typer.Context, which: str) -> None:
+def _single(ctx: typer.Context, which: str, *, lost_grace_s: float = 600.0) -> None:
     import anyio
 
     from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
@@ -508,7 +520,8 @@ def _single(ctx: typer.Context, which: str) -> None:
         ):
             tg.start_soon(_until_signalled, tg)
             if which == "scheduler":
-                await tg.start(run_scheduler, conn.log, conn.bus)
+                schedule = functools.partial(run_scheduler, lost_grace_s=lost_grace_s)
+                await tg.start(schedule, conn.log, conn.bus)
             elif which == "registrar":
                 await tg.start(run_registrar, conn.log)
             else:

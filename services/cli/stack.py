@@ -131,10 +131,13 @@ async def run_scheduler(
     heartbeats: Heartbeats,
     *,
     lost_after_s: float = 15.0,
+    lost_grace_s: float = 600.0,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The scheduler, and the heartbeats it hears."""
-    actor = SchedulerActor(events, SystemClock(), lost_after_s=lost_after_s)
+    actor = SchedulerActor(
+        events, SystemClock(), lost_after_s=lost_after_s, lost_grace_s=lost_grace_s
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(watch_heartbeats, heartbeats, actor)
         await tg.start(actor.run)

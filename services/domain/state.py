@@ -262,7 +262,9 @@ def _terminated(s: ClusterState, seq: int, e: SessionTerminated) -> None:
         _end(s, v, S.TERMINATED, seq, e)
 
 
-def _errored(s: ClusterState, seq: int, e: SessionErrored) -> None:
+def _errored(s: ClusterState, seq: int, e: SessionErrored | SessionLost) -> None:
+    """Ended in error: by its agent (it could not start it), or by the scheduler (its
+    agent was lost for longer than the grace)."""
     v = _holding(s, e.session_id, e.agent_id)
     if v is not None:
         v.reason = e.reason
@@ -335,14 +337,6 @@ def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
         _count(s.pending.setdefault(v.owner, OwnerUsage()), v, +1)
 
 
-def _session_lost(s: ClusterState, seq: int, e: SessionLost) -> None:
-    v = _holding(s, e.session_id, e.agent_id)
-    if v is not None:
-        v.reason = e.reason
-        _free(s, v)
-        _end(s, v, S.ERROR, seq, e)
-
-
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
     """Events that change no state: a refusal (it only answers its destroy request),
     measurements and the access audit (the projections keep them)."""
@@ -372,7 +366,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     AdminApplied: _admin_applied,
     AdminRefused: _admin_refused,
     SessionUnplaced: _unplaced,
-    SessionLost: _session_lost,
+    SessionLost: _errored,
     AgentFenced: _nothing,
     AccessGranted: _nothing,
     AccessRefused: _nothing,
