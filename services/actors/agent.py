@@ -215,7 +215,12 @@ class AgentActor:
                 self._reannounced = False
         for session_id in session_ids:
             if session_id not in me.sessions:
-                self.local.supervised.pop(session_id, None)  # it ended: forget it
+                # It ended, or the scheduler took it back (this agent was declared lost):
+                # whatever its supervisor started is stopped, or it would run twice.
+                gone = self.local.supervised.pop(session_id, None)
+                if gone is not None and not gone.done and not gone.stop_requested:
+                    gone.stop_requested = True
+                    self._tg.start_soon(self._stop, gone)
                 continue
             v = s.sessions[session_id]
             sup = self.local.supervised.get(session_id)
