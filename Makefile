@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/state_at.py
 	$(PY) bench/cli.py
 	$(PY) bench/tenancy.py
+	$(PY) bench/history.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,124 @@
+"""History benchmark: how an actor's start and memory grow with the length of the log.
+
+For each history length (10k, 200k and 1M events by default; a valid synthetic history
+with a few hundred live sessions at any time, bench/rebuild.py's): a fresh nats-server,
+the log filled, then the scheduler, the quota actor and a dummy agent started cold, as
+processes of their own (`fgpu scheduler`, `fgpu quota`, `fgpu agent --runtime dummy`),
+all at once. Figures: seconds until each says it is ready, and each one's peak resident
+memory (VmHWM) once ready. Baseline, same run: a raw ordered replay of the same log
+(nats-py, nothing done per message).
+
+Goals (issue "a cluster that lives for years"): `ready_s_1m` <= 1 s and
+`ratio_rss_1m_to_10k` <= 1.5, which need snapshots; this bench measures where things
+stand.
+
+Prints one JSON line. Usage: python bench/history.py [--sizes 10000,200000,1000000]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from rebuild import fill, raw_ordered_replay  # bench/rebuild.py, beside this file
+from schedule import spawn
+
+from services.adapters import nats_server
+from services.adapters.jetstream import connect
+
+ACTORS = {
+    "scheduler": ["scheduler"],
+    "quota": ["quota"],
+    "agent": ["agent", "--agent-id", "agent-0", "--mock-gpus", "4", "--runtime", "dummy"],
+}
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _start_cold(url: str, log_dir: str, size: int) -> dict[str, dict[str, float]]:
+    """Every actor at once; for each, seconds to ready and peak RSS (MB) once ready."""
+    procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    t0 = time.perf_counter()
+    for name, args in ACTORS.items():
+        log_name = f"{name}-{size}"
+        procs[name] = (
+            spawn(url, *args, log_dir=log_dir, name=log_name),
+            Path(log_dir, f"{log_name}.log"),
+        )
+    figures: dict[str, dict[str, float]] = {}
+    try:
+        while len(figures) < len(procs):
+            for name, (p, log) in procs.items():
+                if name in figures:
+                    continue
+                if "ready" in log.read_text(errors="replace"):
+                    figures[name] = {
+                        "ready_s": round(time.perf_counter() - t0, 2),
+                        "rss_mb": round(_peak_rss_mb(p.pid), 1),
+                    }
+                elif p.poll() is not None:
+                    raise RuntimeError(f"{name} exited {p.returncode}: {log.read_text()[-2000:]}")
+            await asyncio.sleep(0.02)
+    finally:
+        for p, _ in procs.values():
+            p.terminate()
+        for p, _ in procs.values():
+            p.wait(30)
+    return figures
+
+
+async def measure(size: int, log_dir: str) -> dict[str, object]:
+    with nats_server.nats_server() as server:
+        events = await connect(server.url, name="bench-history")
+        await events.create_or_update_stream()
+        n = await fill(events, size)
+        replay_per_s = await raw_ordered_replay(events, n)
+        await events.close()
+        actors = await _start_cold(server.url, log_dir, size)
+    return {"events": n, "raw_replay_s": round(n / replay_per_s, 2), "actors": actors}
+
+
+async def main(args: argparse.Namespace) -> dict[str, object]:
+    log_dir = tempfile.mkdtemp(prefix="fgpu-bench-history-")
+    # What the actors keep (an agent's slice regions) goes there, not in ~/.fgpu.
+    os.environ["FGPU_HOME"] = log_dir
+    sizes = [int(x) for x in args.sizes.split(",")]
+    runs = {str(size): await measure(size, log_dir) for size in sizes}
+    first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
+
+    def worst(run: dict[str, object], key: str) -> float:
+        actors = run["actors"]
+        assert isinstance(actors, dict)
+        return max(float(a[key]) for a in actors.values())
+
+    return {
+        "bench": "history",
+        "runs": runs,
+        f"ready_s_{_short(sizes[-1])}": worst(last, "ready_s"),
+        f"ratio_rss_{_short(sizes[-1])}_to_{_short(sizes[0])}": round(
+            worst(last, "rss_mb") / worst(first, "rss_mb"), 2
+        ),
+        f"ratio_ready_to_raw_replay_{_short(sizes[-1])}": round(
+            worst(last, "ready_s") / float(str(last["raw_replay_s"])), 2
+        ),
+        "logs": log_dir,
+    }
+
+
+def _short(n: int) -> str:
+    return f"{n // 1_000_000}m" if n % 1_000_000 == 0 else f"{n // 1000}k"
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="10000,200000,1000000")
+    print(json.dumps(asyncio.run(main(parser.parse_args()))))
