@@ -114,12 +114,13 @@ class JetStreamLog:
 
     # ---- the stream (an administrator's) ---------------------------------------------------
 
-    async def create_or_update_stream(self) -> StreamChange:
+    async def create_or_update_stream(self, replicas: int | None = None) -> StreamChange:
         """Create the stream, or bring an existing one up to this version's configuration,
-        keeping its messages and what an administrator set beside it (``updated``). An
-        administrator's step (``fgpu stream create``; ``fgpu up`` for its embedded
-        server). Raises LogError if the server refuses."""
-        wanted = stream_config()
+        keeping its messages and what an administrator set beside it (``updated``), with
+        ``replicas`` copies on a cluster (None: as it is). An administrator's step (``fgpu
+        stream create``; ``fgpu up`` for its embedded server). Raises LogError if the
+        server refuses."""
+        wanted = stream_config(replicas)
         try:
             current = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
         except StreamMissing:

@@ -28,9 +28,13 @@ __all__ = [
 _DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
 
 
-def stream_config() -> dict[str, Any]:
-    """The stream as this version of fgpu needs it, as ``$JS.API.STREAM.CREATE`` takes it."""
+def stream_config(replicas: int | None = None) -> dict[str, Any]:
+    """The stream as this version of fgpu needs it, as ``$JS.API.STREAM.CREATE`` takes it;
+    with ``replicas`` copies on as many servers of a cluster (None: as the server has it,
+    one for a new stream)."""
+    replicated = {} if replicas is None else {"num_replicas": replicas}
     return {
+        **replicated,
         "name": subj.STREAM,
         "subjects": list(subj.STREAM_SUBJECTS),
         "storage": "file",

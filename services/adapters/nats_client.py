@@ -237,9 +237,12 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
         inbox_prefix=options.get("inbox_prefix", "_INBOX"),
     )
     client = NatsClient(credentials)
+    # Several servers of a cluster, comma-separated: any of them lets the client in, and
+    # it moves to another when one goes (it learns of the others from the first, too).
+    servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
     try:
         await client.nc.connect(
-            url,
+            servers,
             name=name,
             connect_timeout=_CONNECT_TIMEOUT_S,
             # nats-py's first connection honours this too: with "for ever" it never gives

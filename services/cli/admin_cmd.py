@@ -72,14 +72,20 @@ def projections_rebuild(
 
 
 @stream_app.command("create")
-def stream_create(ctx: typer.Context) -> None:
+def stream_create(
+    ctx: typer.Context,
+    replicas: Annotated[
+        int | None,
+        typer.Option(min=1, max=5, help="Copies on a cluster of servers (3 for a real one)."),
+    ] = None,
+) -> None:
     """Create the stream on --nats URL, or bring an existing one up to this version's
     configuration, keeping its messages. Safe to run again."""
     settings: Settings = ctx.obj
 
     async def go() -> str:
         async with connection(settings) as conn:
-            return (await conn.log.create_or_update_stream()).value
+            return (await conn.log.create_or_update_stream(replicas)).value
 
     change = run_async(go)
     said = {"created": "created", "updated": "updated (messages kept)", "current": "up to date"}

@@ -1,0 +1,141 @@
+"""A real NATS cluster: three nats-server processes routed on loopback ports, the stream
+with three replicas, and the actors connected to all three. The stream's leader is
+killed (SIGKILL) in the middle of a burst of requests: no acknowledged request is lost,
+no session is placed twice, nothing is over-allocated, and every session runs."""
+
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import anyio
+import pytest
+
+from events import SessionScheduled, Slots
+from services.actors.agent import AgentActor
+from services.actors.agent_host import AgentHost
+from services.actors.quota import QuotaActor
+from services.actors.scheduler import SchedulerActor
+from services.adapters import nats_server
+from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.system_clock import SystemClock
+from services.client import Client
+from services.domain.state import ClusterState
+from services.domain.status import SessionStatus
+from services.ports import LogError
+from tests.cluster import agent_config
+
+pytestmark = pytest.mark.anyio
+AGENTS = 30  # 80 sessions of 0.1 fGPU each: room for 2,400
+SESSIONS = 2000
+BURST = 100  # requests per append
+SLOTS = Slots(cpu=100, mem=64 << 20, fgpu=10)
+
+
+@contextmanager
+def three_servers() -> Iterator[dict[str, nats_server.NatsServer]]:
+    routes = [nats_server.free_port() for _ in range(3)]
+    servers: dict[str, nats_server.NatsServer] = {}
+    try:
+        for i, port in enumerate(routes):
+            others = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != port)
+            config = (
+                f"server_name: n{i}\n"
+                f"cluster {{ name: fgpu, listen: 127.0.0.1:{port}, routes: [{others}] }}\n"
+            )
+            servers[f"n{i}"] = nats_server.start(config=config)
+        yield servers
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+async def _ready(url: str) -> JetStreamLog:
+    """A connection once the cluster has a JetStream leader: the stream made, R3."""
+    with anyio.fail_after(60):
+        while True:
+            log = await connect(url, name="test-admin")
+            try:
+                await log.create_or_update_stream(replicas=3)
+                return log
+            except LogError:
+                await log.close()
+                await anyio.sleep(0.5)
+
+
+@asynccontextmanager
+async def actors(url: str) -> AsyncIterator[None]:
+    """Quota, scheduler and the agents (one host), each on a connection of its own."""
+    clock = SystemClock()
+    logs = [await connect(url, name=f"test-{k}") for k in ("quota", "scheduler", "agents")]
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(QuotaActor(logs[0], clock).run)
+            await tg.start(SchedulerActor(logs[1], clock).run)
+            configs = [agent_config(f"a{i}", gpus=4, fgpu_per_gpu=200) for i in range(AGENTS)]
+            agents = [AgentActor(logs[2], DummyRuntime(), clock, c) for c in configs]
+            await tg.start(AgentHost(logs[2], agents, durable="agent-host").run)
+            yield
+            tg.cancel_scope.cancel()
+    finally:
+        for log in logs:
+            await log.close()
+
+
+async def _leader(admin: JetStreamLog) -> str:
+    info = await admin._api("stream info", "STREAM.INFO.FGPU")
+    return str(info["cluster"]["leader"])
+
+
+async def test_the_stream_leader_killed_mid_burst_loses_and_doubles_nothing() -> None:
+    with three_servers() as servers:
+        url = ",".join(s.url for s in servers.values())
+        admin = await _ready(url)
+        try:
+            async with actors(url):
+                client = Client(admin, SystemClock(), "alice")
+                acked: list[str] = []
+                killed = ""
+                with anyio.fail_after(120):
+                    while len(acked) < SESSIONS:
+                        if len(acked) >= SESSIONS // 4 and not killed:
+                            killed = await _leader(admin)
+                            servers[killed].process.kill()  # SIGKILL
+                        try:
+                            acked += await client.create(
+                                image="fgpu/busybox:latest", slots=SLOTS, count=BURST
+                            )
+                        except LogError:
+                            await anyio.sleep(0.2)  # not acknowledged: asked again
+                    final = await _all_running(client, acked)
+                    assert await _leader(admin) != killed
+                scheduled: Counter[str] = Counter()
+                async for batch in admin.read(0):
+                    for r in batch:
+                        if isinstance(r.event, SessionScheduled):
+                            scheduled[r.event.session_id] += 1
+        finally:
+            await admin.close()
+    assert killed
+    # Nothing lost: every acknowledged request runs. Nothing placed twice or over capacity.
+    assert all(final.sessions[i].status is SessionStatus.RUNNING for i in acked)
+    assert max(scheduled.values()) == 1
+    for a in final.agents.values():
+        assert a.allocated.fgpu <= a.capacity.fgpu and a.allocated.cpu <= a.capacity.cpu
+        assert sum(g.allocated for g in a.gpus.values()) == a.allocated.fgpu
+
+
+async def _all_running(client: Client, ids: list[str]) -> ClusterState:
+    """The state once every session of ``ids`` runs (the fold of the whole log)."""
+    wanted = set(ids)
+
+    def done(s: ClusterState) -> bool:
+        return all(
+            i in s.sessions and s.sessions[i].status is SessionStatus.RUNNING for i in wanted
+        )
+
+    while True:
+        try:
+            return await client.wait_until(done)
+        except LogError:
+            await anyio.sleep(0.2)  # the reader's server went: read again
