@@ -1,13 +1,15 @@
 """A real NATS cluster: three nats-server processes routed on loopback ports, the stream
-with three replicas, and the actors connected to all three. The stream's leader is
-killed (SIGKILL) in the middle of a burst of requests: no acknowledged request is lost,
-no session is placed twice, nothing is over-allocated, and every session runs."""
+with three replicas, and the actors connected to all three, two schedulers among them.
+The stream's leader is killed (SIGKILL) a quarter into a burst of requests, one of the
+schedulers halfway: no acknowledged request is lost, no session is placed twice, nothing
+is over-allocated, and every session runs."""
 
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import anyio
+import anyio.abc
 import pytest
 
 from events import SessionScheduled, Slots
@@ -64,18 +66,29 @@ async def _ready(url: str) -> JetStreamLog:
 
 
 @asynccontextmanager
-async def actors(url: str) -> AsyncIterator[None]:
-    """Quota, scheduler and the agents (one host), each on a connection of its own."""
+async def actors(url: str) -> AsyncIterator[anyio.CancelScope]:
+    """Quota, two schedulers and the agents (one host), each on a connection of its own;
+    the cancel scope of the first scheduler, to kill it."""
     clock = SystemClock()
-    logs = [await connect(url, name=f"test-{k}") for k in ("quota", "scheduler", "agents")]
+    names = ("quota", "scheduler-1", "scheduler-2", "agents")
+    logs = [await connect(url, name=f"test-{k}") for k in names]
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(QuotaActor(logs[0], clock).run)
-            await tg.start(SchedulerActor(logs[1], clock).run)
+            first = anyio.CancelScope()
+
+            async def doomed(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+                with first:
+                    await SchedulerActor(logs[1], clock, durable="scheduler-1").run(
+                        task_status=task_status
+                    )
+
+            await tg.start(doomed)
+            await tg.start(SchedulerActor(logs[2], clock, durable="scheduler-2").run)
             configs = [agent_config(f"a{i}", gpus=4, fgpu_per_gpu=200) for i in range(AGENTS)]
-            agents = [AgentActor(logs[2], DummyRuntime(), clock, c) for c in configs]
-            await tg.start(AgentHost(logs[2], agents, durable="agent-host").run)
-            yield
+            agents = [AgentActor(logs[3], DummyRuntime(), clock, c) for c in configs]
+            await tg.start(AgentHost(logs[3], agents, durable="agent-host").run)
+            yield first
             tg.cancel_scope.cancel()
     finally:
         for log in logs:
@@ -92,7 +105,7 @@ async def test_the_stream_leader_killed_mid_burst_loses_and_doubles_nothing() ->
         url = ",".join(s.url for s in servers.values())
         admin = await _ready(url)
         try:
-            async with actors(url):
+            async with actors(url) as first_scheduler:
                 client = Client(admin, SystemClock(), "alice")
                 acked: list[str] = []
                 killed = ""
@@ -101,6 +114,8 @@ async def test_the_stream_leader_killed_mid_burst_loses_and_doubles_nothing() ->
                         if len(acked) >= SESSIONS // 4 and not killed:
                             killed = await _leader(admin)
                             servers[killed].process.kill()  # SIGKILL
+                        if len(acked) >= SESSIONS // 2:
+                            first_scheduler.cancel()  # and one of the two schedulers dies
                         try:
                             acked += await client.create(
                                 image="fgpu/busybox:latest", slots=SLOTS, count=BURST
