@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/cli.py
 	$(PY) bench/tenancy.py
 	$(PY) bench/history.py
+	$(PY) bench/failover.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -5,8 +5,8 @@ schedulers halfway: no acknowledged request is lost, no session is placed twice,
 is over-allocated, and every session runs."""
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
@@ -32,24 +32,6 @@ AGENTS = 30  # 80 sessions of 0.1 fGPU each: room for 2,400
 SESSIONS = 2000
 BURST = 100  # requests per append
 SLOTS = Slots(cpu=100, mem=64 << 20, fgpu=10)
-
-
-@contextmanager
-def three_servers() -> Iterator[dict[str, nats_server.NatsServer]]:
-    routes = [nats_server.free_port() for _ in range(3)]
-    servers: dict[str, nats_server.NatsServer] = {}
-    try:
-        for i, port in enumerate(routes):
-            others = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != port)
-            config = (
-                f"server_name: n{i}\n"
-                f"cluster {{ name: fgpu, listen: 127.0.0.1:{port}, routes: [{others}] }}\n"
-            )
-            servers[f"n{i}"] = nats_server.start(config=config)
-        yield servers
-    finally:
-        for s in servers.values():
-            s.stop()
 
 
 async def _ready(url: str) -> JetStreamLog:
@@ -101,7 +83,7 @@ async def _leader(admin: JetStreamLog) -> str:
 
 
 async def test_the_stream_leader_killed_mid_burst_loses_and_doubles_nothing() -> None:
-    with three_servers() as servers:
+    with nats_server.nats_cluster(3) as servers:
         url = ",".join(s.url for s in servers.values())
         admin = await _ready(url)
         try:

@@ -13,7 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NatsServer", "NatsServerError", "find_binary", "free_port", "nats_server"]
+__all__ = [
+    "NatsServer",
+    "NatsServerError",
+    "find_binary",
+    "free_port",
+    "nats_cluster",
+    "nats_server",
+]
 
 _BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
 
@@ -125,3 +132,25 @@ def nats_server(
         server.stop()
         if store_dir is None:
             shutil.rmtree(server.store_dir, ignore_errors=True)
+
+
+@contextmanager
+def nats_cluster(n: int = 3, *, config: str = "") -> Iterator[dict[str, NatsServer]]:
+    """``n`` servers clustered on loopback ports (names ``n0``...), each with ``config``
+    after its own cluster settings, for the duration of the block; their stores removed
+    after. Clients may connect to any, or to all: ``",".join(s.url for s in ...)``."""
+    routes = [free_port() for _ in range(n)]
+    servers: dict[str, NatsServer] = {}
+    try:
+        for i, port in enumerate(routes):
+            others = ", ".join(f"nats://127.0.0.1:{p}" for p in routes if p != port)
+            own = (
+                f"server_name: n{i}\n"
+                f"cluster {{ name: fgpu, listen: 127.0.0.1:{port}, routes: [{others}] }}\n"
+            )
+            servers[f"n{i}"] = start(config=own + config)
+        yield servers
+    finally:
+        for s in servers.values():
+            s.stop()
+            shutil.rmtree(s.store_dir, ignore_errors=True)
