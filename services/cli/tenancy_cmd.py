@@ -489,6 +489,10 @@ def init(
     save: Annotated[
         bool, typer.Option("--save", help="Store its keypair as the one this CLI speaks as.")
     ] = False,
+    replicas: Annotated[
+        int | None,
+        typer.Option(min=1, max=5, help="The stream's copies on a cluster (3 for a real one)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a cluster up on --nats URL, once (again, it changes nothing made already): the
@@ -513,7 +517,7 @@ def init(
 
     async def go() -> FirstAdmin | None:
         async with connected(settings.url, "fgpu-admin-init", me) as conn:
-            await conn.log.create_or_update_stream()
+            await conn.log.create_or_update_stream(replicas)
             first = await bootstrap(conn.log, SystemClock(), user=user)
             if service and secrets_dir is not None:
                 await service_keys(conn.log, secrets_dir, list(service))
