@@ -13,7 +13,7 @@ Encoding is deterministic (sets and unordered keys are sorted), so a projection 
 and one rebuilt in one go store the same bytes.
 """
 
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from operator import is_not
 
@@ -27,27 +27,18 @@ from events import (
     SessionDestroyRequested,
     Slots,
 )
-from services.domain.state import AgentView, ClusterState, GpuView, OwnerUsage, SessionView
-from services.domain.status import ENDED, SessionStatus
+from services.domain.state import (
+    ENDED_STUB,
+    AgentView,
+    ClusterState,
+    GpuView,
+    OwnerUsage,
+    SessionView,
+)
+from services.domain.status import ENDED
 from services.domain.tenancy import Keypair, Tenancy, User
 
 __all__ = ["ENDED_STUB", "decode_state", "encode_state", "is_stub", "live_sessions"]
-
-ENDED_STUB = SessionView(
-    session_id="",
-    owner="",
-    image="",
-    command=(),
-    slots=Slots(),
-    priority=0,
-    name=None,
-    request_id="",
-    correlation_id="",
-    arrival_seq=0,
-    requested_at=datetime(1970, 1, 1, tzinfo=UTC),
-    status=SessionStatus.TERMINATED,
-)
-"""Stands in for every ended session of a restored state: the fold never changes it."""
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):

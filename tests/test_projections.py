@@ -66,7 +66,8 @@ from projections.snapshot import decode_state, encode_state
 from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters import nats_server, raw_reader
 from services.adapters.jetstream import connect
-from services.domain.state import ClusterState, fold
+from services.domain.state import ClusterState, fold, forget_ended
+from services.domain.status import ENDED
 from services.ports import EventLog
 from services.testing.memory_log import MemoryLog
 
@@ -817,3 +818,31 @@ async def test_amounts_beyond_any_column_never_stop_the_projector() -> None:
         assert row == (1 << 62, "a requested amount is more than any cluster holds")
     finally:
         store.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(log=logs(), cuts=st.lists(st.integers(1, 80), max_size=6))
+def test_letting_ended_sessions_go_folds_to_the_same_live_state(
+    log: list[Raw], cuts: list[int]
+) -> None:
+    """An actor lets ended sessions go after each batch (``forget_ended``): what can still
+    change is exactly what a fold of everything holds, batch boundaries wherever."""
+    records = _records(log)
+    whole = fold(records)
+    kept = ClusterState()
+    start = 0
+    for end in [*sorted(set(cuts)), len(records)]:
+        batch = records[start:end]
+        if not batch:
+            continue
+        fold(batch, kept)
+        forget_ended(kept, kept.changed)
+        kept.changed.clear()
+        start = end
+    assert encode_state(kept) == encode_state(whole)
+    assert set(kept.sessions) == set(whole.sessions)  # an ended id is still known
+    live = {sid for sid, v in whole.sessions.items() if v.status not in ENDED}
+    for subject, seq in kept.subject_seq.items():
+        assert whole.subject_seq[subject] == seq
+    for subject in whole.subject_seq.keys() - kept.subject_seq.keys():
+        assert subject.rsplit(".", 1)[-1] not in live, subject

@@ -9,9 +9,9 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import AnyEvent
+from events import AnyEvent, Record
 from services.domain.provenance import Provenance, new_id, stamp
-from services.domain.state import ClusterState, fold
+from services.domain.state import ClusterState, fold, forget_ended
 from services.ports import EventLog, LogError
 
 __all__ = [
@@ -37,11 +37,22 @@ async def append_expecting(
 
 
 async def rebuild(events: EventLog) -> ClusterState:
-    """The state folded from the whole log as it is now."""
+    """The state folded from the whole log as it is now, ended sessions let go of as it
+    goes (``forget_ended``): its memory follows live sessions, not history."""
     state = ClusterState()
     async for batch in events.read(0):
         fold(batch, state)
+        forget_ended(state, _sessions_of(batch))
     return state
+
+
+def _sessions_of(batch: Sequence[Record]) -> set[str]:
+    found: set[str] = set()
+    for r in batch:
+        sid = getattr(r.event, "session_id", None)
+        if isinstance(sid, str):
+            found.add(sid)
+    return found
 
 
 React = Callable[[ClusterState], Awaitable[None]]
@@ -62,8 +73,10 @@ def _freeze() -> None:
 
 
 async def _react(react: React, state: ClusterState) -> None:
-    """One reaction; what changed is cleared only once it has been looked at."""
+    """One reaction; what changed is cleared only once it has been looked at, and the
+    sessions that ended are let go of then."""
     await react(state)
+    forget_ended(state, state.changed)
     state.changed.clear()
     state.changed_agents.clear()
     state.answered.clear()

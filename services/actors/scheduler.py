@@ -38,7 +38,7 @@ from events import subjects as subj
 from services.actors.common import Provenance, append_expecting, follow_log, stamp
 from services.domain.allocator import Refusal, never_fits, place
 from services.domain.resources import format_fgpu, format_slots
-from services.domain.state import ClusterState, SessionView, apply_decision
+from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
 
@@ -268,6 +268,8 @@ class SchedulerActor:
         refuse = None
         if v is None:
             refuse = "no such session"
+        elif v is ENDED_STUB:
+            refuse = "the session already ended"
         elif v.owner != d.requester:
             refuse = "the session belongs to another access key"
         elif v.status in ENDED:

@@ -9,7 +9,8 @@ idempotent under redelivery.
 For speed the state is mutated in place and returned; treat it as owned by the fold.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from events import (
@@ -45,7 +46,9 @@ from events import (
     SessionTerminated,
     SessionTerminating,
     SessionUnplaced,
+    Slots,
 )
+from events import subjects as subj
 from services.domain.resources import add, sub
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.domain.subject_rules import SUBJECT_OF, mismatch
@@ -61,6 +64,7 @@ from services.domain.views import (
 )
 
 __all__ = [
+    "ENDED_STUB",
     "AgentView",
     "ClusterState",
     "GpuView",
@@ -70,6 +74,7 @@ __all__ = [
     "apply_decision",
     "evolve",
     "fold",
+    "forget_ended",
 ]
 
 S = SessionStatus
@@ -487,3 +492,37 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
     s.agents[e.agent_id] = a
     s.fit.update(a)
     s.changed_agents[e.agent_id] = None
+
+
+ENDED_STUB = SessionView(
+    session_id="",
+    owner="",
+    image="",
+    command=(),
+    slots=Slots(),
+    priority=0,
+    name=None,
+    request_id="",
+    correlation_id="",
+    arrival_seq=0,
+    requested_at=datetime(1970, 1, 1, tzinfo=UTC),
+    status=S.TERMINATED,
+)
+"""Stands in for an ended session the state let go of: the fold never changes it, and a
+second request for its id is still ignored, as it would be with the whole session kept."""
+
+
+def forget_ended(s: ClusterState, session_ids: Iterable[str]) -> None:
+    """Let go of those of ``session_ids`` that have ended: each becomes ``ENDED_STUB``, and
+    the subjects only it wrote to are forgotten. Memory then follows live sessions, not
+    history; every rule of the fold ignores an ended session either way."""
+    seqs = s.subject_seq
+    for sid in session_ids:
+        v = s.sessions.get(sid)
+        if v is None or v is ENDED_STUB or v.status not in ENDED:
+            continue
+        seqs.pop(subj.request(v.owner, sid), None)
+        if v.agent_id is not None:
+            seqs.pop(subj.agent_session(v.agent_id, sid), None)
+            seqs.pop(subj.usage(v.agent_id, sid), None)
+        s.sessions[sid] = ENDED_STUB
