@@ -25,6 +25,7 @@ from contextlib import aclosing, asynccontextmanager, suppress
 from typing import Any, Unpack
 from urllib.parse import ParseResult
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -54,6 +55,7 @@ from services.ports import BulkReadUnavailable, LogError, StreamMissing, check_b
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
 _TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
+_ASK_AGAIN_S = 2.0  # an API question not answered by then is asked again (leader elections)
 # From this many messages on, a raw read parses in a child process (its start costs more
 # than parsing a short read here; parsing a long one here takes the GIL from the caller).
 CHILD_READ_FROM = 100_000
@@ -140,10 +142,26 @@ class JetStreamLog:
         return stream_info_of(await self._api("stream info", f"STREAM.INFO.{subj.STREAM}"))
 
     async def _api(self, what: str, endpoint: str, body: bytes = b"") -> dict[str, Any]:
-        """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError."""
+        """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError.
+
+        Asked again every ``_ASK_AGAIN_S`` until ``_TIMEOUT_S``: while a cluster elects a
+        new leader its API does not answer, and a question asked again is answered as soon
+        as it has one, not at the end of the first question's timeout. (Every endpoint used
+        here is idempotent: info, create or update to one configuration, delete.)"""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _TIMEOUT_S
         try:
             with self._call(what):
-                reply = await self.nc.request(f"$JS.API.{endpoint}", body, timeout=_TIMEOUT_S)
+                while True:
+                    left = deadline - loop.time()
+                    try:
+                        reply = await self.nc.request(
+                            f"$JS.API.{endpoint}", body, timeout=min(_ASK_AGAIN_S, left)
+                        )
+                        break
+                    except nats.errors.TimeoutError:
+                        if deadline - loop.time() <= 0.05:
+                            raise
         except NoResponders as e:
             raise LogError(f"{what}: no JetStream answers on this server") from e
         return _json(what, reply.data)
