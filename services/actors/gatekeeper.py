@@ -69,7 +69,15 @@ class GatekeeperActor:
         the gatekeeper decides, so its work and memory follow the tenancy, not the
         sessions (folding every session's events cost the schedule path a tenth of its
         throughput on a 2-core machine: bench/tenancy.py)."""
-        target = await self.events.count(subj.TENANCY)
+        backoff = 0.05
+        while True:  # the log may not be there yet (a server just started, no stream)
+            try:
+                target = await self.events.count(subj.TENANCY)
+                break
+            except LogError as e:
+                log.warning("gatekeeper.log_not_ready", error=str(e), retry_s=backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
         started = False
         if target == 0:
             task_status.started(self.state)

@@ -186,7 +186,7 @@ def up(
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
     else:
-        store_dir = Path(store).resolve() if store else state_file().parent / "store"
+        store_dir = (Path(store) if store else state_file().parent / "store").resolve()
     try:
         lock = StoreLock(store_dir)
     except StoreInUse as e:
