@@ -4,7 +4,7 @@ This package imports nothing else of the project; everything else may import it.
 """
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
-from events.agent import AgentFenced, AgentLost, AgentRegistered, GpuInfo
+from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered, GpuInfo
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
 from events.records import Malformed, RawBatch, Record, record_of, records_of
@@ -64,6 +64,7 @@ __all__ = [
     "AdminRefused",
     "AdminRequested",
     "AgentFenced",
+    "AgentHeard",
     "AgentLost",
     "AgentRegistered",
     "AnyEvent",

@@ -47,6 +47,14 @@ class AgentLost(Event, frozen=True, kw_only=True, tag="agent.lost.v1"):
     reason: str
 
 
+class AgentHeard(Event, frozen=True, kw_only=True, tag="agent.heard.v1"):
+    """A scheduler that started after this agent registered has heard from it (a
+    heartbeat): it counts as alive again, and sessions may be placed on it. Until then an
+    agent known only from before the scheduler's start gets nothing."""
+
+    agent_id: str
+
+
 class AgentFenced(Event, frozen=True, kw_only=True, tag="agent.fenced.v1"):
     """An agent back from the dead stopped and removed the containers of sessions that
     ended while it was away (``session_ids``): nothing of theirs runs on any more."""

@@ -5,7 +5,7 @@ import typing
 import msgspec
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed
-from events.agent import AgentFenced, AgentLost, AgentRegistered
+from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -59,6 +59,7 @@ AnyEvent = (
     | SessionUnplaced
     | SessionLost
     | AgentFenced
+    | AgentHeard
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

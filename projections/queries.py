@@ -26,6 +26,7 @@ __all__ = [
     "session_transitions",
     "tenancy_rows",
     "visible_sessions",
+    "write_events_parquet",
 ]
 
 Row = dict[str, Any]
@@ -199,6 +200,36 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
     ``owner`` matches events that name the key and events of the key's sessions;
     ``scope``, events that name one of its keys and events of sessions in it.
     """
+    cond, args = _event_where(f)
+    sql = f"SELECT * FROM events WHERE {cond} ORDER BY seq LIMIT ?"
+    return _rows(con.execute(sql, [*args, limit]))
+
+
+# The audit log's columns as an export holds them: the message itself as its bytes (the
+# event's JSON; a malformed one as it came).
+_EXPORTED = (
+    "seq, subject, type, event_id, happened_at, actor, causation_id, correlation_id,"
+    " session_id, agent_id, owner, error, payload"
+)
+
+
+def write_events_parquet(con: duckdb.DuckDBPyConnection, f: EventFilter, path: str) -> int:
+    """Write the events matching ``f`` (oldest first) to a Parquet file at ``path``; how
+    many. Read back before it returns: a file that does not hold them all raises
+    RuntimeError."""
+    import pyarrow.parquet as pq
+
+    cond, args = _event_where(f)
+    relation = con.sql(f"SELECT {_EXPORTED} FROM events WHERE {cond} ORDER BY seq", params=args)
+    table = relation.to_arrow_table()
+    pq.write_table(table, path, compression="zstd")
+    back = pq.read_metadata(path).num_rows
+    if back != table.num_rows:
+        raise RuntimeError(f"{path} holds {back} events of {table.num_rows} written")
+    return int(table.num_rows)
+
+
+def _event_where(f: EventFilter) -> tuple[str, list[object]]:
     where: list[str] = ["seq > ?"]
     args: list[object] = [f.after]
     if f.since is not None:
@@ -228,8 +259,7 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
             f"(SELECT session_id FROM sessions WHERE {cond}))"
         )
         args += [sorted(f.scope.keys), *given]
-    sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
-    return _rows(con.execute(sql, [*args, limit]))
+    return " AND ".join(where), args
 
 
 def destroy_row(con: duckdb.DuckDBPyConnection, request_id: str) -> Row | None:

@@ -53,6 +53,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     lost: bool
     lost_at: datetime | None = None
     registered_seq: int = 0
+    heard_seq: int = 0
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -68,6 +69,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost=a.lost,
             lost_at=a.lost_at,
             registered_seq=a.registered_seq,
+            heard_seq=a.heard_seq,
         )
 
     def view(self) -> AgentView:
@@ -83,6 +85,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost=self.lost,
             lost_at=self.lost_at,
             registered_seq=self.registered_seq,
+            heard_seq=self.heard_seq,
         )
 
 

@@ -17,6 +17,7 @@ from anyio.abc import TaskGroup
 
 from events import (
     AgentFenced,
+    AgentHeard,
     AgentLost,
     AgentRegistered,
     SessionLost,
@@ -226,6 +227,19 @@ async def test_after_a_restart_an_agent_gone_long_ago_gets_nothing() -> None:
         assert s.sessions[sid].agent_id == "fresh"
         placed = [r.event for b in [x async for x in log.read(0)] for r in b]
         assert [e.agent_id for e in placed if isinstance(e, SessionScheduled)] == ["fresh"]
+
+
+async def test_an_agent_known_from_before_the_start_gets_sessions_once_heard() -> None:
+    log = MemoryLog()
+    await AgentActor(log, DummyRuntime(), SystemClock(), agent_config("old")).register()
+    async with watched(log) as w:
+        [sid] = await w.client.create(image="fgpu/busybox:latest", slots=SLOTS)
+        await until(w.client, lambda s: sid in s.sessions and s.sessions[sid].waiting)
+        await w.bus.beat("old")  # alive after all: said on the log, and placed there
+        _, heard = await next_of(w.log, AgentHeard)
+        assert heard.agent_id == "old"
+        s = await until(w.client, lambda s: status(s, sid) == "SCHEDULED")
+        assert s.sessions[sid].agent_id == "old"
 
 
 async def test_a_lost_agents_sessions_are_placed_again_or_end_after_the_grace() -> None:

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -164,6 +165,7 @@ GETS = (
     "/v1/usage",
     "/v1/events",
     "/v1/events/stream",
+    "/v1/events/export",
     "/v1/state",
     "/v1/domains",
     "/v1/users",
@@ -366,3 +368,22 @@ def test_refused_sign_ins_and_requests_are_in_the_audit_log_for_an_admin(
     # A user sees the accesses naming its keys (tokens of hers refused), none of others'.
     mine = tenants.ok("alice", "/v1/events", limit=1000, type="access.refused.v1")["events"]
     assert {e["data"]["owner"] for e in mine} == {tenants.keys["alice"][0]}
+
+
+def test_an_export_holds_the_viewers_events_as_lines_or_parquet(
+    tenants: Tenants, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    mine = [e["seq"] for e in tenants.ok("alice", "/v1/events", limit=1000)["events"]]
+    lines = tenants.get("alice", "/v1/events/export").text.splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == mine
+    everything = [e["seq"] for e in tenants.ok("root", "/v1/events", limit=1000)["events"]]
+    r = tenants.get("root", "/v1/events/export", format="parquet")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/vnd.apache.parquet"
+    (tmp_path / "e.parquet").write_bytes(r.content)
+    table = pq.read_table(tmp_path / "e.parquet")
+    assert table.column("seq").to_pylist()[: len(everything)] == everything
+    first = json.loads(table.column("payload")[0].as_py())
+    assert first["type"] == table.column("type")[0].as_py()
+    assert tenants.get("alice", "/v1/events/export", format="xml").status_code == 422

@@ -218,6 +218,28 @@ def test_reads_print_the_api_json_and_need_no_nats(cluster: Cluster) -> None:
     assert human.exit_code == 0 and sid in human.stdout
 
 
+def test_events_export_writes_the_range_as_lines_or_a_whole_parquet_file(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    every = cluster.get("/v1/events", {"limit": 1000})["events"]
+    since = every[len(every) // 2]["at"]
+    want = [e["seq"] for e in every if e["at"] >= since]
+    lines = cluster.run("events", "export", "--since", since, nats=DEAD_NATS)
+    assert lines.exit_code == 0, lines.output
+    got = [json.loads(line)["seq"] for line in lines.stdout.splitlines()]
+    assert got[: len(want)] == want
+    out = tmp_path / "e.parquet"
+    done = cluster.run("events", "export", "--format", "parquet", "-o", str(out))
+    assert done.exit_code == 0, done.output
+    assert pq.read_table(out).column("seq").to_pylist()[: len(every)] == [e["seq"] for e in every]
+    assert not (tmp_path / "e.parquet.part").exists()
+    bad = cluster.run("events", "export", "--format", "parquet")
+    assert bad.exit_code == 2 and "needs --output" in bad.stderr
+    assert cluster.run("events", "export", "--since", "yesterday").exit_code == 2
+
+
 def test_a_missing_session_is_one_line_on_stderr(cluster: Cluster) -> None:
     result = cluster.run("session", "info", "snosuch")
     assert result.exit_code == 1

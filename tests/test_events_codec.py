@@ -25,6 +25,7 @@ from events import (
     AdminRefused,
     AdminRequested,
     AgentFenced,
+    AgentHeard,
     AgentLost,
     AgentRegistered,
     AnyEvent,
@@ -281,6 +282,12 @@ DECODED_V1: dict[str, AnyEvent] = {
             owner="alice",
             agent_id="a1",
             reason="agent lost: a1 not heard from for 600 s",
+            **ENVELOPE,
+        ),
+        AgentHeard(
+            id="e-heard",
+            actor="scheduler",
+            agent_id="a1",
             **ENVELOPE,
         ),
         AgentFenced(

@@ -21,6 +21,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import (
+    AgentHeard,
     AgentLost,
     AnyEvent,
     DestroyRejected,
@@ -114,6 +115,7 @@ class SchedulerActor:
             # Agents lost in an earlier check: their sessions (independent decisions, each
             # about one session of one lost agent).
             out += self._of_lost_agents(s)
+            out += self._newly_heard(s)
             if not out:
                 return
             try:
@@ -156,15 +158,26 @@ class SchedulerActor:
         return out
 
     def _unheard(self, s: ClusterState) -> frozenset[str]:
-        """Agents not heard from since this scheduler started: nothing is placed there. A
-        scheduler that never rebuilt (deciding on a state handed to it) heard every
-        registration as it came."""
+        """Agents not known alive since this scheduler started (no registration nor
+        ``agent.heard`` after its rebuild): nothing is placed there. A scheduler that never
+        rebuilt (deciding on a state handed to it) heard every registration as it came."""
         since = self.rebuilt_seq if self.rebuilt_seq is not None else 0
         return frozenset(
             agent_id
             for agent_id, a in s.agents.items()
-            if agent_id not in self.last_heard and a.registered_seq <= since
+            if max(a.registered_seq, a.heard_seq) <= since
         )
+
+    def _newly_heard(self, s: ClusterState) -> list[AnyEvent]:
+        """``agent.heard`` for each agent known only from before this scheduler started
+        that it has now heard beat: folded back, it counts as alive, and the round it
+        wakes places what waited for it."""
+        out: list[AnyEvent] = []
+        for agent_id in self._unheard(s):
+            if agent_id in self.last_heard and not s.agents[agent_id].lost:
+                prov = Provenance(NAME, self.clock.now())
+                out.append(stamp(AgentHeard, prov, agent_id=agent_id))
+        return out
 
     async def run(
         self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED

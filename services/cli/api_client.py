@@ -20,6 +20,7 @@ from services.cli.api_tokens import TokenCache
 
 if TYPE_CHECKING:
     import http.client
+    from typing import BinaryIO
 
 __all__ = ["ApiError", "ApiUnreachable", "ReadApi", "StreamEvent"]
 
@@ -89,6 +90,41 @@ class ReadApi:
         if status >= 400:
             raise ApiError(status, self._refusal(_detail(body, status), status))
         return self._json(body)
+
+    def download(self, path: str, params: Params | None, out: "BinaryIO") -> int:
+        """The body of ``GET path?params`` written to ``out`` as it comes; how many bytes.
+        Raises ApiError or ApiUnreachable."""
+        target = self._target(path, params)
+        written = self._download_once(target, self._token(), out)
+        if written is None and self._may_sign_in():
+            written = self._download_once(target, self.sign_in(), out)
+        if written is None:
+            raise ApiError(401, self._refusal("the read API refused the token", 401))
+        return written
+
+    def _download_once(self, target: str, token: str | None, out: "BinaryIO") -> int | None:
+        """Bytes written, or None if refused as unauthorized (nothing written then)."""
+        import http.client
+
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        conn = self._connection(self._timeout_s)
+        try:
+            conn.request("GET", target, headers=headers)
+            response = conn.getresponse()
+            if response.status == 401:
+                response.read()
+                return None
+            if response.status >= 400:
+                raise ApiError(response.status, _detail(response.read(), response.status))
+            written = 0
+            while chunk := response.read(1 << 16):
+                out.write(chunk)
+                written += len(chunk)
+            return written
+        except (OSError, http.client.HTTPException) as e:
+            raise ApiUnreachable(f"the read API at {self.base_url} did not answer: {e}") from e
+        finally:
+            conn.close()
 
     def sign_in(self) -> str:
         """A new token for the keypair (kept for the next calls). Raises ApiError (the

@@ -21,6 +21,7 @@ from events import (
     AdminRefused,
     AdminRequested,
     AgentFenced,
+    AgentHeard,
     AgentLost,
     AgentRegistered,
     AnyEvent,
@@ -328,6 +329,13 @@ def _agent_lost(s: ClusterState, seq: int, e: AgentLost) -> None:
         s.changed_agents[a.agent_id] = None
 
 
+def _agent_heard(s: ClusterState, seq: int, e: AgentHeard) -> None:
+    a = s.agents.get(e.agent_id)
+    if a is not None and seq > a.heard_seq:
+        a.heard_seq = seq
+        s.changed_agents[a.agent_id] = None
+
+
 def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
     """A placement its agent never acted on, taken back: PENDING again, in its place in
     the queue, its quota still held."""
@@ -373,6 +381,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     SessionUnplaced: _unplaced,
     SessionLost: _errored,
     AgentFenced: _nothing,
+    AgentHeard: _agent_heard,
     AccessGranted: _nothing,
     AccessRefused: _nothing,
     AccessSuppressed: _nothing,

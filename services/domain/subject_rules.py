@@ -67,6 +67,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.SessionUnplaced, _ledger),
         _rule(ev.SessionLost, _ledger),
         _rule(ev.AgentFenced, lambda e: subj.agent(e.agent_id)),
+        _rule(ev.AgentHeard, _ledger),
         _rule(ev.AccessGranted, lambda e: subj.access(e.via)),
         _rule(ev.AccessRefused, lambda e: subj.access(e.via)),
         _rule(ev.AccessSuppressed, lambda e: subj.access(e.via)),

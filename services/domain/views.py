@@ -126,6 +126,7 @@ class AgentView:
     lost: bool = False
     lost_at: datetime | None = None  # when it was declared lost (the event's time)
     registered_seq: int = 0  # the log sequence of its latest registration
+    heard_seq: int = 0  # of the latest agent.heard a scheduler wrote of it
 
     @property
     def free(self) -> Slots:
