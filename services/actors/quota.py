@@ -10,6 +10,7 @@ cannot both admit against the same held amount (an owner's, or one its user, pro
 domain shares with others); the loser rebuilds and decides again.
 """
 
+import hashlib
 from itertools import islice
 
 import anyio
@@ -32,6 +33,7 @@ class QuotaActor:
         self.events = events
         self.clock = clock
         self.durable = durable
+        self._answer_salt: str | None = None  # of the log's identity (_answer_malformed)
 
     async def run(
         self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
@@ -71,12 +73,18 @@ class QuotaActor:
     async def _answer_malformed(self, s: ClusterState) -> None:
         if not s.malformed:
             return
+        if self._answer_salt is None:
+            # Deterministic for every quota actor of this log, and unknown to the users:
+            # an id a user could guess, it could take first (the stream dedupes ids on
+            # every subject), and the answer to its payload would never be stored.
+            identity = await self.events.identity()
+            self._answer_salt = hashlib.sha256(identity.encode()).hexdigest()[:16]
         now = self.clock.now()
         answers: list[PayloadRejected] = []
         for seq, (subject, error) in sorted(s.malformed.items()):
             answer = PayloadRejected(
                 # Deterministic id: answering the same payload twice stores one answer.
-                id=f"payload-rejected-{seq}",
+                id=f"payload-rejected-{self._answer_salt}-{seq}",
                 at=now,
                 actor=NAME,
                 stream_seq=seq,
