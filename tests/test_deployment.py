@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 from cli_stack import FGPU, wait_for_line
 
 from services.adapters import nats_server
-from services.adapters.nats_auth import ServerAuth
+from services.adapters.nats_auth import SETUP_USER, ServerAuth
 
 pytestmark = pytest.mark.slow
 IMAGE = "fgpu/busybox:latest"
@@ -64,6 +65,10 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
         keys = ["--service-keys", str(secrets / "services.json")]
         for name in ("registrar", "quota", "scheduler"):
             stack.enter_context(_process(tmp_path, name, *url, *keys, name))
+        # A second scheduler and quota actor, each with a cursor on the log of its own.
+        for name in ("quota", "scheduler"):
+            second = [name, "--durable", f"{name}-2"]
+            stack.enter_context(_process(tmp_path, f"{name}-2", *url, *keys, *second))
         agent = ["agent", "--agent-id", "node1", "--mock-gpus", "1", "--runtime", "dummy"]
         stack.enter_context(_process(tmp_path, "agent", *url, *keys, *agent, "--no-shim"))
         api_log = tmp_path / "api.log"
@@ -98,6 +103,32 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
         create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--json"]
         [session] = json.loads(_fgpu(as_ana, *base, *create, "--", "true"))["sessions"]
         assert session["status"] in ("RUNNING", "TERMINATED") and session["user"] == "ana"
+        assert anyio.run(_durables, server.url, auth) >= {
+            "quota",
+            "quota-2",
+            "scheduler",
+            "scheduler-2",
+        }
         # The same set-up step again changes nothing, and makes no second superadmin.
         again = _fgpu(env, *url, "admin", "init", "--secrets", str(secrets))
         assert "no superadmin was made" in again
+
+
+async def _durables(url: str, auth: ServerAuth) -> set[str]:
+    """The durable consumers of the stream, as the setup user sees them."""
+    import nats
+
+    nc = await nats.connect(
+        url, user=SETUP_USER, password=auth.setup_password, inbox_prefix=f"_INBOX.{SETUP_USER}"
+    )
+    try:
+        js = nc.jetstream()
+        names = set()
+        for name in ("quota", "quota-2", "scheduler", "scheduler-2", "registrar"):
+            try:
+                names.add((await js.consumer_info("FGPU", name)).name)
+            except nats.js.errors.NotFoundError:
+                pass
+        return names
+    finally:
+        await nc.close()

@@ -448,14 +448,25 @@ def sim_agents(
     run_async(main)
 
 
-def scheduler(ctx: typer.Context, lost_grace: LostGraceOpt = 600.0) -> None:
+DurableOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Its cursor on the log (default: the actor's name): each of two schedulers "
+        "or quota actors needs its own."
+    ),
+]
+
+
+def scheduler(
+    ctx: typer.Context, lost_grace: LostGraceOpt = 600.0, durable: DurableOpt = None
+) -> None:
     """Run the scheduler against --nats URL (as a scheduler's service keypair)."""
-    _single(ctx, "scheduler", lost_grace_s=lost_grace)
+    _single(ctx, "scheduler", lost_grace_s=lost_grace, durable=durable)
 
 
-def quota(ctx: typer.Context) -> None:
+def quota(ctx: typer.Context, durable: DurableOpt = None) -> None:
     """Run the quota actor against --nats URL (as a quota service keypair)."""
-    _single(ctx, "quota")
+    _single(ctx, "quota", durable=durable)
 
 
 def registrar(ctx: typer.Context) -> None:
@@ -506,7 +517,9 @@ def _me(ctx: typer.Context, service: str | None = None) -> "Identity":
     return settings.identity(service)
 
 
-def _single(ctx: typer.Context, which: str, *, lost_grace_s: float = 600.0) -> None:
+def _single(
+    ctx: typer.Context, which: str, *, lost_grace_s: float = 600.0, durable: str | None = None
+) -> None:
     import anyio
 
     from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
@@ -520,12 +533,14 @@ def _single(ctx: typer.Context, which: str, *, lost_grace_s: float = 600.0) -> N
         ):
             tg.start_soon(_until_signalled, tg)
             if which == "scheduler":
-                schedule = functools.partial(run_scheduler, lost_grace_s=lost_grace_s)
+                schedule = functools.partial(
+                    run_scheduler, lost_grace_s=lost_grace_s, durable=durable or "scheduler"
+                )
                 await tg.start(schedule, conn.log, conn.bus)
             elif which == "registrar":
                 await tg.start(run_registrar, conn.log)
             else:
-                await tg.start(run_quota, conn.log)
+                await tg.start(functools.partial(run_quota, durable=durable or "quota"), conn.log)
             out().print(f"{which} ready on {url}")
 
     tune_gc()

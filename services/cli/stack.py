@@ -74,9 +74,12 @@ async def connected(
 
 
 async def run_quota(
-    events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    events: EventLog,
+    *,
+    durable: str = "quota",
+    task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    await QuotaActor(events, SystemClock()).run(task_status=task_status)
+    await QuotaActor(events, SystemClock(), durable=durable).run(task_status=task_status)
 
 
 async def run_gatekeeper(
@@ -132,11 +135,17 @@ async def run_scheduler(
     *,
     lost_after_s: float = 15.0,
     lost_grace_s: float = 600.0,
+    durable: str = "scheduler",
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The scheduler, and the heartbeats it hears."""
+    """The scheduler, and the heartbeats it hears. ``durable``: its cursor on the log, one
+    per scheduler (two sharing one would each see half the log)."""
     actor = SchedulerActor(
-        events, SystemClock(), lost_after_s=lost_after_s, lost_grace_s=lost_grace_s
+        events,
+        SystemClock(),
+        lost_after_s=lost_after_s,
+        lost_grace_s=lost_grace_s,
+        durable=durable,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(watch_heartbeats, heartbeats, actor)
