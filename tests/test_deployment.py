@@ -3,6 +3,7 @@ with authentication on, its gatekeeper, the administrator's set-up step, each ac
 its own service keypair, the read API; then a user made by the superadmin runs a session.
 Nothing connects anonymously."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -125,10 +126,8 @@ async def _durables(url: str, auth: ServerAuth) -> set[str]:
         js = nc.jetstream()
         names = set()
         for name in ("quota", "quota-2", "scheduler", "scheduler-2", "registrar"):
-            try:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
                 names.add((await js.consumer_info("FGPU", name)).name)
-            except nats.js.errors.NotFoundError:
-                pass
         return names
     finally:
         await nc.close()
