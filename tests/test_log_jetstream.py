@@ -592,3 +592,19 @@ def test_an_update_stores_the_subjects_of_both_without_overlap(
     assert jetstream_stream.holds({**config, "allow_atomic": True}, wanted) == (
         theirs == ["fgpu.>"]
     )
+
+
+@pytest.mark.anyio
+async def test_the_stream_itself_refuses_to_lose_history(log: JetStreamLog) -> None:
+    """Whatever a connection's permissions (here: none), the stream refuses a purge and a
+    message's deletion: its configuration says so."""
+    import nats.js.errors
+
+    seq = await log.append(subj.LEDGER, admitted())
+    js = log.nc.jetstream()
+    with pytest.raises(nats.js.errors.Error, match=r"(?i)purge"):
+        await js.purge_stream(subj.STREAM)
+    with pytest.raises(nats.js.errors.Error, match=r"(?i)delete"):
+        await js.delete_msg(subj.STREAM, seq)
+    assert await log.last_seq() == seq
+    assert [r.seq for b in [x async for x in log.read(0)] for r in b] == [seq]

@@ -43,6 +43,10 @@ def stream_config(replicas: int | None = None) -> dict[str, Any]:
         "allow_atomic": True,
         "allow_direct": True,
         "discard": "old",
+        # The history is never cut by hand: no message is deleted, the stream never
+        # purged, whoever asks (permissions deny it to every identity too).
+        "deny_delete": True,
+        "deny_purge": True,
     }
 
 
