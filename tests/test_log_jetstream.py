@@ -608,3 +608,34 @@ async def test_the_stream_itself_refuses_to_lose_history(log: JetStreamLog) -> N
         await js.delete_msg(subj.STREAM, seq)
     assert await log.last_seq() == seq
     assert [r.seq for b in [x async for x in log.read(0)] for r in b] == [seq]
+
+
+@pytest.mark.anyio
+async def test_a_cursor_changed_behind_its_readers_back_is_noticed_and_made_anew(
+    log: JetStreamLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service allowed to manage consumers narrows another's filter so that it hears
+    nothing more: its reader notices within a quiet pull (here 0.3 s), fails (the actor
+    rebuilds), and following again makes the cursor as it should be."""
+    from contextlib import aclosing
+
+    from nats.js.api import ConsumerConfig
+
+    from services.adapters.jetstream_pull import Puller
+
+    monkeypatch.setattr(Puller, "_EXPIRES_S", 0.3)
+    first = await log.append(subj.LEDGER, admitted())
+    async with aclosing(log.follow("victim")) as batches:
+        [[r]] = [await anext(batches)]
+        assert r.seq == first
+        info = await log.js.consumer_info(subj.STREAM, "victim")
+        deaf = ConsumerConfig.from_response(info.config.as_dict())
+        deaf.filter_subject = "fgpu.nothing.here"
+        await log.js.add_consumer(subj.STREAM, deaf)  # an update: same name
+        second = await log.append(subj.LEDGER, admitted())
+        with anyio.fail_after(10), pytest.raises(LogError, match="was changed"):
+            await anext(batches)
+    async with aclosing(log.follow("victim", after=first)) as batches:
+        with anyio.fail_after(10):
+            got = await anext(batches)
+    assert [r.seq for r in got] == [second]

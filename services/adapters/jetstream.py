@@ -22,10 +22,12 @@ import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
+from functools import partial
 from typing import Any, Unpack
 from urllib.parse import ParseResult
 
 import nats.errors
+import structlog
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -54,6 +56,7 @@ from services.ports import BulkReadUnavailable, LogError, StreamMissing, check_b
 
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
+log = structlog.get_logger()
 _TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
 _ASK_AGAIN_S = 2.0  # an API question not answered by then is asked again (leader elections)
 # From this many messages on, a raw read parses in a child process (its start costs more
@@ -336,7 +339,7 @@ class JetStreamLog:
         what = f"consumer {durable}"
         epoch = self._client.epoch
         await self._ensure_consumer(durable, after)
-        pull = Puller(self.nc, durable)
+        pull = Puller(self.nc, durable, on_idle=partial(self._check_consumer, durable))
         delivered: int | None = None
         try:
             with self._call(what, since=epoch):
@@ -364,6 +367,18 @@ class JetStreamLog:
             if pull.sub is not None:
                 await self._client.unsubscribe(pull.sub)
 
+    async def _check_consumer(self, durable: str) -> None:
+        """Raise LogError if ``durable`` is no longer as this reader made it (someone with
+        the right to manage consumers changed its filter or acknowledgements: it would
+        hand out nothing more, silently). The caller rebuilds; the next ``follow`` makes
+        it anew."""
+        with self._call(f"consumer {durable}"):
+            info = await self.js.consumer_info(subj.STREAM, durable)
+        changed = _consumer_changed(info.config)
+        if changed is not None:
+            log.error("jetstream.consumer_changed", consumer=durable, change=changed)
+            raise LogError(f"consumer {durable} was changed ({changed}): it is made anew")
+
     async def _ensure_consumer(self, durable: str, after: int) -> None:
         config = ConsumerConfig(
             durable_name=durable,
@@ -377,8 +392,15 @@ class JetStreamLog:
         )
         try:
             with self._call(f"consumer {durable}"):
-                await self.js.consumer_info(subj.STREAM, durable)
+                info = await self.js.consumer_info(subj.STREAM, durable)
         except ConsumerMissing:
+            with self._call(f"create consumer {durable}"):
+                await self.js.add_consumer(subj.STREAM, config)
+            return
+        if _consumer_changed(info.config) is not None:
+            # Not as this reader made it: made anew from where the caller's state is.
+            with suppress(ConsumerMissing), self._call(f"delete consumer {durable}"):
+                await self.js.delete_consumer(subj.STREAM, durable)
             with self._call(f"create consumer {durable}"):
                 await self.js.add_consumer(subj.STREAM, config)
 
@@ -465,6 +487,17 @@ def _ack_seq(what: str, data: bytes) -> int:
     if not isinstance(seq, int):
         raise LogError(f"{what}: an acknowledgement without a sequence: {data[:200]!r}")
     return seq
+
+
+def _consumer_changed(config: ConsumerConfig) -> str | None:
+    """What in a durable consumer's configuration is not what ``follow`` makes, or None."""
+    filters = [config.filter_subject] if config.filter_subject else []
+    filters += list(config.filter_subjects or [])
+    if filters and filters != [subj.STREAM_WILDCARD]:
+        return f"filter {filters}"
+    if config.ack_policy not in (AckPolicy.ALL, None):
+        return f"ack policy {config.ack_policy}"
+    return None
 
 
 async def connect(

@@ -7,6 +7,7 @@ Nothing here translates errors: its callers in ``jetstream`` run it inside
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from nats.aio.client import Client
@@ -41,7 +42,15 @@ class Puller:
     _BATCH = 1000
     _EXPIRES_S = 10.0
 
-    def __init__(self, nc: Client, durable: str) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        durable: str,
+        on_idle: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """``on_idle`` is awaited whenever a pull request expires with nothing delivered
+        (every ``_EXPIRES_S`` of quiet): a check that may raise."""
+        self.on_idle = on_idle
         self.nc = nc
         self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{subj.STREAM}.{durable}"
         self.inbox = nc.new_inbox()
@@ -75,7 +84,10 @@ class Puller:
                 pending.append(self.queue.get_nowait())
             for msg in pending:
                 if msg.headers and msg.headers.get("Status"):
-                    if msg.headers["Status"] != "100":  # 100 is an idle heartbeat
+                    status = msg.headers["Status"]
+                    if status == "408" and self.on_idle is not None:
+                        await self.on_idle()
+                    if status != "100":  # 100 is an idle heartbeat
                         await self._request()  # 408 expired, 409 and the like: a new one
                     continue
                 out.append(msg)
