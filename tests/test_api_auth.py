@@ -387,3 +387,19 @@ def test_an_export_holds_the_viewers_events_as_lines_or_parquet(
     first = json.loads(table.column("payload")[0].as_py())
     assert first["type"] == table.column("type")[0].as_py()
     assert tenants.get("alice", "/v1/events/export", format="xml").status_code == 422
+
+
+def test_wrong_secrets_are_throttled_before_they_cost_a_check(tenants: Tenants) -> None:
+    key, secret = tenants.keys["eve"]
+
+    def sign_in(given: str) -> str:
+        body = {"access_key": key, "secret_key": given}
+        r = httpx.post(f"{tenants.api}/v1/auth/token", json=body, timeout=30)
+        assert r.status_code == 401
+        return str(r.json()["detail"])
+
+    said = [sign_in(f"guess{i}") for i in range(6)]
+    assert said[:5] == [f"wrong secret for access key {key}"] * 5
+    assert said[5].startswith(f"too many wrong secrets for access key {key}: try again in")
+    # Until the window moves on, even the right secret is not checked.
+    assert sign_in(secret).startswith("too many wrong secrets")

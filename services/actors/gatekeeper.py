@@ -11,11 +11,10 @@ restarted.
 
 Checking a secret costs the scrypt work by design; a secret once checked is remembered
 (its SHA-256, in memory) for as long as the keypair lives, so that a reconnecting client
-does not pay it again.
+does not pay it again. Wrong secrets are throttled per key (``SecretChecks``): a key that
+keeps failing is refused for a while without a check.
 """
 
-import hashlib
-import hmac
 from collections import defaultdict
 from contextlib import aclosing
 
@@ -28,6 +27,7 @@ from services.actors.access_audit import AccessAudit
 from services.domain.keys import secret_matches
 from services.domain.permissions import service_permissions, user_permissions
 from services.domain.state import ClusterState, fold
+from services.domain.throttle import SecretChecks
 from services.ports import Clock, Connection, EventLog, Grant, Kicker, LogError
 
 __all__ = ["GatekeeperActor"]
@@ -53,7 +53,7 @@ class GatekeeperActor:
         self.kicker = kicker
         self.clock = clock
         self.state = ClusterState()
-        self._checked: dict[str, bytes] = {}  # access key -> SHA-256 of its checked secret
+        self._secrets = SecretChecks()
         # Connections let in, by access key; the latest few: kicking one gone is harmless.
         self._connections: dict[str, dict[Connection, None]] = defaultdict(dict)
         self._folded = anyio.Event()
@@ -124,8 +124,9 @@ class GatekeeperActor:
         kp = t.keypairs.get(access_key)
         if kp is None or kp.revoked:
             return f"access key {access_key!r} is unknown or revoked"
-        if not await self._secret_ok(access_key, secret, kp.secret_hash):
-            return f"wrong secret for access key {access_key}"
+        refused = await self._secret_refusal(access_key, secret, kp.secret_hash)
+        if refused is not None:
+            return refused
         grant = self._grant(access_key)
         if isinstance(grant, Grant):
             known = self._connections[access_key]
@@ -148,15 +149,21 @@ class GatekeeperActor:
         expires = int(self.clock.now().timestamp()) + USER_GRANT_S
         return Grant(f"user:{user.user}", user_permissions(access_key, user.role), expires)
 
-    async def _secret_ok(self, access_key: str, secret: str, kept: str) -> bool:
-        digest = hashlib.sha256(secret.encode()).digest()
-        known = self._checked.get(access_key)
-        if known is not None:
-            return hmac.compare_digest(known, digest)
-        if not await anyio.to_thread.run_sync(secret_matches, secret, kept):
-            return False
-        self._checked[access_key] = digest
-        return True
+    async def _secret_refusal(self, access_key: str, secret: str, kept: str) -> str | None:
+        """Why ``secret`` is refused for ``access_key`` (None: it is right). The scrypt
+        check runs once per right secret, and not at all for a key throttled after too
+        many wrong ones."""
+        now = self.clock.now().timestamp()
+        seen = self._secrets.before(access_key, secret, now)
+        if seen is True:
+            return None
+        if seen is False:
+            return f"wrong secret for access key {access_key}"
+        if seen:
+            return seen
+        right = await anyio.to_thread.run_sync(secret_matches, secret, kept)
+        self._secrets.after(access_key, secret, right, now)
+        return None if right else f"wrong secret for access key {access_key}"
 
     async def _caught_up(self) -> None:
         """Wait, briefly, until the fold holds every record the ledger held when asked."""
@@ -184,7 +191,7 @@ class GatekeeperActor:
     async def _disconnect_revoked(self) -> None:
         for access_key in [k for k in self._connections if not self._alive(k)]:
             connections = self._connections.pop(access_key)
-            self._checked.pop(access_key, None)
+            self._secrets.forget(access_key)
             for c in connections:
                 log.info("gatekeeper.kick", access_key=access_key, client=c.client_id)
                 await self.kicker.kick(c)

@@ -8,7 +8,8 @@ keypair is looked up again at every request, so a revoked key or a removed user 
 nothing more from the next request on, whatever its token says.
 
 The log keeps only a salted scrypt hash of each secret, so a secret is checked once (by
-design, slowly) and then remembered, as its SHA-256, for as long as its keypair lives.
+design, slowly) and then remembered, as its SHA-256, for as long as its keypair lives;
+wrong ones are throttled per key (``SecretChecks``).
 
 A cluster with no tenancy needs no token (``visibility.OPEN``): its log is open to anyone
 on the bus anyway. Once a domain exists, a request without a valid token is refused (401).
@@ -25,6 +26,7 @@ import anyio
 
 from services.domain.keys import secret_matches
 from services.domain.tenancy import Tenancy
+from services.domain.throttle import SecretChecks
 from services.domain.visibility import OPEN, Viewer, viewer_of
 
 __all__ = ["Authenticator", "Refused", "TokenSigner"]
@@ -89,7 +91,7 @@ class Authenticator:
         self._tenancy = tenancy
         self.signer = signer
         self._now = now
-        self._checked: dict[str, bytes] = {}  # access key -> SHA-256 of its checked secret
+        self._secrets = SecretChecks()
 
     @property
     def open(self) -> bool:
@@ -103,8 +105,9 @@ class Authenticator:
         if isinstance(found, str):
             raise Refused(401, found)
         kp = t.keypairs[access_key]
-        if not await self._secret_ok(access_key, secret, kp.secret_hash):
-            raise Refused(401, f"wrong secret for access key {access_key}")
+        refused = await self._secret_refusal(access_key, secret, kp.secret_hash)
+        if refused is not None:
+            raise Refused(401, refused)
         token, expires = self.signer.issue(access_key, self._now())
         return found, token, expires
 
@@ -117,7 +120,7 @@ class Authenticator:
         access_key = self.signer.access_key(token, self._now())
         found = viewer_of(self._tenancy(), access_key)
         if isinstance(found, str):
-            self._checked.pop(access_key, None)
+            self._secrets.forget(access_key)
             raise Refused(401, found)
         return found
 
@@ -128,12 +131,18 @@ class Authenticator:
             viewer_of(self._tenancy(), viewer.access_key), str
         )
 
-    async def _secret_ok(self, access_key: str, secret: str, kept: str) -> bool:
-        digest = hashlib.sha256(secret.encode()).digest()
-        known = self._checked.get(access_key)
-        if known is not None:
-            return hmac.compare_digest(known, digest)
-        if not await anyio.to_thread.run_sync(secret_matches, secret, kept):
-            return False
-        self._checked[access_key] = digest
-        return True
+    async def _secret_refusal(self, access_key: str, secret: str, kept: str) -> str | None:
+        """Why ``secret`` is refused for ``access_key`` (None: it is right). The scrypt
+        check runs once per right secret, and not at all for a key throttled after too
+        many wrong ones."""
+        now = self._now()
+        seen = self._secrets.before(access_key, secret, now)
+        if seen is True:
+            return None
+        if seen is False:
+            return f"wrong secret for access key {access_key}"
+        if seen:
+            return seen
+        right = await anyio.to_thread.run_sync(secret_matches, secret, kept)
+        self._secrets.after(access_key, secret, right, now)
+        return None if right else f"wrong secret for access key {access_key}"
