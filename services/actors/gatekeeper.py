@@ -17,6 +17,7 @@ keeps failing is refused for a while without a check.
 
 from collections import defaultdict
 from contextlib import aclosing
+from functools import partial
 
 import anyio
 import structlog
@@ -150,20 +151,14 @@ class GatekeeperActor:
         return Grant(f"user:{user.user}", user_permissions(access_key, user.role), expires)
 
     async def _secret_refusal(self, access_key: str, secret: str, kept: str) -> str | None:
-        """Why ``secret`` is refused for ``access_key`` (None: it is right). The scrypt
-        check runs once per right secret, and not at all for a key throttled after too
-        many wrong ones."""
-        now = self.clock.now().timestamp()
-        seen = self._secrets.before(access_key, secret, now)
-        if seen is True:
-            return None
-        if seen is False:
-            return f"wrong secret for access key {access_key}"
-        if seen:
-            return seen
-        right = await anyio.to_thread.run_sync(secret_matches, secret, kept)
-        self._secrets.after(access_key, secret, right, now)
-        return None if right else f"wrong secret for access key {access_key}"
+        """Why ``secret`` is refused for ``access_key`` (None: it is right): the scrypt
+        check runs once per right secret, and not at all for a throttled key."""
+        return await self._secrets.refusal(
+            access_key,
+            secret,
+            self.clock.now().timestamp(),
+            partial(anyio.to_thread.run_sync, secret_matches, secret, kept),
+        )
 
     async def _caught_up(self) -> None:
         """Wait, briefly, until the fold holds every record the ledger held when asked."""

@@ -21,6 +21,7 @@ import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 
@@ -132,17 +133,11 @@ class Authenticator:
         )
 
     async def _secret_refusal(self, access_key: str, secret: str, kept: str) -> str | None:
-        """Why ``secret`` is refused for ``access_key`` (None: it is right). The scrypt
-        check runs once per right secret, and not at all for a key throttled after too
-        many wrong ones."""
-        now = self._now()
-        seen = self._secrets.before(access_key, secret, now)
-        if seen is True:
-            return None
-        if seen is False:
-            return f"wrong secret for access key {access_key}"
-        if seen:
-            return seen
-        right = await anyio.to_thread.run_sync(secret_matches, secret, kept)
-        self._secrets.after(access_key, secret, right, now)
-        return None if right else f"wrong secret for access key {access_key}"
+        """Why ``secret`` is refused for ``access_key`` (None: it is right): the scrypt
+        check runs once per right secret, and not at all for a throttled key."""
+        return await self._secrets.refusal(
+            access_key,
+            secret,
+            self._now(),
+            partial(anyio.to_thread.run_sync, secret_matches, secret, kept),
+        )

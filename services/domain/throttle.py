@@ -10,6 +10,7 @@ purpose does not lock out a person who signed in before. Pure: the caller gives 
 import hashlib
 import hmac
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 __all__ = ["FailureThrottle", "SecretChecks"]
@@ -70,6 +71,22 @@ class SecretChecks:
             self._right[key] = hashlib.sha256(secret.encode()).digest()
         else:
             self.throttle.failed(key, now)
+
+    async def refusal(
+        self, key: str, secret: str, now: float, check: Callable[[], Awaitable[bool]]
+    ) -> str | None:
+        """Why ``secret`` is refused for ``key`` (None: it is right), awaiting ``check``
+        (the slow scrypt comparison) only when nothing known decides it."""
+        seen = self.before(key, secret, now)
+        if seen is True:
+            return None
+        if seen is False:
+            return f"wrong secret for access key {key}"
+        if seen:
+            return seen
+        right = await check()
+        self.after(key, secret, right, now)
+        return None if right else f"wrong secret for access key {key}"
 
     def forget(self, key: str) -> None:
         """The keypair is gone (revoked, its user removed): its secret is right no more."""
