@@ -39,8 +39,10 @@ _QUEUE = "fgpu-gatekeepers"
 
 
 async def _connect(url: str, user: str, password: str, name: str) -> Client:
+    """A connection as a static user; ``url`` may name several servers, comma-separated."""
+    servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
     return await nats.connect(
-        url, user=user, password=password, name=name, max_reconnect_attempts=-1
+        servers, user=user, password=password, name=name, max_reconnect_attempts=-1
     )
 
 
