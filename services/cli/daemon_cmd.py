@@ -182,7 +182,6 @@ def up(
 
     if ephemeral and store:
         fail("give --store or --ephemeral, not both")
-    cfg, regions = agent.setup()
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
     else:
@@ -191,6 +190,8 @@ def up(
         lock = StoreLock(store_dir)
     except StoreInUse as e:
         fail(str(e), code=1)
+    # After the lock: a refused second `fgpu up` says only why it was refused.
+    cfg, regions = agent.setup()
     orphan = stop_orphan(store_dir)
     if orphan is not None:
         warn(f"stopped nats-server {orphan}, left running on {store_dir} by an fgpu up that died")
