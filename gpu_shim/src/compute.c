@@ -259,6 +259,8 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
     } while (!atomic_compare_exchange_weak_explicit(&dev->tat_ns, &tat, base + scaled,
                                                     memory_order_relaxed, memory_order_relaxed));
     atomic_fetch_add_explicit(&dev->charged_ns, (uint64_t)cost, memory_order_relaxed);
+    /* What NVML reports as the session's utilisation (estimates: not settled later). */
+    fgpu_busy_add(dev, now, (uint64_t)cost);
     int64_t wait = base - fgpu_g.burst_ns - now;
     if (wait > fgpu_g.min_sleep_ns) {
         sleep_until(now + wait);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim.h"
+#include "region_layout.h"
 
 /* "8GiB", "512M", "1073741824": binary units. 0 on success. */
 static int parse_size(const char *s, uint64_t *out) {
@@ -137,3 +137,25 @@ int64_t fgpu_env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
     return v;
 }
 
+
+fgpu_region *fgpu_region_from_env(void) {
+    fgpu_config cfg;
+    int have_env = fgpu_config_from_env(&cfg);
+    const char *path = getenv("FGPU_REGION");
+    fgpu_region *r = NULL;
+    if (path && *path) {
+        int rc = fgpu_region_open(path, 1, have_env ? &cfg : NULL, &r);
+        if (rc != 0) {
+            FGPU_DEBUG("cannot open region %s (%s); limits from the environment apply to this "
+                       "process only",
+                       path, strerror(-rc));
+            r = NULL;
+            have_env = 1;
+        }
+    }
+    if (!r && have_env && fgpu_region_open_private(&cfg, &r) != 0)
+        r = NULL;
+    FGPU_DEBUG("%s", !r ? "pass-through: no slice configured"
+                        : (r->fd >= 0 ? "shared region" : "private region"));
+    return r;
+}

@@ -6,14 +6,8 @@
 #ifndef FGPU_HOOKS_H
 #define FGPU_HOOKS_H
 
+#include "common.h"
 #include "fgpu_cuda.h"
-
-#define FGPU_HIDDEN __attribute__((visibility("hidden")))
-#define FGPU_EXPORT __attribute__((visibility("default")))
-#define FGPU_LIKELY(x) __builtin_expect(!!(x), 1)
-#define FGPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
-/* Strips the parentheses of a params/args column: FGPU_UNPAREN (a, b) -> a, b. */
-#define FGPU_UNPAREN(...) __VA_ARGS__
 
 typedef enum fgpu_sym {
 #define FGPU_HOOK(symbol, policy, params, args) FGPU_SYM_##symbol,

@@ -53,7 +53,10 @@ typedef struct fgpu_dev_shared {
     _Atomic int64_t tat_ns;        /* GCRA theoretical arrival time, CLOCK_MONOTONIC */
     _Atomic uint64_t throttled_ns;
     _Atomic uint64_t charged_ns;
-    uint64_t pad2[5];
+    /* GPU time charged per epoch of 2^FGPU_BUSY_EPOCH_SHIFT ns, two epochs in turn:
+     * (epoch number mod 2^32) << 32 | nanoseconds (saturating at 2^32 - 1). */
+    _Atomic uint64_t busy[2];
+    uint64_t pad2[3];
 } fgpu_dev_shared;
 
 typedef struct fgpu_slot_shared {
@@ -158,6 +161,29 @@ static inline int fgpu_mem_reserve(fgpu_layout *l, uint32_t slot, uint32_t d, ui
     if (slot != FGPU_NO_SLOT)
         atomic_fetch_add_explicit(&l->slot[slot].bytes[d], bytes, FGPU_RELAXED);
     return 1;
+}
+
+/* One busy epoch lasts 2^30 ns (1.07 s), NVML's longest sample period. */
+#define FGPU_BUSY_EPOCH_SHIFT 30
+#define FGPU_BUSY_EPOCH_NS (1LL << FGPU_BUSY_EPOCH_SHIFT)
+
+/* Add ns of charged GPU time to the epoch of now (CLOCK_MONOTONIC): one CAS. */
+static inline void fgpu_busy_add(fgpu_dev_shared *dev, int64_t now, uint64_t ns) {
+    uint64_t epoch = ((uint64_t)now >> FGPU_BUSY_EPOCH_SHIFT) & 0xffffffffu;
+    _Atomic uint64_t *b = &dev->busy[epoch & 1];
+    uint64_t old = atomic_load_explicit(b, FGPU_RELAXED), next;
+    do {
+        uint64_t sum = (old >> 32) == epoch ? (old & 0xffffffffu) : 0;
+        sum = ns >= 0xffffffffu - sum ? 0xffffffffu : sum + ns;
+        next = epoch << 32 | sum;
+    } while (!atomic_compare_exchange_weak_explicit(b, &old, next, FGPU_RELAXED, FGPU_RELAXED));
+}
+
+/* GPU time charged during the last complete epoch before now; 0 when nothing was. */
+static inline uint64_t fgpu_busy_last_epoch(fgpu_dev_shared *dev, int64_t now) {
+    uint64_t prev = (((uint64_t)now >> FGPU_BUSY_EPOCH_SHIFT) - 1) & 0xffffffffu;
+    uint64_t w = atomic_load_explicit(&dev->busy[prev & 1], FGPU_RELAXED);
+    return (w >> 32) == prev ? (w & 0xffffffffu) : 0;
 }
 
 /* Subtract without wrapping below zero. */

@@ -8,7 +8,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,27 +55,8 @@ static void *const g_wrapper[FGPU_HOOK_COUNT] = {
 /* Base name of each hook (suffixes _vN, _ptsz, _ptds stripped), for escape detection. */
 static char g_base_name[FGPU_HOOK_COUNT][64];
 
-static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
-static FGPU_TLS int t_in_init;
 static void *g_real_handle;
-
-void fgpu_log(const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = snprintf(buf, sizeof(buf), "[fgpu-shim %d] ", (int)getpid());
-    if (n < 0)
-        n = 0;
-    int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : ((size_t)m < sizeof(buf) - (size_t)n - 1
-                                               ? (size_t)m
-                                               : sizeof(buf) - (size_t)n - 2));
-    buf[len++] = '\n';
-    ssize_t w = write(2, buf, len);
-    (void)w;
-}
 
 CUresult fgpu_no_real(fgpu_sym id) {
     (void)id;
@@ -95,40 +75,12 @@ static const char *const k_default_real[] = {
 
 /* ------------------------------------------------------------------ init */
 
-static int is_self(void *p) {
-    Dl_info a, b;
-    return p && dladdr(p, &a) && dladdr((void *)&fgpu_init_slow, &b) && a.dli_fbase == b.dli_fbase;
-}
-
 static void load_real(void) {
-    const char *path = getenv("FGPU_REAL_LIBCUDA");
-    int mode = RTLD_NOW | RTLD_LOCAL;
-    if (fgpu_env_int("FGPU_REAL_DEEPBIND", 0, 0, 1))
-        mode |= RTLD_DEEPBIND;
-    void *h = NULL;
-    if (path && *path) {
-        if (path[0] != '/')
-            FGPU_DEBUG("FGPU_REAL_LIBCUDA must be an absolute path: %s", path);
-        else
-            h = dlopen(path, mode);
-    } else {
-        for (size_t i = 0; !h && i < sizeof(k_default_real) / sizeof(k_default_real[0]); i++)
-            if (access(k_default_real[i], R_OK) == 0) {
-                path = k_default_real[i];
-                h = dlopen(path, mode);
-            }
-    }
-    if (!h) {
-        FGPU_DEBUG("no real driver loaded (%s): %s", path ? path : "no candidate path",
-                   dlerror());
+    void *h = fgpu_open_real("FGPU_REAL_LIBCUDA", k_default_real,
+                             sizeof(k_default_real) / sizeof(k_default_real[0]), "cuInit",
+                             fgpu_env_int("FGPU_REAL_DEEPBIND", 0, 0, 1) ? RTLD_DEEPBIND : 0);
+    if (!h)
         return;
-    }
-    if (is_self(dlsym(h, "cuInit"))) {
-        FGPU_DEBUG("FGPU_REAL_LIBCUDA points at the shim itself (%s); no driver", path);
-        dlclose(h);
-        return;
-    }
-    FGPU_DEBUG("real driver: %s", path);
     g_real_handle = h;
     fgpu_g.real_loaded = 1;
     for (int i = 0; i < FGPU_SYM_COUNT; i++) {
@@ -166,26 +118,9 @@ static void base_names(void) {
 }
 
 static void open_region(void) {
-    fgpu_config cfg;
-    int have_env = fgpu_config_from_env(&cfg);
-    const char *path = getenv("FGPU_REGION");
-    fgpu_region *r = NULL;
-    if (path && *path) {
-        int rc = fgpu_region_open(path, 1, have_env ? &cfg : NULL, &r);
-        if (rc != 0) {
-            FGPU_DEBUG("cannot open region %s (%s); limits from the environment apply to this "
-                       "process only",
-                       path, strerror(-rc));
-            r = NULL;
-            have_env = 1;
-        }
-    }
-    if (!r && have_env && fgpu_region_open_private(&cfg, &r) != 0)
-        r = NULL;
+    fgpu_region *r = fgpu_region_from_env();
     fgpu_g.region = r;
     fgpu_g.l = r ? r->l : NULL;
-    FGPU_DEBUG("%s", !r ? "pass-through: no slice configured"
-                        : (r->fd >= 0 ? "shared region" : "private region"));
 }
 
 static void on_fork_prepare(void) { fgpu_allocmap_lock_all(); }
@@ -208,7 +143,7 @@ static void on_fork_child(void) {
 }
 
 static void do_init(void) {
-    fgpu_g.debug = (int)fgpu_env_int("FGPU_DEBUG", 0, 0, 9);
+    fgpu_debug_level = (int)fgpu_env_int("FGPU_DEBUG", 0, 0, 9);
     fgpu_g.pid = (int32_t)getpid();
     fgpu_g.sample_every = (uint32_t)fgpu_env_int("FGPU_SAMPLE_EVERY", 16, 1, 1 << 20);
     fgpu_g.burst_ns = fgpu_env_int("FGPU_BURST_US", 20000, 0, 10000000) * 1000;
@@ -220,18 +155,9 @@ static void do_init(void) {
     pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child);
 }
 
-void fgpu_init_slow(void) {
-    if (t_in_init)
-        return; /* re-entered from the real driver's constructor: forward as far as we can */
-    pthread_mutex_lock(&g_init_mu);
-    if (!atomic_load_explicit(&fgpu_init_done, memory_order_acquire)) {
-        t_in_init = 1;
-        do_init();
-        t_in_init = 0;
-        atomic_store_explicit(&fgpu_init_done, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&g_init_mu);
-}
+void fgpu_init_slow(void) { fgpu_once(&fgpu_init_done, do_init); }
+
+void fgpu_lib_init(void) { fgpu_init(); }
 
 __attribute__((constructor)) static void fgpu_ctor(void) { fgpu_init(); }
 

@@ -18,7 +18,6 @@ typedef struct fgpu_state {
     fgpu_layout *l;        /* region->l, or NULL */
     _Atomic uint32_t slot; /* this process's slot, FGPU_NO_SLOT until claimed */
     int32_t pid;
-    int debug;
     int real_loaded;
     uint32_t sample_every; /* time one launch in this many per kernel once learnt */
     int64_t burst_ns;      /* how far ahead of its share a container may run */
@@ -28,25 +27,17 @@ typedef struct fgpu_state {
 FGPU_HIDDEN extern fgpu_state fgpu_g;
 FGPU_HIDDEN extern _Atomic int fgpu_init_done;
 
-#define FGPU_TLS __thread __attribute__((tls_model("initial-exec")))
 FGPU_HIDDEN extern FGPU_TLS int fgpu_t_busy;
 FGPU_HIDDEN extern FGPU_TLS uint32_t fgpu_t_launches;
 FGPU_HIDDEN extern FGPU_TLS CUcontext fgpu_t_ctx;
 FGPU_HIDDEN extern FGPU_TLS int fgpu_t_dev;
 
 FGPU_HIDDEN void fgpu_init_slow(void);
-FGPU_HIDDEN void fgpu_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FGPU_HIDDEN uint32_t fgpu_slot(void);
 FGPU_HIDDEN CUresult fgpu_no_real(fgpu_sym id);
 FGPU_HIDDEN int fgpu_current_device(CUcontext *ctx_out, uint32_t *dev_out);
 FGPU_HIDDEN void fgpu_flush_launches(void);
 FGPU_HIDDEN void fgpu_compute_fork_child(void);
-
-#define FGPU_DEBUG(...)              \
-    do {                             \
-        if (FGPU_UNLIKELY(fgpu_g.debug)) \
-            fgpu_log(__VA_ARGS__);   \
-    } while (0)
 
 /* Once-only initialisation, checked on every entry: one load on the fast path. */
 static inline void fgpu_init(void) {

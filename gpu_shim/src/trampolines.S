@@ -1,7 +1,12 @@
 /*
- * trampolines.S - exported trampolines for every symbol of forward_list.h; see
- * forward.h.  x86-64 (System V) and AArch64 (AAPCS64).
+ * trampolines.S - exported trampolines for every symbol of FGPU_FORWARD_LIST
+ * (forward_list.h unless told otherwise); see forward.h.  x86-64 (System V)
+ * and AArch64 (AAPCS64).
  */
+#ifndef FGPU_FORWARD_LIST
+#define FGPU_FORWARD_LIST "forward_list.h"
+#endif
+
 #if defined(__x86_64__)
 
         .macro FWD name
@@ -71,7 +76,7 @@ fgpu_fwd_lazy_common:
         .size fgpu_fwd_lazy_common, . - fgpu_fwd_lazy_common
 
 #define FGPU_FWD(name) FWD name
-#include "forward_list.h"
+#include FGPU_FORWARD_LIST
 
         .section .note.GNU-stack, "", @progbits
 
@@ -134,7 +139,7 @@ fgpu_fwd_lazy_common:
         .size fgpu_fwd_lazy_common, . - fgpu_fwd_lazy_common
 
 #define FGPU_FWD(name) FWD name
-#include "forward_list.h"
+#include FGPU_FORWARD_LIST
 
         .section .note.GNU-stack, "", %progbits
 

@@ -1,11 +1,19 @@
-"""Session fixture: the shim (built with its Makefile), the fake driver and the harness."""
+"""Session fixtures: the shim (built with its Makefile), the fake libraries and their drivers."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from shim_kit import Kit, build_fake, build_harness, build_shim
+from shim_kit import (
+    Kit,
+    NvmlKit,
+    build_fake,
+    build_fake_nvml,
+    build_harness,
+    build_nvml_client,
+    build_shim,
+)
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +25,13 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Kit:
         fake=build_fake(base / "fake"),
         harness=build_harness(base / "harness"),
     )
+
+
+@pytest.fixture(scope="session")
+def nvml(tmp_path_factory: pytest.TempPathFactory) -> NvmlKit:
+    """The fake NVML and the nvidia-smi-like client, built once per session."""
+    base = tmp_path_factory.mktemp("nvml")
+    return NvmlKit(fake=build_fake_nvml(base / "fake"), client=build_nvml_client(base / "client"))
 
 
 @pytest.fixture

@@ -7,18 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from shim_kit import CC, SHIM_DIR, Kit, build_shim
+from shim_kit import SHIM_DIR, Kit, build_shim, dynamic_section, exports, probe_outputs
 
 CUDA_H = Path("/usr/local/cuda/include/cuda.h")
 HOOKS = re.findall(r"^FGPU_HOOK\((cu\w+),", (SHIM_DIR / "src/hooks.def").read_text(), re.M)
 FORWARDS = re.findall(r"^FGPU_FWD\((cu\w+)\)", (SHIM_DIR / "src/forward_list.h").read_text(), re.M)
-
-
-def exports(lib: Path) -> set[str]:
-    out = subprocess.run(
-        ["nm", "-D", "--defined-only", str(lib)], check=True, capture_output=True, text=True
-    ).stdout
-    return {line.split()[-1] for line in out.splitlines() if line.strip()}
 
 
 def test_exports_hooks_and_forwards_and_nothing_else(kit: Kit) -> None:
@@ -30,12 +23,7 @@ def test_exports_hooks_and_forwards_and_nothing_else(kit: Kit) -> None:
 
 
 def test_soname_is_libcuda(kit: Kit) -> None:
-    dyn = subprocess.run(
-        ["readelf", "-d", str(kit.shim_lib / "libcuda.so.1")],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    dyn = dynamic_section(kit.shim_lib / "libcuda.so.1")
     assert "Library soname: [libcuda.so.1]" in dyn
     assert "TEXTREL" not in dyn
 
@@ -77,21 +65,17 @@ int main(void) {
 
 @pytest.mark.skipif(not CUDA_H.exists(), reason="needs the toolkit's cuda.h")
 def test_minimal_header_matches_cuda_h(tmp_path: Path) -> None:
-    src = tmp_path / "probe.c"
-    src.write_text(PROBE)
-    outputs: list[bytes] = []
-    for flags in (["-DREAL", f"-I{CUDA_H.parent}"], [f"-I{SHIM_DIR / 'src'}"]):
-        exe = tmp_path / f"probe{len(outputs)}"
-        subprocess.run([CC, *flags, "-o", str(exe), str(src)], check=True, capture_output=True)
-        outputs.append(subprocess.run([str(exe)], check=True, capture_output=True).stdout)
-    assert outputs[0] == outputs[1]
+    real, minimal = probe_outputs(
+        tmp_path, PROBE, [["-DREAL", f"-I{CUDA_H.parent}"], [f"-I{SHIM_DIR / 'src'}"]]
+    )
+    assert real == minimal
 
 
 @pytest.mark.skipif(not CUDA_H.exists(), reason="needs the toolkit's cuda.h")
 def test_forward_list_is_current(tmp_path: Path) -> None:
     out = tmp_path / "forward_list.h"
     subprocess.run(
-        ["python3", str(SHIM_DIR / "tools/gen_forward.py"), str(CUDA_H.parent),
+        ["python3", str(SHIM_DIR / "tools/gen_forward.py"), "cuda", str(CUDA_H.parent),
          str(SHIM_DIR / "src/hooks.def"), str(out)],
         check=True, capture_output=True,
     )  # fmt: skip

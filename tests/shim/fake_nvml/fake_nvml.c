@@ -1,0 +1,206 @@
+/*
+ * fake_nvml.c - a fake libnvidia-ml.so.1 for the NVML stand-in's tests: the
+ * functions nvidia-smi's first screen calls, answering as a host whose GPUs
+ * are busy with other tenants' work.  Every answer is fixed, so a test can
+ * tell the real library's numbers from the slice's.
+ *
+ *   FAKE_NVML_DEVICES     devices (default 2)
+ *   FAKE_NVML_TOTAL       total bytes per device (default 16 GiB)
+ *
+ * Device i: used = (4 + i) GiB, reserved 256 MiB (v2), two host processes
+ * (pids 70001+10i with 1 GiB and 70002+10i with 2 GiB) in every list,
+ * utilisation gpu 77 / memory 55, temperature 40 + i.  Before nvmlInit every
+ * device call returns NVML_ERROR_UNINITIALIZED, as the real library does.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvml_min.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define GIB (1ULL << 30)
+#define MAX_DEV 8
+
+struct nvmlDevice_st {
+    unsigned int index;
+};
+
+static struct nvmlDevice_st g_dev[MAX_DEV];
+static int g_inits;
+
+static unsigned int env_uint(const char *name, unsigned int dflt) {
+    const char *s = getenv(name);
+    return s && *s ? (unsigned int)strtoul(s, NULL, 10) : dflt;
+}
+
+static unsigned long long total_bytes(void) {
+    const char *s = getenv("FAKE_NVML_TOTAL");
+    return s && *s ? strtoull(s, NULL, 10) : 16 * GIB;
+}
+
+static unsigned int ndev(void) {
+    unsigned int n = env_uint("FAKE_NVML_DEVICES", 2);
+    return n > MAX_DEV ? MAX_DEV : n;
+}
+
+/* The device behind a handle, or NULL when it is none of ours. */
+static struct nvmlDevice_st *dev_of(nvmlDevice_t h) {
+    for (unsigned int i = 0; i < ndev(); i++)
+        if (h == &g_dev[i])
+            return h;
+    return NULL;
+}
+
+#define CHECK_DEVICE(h)                          \
+    if (!g_inits)                                \
+        return NVML_ERROR_UNINITIALIZED;         \
+    struct nvmlDevice_st *d = dev_of(h);         \
+    if (!d)                                      \
+        return NVML_ERROR_INVALID_ARGUMENT
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    for (unsigned int i = 0; i < MAX_DEV; i++)
+        g_dev[i].index = i;
+    g_inits++;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+
+EXPORT nvmlReturn_t nvmlShutdown(void) {
+    if (!g_inits)
+        return NVML_ERROR_UNINITIALIZED;
+    g_inits--;
+    return NVML_SUCCESS;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
+    return result == NVML_SUCCESS ? "fake: Success" : "fake: some error";
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!version || length < 8)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    strcpy(version, "999.99");
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!g_inits)
+        return NVML_ERROR_UNINITIALIZED;
+    *count = ndev();
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!g_inits)
+        return NVML_ERROR_UNINITIALIZED;
+    if (index >= ndev() || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_dev[index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    CHECK_DEVICE(device);
+    *index = d->index;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    CHECK_DEVICE(device);
+    if (!name || length < 16)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(name, "Fake GPU");
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    CHECK_DEVICE(device);
+    (void)sensor;
+    *temp = 40 + d->index;
+    return NVML_SUCCESS;
+}
+
+static unsigned long long used_bytes(const struct nvmlDevice_st *d) { return (4 + d->index) * GIB; }
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    CHECK_DEVICE(device);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = total_bytes();
+    memory->used = used_bytes(d);
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    CHECK_DEVICE(device);
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = total_bytes();
+    memory->reserved = 256ULL << 20;
+    memory->used = used_bytes(d);
+    memory->free = memory->total - memory->reserved - memory->used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
+    CHECK_DEVICE(device);
+    if (!u)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = 77;
+    u->memory = 55;
+    return NVML_SUCCESS;
+}
+
+/* Two other tenants' processes, in the layout of the caller (v1: 16 bytes, else 24). */
+static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count, void *infos, int v1) {
+    CHECK_DEVICE(device);
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int room = *count;
+    *count = 2;
+    if (room < 2)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned int i = 0; i < 2; i++) {
+        unsigned int pid = 70001 + 10 * d->index + i;
+        unsigned long long used = (i + 1) * GIB;
+        if (v1) {
+            ((nvmlProcessInfo_v1_t *)infos)[i] = (nvmlProcessInfo_v1_t){pid, used};
+        } else {
+            ((nvmlProcessInfo_v2_t *)infos)[i] = (nvmlProcessInfo_v2_t){pid, used, 0, 0};
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+#define PROCESS_LISTS(kind)                                                                    \
+    EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses(                                  \
+        nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_v1_t *infos) {                \
+        return host_processes(device, count, infos, 1);                                         \
+    }                                                                                           \
+    EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v2(                               \
+        nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_v2_t *infos) {                \
+        return host_processes(device, count, infos, 0);                                         \
+    }                                                                                           \
+    EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v3(                               \
+        nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {                   \
+        return host_processes(device, count, infos, 0);                                         \
+    }
+PROCESS_LISTS(Compute)
+PROCESS_LISTS(Graphics)
+PROCESS_LISTS(MPSCompute)
+
+/* The private table nvidia-smi asks for: a marker the test can recognise. */
+static const char k_table[] = "fake export table";
+
+EXPORT nvmlReturn_t nvmlInternalGetExportTable(const void **table, const void *id) {
+    (void)id;
+    if (!table)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *table = k_table;
+    return NVML_SUCCESS;
+}
