@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import container_config
-from services.domain.container_spec import session_spec
+from services.domain.container_spec import env_from_list, session_spec
 from services.domain.state import SessionView
 
 GIB = 1 << 30
@@ -71,3 +71,40 @@ def test_a_third_of_a_gpu_rounds_the_slice_down_never_up() -> None:
     assert spec.env["FGPU_MEM_LIMIT"] == str(80 * GIB // 3)
     assert spec.env["FGPU_SM_SHARE"] == "0.333333"
     assert spec.gpu_uuids == () and spec.mounts == ()  # mock GPUs, no shim: nothing asked
+
+
+CUDA_IMAGE_ENV = {
+    "PATH": "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/bin",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+}
+
+
+def _env(body: dict[str, object]) -> dict[str, str]:
+    entries = body["Env"]
+    assert isinstance(entries, list)
+    return env_from_list(entries)
+
+
+def test_the_shim_goes_in_front_of_the_images_library_path() -> None:
+    # CUDA images set LD_LIBRARY_PATH; a container's Env replaces the image's value.
+    v = _session((DevicePlacement(gpu_index=0, fgpu=100),), fgpu=100)
+    spec = session_spec(v, "node1", GPUS, 200, request_devices=True, shim_lib_dir="/opt/s")
+    assert "LD_LIBRARY_PATH" not in spec.env
+    env = _env(container_config(spec, image_env=CUDA_IMAGE_ENV))
+    assert env["LD_LIBRARY_PATH"] == "/opt/fgpu/lib:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
+    assert "PATH" not in env  # the image keeps what the spec does not name
+    alone = _env(container_config(spec, image_env={"PATH": "/bin"}))
+    assert alone["LD_LIBRARY_PATH"] == "/opt/fgpu/lib"
+    assert _env(container_config(spec))["LD_LIBRARY_PATH"] == "/opt/fgpu/lib"
+
+
+def test_without_the_shim_the_images_library_path_is_left_alone() -> None:
+    v = _session((DevicePlacement(gpu_index=0, fgpu=100),), fgpu=100)
+    spec = session_spec(v, "node1", GPUS, 200, request_devices=False)
+    assert spec.env_prepend == {}
+    assert "LD_LIBRARY_PATH" not in _env(container_config(spec, image_env=CUDA_IMAGE_ENV))
+
+
+def test_env_from_list_splits_at_the_first_equals_sign() -> None:
+    assert env_from_list(["A=1", "B=x=y", "C=", "junk"]) == {"A": "1", "B": "x=y", "C": ""}
+    assert env_from_list(None) == {}

@@ -23,7 +23,7 @@ import aiodocker
 import aiohttp
 from aiodocker.exceptions import DockerError
 
-from services.domain.container_spec import ContainerSpec
+from services.domain.container_spec import ContainerSpec, container_env, env_from_list
 from services.ports import ContainerError, ContainerInfo, ImageNotFound, RuntimeUnavailable
 
 __all__ = ["DockerRuntime", "container_config"]
@@ -35,13 +35,18 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 def container_config(
-    spec: ContainerSpec, *, network_mode: str = "none", init: bool = True
+    spec: ContainerSpec,
+    *,
+    network_mode: str = "none",
+    init: bool = True,
+    image_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The body of ``POST /containers/create`` for ``spec`` (the name goes in the query).
 
     Pure: no engine needed. Limits of 0 mean "no limit" and are left out. Memory swap is
     capped at the memory limit, so a limited container cannot swap past it. With ``init``
     the engine's tini runs as PID 1, so SIGTERM reaches the command and zombies are reaped.
+    ``image_env`` is the image's own environment, which ``spec.env_prepend`` extends.
     """
     host: dict[str, Any] = {
         "NetworkMode": network_mode,
@@ -71,7 +76,7 @@ def container_config(
     config: dict[str, Any] = {
         "Image": spec.image,
         "Labels": dict(spec.labels),
-        "Env": [f"{k}={v}" for k, v in sorted(spec.env.items())],
+        "Env": [f"{k}={v}" for k, v in sorted(container_env(spec, image_env or {}).items())],
         "Tty": False,
         "OpenStdin": False,
         "AttachStdin": False,
@@ -190,12 +195,13 @@ class DockerRuntime:
         docker = self._client()
         data = await self._inspect(spec.name)
         if data is None:
+            base = await self._image_env(spec.image) if spec.env_prepend else {}
+            config = container_config(
+                spec, network_mode=self._network_mode, init=self._init, image_env=base
+            )
             with _engine_call(f"create {spec.name}"):
                 try:
-                    await docker.containers.create(
-                        container_config(spec, network_mode=self._network_mode, init=self._init),
-                        name=spec.name,
-                    )
+                    await docker.containers.create(config, name=spec.name)
                 except DockerError as e:
                     if e.status == 404:
                         raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
@@ -210,6 +216,17 @@ class DockerRuntime:
             if data is None:
                 raise ContainerError(f"container {spec.name} vanished right after start")
         return _info(data)
+
+    async def _image_env(self, image: str) -> dict[str, str]:
+        """The environment ``image`` sets (its ``Config.Env``). Raises ImageNotFound."""
+        with _engine_call(f"inspect image {image}"):
+            try:
+                data = await self._client().images.inspect(image)
+            except DockerError as e:
+                if e.status == 404:
+                    raise ImageNotFound(f"image {image!r} is not on this engine") from e
+                raise
+        return env_from_list((data.get("Config") or {}).get("Env"))
 
     async def _inspect(self, ref: str) -> dict[str, Any] | None:
         """The engine's record of a container by id or name; None when there is none."""

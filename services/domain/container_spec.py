@@ -16,7 +16,9 @@ __all__ = [
     "SHIM_IN_CONTAINER",
     "ContainerSpec",
     "Mount",
+    "container_env",
     "container_name",
+    "env_from_list",
     "session_spec",
 ]
 
@@ -24,7 +26,7 @@ LABEL_SESSION = "fgpu.session"
 LABEL_AGENT = "fgpu.agent"
 LABEL_OWNER = "fgpu.owner"
 LABEL_LOG = "fgpu.log"  # the identity of the log the session is on
-SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # holds the shim as libcuda.so.1, first on the path
+SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # the shim as libcuda.so.1 and libnvidia-ml.so.1
 REGION_IN_CONTAINER = "/run/fgpu/region"
 
 
@@ -46,6 +48,25 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     mem_bytes: int = 0
     gpu_uuids: tuple[str, ...] = ()
     mounts: tuple[Mount, ...] = ()
+    # Search paths put in front of the image's own value of the variable (CUDA images set
+    # LD_LIBRARY_PATH): the runtime reads the image's environment to join them.
+    env_prepend: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def container_env(spec: ContainerSpec, image_env: dict[str, str]) -> dict[str, str]:
+    """The environment ``spec`` asks for, its ``env_prepend`` paths joined in front of the
+    value the image sets (``image_env``, the image's own environment), else standing alone.
+    """
+    env = dict(spec.env)
+    for name, first in spec.env_prepend.items():
+        rest = env.get(name) or image_env.get(name)
+        env[name] = f"{first}:{rest}" if rest else first
+    return env
+
+
+def env_from_list(entries: list[str] | None) -> dict[str, str]:
+    """An engine's ``NAME=value`` list (an image's ``Config.Env``) as a dict."""
+    return dict(e.split("=", 1) for e in entries or () if "=" in e)
 
 
 def container_name(agent_id: str, session_id: str) -> str:
@@ -67,7 +88,8 @@ def session_spec(
 
     The environment tells the shim its slice, per visible device in order (the shim's own
     variables, see gpu_shim/README.md): FGPU_MEM_LIMIT (bytes) and FGPU_SM_SHARE (0-1).
-    With ``shim_lib_dir`` the shim is mounted first on the library path; with
+    With ``shim_lib_dir`` the shim is mounted first on the library path (in front of the
+    image's own ``LD_LIBRARY_PATH``, see ``ContainerSpec.env_prepend``); with
     ``region_path`` the session's shared region (read-write, the agent reads usage from
     it). With ``request_devices`` false (mock GPUs) the engine is asked for no device.
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
@@ -85,9 +107,10 @@ def session_spec(
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
     }
     mounts = []
+    prepend = {}
     if shim_lib_dir is not None:
         mounts.append(Mount(source=shim_lib_dir, target=SHIM_IN_CONTAINER, read_only=True))
-        env["LD_LIBRARY_PATH"] = SHIM_IN_CONTAINER
+        prepend["LD_LIBRARY_PATH"] = SHIM_IN_CONTAINER
     if region_path is not None:
         mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
         env["FGPU_REGION"] = REGION_IN_CONTAINER
@@ -106,4 +129,5 @@ def session_spec(
         mem_bytes=v.slots.mem,
         gpu_uuids=uuids if request_devices else (),
         mounts=tuple(mounts),
+        env_prepend=prepend,
     )
