@@ -89,10 +89,10 @@ __attribute__((constructor)) static void fgpu_nvml_ctor(void) { fgpu_lib_init();
  * Enter a policy: the region's device of `device` in *dev, and 1 when it has a
  * slice (the caller then answers from the region and must call leave()).  0:
  * forward the call unchanged (no region, a call from inside a hook, a device
- * the real library does not know or the region does not configure).
+ * the real library does not know or the region does not configure).  Called
+ * after REAL_OR, which initialised the library.
  */
 static int enter(nvmlDevice_t device, fgpu_dev_shared **dev) {
-    fgpu_lib_init();
     fgpu_nvml_pfn_nvmlDeviceGetIndex get_index =
         FGPU_NVML_REAL_AS(nvmlDeviceGetIndex, FGPU_NVML_nvmlDeviceGetIndex);
     if (!g_region || !get_index || t_busy)
@@ -110,8 +110,9 @@ static int enter(nvmlDevice_t device, fgpu_dev_shared **dev) {
 
 static void leave(void) { t_busy = 0; }
 
-/* The real function of id typed as symbol, or return `missing` when there is none. */
+/* Initialise, then the real function of id typed as symbol, or return `missing`. */
 #define REAL_OR(symbol, id, missing)                                               \
+    fgpu_lib_init();                                                               \
     fgpu_nvml_pfn_##symbol real = FGPU_NVML_REAL_AS(symbol, id);                   \
     if (FGPU_UNLIKELY(!real))                                                      \
     return (missing)
