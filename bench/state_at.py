@@ -26,12 +26,12 @@ from rebuild import T0, fill, quantiles_ms  # bench/rebuild.py, beside this file
 
 from projections import rebuild as rebuild_projections
 from projections.replay import state_at
-from projections.snapshot import live_sessions
 from projections.store import DEFAULT_SNAPSHOT_EVERY, ProjectionStore, stored_records
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.api import ReadApi, serve_read_api
 from services.domain.state import ClusterState, fold
+from services.domain.state_codec import live_sessions
 
 
 def replay_from_start(path: Path, seq: int) -> tuple[float, int]:

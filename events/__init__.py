@@ -5,6 +5,7 @@ This package imports nothing else of the project; everything else may import it.
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
 from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered, GpuInfo
+from events.archive import LogArchived
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
 from events.records import Malformed, RawBatch, Record, record_of, records_of
@@ -80,6 +81,7 @@ __all__ = [
     "GpuInfo",
     "GpuOomRefused",
     "GpuUsageSampled",
+    "LogArchived",
     "Malformed",
     "PayloadRejected",
     "PolicyLevel",

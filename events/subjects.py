@@ -30,8 +30,11 @@ import re
 __all__ = [
     "ADMISSION",
     "AGENT_RPC_PREFIX",
+    "ARCHIVE",
     "HEARTBEAT_WILDCARD",
+    "KEPT_SUBJECTS",
     "LEDGER",
+    "SNAPSHOT_KINDS",
     "STREAM",
     "STREAM_SUBJECTS",
     "STREAM_WILDCARD",
@@ -47,6 +50,8 @@ __all__ = [
     "is_token",
     "quota",
     "request",
+    "snapshot_bucket",
+    "snapshot_stream",
     "usage",
 ]
 
@@ -55,6 +60,7 @@ LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
 TENANCY = "fgpu.tenancy"
 ADMISSION = "fgpu.admission"
+ARCHIVE = "fgpu.archive"
 STREAM_SUBJECTS = (
     "fgpu.req.>",
     "fgpu.quota.>",
@@ -66,14 +72,31 @@ STREAM_SUBJECTS = (
     TENANCY,
     ADMISSION,
     "fgpu.access.>",
+    ARCHIVE,
 )
+# Kept in the stream for good when the past leaves it for the archive: few records, read
+# from the start by those who fold them alone (the gatekeeper folds the tenancy).
+KEPT_SUBJECTS = (TENANCY, ARCHIVE)
 # Every subject of the stream, as a consumer's or a tail's filter: the stream stores only
 # STREAM_SUBJECTS, all under it (heartbeats match it too, but are never stored).
 STREAM_WILDCARD = "fgpu.>"
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
 AGENT_RPC_PREFIX = "fgpu.rpc"
+# Actor snapshots: one object store bucket per kind of actor that writes them, so that a
+# service can be given the right to write its own kind's and nobody else's.
+SNAPSHOT_KINDS = ("scheduler", "quota")
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def snapshot_bucket(kind: str) -> str:
+    """The object store bucket of ``kind``'s snapshots (a name in SNAPSHOT_KINDS)."""
+    return f"fgpu-snap-{kind}"
+
+
+def snapshot_stream(kind: str) -> str:
+    """The stream under ``snapshot_bucket(kind)``, as JetStream names it."""
+    return f"OBJ_{snapshot_bucket(kind)}"
 
 
 def is_token(value: str) -> bool:

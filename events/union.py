@@ -6,6 +6,7 @@ import msgspec
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed
 from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered
+from events.archive import LogArchived
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -60,6 +61,7 @@ AnyEvent = (
     | SessionLost
     | AgentFenced
     | AgentHeard
+    | LogArchived
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -13,9 +13,9 @@ import duckdb
 
 from projections.queries import naive_utc
 from projections.schema import ENDED_SQL
-from projections.snapshot import is_stub
 from projections.store import applied_seq, restore_state
 from services.domain.state import ClusterState, SessionView
+from services.domain.state_codec import is_stub
 
 __all__ = ["PastState", "seq_at", "state_at"]
 

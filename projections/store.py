@@ -49,8 +49,8 @@ from events import (
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, ROWS, SCHEMA_VERSION, STORED, WHOLE
-from projections.snapshot import ENDED_STUB, decode_state, encode_state
 from services.domain.state import ClusterState, SessionView, evolve
+from services.domain.state_codec import ENDED_STUB, decode_state, encode_state
 from services.domain.status import ENDED
 
 __all__ = [

@@ -29,6 +29,7 @@ The read API's rows of the matrix (another tenant's sessions and events read ove
 the SSE stream and ``state?at=``) are not here yet: where they join is marked in ``ATTACKS``.
 """
 
+import base64
 import copy
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -755,6 +756,31 @@ async def hide_a_refusal(w: World, me: Attacker) -> Outcome:
     )
 
 
+async def forge_a_snapshot(w: World, me: Attacker) -> Outcome:
+    """Write the scheduler's snapshot (a chunk, the meta naming it) or purge it: a
+    scheduler or agent started from a forged state would act on it. A person may not read
+    it either (it holds the whole cluster's state); an agent may, as it starts from it."""
+    bucket, stream = subj.snapshot_bucket("scheduler"), subj.snapshot_stream("scheduler")
+    js = w.c.setup.nc.jetstream()
+    before = (await js.stream_info(stream)).state
+    meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(b'state').decode()}"
+    forged = {"name": "state", "bucket": bucket, "nuid": "forged", "size": 1, "chunks": 1}
+    asks = {
+        f"$O.{bucket}.C.forged": b"x",
+        meta: json.dumps(forged).encode(),
+        f"$JS.API.STREAM.PURGE.{stream}": b"{}",
+    }
+    if me.person:
+        asks[f"$JS.API.STREAM.MSG.GET.{stream}"] = json.dumps({"last_by_subj": meta}).encode()
+        asks[f"$JS.API.STREAM.INFO.{stream}"] = b""
+    denied, answers = await _unanswered(me, asks)
+    await me.told.violations(denied)
+    after = (await js.stream_info(stream)).state
+    assert (after.messages, after.last_seq) == (before.messages, before.last_seq)
+    assert answers == []
+    return Outcome(denied=denied)
+
+
 ATTACKS: dict[str, Attack] = {
     "publish-sched": forge_placement,
     "publish-admission": forge_admission,
@@ -768,6 +794,7 @@ ATTACKS: dict[str, Attack] = {
     "revive-revoked-key": revive_revoked_key,
     "manage-stream": manage_the_stream,
     "manage-consumers": manage_consumers,
+    "forge-snapshot": forge_a_snapshot,
     "read-others": read_others,
     "destroy-anothers-session": destroy_anothers,
     **{f"exceed-{level}-policy": exceed(level) for level in PolicyLevel},

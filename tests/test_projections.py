@@ -62,11 +62,11 @@ from events.union import EVENT_TYPES
 from projections import Projector, rows
 from projections.compare import differences
 from projections.replay import seq_at, state_at
-from projections.snapshot import decode_state, encode_state
 from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters import nats_server, raw_reader
 from services.adapters.jetstream import connect
 from services.domain.state import ClusterState, fold, forget_ended
+from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import ENDED
 from services.ports import EventLog
 from services.testing.memory_log import MemoryLog

@@ -45,6 +45,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.common import Provenance, follow_log, stamp
+from services.actors.snapshots import Snapshots
 from services.domain.container_spec import (
     LABEL_AGENT,
     LABEL_LOG,
@@ -111,6 +112,8 @@ class AgentActor:
         clock: Clock,
         config: AgentConfig,
         regions: SliceRegions | None = None,
+        *,
+        snapshots: Snapshots | None = None,
     ) -> None:
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
@@ -119,6 +122,7 @@ class AgentActor:
         self.clock = clock
         self.config = config
         self.regions = regions
+        self.snapshots = snapshots  # where it starts from (the scheduler's: read only)
         self.name = f"agent:{config.agent_id}"
         self.local = _Local()
         self.log_identity: str | None = None  # the log's (EventLog.identity), once read
@@ -145,6 +149,7 @@ class AgentActor:
             self.react,
             task_status=task_status,
             on_rebuild=self.on_rebuild,
+            snapshots=self.snapshots,
         )
 
     async def on_rebuild(self, s: ClusterState) -> None:

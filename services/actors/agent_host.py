@@ -11,6 +11,7 @@ from anyio.abc import TaskStatus
 
 from services.actors.agent import AgentActor
 from services.actors.common import follow_log
+from services.actors.snapshots import Snapshots
 from services.domain.state import ClusterState
 from services.ports import EventLog
 
@@ -18,10 +19,18 @@ __all__ = ["AgentHost"]
 
 
 class AgentHost:
-    def __init__(self, events: EventLog, agents: list[AgentActor], *, durable: str) -> None:
+    def __init__(
+        self,
+        events: EventLog,
+        agents: list[AgentActor],
+        *,
+        durable: str,
+        snapshots: Snapshots | None = None,
+    ) -> None:
         self.events = events
         self.agents = agents
         self.durable = durable
+        self.snapshots = snapshots
         self._by_id = {a.config.agent_id: a for a in agents}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -38,6 +47,7 @@ class AgentHost:
             self.react,
             task_status=task_status,
             on_rebuild=self.on_rebuild,
+            snapshots=self.snapshots,
         )
 
     async def on_rebuild(self, s: ClusterState) -> None:

@@ -10,11 +10,13 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import AnyEvent, Record
+from services.actors.snapshots import Snapshots
 from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.state import ClusterState, fold, forget_ended
-from services.ports import EventLog, LogError
+from services.ports import Clock, EventLog, HistoryMissing, LogError
 
 __all__ = [
+    "LogActor",
     "Provenance",
     "append_expecting",
     "follow_log",
@@ -36,13 +38,22 @@ async def append_expecting(
     )
 
 
-async def rebuild(events: EventLog) -> ClusterState:
+async def rebuild(
+    events: EventLog, snapshots: Snapshots | None = None, actor: str = ""
+) -> ClusterState:
     """The state folded from the whole log as it is now, ended sessions let go of as it
-    goes (``forget_ended``): its memory follows live sessions, not history."""
-    state = ClusterState()
-    async for batch in events.read(0):
+    goes (``forget_ended``): its memory follows live sessions, not history. With
+    ``snapshots``, from the latest usable one and the log after it."""
+    state = ClusterState() if snapshots is None else await snapshots.start(events, actor)
+    async for batch in events.read(state.last_seq):
         fold(batch, state)
         forget_ended(state, _sessions_of(batch))
+    if state.folded < state.last_seq:
+        missing = state.last_seq - state.folded
+        raise HistoryMissing(
+            f"{missing} records of the log up to {state.last_seq} were archived out of the "
+            "stream and no snapshot covers them: start from a snapshot, or with the archive"
+        )
     return state
 
 
@@ -84,6 +95,35 @@ async def _react(react: React, state: ClusterState) -> None:
     state.tenancy_changed = False
 
 
+class LogActor:
+    """An actor that folds the log and decides on each batch (``react``), from its
+    snapshots when it has them: ``run`` is ``follow_log`` with its cursor ``durable``."""
+
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        *,
+        durable: str,
+        snapshots: Snapshots | None = None,
+    ) -> None:
+        self.events = events
+        self.clock = clock
+        self.durable = durable
+        self.snapshots = snapshots
+
+    async def react(self, s: ClusterState) -> None:
+        raise NotImplementedError
+
+    async def run(
+        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Decide for ever; started once the state is rebuilt from the log."""
+        await follow_log(
+            self.events, self.durable, self.react, task_status=task_status, snapshots=self.snapshots
+        )
+
+
 async def follow_log(
     events: EventLog,
     durable: str,
@@ -91,6 +131,7 @@ async def follow_log(
     *,
     task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
     on_rebuild: Callable[[ClusterState], Awaitable[None]] | None = None,
+    snapshots: Snapshots | None = None,
 ) -> None:
     """Fold the log into a state and call ``react`` after every batch, forever.
 
@@ -98,8 +139,10 @@ async def follow_log(
     consumer ``durable``; records already folded are skipped, so redelivery is harmless.
     When ``react`` fails to append (a concurrency conflict, the server gone), the state may
     hold a decision the log does not, so it is thrown away and rebuilt from the log.
+    With ``snapshots`` it starts (and rebuilds) from the latest snapshot and the log
+    after it, and keeps one now and then if it writes them.
     """
-    state = await rebuild(events)
+    state = await rebuild(events, snapshots, durable)
     if on_rebuild is not None:
         await on_rebuild(state)
     # The state just built lives as long as the actor: keep the collector from walking it
@@ -107,27 +150,49 @@ async def follow_log(
     _freeze()
     task_status.started(state)
     backoff = 0.05
-    while True:
-        try:
-            await _react(react, state)
-            async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
-                async for batch in batches:
-                    fold(batch, state)
-                    await _react(react, state)
-                    backoff = 0.05
-        except* LogError as group:
-            # except*: an actor may append from a task group, which wraps what it raises.
-            log.warning("actor.rebuild", actor=durable, error=str(group.exceptions[0]))
-        # Rebuilt until it works: the server may still be away.
+    async with anyio.create_task_group() as saves:
         while True:
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
             try:
-                state = await rebuild(events)
-                if on_rebuild is not None:
-                    await on_rebuild(state)
-                break
+                # A snapshot is kept right after a fold, before the actor decides anything
+                # on it (see Snapshots).
+                if snapshots is not None:
+                    snapshots.keep(state, saves, durable)
+                await _react(react, state)
+                async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
+                    async for batch in batches:
+                        fold(batch, state)
+                        if snapshots is not None:
+                            snapshots.keep(state, saves, durable)
+                        await _react(react, state)
+                        backoff = 0.05
             except* LogError as group:
-                log.warning("actor.rebuild_failed", actor=durable, error=str(group.exceptions[0]))
-        gc.collect()  # the state thrown away must not be frozen with the new one
-        _freeze()
+                # except*: an actor may append from a task group, which wraps what it raises.
+                log.warning("actor.rebuild", actor=durable, error=str(group.exceptions[0]))
+            state = await _rebuilt(events, snapshots, durable, backoff, on_rebuild)
+            backoff = min(backoff * 2, 5.0)
+
+
+async def _rebuilt(
+    events: EventLog,
+    snapshots: Snapshots | None,
+    durable: str,
+    backoff: float,
+    on_rebuild: Callable[[ClusterState], Awaitable[None]] | None,
+) -> ClusterState:
+    """The state rebuilt after a failure, tried until it works: the server may still be
+    away."""
+    while True:
+        await anyio.sleep(backoff)
+        backoff = min(backoff * 2, 5.0)
+        state: ClusterState | None = None
+        try:
+            state = await rebuild(events, snapshots, durable)
+            if on_rebuild is not None:
+                await on_rebuild(state)
+        except* LogError as group:
+            state = None
+            log.warning("actor.rebuild_failed", actor=durable, error=str(group.exceptions[0]))
+        if state is not None:
+            gc.collect()  # the state thrown away must not be frozen with the new one
+            _freeze()
+            return state

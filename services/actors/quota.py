@@ -13,12 +13,10 @@ domain shares with others); the loser rebuilds and decides again.
 import hashlib
 from itertools import islice
 
-import anyio
-from anyio.abc import TaskStatus
-
 from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
 from events import subjects as subj
-from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.actors.common import LogActor, Provenance, append_expecting, stamp
+from services.actors.snapshots import Snapshots
 from services.domain.quota import admission_refusal
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
@@ -28,18 +26,17 @@ __all__ = ["QuotaActor"]
 NAME = "quota"
 
 
-class QuotaActor:
-    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
-        self.events = events
-        self.clock = clock
-        self.durable = durable
-        self._answer_salt: str | None = None  # of the log's identity (_answer_malformed)
-
-    async def run(
-        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+class QuotaActor(LogActor):
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        *,
+        durable: str = NAME,
+        snapshots: Snapshots | None = None,
     ) -> None:
-        """Decide for ever; started once the state is rebuilt from the log."""
-        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+        super().__init__(events, clock, durable=durable, snapshots=snapshots)
+        self._answer_salt: str | None = None  # of the log's identity (_answer_malformed)
 
     async def react(self, s: ClusterState) -> None:
         await self._answer_malformed(s)

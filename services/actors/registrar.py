@@ -8,12 +8,11 @@ answers are one atomic batch on ``fgpu.tenancy`` expecting the subject's last se
 so two registrars running by mistake never both apply from one view of the tenancy.
 """
 
-import anyio
-from anyio.abc import TaskStatus
 
 from events import AdminApplied, AdminRefused, AnyEvent
 from events import subjects as subj
-from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.actors.common import LogActor, Provenance, append_expecting, stamp
+from services.actors.snapshots import Snapshots
 from services.domain.state import ClusterState, apply_decision
 from services.domain.tenancy import refusal
 from services.ports import Clock, EventLog
@@ -24,17 +23,18 @@ NAME = "registrar"
 _MAX_ANSWERS = 1000  # the server's largest atomic batch
 
 
-class RegistrarActor:
-    def __init__(self, events: EventLog, clock: Clock, *, durable: str = NAME) -> None:
-        self.events = events
-        self.clock = clock
-        self.durable = durable
+class RegistrarActor(LogActor):
+    """Answers administrators' requests: applied to the tenancy, or refused."""
 
-    async def run(
-        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        *,
+        durable: str = NAME,
+        snapshots: Snapshots | None = None,
     ) -> None:
-        """Answer for ever; started once the state is rebuilt from the log."""
-        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+        super().__init__(events, clock, durable=durable, snapshots=snapshots)
 
     async def react(self, s: ClusterState) -> None:
         while s.admin_requests:

@@ -37,6 +37,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.actors.snapshots import Snapshots
 from services.domain.allocator import Refusal, never_fits, place
 from services.domain.resources import format_fgpu, format_slots
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
@@ -74,10 +75,12 @@ class SchedulerActor:
         lost_grace_s: float = 600.0,
         reserve_after_s: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
+        snapshots: Snapshots | None = None,
     ) -> None:
         self.events = events
         self.clock = clock
         self.durable = durable
+        self.snapshots = snapshots
         self.lost_after_s = lost_after_s
         self.lost_grace_s = lost_grace_s
         self.rebuilt_seq: int | None = None  # the log's end when this scheduler rebuilt
@@ -183,7 +186,13 @@ class SchedulerActor:
         self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Decide for ever; started once the state is rebuilt from the log."""
-        await follow_log(self.events, self.durable, self.react, task_status=task_status)
+        await follow_log(
+            self.events,
+            self.durable,
+            self.react,
+            task_status=task_status,
+            snapshots=self.snapshots,
+        )
 
     async def react(self, s: ClusterState) -> None:
         if self.rebuilt_seq is None:

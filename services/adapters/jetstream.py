@@ -35,10 +35,13 @@ from events import AnyEvent, RawBatch, Record, encode, record_of
 from events import subjects as subj
 from services.adapters import raw_reader
 from services.adapters.jetstream_pull import Puller, ack_seqs
+from services.adapters.jetstream_snapshots import ensure_buckets
 from services.adapters.jetstream_stream import (
     StreamChange,
     StreamInfo,
     holds,
+    retention_of,
+    retention_step,
     stream_config,
     stream_info_of,
     updated,
@@ -52,7 +55,7 @@ from services.adapters.nats_client import (
     js_error,
     open_client,
 )
-from services.ports import BulkReadUnavailable, LogError, StreamMissing, check_batch
+from services.ports import BulkReadUnavailable, LogError, Retention, StreamMissing, check_batch
 
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
@@ -119,25 +122,49 @@ class JetStreamLog:
 
     # ---- the stream (an administrator's) ---------------------------------------------------
 
-    async def create_or_update_stream(self, replicas: int | None = None) -> StreamChange:
+    async def create_or_update_stream(
+        self, replicas: int | None = None, retention: Retention | None = None
+    ) -> StreamChange:
         """Create the stream, or bring an existing one up to this version's configuration,
         keeping its messages and what an administrator set beside it (``updated``), with
-        ``replicas`` copies on a cluster (None: as it is). An administrator's step (``fgpu
-        stream create``; ``fgpu up`` for its embedded server). Raises LogError if the
-        server refuses."""
-        wanted = stream_config(replicas)
+        ``replicas`` copies on a cluster (None: as it is) and ``retention`` (None: a new
+        stream keeps everything for good, an existing one its own; see
+        ``retention_step``); and the actors' snapshot buckets that are missing. An
+        administrator's step (``fgpu stream create``; ``fgpu up`` for its embedded
+        server). Raises LogError if the server refuses."""
+        change = await self._stream_step(stream_config(replicas), retention)
+        await ensure_buckets(self._client, replicas)
+        return change
+
+    async def _stream_step(
+        self, wanted: dict[str, Any], retention: Retention | None
+    ) -> StreamChange:
         try:
             current = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
         except StreamMissing:
-            body = json.dumps(wanted).encode()
+            body = json.dumps(retention_step(None, wanted, retention)).encode()
             await self._api("create the stream", f"STREAM.CREATE.{subj.STREAM}", body)
             return StreamChange.CREATED
         config = current.get("config") or {}
+        wanted = retention_step(config, wanted, retention)
         if holds(config, wanted):
             return StreamChange.CURRENT
         body = json.dumps(updated(config, wanted)).encode()
         await self._api("update the stream", f"STREAM.UPDATE.{subj.STREAM}", body)
         return StreamChange.UPDATED
+
+    async def retention(self) -> Retention | None:
+        data = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
+        return retention_of(data.get("config") or {})
+
+    async def remove_through(self, seq: int, keep: Sequence[str]) -> None:
+        """One purge per stored subject pattern but ``keep``'s, of its records below
+        ``seq + 1`` (each is idempotent: a purge asked again removes nothing more)."""
+        for pattern in subj.STREAM_SUBJECTS:
+            if pattern in keep:
+                continue
+            body = json.dumps({"filter": pattern, "seq": seq + 1}).encode()
+            await self._api(f"remove {pattern} through {seq}", f"STREAM.PURGE.{subj.STREAM}", body)
 
     async def stream_info(self) -> StreamInfo:
         """The stream's subjects, size, sequences and creation time. Raises StreamMissing

@@ -14,12 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from events import subjects as subj
-from services.ports import LogError
+from services.ports import LogError, Retention
 
 __all__ = [
     "StreamChange",
     "StreamInfo",
     "holds",
+    "retention_of",
+    "retention_step",
     "stream_config",
     "stream_info_of",
     "updated",
@@ -44,10 +46,60 @@ def stream_config(replicas: int | None = None) -> dict[str, Any]:
         "allow_direct": True,
         "discard": "old",
         # The history is never cut by hand: no message is deleted, the stream never
-        # purged, whoever asks (permissions deny it to every identity too).
+        # purged, whoever asks (permissions deny it to every identity too). A stream
+        # made with retention is purged by the archiver alone, of what it has archived.
         "deny_delete": True,
         "deny_purge": True,
     }
+
+
+# The retention of a stream made with it, in the stream's metadata (strings, as the
+# server keeps them): the archiver reads them there.
+_RETAIN_EVENTS, _RETAIN_AGE = "fgpu_retain_events", "fgpu_retain_age_s"
+
+
+def retention_of(config: dict[str, Any]) -> Retention | None:
+    """The retention a stream's configuration holds; None when it keeps everything (made
+    refusing purges, or with no limit set). Raises LogError for limits of no known form."""
+    if config.get("deny_purge", False):
+        return None
+    meta = config.get("metadata") or {}
+    try:
+        events = int(meta[_RETAIN_EVENTS]) if meta.get(_RETAIN_EVENTS) else None
+        age = float(meta[_RETAIN_AGE]) if meta.get(_RETAIN_AGE) else None
+        return None if events is None and age is None else Retention(events, age)
+    except (TypeError, ValueError) as e:
+        raise LogError(f"the stream's retention, {meta}, is of no known form: {e}") from e
+
+
+def retention_step(
+    config: dict[str, Any] | None, wanted: dict[str, Any], retention: Retention | None
+) -> dict[str, Any]:
+    """``wanted`` with ``retention`` for the stream whose configuration is ``config`` (None:
+    one to make). A new stream with retention may be purged (by the archiver alone); an
+    existing one keeps its ``deny_purge``, which the server never lets anyone lift, and
+    retention asked of one made refusing purges is refused with a LogError that says so.
+    No retention asked leaves an existing stream's as it is."""
+    out = dict(wanted)
+    if config is not None:
+        out.pop("deny_purge")
+        if retention is None:
+            return out
+        if config.get("deny_purge", False):
+            raise LogError(
+                f"the stream {subj.STREAM} was made keeping every event for good (it refuses "
+                "purges, which no one can undo): retention needs a stream made with it "
+                "(fgpu stream create --retain-events/--retain-days on a new server)"
+            )
+    elif retention is None:
+        return out
+    else:
+        out["deny_purge"] = False
+    meta = dict((config or {}).get("metadata") or {})
+    meta[_RETAIN_EVENTS] = "" if retention.max_events is None else str(retention.max_events)
+    meta[_RETAIN_AGE] = "" if retention.max_age_s is None else repr(retention.max_age_s)
+    out["metadata"] = meta
+    return out
 
 
 class StreamChange(enum.Enum):

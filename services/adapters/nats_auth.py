@@ -22,7 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from services.adapters.nats_jwt import new_account_seed, public_key
-from services.domain.permissions import Permissions, inbox, service_permissions
+from services.domain.permissions import (
+    SNAPSHOT_BUCKETS_ADMIN,
+    Permissions,
+    inbox,
+    service_permissions,
+)
 
 __all__ = ["ACCOUNT", "SETUP_PERMISSIONS", "ServerAuth"]
 
@@ -42,6 +47,7 @@ SETUP_PERMISSIONS = Permissions(
         f"{_JS}.STREAM.CREATE.FGPU",
         f"{_JS}.STREAM.UPDATE.FGPU",
         "fgpu.tenancy",
+        *SNAPSHOT_BUCKETS_ADMIN,
         *_GATE.publish,
     ),
     subscribe=(f"{inbox(SETUP_USER)}.>",),

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_snapshots import JetStreamSnapshots
 from services.adapters.nats_bus import ANONYMOUS, NatsBus
-from services.adapters.nats_client import ConnectOptions, open_client
+from services.adapters.nats_client import ConnectOptions, NatsClient, open_client
 
 __all__ = ["NatsConnection", "nats_connection"]
 
@@ -16,6 +17,11 @@ __all__ = ["NatsConnection", "nats_connection"]
 class NatsConnection:
     log: JetStreamLog
     bus: NatsBus
+    client: NatsClient
+
+    def snapshots(self, kind: str) -> JetStreamSnapshots:
+        """The snapshots of ``kind`` (events.subjects.SNAPSHOT_KINDS), on this connection."""
+        return JetStreamSnapshots(self.client, kind)
 
 
 @asynccontextmanager
@@ -29,6 +35,6 @@ async def nats_connection(
     client = await open_client(url, name=name, **options)
     try:
         requester = options.get("user") or ANONYMOUS
-        yield NatsConnection(JetStreamLog(client), NatsBus(client, requester))
+        yield NatsConnection(JetStreamLog(client), NatsBus(client, requester), client)
     finally:
         await client.close()

@@ -5,9 +5,11 @@ from typing import Annotated, Any
 
 import typer
 
+from services.cli.daemon_cmd import RetainDaysOpt, RetainEventsOpt
 from services.cli.options import (
     Settings,
     connection,
+    default_archive_dir,
     fail,
     out,
     print_json,
@@ -18,6 +20,16 @@ from services.cli.options import (
 __all__ = ["register"]
 
 projections_app = typer.Typer(help="The DuckDB projections of the log.", no_args_is_help=True)
+archive_app = typer.Typer(
+    help="The log's archive: what left a stream made with retention, in Parquet files.",
+    no_args_is_help=True,
+)
+ArchiveDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--archive", help="The archive directory (default: beside the store of `fgpu up`)."
+    ),
+]
 stream_app = typer.Typer(
     help="The stream that holds the log (an administrator's step: clients never create it).",
     no_args_is_help=True,
@@ -45,13 +57,16 @@ def projections_rebuild(
         Path | None,
         typer.Option(help="The DuckDB file (default: the one `fgpu up` serves)."),
     ] = None,
+    archive: ArchiveDirOpt = None,
 ) -> None:
-    """Rebuild every table from the start of the log, into a new file moved into place.
+    """Rebuild every table from the start of the log (its archive, then its stream), into
+    a new file moved into place.
 
     Refused while a projector (`fgpu up`, `fgpu api`) has the file open: stop it, or
     pass --db.
     """
     from projections import StoreLocked, rebuild  # DuckDB: loaded only when needed
+    from projections.archive import Archive, ArchivedLog
 
     settings: Settings = ctx.obj
     path = db or _default_db()
@@ -59,7 +74,9 @@ def projections_rebuild(
 
     async def go() -> Any:
         async with connection(settings) as conn:
-            return await rebuild(conn.log, path)
+            root = archive or default_archive_dir()
+            whole = ArchivedLog(conn.log, Archive(root, await conn.log.identity()))
+            return await rebuild(whole, path)
 
     try:
         result = run_async(go)
@@ -78,14 +95,27 @@ def stream_create(
         int | None,
         typer.Option(min=1, max=5, help="Copies on a cluster of servers (3 for a real one)."),
     ] = None,
+    retain_events: RetainEventsOpt = None,
+    retain_days: RetainDaysOpt = None,
 ) -> None:
     """Create the stream on --nats URL, or bring an existing one up to this version's
-    configuration, keeping its messages. Safe to run again."""
+    configuration, keeping its messages. Safe to run again.
+
+    Retention (--retain-events, --retain-days) is chosen when the stream is made: one
+    made without it keeps every event for good (it refuses purges, which no one can
+    undo); one made with it has its limits changed by running this again."""
+    from services.cli.daemon_cmd import retention_of
+    from services.ports import LogError
+
     settings: Settings = ctx.obj
+    retention = retention_of(retain_events, retain_days)
 
     async def go() -> str:
         async with connection(settings) as conn:
-            return (await conn.log.create_or_update_stream(replicas)).value
+            try:
+                return (await conn.log.create_or_update_stream(replicas, retention)).value
+            except LogError as e:
+                fail(str(e), code=1)
 
     change = run_async(go)
     said = {"created": "created", "updated": "updated (messages kept)", "current": "up to date"}
@@ -115,6 +145,93 @@ def stream_info(
         out().print(f"{key:<10} {shown}", highlight=False)
 
 
+@archive_app.command("ls")
+def archive_ls(
+    ctx: typer.Context,
+    archive: ArchiveDirOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")] = False,
+) -> None:
+    """The archive's segments of the log on --nats URL: which records, which file, and
+    the digest each reads back with."""
+    from projections.archive import Archive
+
+    settings: Settings = ctx.obj
+
+    async def go() -> list[dict[str, Any]]:
+        async with connection(settings) as conn:
+            found = Archive(archive or default_archive_dir(), await conn.log.identity())
+            return [
+                {
+                    "segment": s.name,
+                    "first_seq": s.first_seq,
+                    "last_seq": s.last_seq,
+                    "sha256": s.sha256,
+                }
+                for s in await found.segments()
+            ]
+
+    segments = run_async(go)
+    if as_json:
+        print_json(segments)
+        return
+    if not segments:
+        out().print("no segment archived", highlight=False)
+    for s in segments:
+        out().print(
+            f"{s['first_seq']:>12}..{s['last_seq']:<12} {s['segment']}  {s['sha256'][:16]}",
+            highlight=False,
+        )
+
+
+@archive_app.command("run")
+def archive_run(
+    ctx: typer.Context,
+    archive: ArchiveDirOpt = None,
+    every: Annotated[float, typer.Option(min=1, help="Seconds between passes.")] = 60.0,
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+) -> None:
+    """The archiver, on its own, against --nats URL (as its service key): what the
+    stream's retention puts beyond its limits is archived, read back, said on the log
+    (log.archived), and only then removed from the stream. `fgpu up` runs one itself."""
+    import anyio
+
+    from projections.archive import Archive
+    from services.actors.archiver import Archiver
+    from services.adapters.system_clock import SystemClock
+    from services.cli.stack import connected, run_archiver
+
+    settings: Settings = ctx.obj
+    root = archive or default_archive_dir()
+
+    async def go() -> str:
+        me = settings.identity("archiver")
+        async with connected(settings.url, "fgpu-archiver", me) as conn:
+            if not once:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(run_archiver, conn, root, every)
+                    out().print(f"archiver ready: {settings.url} into {root}", highlight=False)
+                return ""
+            archiver = Archiver(
+                conn.log,
+                conn.log,
+                Archive(root, await conn.log.identity()),
+                [conn.snapshots("scheduler"), conn.snapshots("quota")],
+                SystemClock(),
+            )
+            done = await archiver.pass_once()
+            if done is None:
+                return "the stream keeps every event for good: nothing to archive"
+            line = (
+                f"{len(done.written)} segment(s) written; archived through {done.archived_through}"
+            )
+            return line + (f"; waiting: {done.waiting}" if done.waiting else "")
+
+    said = run_async(go)
+    if said:
+        out().print(said, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(projections_app, name="projections")
     app.add_typer(stream_app, name="stream")
+    app.add_typer(archive_app, name="archive")

@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, fail, out, resolve_nats, run_async, state_file, warn
+from services.cli.options import (
+    Settings,
+    default_archive_dir,
+    fail,
+    out,
+    resolve_nats,
+    run_async,
+    state_file,
+    warn,
+)
+from services.ports import LogError
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -22,7 +32,7 @@ if TYPE_CHECKING:
     from services.actors.agent import AgentConfig
     from services.adapters.nats_auth import ServerAuth
     from services.cli.identities import Identity
-    from services.ports import EventLog, SliceRegions
+    from services.ports import EventLog, Retention, SliceRegions
 
 __all__ = ["AgentOptions", "register"]
 
@@ -123,6 +133,37 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 50, 1000)
 
 
+ArchiveOpt = Annotated[
+    Path | None,
+    typer.Option(help="The log's archive directory (default: beside the store of `fgpu up`)."),
+]
+RetainEventsOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Keep at most this many events in the stream; older ones are archived "
+        "(Parquet, read back) and only then removed. Set when the stream is made.",
+    ),
+]
+RetainDaysOpt = Annotated[
+    float | None,
+    typer.Option(
+        min=0.001,
+        help="Keep no event older than this many days in the stream; older ones are "
+        "archived first. Set when the stream is made.",
+    ),
+]
+
+
+def retention_of(events: int | None, days: float | None) -> "Retention | None":
+    """The Retention the options ask for; None: keep everything in the stream for good."""
+    from services.ports import Retention
+
+    if events is None and days is None:
+        return None
+    return Retention(events, None if days is None else days * 86400)
+
+
 LostGraceOpt = Annotated[
     float,
     typer.Option(
@@ -155,6 +196,8 @@ def up(
     ] = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
     lost_grace: LostGraceOpt = 600.0,
+    retain_events: RetainEventsOpt = None,
+    retain_days: RetainDaysOpt = None,
 ) -> None:
     """Start an embedded NATS server and every actor in this process, until Ctrl-C or
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
@@ -173,11 +216,13 @@ def up(
         StackInfo,
         connected,
         run_agent,
+        run_archiver,
         run_gatekeeper,
         run_quota,
         run_read_api,
         run_registrar,
         run_scheduler,
+        with_archive,
     )
 
     if ephemeral and store:
@@ -215,7 +260,9 @@ def up(
         f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
     )
     console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
-    kinds = ["quota", "scheduler", "registrar", "api", f"agent:{cfg.agent_id}"]
+    kinds = ["quota", "scheduler", "registrar", "api", "archiver", f"agent:{cfg.agent_id}"]
+    retention = retention_of(retain_events, retain_days)
+    archive_dir = Path(server.store_dir) / "archive"  # the archive lives with its log
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
@@ -224,7 +271,10 @@ def up(
             setup = await stack.enter_async_context(
                 connected(server.url, "fgpu-up-setup", _static(SETUP_USER, auth.setup_password))
             )
-            await setup.log.create_or_update_stream()
+            try:
+                await setup.log.create_or_update_stream(retention=retention)
+            except LogError as e:
+                fail(str(e), code=1)
             await _first_admin(setup.log)
             keys = await service_keys(setup.log, store_dir, kinds)
             # The gatekeeper first (everything else connects through it), in a task group
@@ -240,16 +290,27 @@ def up(
             }
             rt = await stack.enter_async_context(container_runtime(cfg.runtime_name))
             tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(run_registrar, conns["registrar"].log)
-            await tg.start(run_quota, conns["quota"].log)
-            schedule = functools.partial(run_scheduler, lost_grace_s=lost_grace)
-            await tg.start(schedule, conns["scheduler"].log, conns["scheduler"].bus)
+            # The actors' reads cover the archive too: one that has no snapshot to start
+            # from replays the whole history here.
+            logs = {k: await with_archive(c.log, archive_dir) for k, c in conns.items()}
+            registrar = functools.partial(
+                run_registrar, snapshots=conns["registrar"].snapshots("scheduler")
+            )
+            await tg.start(registrar, logs["registrar"])
+            quota = functools.partial(run_quota, snapshots=conns["quota"].snapshots("quota"))
+            await tg.start(quota, logs["quota"])
+            schedule = functools.partial(
+                run_scheduler,
+                lost_grace_s=lost_grace,
+                snapshots=conns["scheduler"].snapshots("scheduler"),
+            )
+            await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
+            await tg.start(run_archiver, conns["archiver"], archive_dir)
             await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
-                reader = conns["api"].log
-                api = await tg.start(run_read_api, reader, db, "127.0.0.1", api_port)
+                api = await tg.start(run_read_api, logs["api"], db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
                 console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -362,15 +423,17 @@ def api(
         Path | None,
         typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
     ] = None,
+    archive: ArchiveOpt = None,
 ) -> None:
     """Run the projector and the read API (with the console) against --nats URL.
 
     For a deployment where they live apart from the actors; users point --api or
-    FGPU_API here."""
+    FGPU_API here. With the log's archive (--archive), a new projection reads the
+    history that left the stream too."""
     import anyio
 
     from projections.paths import default_db_path
-    from services.cli.stack import connected, run_read_api
+    from services.cli.stack import connected, run_read_api, with_archive
 
     url = _url(ctx)
     path = db or default_db_path(state_file().parent)
@@ -380,7 +443,8 @@ def api(
         me = _me(ctx, "api")
         async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
-            served = await tg.start(run_read_api, conn.log, path, host, port)
+            reader = await with_archive(conn.log, archive or default_archive_dir())
+            served = await tg.start(run_read_api, reader, path, host, port)
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
@@ -535,13 +599,20 @@ def _single(
             tg.start_soon(_until_signalled, tg)
             if which == "scheduler":
                 schedule = functools.partial(
-                    run_scheduler, lost_grace_s=lost_grace_s, durable=durable or "scheduler"
+                    run_scheduler,
+                    lost_grace_s=lost_grace_s,
+                    durable=durable or "scheduler",
+                    snapshots=conn.snapshots("scheduler"),
                 )
                 await tg.start(schedule, conn.log, conn.bus)
             elif which == "registrar":
-                await tg.start(run_registrar, conn.log)
+                registrar = functools.partial(run_registrar, snapshots=conn.snapshots("scheduler"))
+                await tg.start(registrar, conn.log)
             else:
-                await tg.start(functools.partial(run_quota, durable=durable or "quota"), conn.log)
+                quota = functools.partial(
+                    run_quota, durable=durable or "quota", snapshots=conn.snapshots("quota")
+                )
+                await tg.start(quota, conn.log)
             out().print(f"{which} ready on {url}")
 
     tune_gc()

@@ -27,6 +27,7 @@ __all__ = [
     "Settings",
     "api_errors",
     "connection",
+    "default_archive_dir",
     "fail",
     "out",
     "print_json",
@@ -44,6 +45,13 @@ DEFAULT_NATS = "nats://127.0.0.1:4222"
 def state_file() -> Path:
     """Where ``fgpu up`` says where it is, for the other commands to find it."""
     return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
+
+
+def default_archive_dir() -> Path:
+    """The log's archive: beside the store of the running ``fgpu up``, else beside the
+    default store ($FGPU_HOME/store/archive)."""
+    store = _from_state_file("store_dir")
+    return Path(store) / "archive" if store else state_file().parent / "store" / "archive"
 
 
 def _from_state_file(key: str) -> str | None:

@@ -16,11 +16,14 @@ from services.actors.access_audit import AccessAudit
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
+from services.actors.archiver import Archiver
 from services.actors.gatekeeper import GatekeeperActor
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
+from services.actors.snapshots import Snapshots
+from services.adapters.jetstream import JetStreamLog
 from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
@@ -29,7 +32,7 @@ from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.options import state_file
 from services.domain.state import ClusterState
-from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions
+from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
 if TYPE_CHECKING:
     from services.api.serve import ReadApi
@@ -77,9 +80,14 @@ async def run_quota(
     events: EventLog,
     *,
     durable: str = "quota",
+    snapshots: SnapshotStore | None = None,
     task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    await QuotaActor(events, SystemClock(), durable=durable).run(task_status=task_status)
+    """Quota, starting from (and keeping) the quota's snapshots in ``snapshots``."""
+    kept = Snapshots(snapshots, writes=True) if snapshots is not None else None
+    await QuotaActor(events, SystemClock(), durable=durable, snapshots=kept).run(
+        task_status=task_status
+    )
 
 
 async def run_gatekeeper(
@@ -124,9 +132,14 @@ def violations_to(
 
 
 async def run_registrar(
-    events: EventLog, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    events: EventLog,
+    *,
+    snapshots: SnapshotStore | None = None,
+    task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    await RegistrarActor(events, SystemClock()).run(task_status=task_status)
+    """The registrar, starting from the scheduler's snapshots in ``snapshots``."""
+    kept = Snapshots(snapshots, writes=False) if snapshots is not None else None
+    await RegistrarActor(events, SystemClock(), snapshots=kept).run(task_status=task_status)
 
 
 async def run_scheduler(
@@ -136,16 +149,19 @@ async def run_scheduler(
     lost_after_s: float = 15.0,
     lost_grace_s: float = 600.0,
     durable: str = "scheduler",
+    snapshots: SnapshotStore | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The scheduler, and the heartbeats it hears. ``durable``: its cursor on the log, one
-    per scheduler (two sharing one would each see half the log)."""
+    per scheduler (two sharing one would each see half the log). It starts from (and
+    keeps) the scheduler's snapshots in ``snapshots``."""
     actor = SchedulerActor(
         events,
         SystemClock(),
         lost_after_s=lost_after_s,
         lost_grace_s=lost_grace_s,
         durable=durable,
+        snapshots=Snapshots(snapshots, writes=True) if snapshots is not None else None,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(watch_heartbeats, heartbeats, actor)
@@ -162,7 +178,8 @@ async def run_agent(
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The agent, its heartbeat, and its answers to requests (``fgpu session logs``)."""
-    actor = AgentActor(conn.log, runtime, SystemClock(), config, regions)
+    from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
+    actor = AgentActor(conn.log, runtime, SystemClock(), config, regions, snapshots=from_scheduler)
     async with (
         conn.bus.serving(config.agent_id, answering(config.agent_id, runtime, lambda: actor.state)),
         anyio.create_task_group() as tg,
@@ -182,11 +199,38 @@ async def run_agent_host(
     """Many simulated agents sharing one fold of the log, and their heartbeats."""
     clock = SystemClock()
     agents = [AgentActor(conn.log, runtime(), clock, c) for c in configs]
-    host = AgentHost(conn.log, agents, durable=f"agent-host-{configs[0].agent_id}")
+    from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
+    host = AgentHost(
+        conn.log, agents, durable=f"agent-host-{configs[0].agent_id}", snapshots=from_scheduler
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(host.run)
         tg.start_soon(send_heartbeats, conn.bus, [c.agent_id for c in configs])
         task_status.started()
+
+
+async def with_archive(events: JetStreamLog, root: Path) -> EventLog:
+    """``events`` whose reads cover its archive under ``root`` too (projections.archive)."""
+    from projections.archive import Archive, ArchivedLog  # DuckDB: only when served
+
+    return ArchivedLog(events, Archive(root, await events.identity()))
+
+
+async def run_archiver(
+    conn: NatsConnection,
+    root: Path,
+    every_s: float = 60.0,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The archiver of a log made with retention (it does nothing on one that keeps
+    everything), writing the archive under ``root``, a pass every ``every_s``."""
+    from projections.archive import Archive
+
+    archive = Archive(root, await conn.log.identity())
+    stores = [conn.snapshots("scheduler"), conn.snapshots("quota")]
+    archiver = Archiver(conn.log, conn.log, archive, stores, SystemClock())
+    await archiver.run(every_s, task_status=task_status)
 
 
 async def run_read_api(

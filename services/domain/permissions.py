@@ -6,7 +6,10 @@ admin subjects and read only their own inbox: they read the cluster through the 
 never through consumers of their own. Each part of the cluster publishes only what it
 decides; all of them read the log through JetStream consumers. Nobody may delete or purge
 the stream or its messages; only a superadmin (the administrator's step) may create or
-update it.
+update it, and the archiver alone purge what it archived from a stream made with
+retention (one made without refuses purges for good). Actors that fold the log start from
+a snapshot: the scheduler and quota write their own kind's (nobody else may), the other
+actors read the scheduler's, which they already obey.
 """
 
 from dataclasses import dataclass
@@ -14,7 +17,13 @@ from dataclasses import dataclass
 from events import Role
 from events import subjects as subj
 
-__all__ = ["Permissions", "inbox", "service_permissions", "user_permissions"]
+__all__ = [
+    "SNAPSHOT_BUCKETS_ADMIN",
+    "Permissions",
+    "inbox",
+    "service_permissions",
+    "user_permissions",
+]
 
 _STREAM = subj.STREAM
 _JS = "$JS.API"
@@ -31,19 +40,54 @@ _READS = (
     f"$JS.ACK.{_STREAM}.>",
     f"$JS.FC.{_STREAM}.>",
 )
-# Never anyone's: deny wins over allow.
+# Never anyone's: deny wins over allow. (A snapshot bucket's writer purges that bucket's
+# old chunks, and its readers get its meta message: those are granted per bucket.)
 _NEVER = (
     f"{_JS}.STREAM.DELETE.>",
-    f"{_JS}.STREAM.PURGE.>",
+    f"{_JS}.STREAM.PURGE.{_STREAM}",
     f"{_JS}.STREAM.MSG.DELETE.>",
-    f"{_JS}.STREAM.MSG.GET.>",
+    f"{_JS}.STREAM.MSG.GET.{_STREAM}",
     f"{_JS}.DIRECT.GET.{_STREAM}",
+    f"{_JS}.DIRECT.GET.{_STREAM}.>",
+)
+# Making the actors' snapshot buckets: the administrator's step, with the stream.
+SNAPSHOT_BUCKETS_ADMIN = tuple(
+    f"{_JS}.STREAM.{op}.{subj.snapshot_stream(kind)}"
+    for kind in subj.SNAPSHOT_KINDS
+    for op in ("INFO", "CREATE")
 )
 _STREAM_ADMIN = (
     f"{_JS}.STREAM.INFO.{_STREAM}",
     f"{_JS}.STREAM.CREATE.{_STREAM}",
     f"{_JS}.STREAM.UPDATE.{_STREAM}",
+    *SNAPSHOT_BUCKETS_ADMIN,
 )
+
+
+def _snapshot_reads(kind: str) -> tuple[str, ...]:
+    """Reading the snapshot of ``kind``: the bucket's info, its meta message (a message
+    get), its chunks (an ordered consumer and its flow control; nats-py finds the
+    consumer's stream by its subject, which asks for the names of streams)."""
+    stream = subj.snapshot_stream(kind)
+    return (
+        f"{_JS}.STREAM.NAMES",
+        f"{_JS}.STREAM.INFO.{stream}",
+        f"{_JS}.STREAM.MSG.GET.{stream}",
+        f"{_JS}.CONSUMER.CREATE.{stream}",
+        f"{_JS}.CONSUMER.CREATE.{stream}.>",
+        f"{_JS}.CONSUMER.DELETE.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    )
+
+
+def _snapshot_writes(kind: str) -> tuple[str, ...]:
+    """Reading and writing the snapshot of ``kind``: its chunks and meta, and the purge of
+    the chunks a new snapshot replaces."""
+    return (
+        *_snapshot_reads(kind),
+        f"$O.{subj.snapshot_bucket(kind)}.>",
+        f"{_JS}.STREAM.PURGE.{subj.snapshot_stream(kind)}",
+    )
 
 
 @dataclass(frozen=True)
@@ -83,19 +127,37 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
     listens: tuple[str, ...] = ()
     responds = False
     if service == "quota":
-        own = (subj.ADMISSION, subj.SYS)
+        own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota"))
     elif service == "scheduler":
-        own = (subj.LEDGER,)
+        own = (subj.LEDGER, *_snapshot_writes("scheduler"))
         listens = (subj.HEARTBEAT_WILDCARD,)
     elif service == "registrar":
-        own = (subj.TENANCY,)
+        own = (subj.TENANCY, *_snapshot_reads("scheduler"))
+    elif service == "archiver":
+        # The log's past, once archived and said: removed from the stream (a purge, its
+        # alone), what the actors' snapshots cover (read, to know how far it may go).
+        own = (
+            subj.ARCHIVE,
+            f"{_JS}.STREAM.PURGE.{_STREAM}",
+            *_snapshot_reads("scheduler"),
+            *_snapshot_reads("quota"),
+        )
+        deny = tuple(d for d in _NEVER if d != f"{_JS}.STREAM.PURGE.{_STREAM}")
+        return Permissions(
+            publish=own + _READS, subscribe=(f"{inbox(access_key)}.>",), deny_publish=deny
+        )
     elif service == "api":
         own = (subj.access("api"),)
     elif service == "auth":
         own = (subj.access("nats"),)
     elif service == "agent-host":
         # Any agent's subjects: a process hosting many (``fgpu sim agents``).
-        own = ("fgpu.agent.>", "fgpu.usage.>", subj.HEARTBEAT_WILDCARD)
+        own = (
+            "fgpu.agent.>",
+            "fgpu.usage.>",
+            subj.HEARTBEAT_WILDCARD,
+            *_snapshot_reads("scheduler"),
+        )
         listens = (f"{subj.AGENT_RPC_PREFIX}.*.*",)
         responds = True
     elif kind == "agent" and subj.is_token(agent_id):
@@ -104,6 +166,7 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             f"{subj.agent(agent_id)}.>",
             f"fgpu.usage.{agent_id}.>",
             subj.heartbeat(agent_id),
+            *_snapshot_reads("scheduler"),
         )
         listens = (f"{subj.agent_rpc(agent_id)}.*",)
         responds = True

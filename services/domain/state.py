@@ -29,6 +29,7 @@ from events import (
     Event,
     GpuOomRefused,
     GpuUsageSampled,
+    LogArchived,
     Malformed,
     PayloadRejected,
     PolicySet,
@@ -76,6 +77,7 @@ __all__ = [
     "evolve",
     "fold",
     "forget_ended",
+    "own_subjects",
 ]
 
 S = SessionStatus
@@ -95,6 +97,7 @@ def evolve(s: ClusterState, r: Record) -> ClusterState:
     if seq <= s.last_seq:
         return s
     s.last_seq = seq
+    s.folded += 1
     subject = r.subject
     # Never backwards: an actor may already know a later sequence of a subject it wrote.
     subject_seq = s.subject_seq
@@ -110,7 +113,26 @@ def evolve(s: ClusterState, r: Record) -> ClusterState:
             s.malformed[seq] = (subject, problem)
             return s
     _apply(s, seq, e)
+    if s.unconfirmed and e.id in s.unconfirmed:
+        _confirm(s, seq, e)
     return s
+
+
+def _confirm(s: ClusterState, seq: int, e: AnyEvent) -> None:
+    """``e``, applied before the log had it (``apply_decision``), is back with its
+    sequence: the transition it made gets it, as a fold of the log alone gives it."""
+    del s.unconfirmed[e.id]
+    sid = getattr(e, "session_id", None)
+    v = s.sessions.get(sid) if isinstance(sid, str) else None
+    if v is None or v is ENDED_STUB:
+        return
+    history = v.history
+    for i in range(len(history) - 1, -1, -1):
+        t = history[i]
+        if t.event_id == e.id:
+            if t.seq == 0:
+                history[i] = Transition(t.status, t.at, seq, t.event_id)
+            return
 
 
 def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
@@ -118,9 +140,11 @@ def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
 
     Lets an actor account for its own decisions within one round (two placements must not
     take the same share). When the event comes back from the log the fold's status guards
-    make it a no-op. If the append fails, the caller must rebuild the state from the log.
+    make it a no-op, and the transition it made gets its sequence (``unconfirmed``). If
+    the append fails, the caller must rebuild the state from the log.
     """
     _apply(s, 0, e)
+    s.unconfirmed[e.id] = None
     return s
 
 
@@ -336,6 +360,16 @@ def _agent_heard(s: ClusterState, seq: int, e: AgentHeard) -> None:
         s.changed_agents[a.agent_id] = None
 
 
+def _archived(s: ClusterState, seq: int, e: LogArchived) -> None:
+    """Records up to ``e.last_seq`` leave the stream (but those on subjects kept for good):
+    a subject whose last record was one of them has none left, and an append expecting
+    its last sequence must expect none (0), as the server then does."""
+    seqs = s.subject_seq
+    for subject in [k for k, v in seqs.items() if v <= e.last_seq]:
+        if subject not in subj.KEPT_SUBJECTS:
+            del seqs[subject]
+
+
 def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
     """A placement its agent never acted on, taken back: PENDING again, in its place in
     the queue, its quota still held."""
@@ -385,6 +419,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     AccessGranted: _nothing,
     AccessRefused: _nothing,
     AccessSuppressed: _nothing,
+    LogArchived: _archived,
 }
 
 
@@ -530,8 +565,19 @@ def forget_ended(s: ClusterState, session_ids: Iterable[str]) -> None:
         v = s.sessions.get(sid)
         if v is None or v is ENDED_STUB or v.status not in ENDED:
             continue
-        seqs.pop(subj.request(v.owner, sid), None)
-        if v.agent_id is not None:
-            seqs.pop(subj.agent_session(v.agent_id, sid), None)
-            seqs.pop(subj.usage(v.agent_id, sid), None)
+        for subject in own_subjects(v):
+            seqs.pop(subject, None)
         s.sessions[sid] = ENDED_STUB
+
+
+def own_subjects(v: SessionView) -> tuple[str, ...]:
+    """The subjects only session ``v`` writes to: its request's, its agent's reports and
+    usage; once it has ended, nothing appends expecting them."""
+    sid = v.session_id
+    if v.agent_id is None:
+        return (subj.request(v.owner, sid),)
+    return (
+        subj.request(v.owner, sid),
+        subj.agent_session(v.agent_id, sid),
+        subj.usage(v.agent_id, sid),
+    )

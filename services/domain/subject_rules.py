@@ -71,6 +71,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.AccessGranted, lambda e: subj.access(e.via)),
         _rule(ev.AccessRefused, lambda e: subj.access(e.via)),
         _rule(ev.AccessSuppressed, lambda e: subj.access(e.via)),
+        _rule(ev.LogArchived, lambda e: subj.ARCHIVE),
     ]
 )
 

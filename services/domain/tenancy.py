@@ -47,7 +47,7 @@ DEFAULT = "default"  # the domain and project of sessions from before tenancy
 # The parts of a cluster that hold keypairs of their own (agents: ``agent:<id>``).
 # ``agent-host`` speaks for every agent of one process (simulated agents, benchmarks):
 # a superadmin's choice, as every service keypair is.
-SERVICES = frozenset({"quota", "scheduler", "registrar", "api", "auth", "agent-host"})
+SERVICES = frozenset({"quota", "scheduler", "registrar", "api", "auth", "agent-host", "archiver"})
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
 _LIMITS: dict[PolicyLevel, frozenset[str]] = {
     PolicyLevel.KEYPAIR: frozenset(

@@ -142,6 +142,10 @@ class OwnerUsage:
 @dataclass(slots=True)
 class ClusterState:
     last_seq: int = 0
+    # Records folded. JetStream numbers a stream's records without gaps, so this equals
+    # ``last_seq`` exactly when the state holds every record up to it; less, when part
+    # of the log's past was read from nowhere (archived out of the stream).
+    folded: int = 0
     sessions: dict[str, SessionView] = field(default_factory=dict)
     agents: dict[str, AgentView] = field(default_factory=dict)
     policies: dict[str, PolicySet] = field(default_factory=dict)
@@ -181,3 +185,7 @@ class ClusterState:
     # with a session's, its other fields mark ``changed_agents``).
     changed: dict[str, None] = field(default_factory=dict)
     changed_agents: dict[str, None] = field(default_factory=dict)
+    # Ids of events applied by this process before the log had them (``apply_decision``)
+    # and not yet folded back from it: while one is, the state holds more than the log
+    # up to ``last_seq`` (no snapshot is kept of it).
+    unconfirmed: dict[str, None] = field(default_factory=dict)

@@ -2,10 +2,12 @@
 
 One module a concern: ``errors`` (the tree every port raises from), ``log`` (the event log
 and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the log),
-``containers``, ``regions`` (the shim's shared regions), ``host`` (GPUs, the clock).
+``containers``, ``regions`` (the shim's shared regions), ``host`` (GPUs, the clock),
+``snapshots`` (where an actor keeps the state it starts from).
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
 
+from services.ports.archive import ArchivedSegment, ArchiveStore
 from services.ports.bus import (
     AgentHandler,
     AgentReply,
@@ -22,6 +24,7 @@ from services.ports.errors import (
     BulkReadUnavailable,
     ConcurrencyConflict,
     ContainerError,
+    HistoryMissing,
     ImageNotFound,
     LogError,
     RuntimeUnavailable,
@@ -29,8 +32,16 @@ from services.ports.errors import (
 )
 from services.ports.gate import Connection, Grant, Kicker
 from services.ports.host import Clock, GpuProbe
-from services.ports.log import MAX_BATCH, BulkLog, EventLog, check_batch
+from services.ports.log import (
+    MAX_BATCH,
+    BulkLog,
+    EventLog,
+    RetainingLog,
+    Retention,
+    check_batch,
+)
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
+from services.ports.snapshots import SnapshotStore
 
 __all__ = [
     "MAX_BATCH",
@@ -39,6 +50,8 @@ __all__ = [
     "AgentRequest",
     "AgentRequests",
     "AgentUnreachable",
+    "ArchiveStore",
+    "ArchivedSegment",
     "BulkLog",
     "BulkReadUnavailable",
     "Clock",
@@ -52,6 +65,7 @@ __all__ = [
     "GpuProbe",
     "Grant",
     "Heartbeats",
+    "HistoryMissing",
     "ImageNotFound",
     "Kicker",
     "LogError",
@@ -59,8 +73,11 @@ __all__ = [
     "LogsRequest",
     "OomRefusal",
     "RequestFailed",
+    "RetainingLog",
+    "Retention",
     "RuntimeUnavailable",
     "SliceRegions",
+    "SnapshotStore",
     "StreamMissing",
     "check_batch",
 ]

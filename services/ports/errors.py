@@ -6,6 +6,8 @@
      +-- ConcurrencyConflict    (another writer was first: re-read, decide again)
      +-- StreamMissing          (no stream stores the log: an admin creates it)
      +-- BulkReadUnavailable    (the fast bulk path cannot serve: read in order instead)
+     +-- HistoryMissing         (part of the past is archived out of the stream and no
+                                 snapshot covers it: start from one, or read the archive)
     ContainerError
      +-- ImageNotFound          (permanent for this session)
      +-- RuntimeUnavailable     (retryable: the engine is down or refused)
@@ -17,6 +19,7 @@ __all__ = [
     "BulkReadUnavailable",
     "ConcurrencyConflict",
     "ContainerError",
+    "HistoryMissing",
     "ImageNotFound",
     "LogError",
     "RuntimeUnavailable",
@@ -42,6 +45,12 @@ class StreamMissing(LogError):
 class BulkReadUnavailable(LogError):
     """The bulk reader cannot serve this connection or server (TLS, credentials it does
     not speak, an answer of a form it does not know): read with ``EventLog.read``."""
+
+
+class HistoryMissing(LogError):
+    """A state rebuilt from the stream lacks records that were archived out of it (and no
+    snapshot covers them): it is not the log's state. Start from a snapshot that covers
+    them, or read the archive with the stream (``projections.archive.ArchivedLog``)."""
 
 
 class ContainerError(Exception):

@@ -1,12 +1,13 @@
-"""The event log every state change goes through, and its optional bulk read."""
+"""The event log every state change goes through, its optional bulk read and retention."""
 
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from events import AnyEvent, RawBatch, Record
 from events import subjects as subj
 
-__all__ = ["MAX_BATCH", "BulkLog", "EventLog", "check_batch"]
+__all__ = ["MAX_BATCH", "BulkLog", "EventLog", "RetainingLog", "Retention", "check_batch"]
 
 MAX_BATCH = 1000  # events in one atomic batch: the server's limit (nats.conf)
 
@@ -117,4 +118,36 @@ class BulkLog(Protocol):
     ) -> AsyncGenerator[RawBatch, None]:
         """Stored messages after ``after`` up to ``until`` (default: the last now), in
         order, at most ``batch`` at a time, with canonical payloads (``RawBatch``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of its history a log keeps in the stream: at most ``max_events`` records,
+    none older than ``max_age_s`` seconds (None: no such limit). What is beyond is
+    archived, and only then removed (``services.actors.archiver``)."""
+
+    max_events: int | None = None
+    max_age_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_events is not None and self.max_events < 1:
+            raise ValueError("a log keeps at least 1 event in its stream")
+        if self.max_age_s is not None and self.max_age_s <= 0:
+            raise ValueError("a log keeps its events for more than 0 seconds")
+
+
+@runtime_checkable
+class RetainingLog(Protocol):
+    """A log whose past can leave the stream once archived. Optional: a log that keeps
+    everything (made refusing purges) has none, or answers None."""
+
+    async def retention(self) -> Retention | None:
+        """The log's limits; None when it keeps every record for good."""
+        ...
+
+    async def remove_through(self, seq: int, keep: Sequence[str]) -> None:
+        """Remove the records up to ``seq``, but those on the subjects ``keep`` (exact
+        subjects, kept for good: they are few, and read from the start by those who fold
+        only them). Raises LogError."""
         ...

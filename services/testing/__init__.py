@@ -1,10 +1,11 @@
 """Test doubles of the ports, shipped beside the code they stand in for (as ``trio.testing``).
 
 Each passes the same contract tests as the real adapter (``tests/log_contract.py``,
-``tests/bus_contract.py``).
+``tests/bus_contract.py``, ``tests/snapshot_contract.py``).
 """
 
 from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
+from services.testing.memory_snapshots import MemorySnapshots
 
-__all__ = ["MemoryBus", "MemoryLog"]
+__all__ = ["MemoryBus", "MemoryLog", "MemorySnapshots"]

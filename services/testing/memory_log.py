@@ -29,7 +29,7 @@ import anyio
 
 from events import AnyEvent, Record, encode, record_of
 from events import subjects as subj
-from services.ports import ConcurrencyConflict, EventLog, LogError, check_batch
+from services.ports import ConcurrencyConflict, EventLog, LogError, Retention, check_batch
 
 __all__ = ["MemoryLog"]
 
@@ -54,13 +54,16 @@ class MemoryLog:
         *,
         subjects: Sequence[str] = subj.STREAM_SUBJECTS,
         batch_size: int = 1000,
+        retention: Retention | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.subjects = tuple(subjects)
         self.batch_size = batch_size
         self._identity = f"memory@{uuid.uuid4().hex}"  # each MemoryLog is a log of its own
-        self._messages: list[tuple[str, bytes]] = []  # sequence n is at index n - 1
+        # Sequence n is at index n - 1; None once removed (``remove_through``).
+        self._messages: list[tuple[str, bytes] | None] = []
+        self._retention = retention
         self._subject_seq: dict[str, int] = {}
         self._seq_of_id: dict[str, int] = {}
         self._acked: dict[str, int] = {}  # durable -> last acknowledged sequence
@@ -130,7 +133,18 @@ class MemoryLog:
         return len(self._messages)
 
     async def count(self, subject: str) -> int:
-        return sum(1 for s, _ in self._messages if s == subject)
+        return sum(1 for m in self._messages if m is not None and m[0] == subject)
+
+    async def retention(self) -> Retention | None:
+        return self._retention
+
+    async def remove_through(self, seq: int, keep: Sequence[str]) -> None:
+        if self._retention is None:
+            raise LogError("this log keeps every record for good")
+        for i in range(min(seq, len(self._messages))):
+            m = self._messages[i]
+            if m is not None and m[0] not in keep:
+                self._messages[i] = None
 
     async def identity(self) -> str:
         return self._identity
@@ -146,9 +160,9 @@ class MemoryLog:
         seq = max(after, 0)
         while seq < end:
             await self._wait_beyond(seq)
-            batch = self._batch(seq, end)
-            seq = batch[-1].seq
-            yield batch
+            batch, seq = self._batch(seq, end)
+            if batch:
+                yield batch
 
     async def tail(
         self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
@@ -160,8 +174,7 @@ class MemoryLog:
         seq = max(after, 0)
         while True:
             await self._wait_beyond(seq)
-            batch = self._batch(seq, None)
-            seq = batch[-1].seq
+            batch, seq = self._batch(seq, None)
             wanted = [r for r in batch if _matches(subject, r.subject)]
             if wanted:
                 yield wanted
@@ -177,12 +190,12 @@ class MemoryLog:
         while True:
             cursor = self._acked.get(durable, 0)
             await self._wait_beyond(cursor)
-            batch = self._batch(cursor, None)
+            batch, last = self._batch(cursor, None)
             records = [r for r in batch if r.seq > after]
             if records:
                 yield records
             # Reached only when the consumer asks for more: the batch was applied.
-            self._acked[durable] = max(self._acked.get(durable, 0), batch[-1].seq)
+            self._acked[durable] = max(self._acked.get(durable, 0), last)
 
     async def delete_consumer(self, durable: str) -> None:
         """Forget the cursor ``durable`` (no error if there is none)."""
@@ -226,11 +239,17 @@ class MemoryLog:
                 self._appended = anyio.Event()
             await self._appended.wait()
 
-    def _batch(self, after: int, end: int | None) -> list[Record]:
-        """The records after ``after``, at most ``batch_size`` of them, none beyond ``end``."""
+    def _batch(self, after: int, end: int | None) -> tuple[list[Record], int]:
+        """The records after ``after``, at most ``batch_size`` of them, none beyond ``end``
+        (those removed left out), and the last sequence looked at."""
         stop = len(self._messages) if end is None else min(end, len(self._messages))
         stop = min(stop, after + self.batch_size)
-        return [record_of(seq, *self._messages[seq - 1]) for seq in range(after + 1, stop + 1)]
+        found = []
+        for seq in range(after + 1, stop + 1):
+            m = self._messages[seq - 1]
+            if m is not None:
+                found.append(record_of(seq, *m))
+        return found, stop
 
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Snapshots of the fold's state, small enough to keep one every few thousand events.
+"""The fold's state as bytes: the projections' snapshots and the actors'.
 
 A snapshot holds what can still change: sessions that have not ended, agents, policies,
 quota held (at every level), the queues, unanswered destroy and admin requests, and the
@@ -34,11 +34,27 @@ from services.domain.state import (
     GpuView,
     OwnerUsage,
     SessionView,
+    own_subjects,
 )
 from services.domain.status import ENDED
 from services.domain.tenancy import Keypair, Tenancy, User
 
-__all__ = ["ENDED_STUB", "decode_state", "encode_state", "is_stub", "live_sessions"]
+__all__ = [
+    "ENDED_STUB",
+    "FOLD_VERSION",
+    "SnapshotUnusable",
+    "decode_actor_state",
+    "decode_state",
+    "encode_actor_state",
+    "encode_state",
+    "is_stub",
+    "live_sessions",
+    "snapshot_seq",
+]
+
+# The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
+# it, and every actor snapshot of another version is ignored (full replay).
+FOLD_VERSION = 1
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -196,3 +212,103 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.tenancy = snap.tenancy.view()
     s.admin_requests = {r.id: r for r in snap.admin_requests}
     return s
+
+
+class SnapshotUnusable(Exception):
+    """An actor snapshot that must not be started from: why (another log, another fold
+    version, bytes that are not a snapshot)."""
+
+
+class _ActorSnapshot(msgspec.Struct, array_like=True, frozen=True):
+    """What an actor starts from: the projections' snapshot, and what the fold writes for
+    the actors alone: each subject's last sequence (every optimistic-concurrency append
+    expects it), the answers to destroy requests, and the ids of ended sessions (a second
+    request with such an id is ignored, as the full fold ignores it)."""
+
+    version: int
+    log: str  # the identity of the log it was folded from
+    folded: int  # records folded into it (ClusterState.folded)
+    state: bytes
+    subject_seq: dict[str, int]
+    destroy_answers: dict[str, str | None]
+    ended: list[str]
+
+
+_actor_decoder = msgspec.msgpack.Decoder(_ActorSnapshot)
+
+
+def encode_actor_state(s: ClusterState, log: str) -> bytes:
+    """``s`` whole, as an actor needs it to go on from ``s.last_seq`` of the log ``log``:
+    sessions that have ended as ``forget_ended`` leaves them, whether or not it has yet.
+
+    ``s`` must hold nothing the log does not (``s.unconfirmed`` empty)."""
+    if s.unconfirmed:
+        raise ValueError("a state holding decisions the log does not have yet")
+    ended: list[str] = []
+    subject_seq = s.subject_seq
+    for sid, v in s.sessions.items():
+        if v is ENDED_STUB:
+            ended.append(sid)
+        elif v.status in ENDED:
+            ended.append(sid)
+            if subject_seq is s.subject_seq:
+                subject_seq = dict(subject_seq)
+            for subject in own_subjects(v):
+                subject_seq.pop(subject, None)
+    return _encoder.encode(
+        _ActorSnapshot(
+            version=FOLD_VERSION,
+            log=log,
+            folded=s.folded,
+            state=encode_state(s),
+            subject_seq=subject_seq,
+            destroy_answers=s.destroy_answers,
+            ended=ended,
+        )
+    )
+
+
+def decode_actor_state(data: bytes, log: str) -> ClusterState:
+    """The state ``encode_actor_state`` saved, if it was folded from the log ``log`` by
+    this version of the fold; else SnapshotUnusable.
+
+    Everything it holds counts as changed, as after a full replay: an actor's first
+    reaction looks at all of it.
+    """
+    try:
+        snap = _actor_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+    if snap.version != FOLD_VERSION:
+        raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
+    if snap.log != log:
+        raise SnapshotUnusable(f"of another log ({snap.log}, this one is {log})")
+    try:
+        s = decode_state(snap.state, snap.ended)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+    s.folded = snap.folded
+    s.subject_seq = dict(snap.subject_seq)
+    s.destroy_answers = dict(snap.destroy_answers)
+    s.changed = dict.fromkeys(v.session_id for v in live_sessions(s))
+    s.changed_agents = dict.fromkeys(s.agents)
+    return s
+
+
+def snapshot_seq(data: bytes, log: str) -> int:
+    """The sequence an actor snapshot covers, if it is one of the log ``log`` by this
+    version of the fold; else SnapshotUnusable. (What the archiver asks: it removes from
+    the stream only what every actor's snapshot covers.)"""
+    try:
+        snap = _actor_decoder.decode(data)
+        state = msgspec.msgpack.decode(snap.state)
+        seq = state[0] if isinstance(state, list) and state else None
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+    if snap.version != FOLD_VERSION:
+        raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
+    if snap.log != log:
+        raise SnapshotUnusable(f"of another log ({snap.log}, this one is {log})")
+    if not isinstance(seq, int):
+        raise SnapshotUnusable("not a snapshot: no sequence")
+    return seq

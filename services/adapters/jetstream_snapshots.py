@@ -1,0 +1,70 @@
+"""Actor snapshots in JetStream object stores: one bucket per kind of actor, one object.
+
+- The buckets are an administrator's, like the log's stream: ``ensure_buckets`` makes them
+  (``JetStreamLog.create_or_update_stream`` calls it); a service only reads and writes.
+- A save puts the object anew: nats-py writes the new chunks, then the meta message (a
+  rollup, so the bucket's meta holds only the latest), then purges the old chunks. A
+  reader sees the old object or the new one, never a mix; a digest checks the chunks.
+- Who may write which bucket is the server's to enforce (``services.domain.permissions``):
+  a scheduler writes the scheduler's, which agents may only read.
+
+Every call into nats-py goes through ``NatsClient.call``: only LogError comes out.
+"""
+
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
+
+from events import subjects as subj
+from services.adapters.nats_client import NatsClient
+
+__all__ = ["JetStreamSnapshots", "ensure_buckets"]
+
+_OBJECT = "state"
+
+
+class JetStreamSnapshots:
+    """SnapshotStore on the object store bucket of ``kind`` (one of SNAPSHOT_KINDS)."""
+
+    def __init__(self, client: NatsClient, kind: str) -> None:
+        if kind not in subj.SNAPSHOT_KINDS:
+            raise ValueError(f"no snapshot bucket for {kind!r}")
+        self._client = client
+        self._js = client.nc.jetstream()
+        self.bucket = subj.snapshot_bucket(kind)
+
+    async def load(self) -> bytes | None:
+        with self._client.call(f"load a snapshot from {self.bucket}"):
+            try:
+                store = await self._js.object_store(self.bucket)
+                got = await store.get(_OBJECT)
+            except (BucketNotFoundError, ObjectNotFoundError):
+                return None
+            return bytes(got.data) if got.data is not None else b""
+
+    async def save(self, data: bytes) -> None:
+        with self._client.call(f"save a snapshot in {self.bucket}"):
+            store = await self._js.object_store(self.bucket)
+            await store.put(_OBJECT, data)
+
+
+async def ensure_buckets(client: NatsClient, replicas: int | None = None) -> list[str]:
+    """Make the snapshot buckets that do not exist yet; the names of those made. An
+    administrator's step, with the log's replicas (None: one)."""
+    js = client.nc.jetstream()
+    made = []
+    for kind in subj.SNAPSHOT_KINDS:
+        bucket = subj.snapshot_bucket(kind)
+        with client.call(f"make the snapshot bucket {bucket}"):
+            try:
+                await js.stream_info(subj.snapshot_stream(kind))
+                continue
+            except NotFoundError:
+                pass
+            config = ObjectStoreConfig(
+                description=f"the latest snapshot of fgpu's {kind}",
+                storage=StorageType.FILE,
+                replicas=replicas or 1,
+            )
+            await js.create_object_store(bucket, config=config)
+            made.append(bucket)
+    return made
