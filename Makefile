@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) bench/tenancy.py
 	$(PY) bench/history.py
 	$(PY) bench/failover.py
+	$(PY) bench/fragmentation.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -33,7 +33,13 @@ __all__ = [
 class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
     """A user asks for a session. ``owner`` is the access key; ``priority`` 0-100 (higher
     first); ``project`` one of its user's projects (None: the user's default project; on
-    a cluster without tenancy, and for requests from before it, the ``default`` one)."""
+    a cluster without tenancy, and for requests from before it, the ``default`` one).
+
+    ``gpu_models``: the GPU models the session may run on, any of them (a device's
+    ``GpuInfo.model``); empty, as in every request from before the field, means any.
+    ``cpu_only``: the session asks for no GPU at all and ``slots.fgpu`` must be 0; without
+    it fGPU must be more than zero, so a forgotten amount is never taken for a CPU session.
+    """
 
     session_id: str
     owner: str
@@ -43,6 +49,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     priority: int = 0
     name: str | None = None
     project: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    cpu_only: bool = False
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

@@ -38,7 +38,9 @@ from events import (
 from events import subjects as subj
 from services.actors.common import Provenance, append_expecting, follow_log, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.allocator import Refusal, never_fits, place
+from services.domain.allocator import Refusal, never_fits
+from services.domain.placement import DEFAULT_POLICY
+from services.domain.placement import policy as placement_policy
 from services.domain.resources import format_fgpu, format_slots
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
@@ -74,6 +76,8 @@ class SchedulerActor:
         lost_after_s: float = 15.0,
         lost_grace_s: float = 600.0,
         reserve_after_s: float = 300.0,
+        policy: str = DEFAULT_POLICY,
+        pending_timeout_s: float | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         snapshots: Snapshots | None = None,
     ) -> None:
@@ -85,6 +89,9 @@ class SchedulerActor:
         self.lost_grace_s = lost_grace_s
         self.rebuilt_seq: int | None = None  # the log's end when this scheduler rebuilt
         self.reserve_after_s = reserve_after_s
+        self.policy_name = policy
+        self.place = placement_policy(policy)  # UnknownPolicy for a name there is not
+        self.pending_timeout_s = pending_timeout_s
         self.monotonic = monotonic
         self.last_heard: dict[str, float] = {}
         self.since = monotonic()
@@ -165,6 +172,8 @@ class SchedulerActor:
         ``agent.heard`` after its rebuild): nothing is placed there. A scheduler that never
         rebuilt (deciding on a state handed to it) heard every registration as it came."""
         since = self.rebuilt_seq if self.rebuilt_seq is not None else 0
+        if since == 0:  # every agent on the log was registered at a sequence above it
+            return frozenset()
         return frozenset(
             agent_id
             for agent_id, a in s.agents.items()
@@ -224,9 +233,9 @@ class SchedulerActor:
             if len(out) >= _MAX_DECISIONS:
                 return out
             emit(self._answer_destroy(s, request))
-        failed: set[tuple[Slots, str]] = set()
+        failed: set[tuple[Slots, str, tuple[str, ...]]] = set()
         reserved: str | None = None
-        unsatisfiable: dict[tuple[Slots, str], Refusal | None] = {}
+        unsatisfiable: dict[tuple[Slots, str, tuple[str, ...]], Refusal | None] = {}
         queue = sorted(
             s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
         )
@@ -236,9 +245,9 @@ class SchedulerActor:
                 break
             v = s.sessions[session_id]
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-            shape = (v.slots, v.image)
+            shape = (v.slots, v.image, v.gpu_models)
             if shape not in unsatisfiable:  # once per shape and round: it scans every agent
-                unsatisfiable[shape] = never_fits(s, v.slots, v.image)
+                unsatisfiable[shape] = never_fits(s, v.slots, v.image, gpu_models=v.gpu_models)
             why = unsatisfiable[shape]
             if why is not None:
                 emit(
@@ -254,19 +263,28 @@ class SchedulerActor:
                 continue
             placement = None
             if shape not in failed and reserved is None:
-                placement = place(s, v.slots, v.image, unheard)
+                placement = self.place(s, v.slots, v.image, unheard, v.gpu_models)
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (
                     reserved is None
                     and (now - _admitted_at(v)).total_seconds() > self.reserve_after_s
-                    and never_fits(s, v.slots, v.image, live_only=True) is None
+                    and never_fits(s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models)
+                    is None
                 ):
                     # It waited too long behind smaller sessions that kept fitting: nothing
                     # after it is placed until it fits (no starvation; Backend.AI #13706).
                     reserved = session_id
             if placement is None:
-                if v.waiting is None:
+                if self._timed_out(v, now):
+                    limit = f"{self.pending_timeout_s:g} s"
+                    waiting = _waiting_reason(s, v.slots)
+                    reason = f"nothing fits within the pending timeout of {limit} ({waiting})"
+                    e = stamp(
+                        SessionCancelled, prov, session_id=session_id, owner=v.owner, reason=reason
+                    )
+                    emit(e)
+                elif v.waiting is None:
                     reason = _waiting_reason(s, v.slots)
                     emit(stamp(SessionQueued, prov, session_id=session_id, reason=reason))
                 continue
@@ -283,6 +301,13 @@ class SchedulerActor:
                 )
             )
         return out
+
+    def _timed_out(self, v: SessionView, now: datetime) -> bool:
+        """Whether ``v``, which does not fit now, has waited its pending timeout out (0:
+        it fails the first time it does not fit). A positive timeout is looked at when a
+        round runs, as the log moves."""
+        limit = self.pending_timeout_s
+        return limit is not None and (now - _admitted_at(v)).total_seconds() >= limit
 
     def _answer_destroy(self, s: ClusterState, d: SessionDestroyRequested) -> AnyEvent:
         v = s.sessions.get(d.session_id)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from services.cli import sim_cmd
 from services.cli.options import (
     Settings,
     default_archive_dir,
@@ -523,10 +524,23 @@ DurableOpt = Annotated[
 
 
 def scheduler(
-    ctx: typer.Context, lost_grace: LostGraceOpt = 600.0, durable: DurableOpt = None
+    ctx: typer.Context,
+    lost_grace: LostGraceOpt = 600.0,
+    durable: DurableOpt = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Where sessions go: best-fit, pack, spread, round-robin or "
+            "fragmentation-aware (docs/scheduling.md)."
+        ),
+    ] = "best-fit",
 ) -> None:
     """Run the scheduler against --nats URL (as a scheduler's service keypair)."""
-    _single(ctx, "scheduler", lost_grace_s=lost_grace, durable=durable)
+    from services.domain.placement import POLICY_NAMES
+
+    if policy not in POLICY_NAMES:
+        fail(f"no placement policy {policy!r}; there are {', '.join(POLICY_NAMES)}")
+    _single(ctx, "scheduler", lost_grace_s=lost_grace, durable=durable, policy=policy)
 
 
 def quota(ctx: typer.Context, durable: DurableOpt = None) -> None:
@@ -583,7 +597,12 @@ def _me(ctx: typer.Context, service: str | None = None) -> "Identity":
 
 
 def _single(
-    ctx: typer.Context, which: str, *, lost_grace_s: float = 600.0, durable: str | None = None
+    ctx: typer.Context,
+    which: str,
+    *,
+    lost_grace_s: float = 600.0,
+    durable: str | None = None,
+    policy: str = "best-fit",
 ) -> None:
     import anyio
 
@@ -602,6 +621,7 @@ def _single(
                     run_scheduler,
                     lost_grace_s=lost_grace_s,
                     durable=durable or "scheduler",
+                    policy=policy,
                     snapshots=conn.snapshots("scheduler"),
                 )
                 await tg.start(schedule, conn.log, conn.bus)
@@ -631,4 +651,5 @@ def register(app: typer.Typer) -> None:
     app.command("api")(api)
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
     sim.command("agents")(sim_agents)
+    sim.command("replay")(sim_cmd.replay)
     app.add_typer(sim, name="sim")

@@ -149,18 +149,20 @@ async def run_scheduler(
     lost_after_s: float = 15.0,
     lost_grace_s: float = 600.0,
     durable: str = "scheduler",
+    policy: str = "best-fit",
     snapshots: SnapshotStore | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The scheduler, and the heartbeats it hears. ``durable``: its cursor on the log, one
-    per scheduler (two sharing one would each see half the log). It starts from (and
-    keeps) the scheduler's snapshots in ``snapshots``."""
+    """The scheduler, placing with ``policy``, and the heartbeats it hears. ``durable``:
+    its cursor on the log, one per scheduler (two sharing one would each see half the
+    log). It starts from (and keeps) the scheduler's snapshots in ``snapshots``."""
     actor = SchedulerActor(
         events,
         SystemClock(),
         lost_after_s=lost_after_s,
         lost_grace_s=lost_grace_s,
         durable=durable,
+        policy=policy,
         snapshots=Snapshots(snapshots, writes=True) if snapshots is not None else None,
     )
     async with anyio.create_task_group() as tg:

@@ -6,6 +6,11 @@ device; a larger one takes whole free devices plus one fraction for the remainde
 one agent. Among fitting devices and agents the tightest fit wins (best fit), which
 keeps large holes open for large requests: the fragmentation Backend.AI users report
 (#3327, #9480) comes from spreading small shares over many devices.
+
+This is the ``best-fit`` placement policy, the default; the others are in
+``services.domain.placement``. A session may name the GPU models it runs on: only
+devices of those models are given to it. A CPU-only session (no fGPU) takes no device: the
+agent whose free CPU fits tightest.
 """
 
 from collections.abc import Set as AbstractSet
@@ -13,30 +18,48 @@ from typing import NamedTuple
 
 from events import DevicePlacement, Slots
 from services.domain.resources import fits, format_slots
-from services.domain.state import AgentView, ClusterState
+from services.domain.state import AgentView, ClusterState, GpuView
 
-__all__ = ["Placement", "Refusal", "never_fits", "place"]
+__all__ = [
+    "Devices",
+    "Placement",
+    "Refusal",
+    "allowed",
+    "device_options",
+    "never_fits",
+    "place",
+    "usable",
+]
 
-Placement = tuple[str, tuple[DevicePlacement, ...]]
+Devices = tuple[DevicePlacement, ...]
+Placement = tuple[str, Devices]
 
 
-def _devices(a: AgentView, need: int) -> tuple[DevicePlacement, ...] | None:
+def allowed(g: GpuView, gpu_models: tuple[str, ...]) -> bool:
+    """Whether device ``g`` is of one of ``gpu_models`` (empty: any model)."""
+    return not gpu_models or g.info.model in gpu_models
+
+
+def _devices(
+    a: AgentView, need: int, gpu_models: tuple[str, ...] = ()
+) -> tuple[DevicePlacement, ...] | None:
     """The devices of ``a`` that give ``need`` quanta, or None if they cannot."""
     per = a.fgpu_per_gpu
+    gpus = [g for g in a.gpus.values() if allowed(g, gpu_models)] if gpu_models else a.gpus.values()
     if need <= per:
         best = None
-        for g in a.gpus.values():
+        for g in gpus:
             if g.free >= need and (best is None or g.free < best.free):
                 best = g
         return None if best is None else (DevicePlacement(gpu_index=best.info.index, fgpu=need),)
     whole, rest = divmod(need, per)
-    empty = sorted(i for i, g in a.gpus.items() if g.free == per)
+    empty = sorted(g.info.index for g in gpus if g.free == per)
     if len(empty) < whole:
         return None
     chosen = [DevicePlacement(gpu_index=i, fgpu=per) for i in empty[:whole]]
     if rest:
         taken = set(empty[:whole])
-        part = [g for i, g in a.gpus.items() if i not in taken and g.free >= rest]
+        part = [g for g in gpus if g.info.index not in taken and g.free >= rest]
         if not part:
             return None
         g = min(part, key=lambda g: (g.free, g.info.index))
@@ -44,37 +67,82 @@ def _devices(a: AgentView, need: int) -> tuple[DevicePlacement, ...] | None:
     return tuple(chosen)
 
 
-def _usable(a: AgentView, slots: Slots, image: str, unheard: AbstractSet[str]) -> bool:
+def device_options(a: AgentView, need: int, gpu_models: tuple[str, ...] = ()) -> list[Devices]:
+    """Every way ``a``'s devices can give ``need`` quanta that could matter: devices of
+    one model with the same free share are interchangeable, so each (model, free share)
+    is offered once, on its lowest index. A CPU-only need (0) takes no device."""
+    if need <= 0:
+        return [()]
+    per = a.fgpu_per_gpu
+    gpus = sorted(
+        (g for g in a.gpus.values() if allowed(g, gpu_models)), key=lambda g: g.info.index
+    )
+    whole, rest = divmod(need, per) if need > per else (0, need)
+    empty = [g.info.index for g in gpus if g.free == per][:whole]
+    if len(empty) < whole:
+        return []
+    base = tuple(DevicePlacement(gpu_index=i, fgpu=per) for i in empty)
+    if not rest:
+        return [base]
+    taken = set(empty)
+    seen: dict[tuple[str, int], int] = {}
+    for g in gpus:
+        if g.free >= rest and g.info.index not in taken:
+            seen.setdefault((g.info.model, g.free), g.info.index)
+    return [(*base, DevicePlacement(gpu_index=i, fgpu=rest)) for i in seen.values()]
+
+
+def usable(a: AgentView, slots: Slots, image: str, unheard: AbstractSet[str]) -> bool:
+    """Whether ``a`` may take a session of ``slots`` and ``image`` now, devices aside: alive,
+    heard from, holding the image, with the CPU, memory and fGPU free in all."""
     return not a.lost and a.agent_id not in unheard and image in a.images and fits(slots, a.free)
 
 
 def place(
-    s: ClusterState, slots: Slots, image: str, unheard: AbstractSet[str] = frozenset()
+    s: ClusterState,
+    slots: Slots,
+    image: str,
+    unheard: AbstractSet[str] = frozenset(),
+    gpu_models: tuple[str, ...] = (),
 ) -> Placement | None:
-    """The agent and devices for a session needing ``slots`` of ``image``, or None now.
-    ``unheard``: agents not known to be alive yet (not heard from since the scheduler
-    started), on which nothing is placed."""
+    """The agent and devices for a session needing ``slots`` of ``image`` on devices of
+    ``gpu_models`` (empty: any), or None now. ``unheard``: agents not known to be alive
+    yet (not heard from since the scheduler started), on which nothing is placed."""
     if slots.fgpu <= 0:
-        return None
+        return _cpu_only(s, slots, image, unheard)
     agents = s.agents
     smallest = s.fit.smallest_device()
     if smallest is not None and slots.fgpu <= smallest:
         # Every agent could take it on one device: the index finds the tightest quickly.
         for agent_id in s.fit.candidates(slots.fgpu):
             a = agents[agent_id]
-            if _usable(a, slots, image, unheard):
-                devices = _devices(a, slots.fgpu)
+            if usable(a, slots, image, unheard):
+                devices = _devices(a, slots.fgpu, gpu_models)
                 if devices is not None:
                     return agent_id, devices
         return None
     best: tuple[int, str, tuple[DevicePlacement, ...]] | None = None
     for agent_id, a in agents.items():
-        if not _usable(a, slots, image, unheard):
+        if not usable(a, slots, image, unheard):
             continue
-        devices = _devices(a, slots.fgpu)
+        devices = _devices(a, slots.fgpu, gpu_models)
         if devices is not None and (best is None or a.free.fgpu < best[0]):
             best = (a.free.fgpu, agent_id, devices)
     return None if best is None else (best[1], best[2])
+
+
+def _cpu_only(
+    s: ClusterState, slots: Slots, image: str, unheard: AbstractSet[str]
+) -> Placement | None:
+    """The agent whose free CPU fits a CPU-only session tightest (first registered of
+    equals), with no device."""
+    best: tuple[int, str] | None = None
+    for agent_id, a in s.agents.items():
+        if usable(a, slots, image, unheard):
+            cpu = a.capacity.cpu - a.allocated.cpu
+            if best is None or cpu < best[0]:
+                best = (cpu, agent_id)
+    return None if best is None else (best[1], ())
 
 
 class Refusal(NamedTuple):
@@ -85,9 +153,15 @@ class Refusal(NamedTuple):
 
 
 def never_fits(
-    s: ClusterState, slots: Slots, image: str, *, live_only: bool = False
+    s: ClusterState,
+    slots: Slots,
+    image: str,
+    *,
+    live_only: bool = False,
+    gpu_models: tuple[str, ...] = (),
 ) -> Refusal | None:
-    """Why no registered agent could ever take this session, even empty; None if one could.
+    """Why no registered agent could ever take this session, even empty, on devices of
+    ``gpu_models`` (empty: any); None if one could.
 
     Lost agents count: they may come back, and a heartbeat gap must not turn a request
     away for good (``live_only``: count only agents not lost). With no agent registered yet
@@ -100,8 +174,15 @@ def never_fits(
     if not with_image:
         return Refusal("unknown-image", f"image {image!r} is not available on any agent")
     for a in with_image:
-        if fits(slots, a.capacity) and slots.fgpu <= len(a.gpus) * a.fgpu_per_gpu:
+        devices = (
+            sum(1 for g in a.gpus.values() if allowed(g, gpu_models)) if gpu_models else len(a.gpus)
+        )
+        if fits(slots, a.capacity) and slots.fgpu <= devices * a.fgpu_per_gpu:
             return None
+    if gpu_models and slots.fgpu > 0:
+        models = ", ".join(gpu_models)
+        if not any(allowed(g, gpu_models) for a in with_image for g in a.gpus.values()):
+            return Refusal("unsatisfiable", f"no agent has a GPU of model {models}")
     most = max(with_image, key=lambda a: len(a.gpus) * a.fgpu_per_gpu)
     offers = format_slots(
         Slots(cpu=most.capacity.cpu, mem=most.capacity.mem, fgpu=len(most.gpus) * most.fgpu_per_gpu)

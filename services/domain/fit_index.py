@@ -22,7 +22,15 @@ class FitIndex:
     not a re-filing. Within a bucket agents stand in the order of their last change.
     """
 
-    __slots__ = ("_buckets", "_key_of", "_keys", "_per_gpu", "_per_gpu_agents", "_stale")
+    __slots__ = (
+        "_buckets",
+        "_key_of",
+        "_keys",
+        "_per_gpu",
+        "_per_gpu_agents",
+        "_stale",
+        "_touched",
+    )
 
     def __init__(self) -> None:
         self._buckets: dict[int, dict[str, None]] = {}
@@ -34,12 +42,23 @@ class FitIndex:
         # and how many agents have each size: the smallest is a lookup, not a scan.
         self._per_gpu: dict[str, int] = {}
         self._per_gpu_agents: dict[int, int] = {}
+        # Agents changed since ``take_touched`` was last called: the feed a placement
+        # policy with an index of its own follows (at most one entry per agent).
+        self._touched: dict[str, None] = {}
 
     def update(self, a: "AgentView") -> None:
         """Note that ``a``'s allocations, capacity or liveness changed."""
         stale = self._stale
         stale.pop(a.agent_id, None)  # a later change moves it last
         stale[a.agent_id] = a
+        self._touched[a.agent_id] = None
+
+    def take_touched(self) -> list[str]:
+        """The agents changed since the last call (every agent, the first time), in the
+        order of their first change since; for one reader (a placement policy's index)."""
+        touched = list(self._touched)
+        self._touched.clear()
+        return touched
 
     def _refile_stale(self) -> None:
         for a in self._stale.values():

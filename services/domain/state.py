@@ -64,6 +64,7 @@ from services.domain.views import (
     SessionView,
     Transition,
 )
+from services.domain.workload import Shape
 
 __all__ = [
     "ENDED_STUB",
@@ -189,6 +190,8 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         arrival_seq=seq,
         requested_at=e.at,
         invalid=invalid_request(e),
+        gpu_models=e.gpu_models,
+        cpu_only=e.cpu_only,
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
@@ -217,6 +220,7 @@ def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
     s.undecided.pop(v.session_id, None)
     s.queue[v.session_id] = None
     _hold_quota(s, v)
+    s.workload.note(Shape(v.slots.fgpu, v.slots.cpu, v.slots.mem, v.gpu_models))
 
 
 def _rejected(s: ClusterState, seq: int, e: SessionRejected) -> None:
@@ -257,6 +261,7 @@ def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
     v.agent_id = e.agent_id
     v.devices = e.devices
     _allocate(s, a, v)
+    s.last_placed = a.agent_id
     _transition(s, v, S.SCHEDULED, seq, e)
 
 

@@ -34,7 +34,10 @@ def invalid_request(e: SessionRequested) -> str | None:
         return f"access key {e.owner!r} must be 1-64 letters, digits, '-' or '_'"
     if not subj.is_token(e.session_id):
         return f"session id {e.session_id!r} must be 1-64 letters, digits, '-' or '_'"
-    if e.slots.fgpu <= 0:
+    if e.cpu_only:
+        if e.slots.fgpu != 0:
+            return "a CPU-only session asks for no fGPU"
+    elif e.slots.fgpu <= 0:
         return "fGPU must be greater than zero"
     if e.slots.cpu <= 0:
         return "cpu must be greater than zero"
@@ -54,4 +57,6 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "command is too long"
     if e.name is not None and len(e.name) > 128:
         return "name is longer than 128 characters"
+    if len(e.gpu_models) > 64 or any(not 0 < len(m) <= 128 for m in e.gpu_models):
+        return "gpu_models must be at most 64 names of 1-128 characters"
     return None

@@ -20,6 +20,7 @@ from services.domain.fit_index import FitIndex
 from services.domain.resources import sub
 from services.domain.status import SessionStatus
 from services.domain.tenancy import Tenancy
+from services.domain.workload import Workload
 
 __all__ = ["AgentView", "ClusterState", "GpuView", "OwnerUsage", "SessionView", "Transition"]
 
@@ -67,6 +68,8 @@ class SessionView:
     user: str | None = None
     project: str = "default/default"
     domain: str = "default"
+    gpu_models: tuple[str, ...] = ()  # the models it may run on, any of them; empty: any
+    cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
 
 
 class _Shares:
@@ -178,6 +181,10 @@ class ClusterState:
     )
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
+    # The shapes of recent admitted requests (the fragmentation-aware placement weighs
+    # against them) and the agent of the latest placement (round-robin goes on from it).
+    workload: Workload = field(default_factory=Workload)
+    last_placed: str | None = None
     # Sessions and agents whose state changed since the owner last cleared these; lets an
     # actor look at what a batch changed instead of everything it knows. Invariant: every
     # change to a session's fields marks it (the projection store rewrites the rows of

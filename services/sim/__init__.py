@@ -1,0 +1,1 @@
+"""Simulations that drive the real actors: trace replays (``fgpu sim replay``)."""
