@@ -284,16 +284,18 @@ async def test_a_failed_save_is_logged_and_the_actor_carries_on() -> None:
     assert any(e["event"] == "snapshot.not_saved" for e in seen)
 
 
-def test_a_snapshot_is_due_by_events_or_by_time() -> None:
-    now = [0.0]
-    kept = Snapshots(
-        MemorySnapshots(), writes=True, every_events=10, every_s=60, clock=lambda: now[0]
-    )
-    s = ClusterState(last_seq=9)
+async def test_a_snapshot_is_kept_at_once_then_by_events_or_by_time() -> None:
+    store, now = MemorySnapshots(), [0.0]
+    kept = Snapshots(store, writes=True, every_events=10, every_s=60, clock=lambda: now[0])
+    s = ClusterState(last_seq=3, folded=3)
+    async with anyio.create_task_group() as tg:
+        kept.keep(s, tg, "test")  # none yet: what was folded is kept at once
+    assert store.saves == 1
+    s.last_seq = 12
     assert not kept.due(s)
-    s.last_seq = 10
+    s.last_seq = 13
     assert kept.due(s)
-    s.last_seq = 3
+    s.last_seq = 4
     assert not kept.due(s)
     now[0] = 61
     assert kept.due(s)

@@ -240,3 +240,22 @@ async def test_retention_is_refused_on_a_stream_made_keeping_everything(log: Jet
     with pytest.raises(LogError, match="keeping every event for good"):
         await log.create_or_update_stream(retention=Retention(max_events=5))
     assert await log.retention() is None
+
+
+@pytest.mark.parametrize(("requests", "archived"), [(43, 0), (44, 4)])
+async def test_a_pass_archives_at_least_a_tenth_of_what_the_stream_keeps(
+    tmp_path: Path, requests: int, archived: int
+) -> None:
+    """Keeping 40, a pass waits for 4 records beyond the limit: the past is not archived
+    (and said, for good) record by record as each new one pushes an old one out."""
+    log = MemoryLog(retention=Retention(max_events=40))
+    client = Client(log, CLOCK, "alice")
+    await client.create(image=IMAGE, slots=Slots(cpu=1, mem=GIB, fgpu=25), count=requests)
+    covering = MemorySnapshots()
+    covering.data = encode_actor_state(
+        ClusterState(last_seq=requests, folded=requests), await log.identity()
+    )
+    archive = Archive(tmp_path, await log.identity())
+    done = await Archiver(log, log, archive, [covering], CLOCK).pass_once()
+    assert done is not None and done.archived_through == archived
+    assert len(done.written) == (1 if archived else 0)

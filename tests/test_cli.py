@@ -379,6 +379,10 @@ def test_up_and_agent_take_every_agent_option() -> None:
         "api_port",
         "no_api",
         "lost_grace",
+        "retain_events",
+        "retain_days",
+        "archive_every",
+        "snapshot_events",
     }
 
 

@@ -4,6 +4,7 @@ and its nats-server never outlives it. Real processes, real Docker."""
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -118,3 +119,41 @@ def test_its_server_dies_with_it_and_an_orphan_is_stopped(tmp_path: Path) -> Non
     finally:
         orphan.stop()
     assert os.path.exists(home / "store" / "nats-server.pid")
+
+
+def test_a_store_made_with_retention_archives_its_past_and_still_reads_it_whole(
+    tmp_path: Path,
+) -> None:
+    """`fgpu up --retain-events`: the archiver (its own service key, its own permissions)
+    moves the past into Parquet once the snapshots cover it, says so on the log, and the
+    stream keeps only the rest; the read API still serves every event, a projections
+    rebuild reads archive and stream as one, and a restart starts from the snapshots."""
+    home = tmp_path / "home"
+    keep = ("--retain-events", "15", "--archive-every", "0.3", "--snapshot-events", "3")
+    with fgpu_up(home, *keep, "--runtime", "dummy", users=()) as up:
+        create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait"]
+        ids = [up.json(*create, key="admin")["sessions"][0]["id"] for _ in range(4)]
+        up.fgpu("session", "rm", *ids[:3], key="admin")
+        deadline = time.monotonic() + 60
+        while not (segments := up.json("archive", "ls", key="admin")):
+            assert time.monotonic() < deadline, (home / "up.log").read_text()[-3000:]
+            time.sleep(0.3)
+        assert segments[0]["first_seq"] == 1
+        served = _events(up.fgpu("events", "--json", key="admin"))
+        assert [e["seq"] for e in served] == list(range(1, len(served) + 1))
+        said = [e for e in served if e["type"] == "log.archived.v1"]
+        assert said and said[0]["data"]["segment"] == segments[0]["segment"]
+        info = up.json("stream", "info", key="admin")
+        assert info["messages"] < info["last_seq"]  # the tenancy stays: first_seq may be 1
+        # A projection rebuilt from the start reads the archive, then the stream.
+        db = tmp_path / "rebuilt.duckdb"
+        keys = ("--service-keys", str(home / "store" / "services.json"))
+        rebuilt = up.fgpu(*keys, "projections", "rebuild", "--db", str(db), key="admin")
+        found = re.search(r": (\d+) events in", rebuilt)
+        assert found is not None and int(found[1]) >= len(served), rebuilt
+    with fgpu_up(home, *keep, "--runtime", "dummy", users=()) as again:
+        log = (home / "up.log").read_text()
+        assert "snapshot.ignored" not in log and "HistoryMissing" not in log
+        again_served = _events(again.fgpu("events", "--json", key="admin"))
+        assert [e["id"] for e in again_served[: len(served)]] == [e["id"] for e in served]
+        assert again.json("session", "info", ids[3], key="admin")["status"] == "RUNNING"

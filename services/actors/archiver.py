@@ -4,6 +4,9 @@ A log made with retention (``Retention``: at most so many records, none older th
 long) keeps in its stream what its limits allow; each pass of the archiver takes what is
 beyond them, in order, and for each segment of at most ``segment_records``:
 
+(at least a tenth of what the stream keeps at a time, or what is overdue by a tenth of
+the age limit, so that the past is not archived record by record as new ones come)
+
 1. writes it to the archive, which puts it in place only once read back equal;
 2. appends ``log.archived`` on ``fgpu.archive`` (a deterministic id: a pass run again
    after a crash writes it once);
@@ -39,6 +42,7 @@ from services.ports import (
     EventLog,
     LogError,
     RetainingLog,
+    Retention,
     SnapshotStore,
 )
 
@@ -141,7 +145,11 @@ class Archiver:
                             chunk = []
                     if limits_met:
                         break
-        if chunk:
+        if chunk and (
+            written
+            or len(chunk) >= _least(retention, self.segment_records)
+            or _overdue(chunk[0], horizon, retention)
+        ):
             written.append(await self._archive(chunk, identity))
         through = written[-1].last_seq if written else through
         if through:
@@ -200,6 +208,23 @@ class Archiver:
             except SnapshotUnusable as e:
                 return 0, f"an actor's snapshot is unusable: {e}"
         return (min(seqs) if seqs else 0), None
+
+
+def _least(retention: Retention, segment_records: int) -> int:
+    """The fewest records a pass archives: a tenth of what the stream keeps (at most a
+    segment), so that the log is not said to the archive (and the markers, kept for good,
+    do not pile up) record by record as each new one pushes an old one out."""
+    if retention.max_events is None:
+        return segment_records
+    return max(1, min(segment_records, retention.max_events // 10))
+
+
+def _overdue(r: Record, horizon: datetime | None, retention: Retention) -> bool:
+    """Whether ``r`` is older than the age limit by a tenth of it: then it goes now, however
+    few records go with it."""
+    if horizon is None or retention.max_age_s is None or isinstance(r.event, Malformed):
+        return False
+    return r.event.at < horizon - timedelta(seconds=retention.max_age_s / 10)
 
 
 def _older(r: Record, horizon: datetime | None) -> bool:

@@ -8,7 +8,6 @@ answers are one atomic batch on ``fgpu.tenancy`` expecting the subject's last se
 so two registrars running by mistake never both apply from one view of the tenancy.
 """
 
-
 from events import AdminApplied, AdminRefused, AnyEvent
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp

@@ -86,7 +86,8 @@ class Snapshots:
         if state.unconfirmed:  # decisions not back from the log yet: the next batch
             return False
         return (
-            state.last_seq - self._saved_seq >= self.every_events
+            self._saved_seq == 0  # none yet: what a full replay built is worth keeping
+            or state.last_seq - self._saved_seq >= self.every_events
             or self._clock() - self._saved_at >= self.every_s
         )
 

@@ -5,21 +5,30 @@
 - A save puts the object anew: nats-py writes the new chunks, then the meta message (a
   rollup, so the bucket's meta holds only the latest), then purges the old chunks. A
   reader sees the old object or the new one, never a mix; a digest checks the chunks.
+  A reader whose chunks were purged under it by a save (nats-py would wait for them for
+  ever) gives up after ``_READ_S`` and reads again, the new object then.
 - Who may write which bucket is the server's to enforce (``services.domain.permissions``):
   a scheduler writes the scheduler's, which agents may only read.
 
 Every call into nats-py goes through ``NatsClient.call``: only LogError comes out.
 """
 
+import anyio
+import structlog
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
 from events import subjects as subj
 from services.adapters.nats_client import NatsClient
+from services.ports import LogError
 
 __all__ = ["JetStreamSnapshots", "ensure_buckets"]
 
+log = structlog.get_logger()
+
 _OBJECT = "state"
+_READ_S = 5.0  # one read of a snapshot (a few MB on a loopback: well under a second)
+_TRIES = 3
 
 
 class JetStreamSnapshots:
@@ -33,6 +42,17 @@ class JetStreamSnapshots:
         self.bucket = subj.snapshot_bucket(kind)
 
     async def load(self) -> bytes | None:
+        for attempt in range(1, _TRIES + 1):
+            try:
+                with anyio.fail_after(_READ_S):
+                    return await self._load()
+            except (TimeoutError, LogError) as e:
+                if attempt == _TRIES:
+                    raise LogError(f"load a snapshot from {self.bucket}: {e}") from e
+                log.info("snapshot.read_again", bucket=self.bucket, error=str(e) or "timed out")
+        raise AssertionError("unreachable")
+
+    async def _load(self) -> bytes | None:
         with self._client.call(f"load a snapshot from {self.bucket}"):
             try:
                 store = await self._js.object_store(self.bucket)

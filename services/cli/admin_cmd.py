@@ -60,7 +60,8 @@ def projections_rebuild(
     archive: ArchiveDirOpt = None,
 ) -> None:
     """Rebuild every table from the start of the log (its archive, then its stream), into
-    a new file moved into place.
+    a new file moved into place. It reads the log as the projector does: with the `api`
+    service key where service keys are given (--service-keys, $FGPU_SERVICE_KEYS).
 
     Refused while a projector (`fgpu up`, `fgpu api`) has the file open: stop it, or
     pass --db.
@@ -73,7 +74,7 @@ def projections_rebuild(
     path.parent.mkdir(parents=True, exist_ok=True)
 
     async def go() -> Any:
-        async with connection(settings) as conn:
+        async with connection(settings, "api") as conn:
             root = archive or default_archive_dir()
             whole = ArchivedLog(conn.log, Archive(root, await conn.log.identity()))
             return await rebuild(whole, path)

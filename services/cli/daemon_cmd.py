@@ -199,6 +199,17 @@ def up(
     lost_grace: LostGraceOpt = 600.0,
     retain_events: RetainEventsOpt = None,
     retain_days: RetainDaysOpt = None,
+    archive_every: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between the archiver's passes.")
+    ] = 60.0,
+    snapshot_events: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="The scheduler and quota keep a snapshot every this many events (and "
+            "every 5 minutes with some).",
+        ),
+    ] = 50_000,
 ) -> None:
     """Start an embedded NATS server and every actor in this process, until Ctrl-C or
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
@@ -298,15 +309,20 @@ def up(
                 run_registrar, snapshots=conns["registrar"].snapshots("scheduler")
             )
             await tg.start(registrar, logs["registrar"])
-            quota = functools.partial(run_quota, snapshots=conns["quota"].snapshots("quota"))
+            quota = functools.partial(
+                run_quota,
+                snapshots=conns["quota"].snapshots("quota"),
+                snapshot_events=snapshot_events,
+            )
             await tg.start(quota, logs["quota"])
             schedule = functools.partial(
                 run_scheduler,
                 lost_grace_s=lost_grace,
                 snapshots=conns["scheduler"].snapshots("scheduler"),
+                snapshot_events=snapshot_events,
             )
             await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
-            await tg.start(run_archiver, conns["archiver"], archive_dir)
+            await tg.start(run_archiver, conns["archiver"], archive_dir, archive_every)
             await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.

@@ -113,8 +113,11 @@ class Settings:
 
 
 @asynccontextmanager
-async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
-    """The log and the bus, for a command that publishes or asks an agent."""
+async def connection(
+    settings: Settings, service: str | None = None
+) -> "AsyncIterator[NatsConnection]":
+    """The log and the bus, for a command that publishes or asks an agent; as the keypair
+    of ``service`` where service keys are given (``Settings.identity``)."""
     from services.adapters.nats_import import import_nats_client
 
     _quiet_logs()
@@ -122,7 +125,7 @@ async def connection(settings: Settings) -> "AsyncIterator[NatsConnection]":
     import_nats_client(websockets=url.startswith(("ws://", "wss://")))
     from services.adapters.nats_connection import nats_connection
 
-    options = settings.identity().options()
+    options = settings.identity(service).options()
     async with nats_connection(url, name="fgpu-cli", **options) as conn:
         yield conn
 

@@ -81,10 +81,16 @@ async def run_quota(
     *,
     durable: str = "quota",
     snapshots: SnapshotStore | None = None,
+    snapshot_events: int = 50_000,
     task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Quota, starting from (and keeping) the quota's snapshots in ``snapshots``."""
-    kept = Snapshots(snapshots, writes=True) if snapshots is not None else None
+    """Quota, starting from (and keeping, every ``snapshot_events``) the quota's
+    snapshots in ``snapshots``."""
+    kept = (
+        Snapshots(snapshots, writes=True, every_events=snapshot_events)
+        if snapshots is not None
+        else None
+    )
     await QuotaActor(events, SystemClock(), durable=durable, snapshots=kept).run(
         task_status=task_status
     )
@@ -151,6 +157,7 @@ async def run_scheduler(
     durable: str = "scheduler",
     policy: str = "best-fit",
     snapshots: SnapshotStore | None = None,
+    snapshot_events: int = 50_000,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The scheduler, placing with ``policy``, and the heartbeats it hears. ``durable``:
@@ -163,7 +170,11 @@ async def run_scheduler(
         lost_grace_s=lost_grace_s,
         durable=durable,
         policy=policy,
-        snapshots=Snapshots(snapshots, writes=True) if snapshots is not None else None,
+        snapshots=(
+            Snapshots(snapshots, writes=True, every_events=snapshot_events)
+            if snapshots is not None
+            else None
+        ),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(watch_heartbeats, heartbeats, actor)

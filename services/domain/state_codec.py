@@ -38,6 +38,7 @@ from services.domain.state import (
 )
 from services.domain.status import ENDED
 from services.domain.tenancy import Keypair, Tenancy, User
+from services.domain.workload import Shape, Workload
 
 __all__ = [
     "ENDED_STUB",
@@ -54,7 +55,7 @@ __all__ = [
 
 # The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
 # it, and every actor snapshot of another version is ignored (full replay).
-FOLD_VERSION = 1
+FOLD_VERSION = 2  # 2: the workload forecast and the latest placement (placement policies)
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -145,6 +146,9 @@ class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     pending: dict[str, OwnerUsage]
     tenancy: _Tenancy
     admin_requests: list[AdminRequested]
+    # Since fold version 2 (snapshots from before restore none: an empty forecast).
+    workload: tuple[list[Shape], int, list[tuple[Shape, int]], int] = ([], 0, [], 0)
+    last_placed: str | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -182,8 +186,15 @@ def encode_state(s: ClusterState) -> bytes:
             pending={k: s.pending[k] for k in sorted(s.pending)},
             tenancy=_Tenancy.of(s.tenancy),
             admin_requests=list(s.admin_requests.values()),
+            workload=_workload(s.workload),
+            last_placed=s.last_placed,
         )
     )
+
+
+def _workload(w: Workload) -> tuple[list[Shape], int, list[tuple[Shape, int]], int]:
+    recent, admitted, typical, version = w.parts()
+    return recent, admitted, list(typical), version
 
 
 def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
@@ -211,6 +222,9 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.pending = dict(snap.pending)
     s.tenancy = snap.tenancy.view()
     s.admin_requests = {r.id: r for r in snap.admin_requests}
+    recent, admitted, typical, version = snap.workload
+    s.workload = Workload.of(recent, admitted, tuple(typical), version)
+    s.last_placed = snap.last_placed
     return s
 
 

@@ -69,6 +69,26 @@ class Workload:
         ):
             self._renew()
 
+    def parts(self) -> tuple[list[Shape], int, tuple[tuple[Shape, int], ...], int]:
+        """What it holds (the window, admissions, the forecast and its version), as
+        ``of`` takes it back: a snapshot restores exactly this forecast."""
+        return list(self._recent), self.admitted, self.typical, self.version
+
+    @classmethod
+    def of(
+        cls,
+        recent: list[Shape],
+        admitted: int,
+        typical: tuple[tuple[Shape, int], ...],
+        version: int,
+    ) -> "Workload":
+        w = cls()
+        w._recent = deque(recent)
+        for shape in recent:
+            w._counts[shape] = w._counts.get(shape, 0) + 1
+        w.admitted, w.typical, w.version = admitted, typical, version
+        return w
+
     def _renew(self) -> None:
         demand = sorted(
             ((shape, count * shape.fgpu) for shape, count in self._counts.items() if shape.fgpu),
