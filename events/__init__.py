@@ -29,6 +29,7 @@ from events.session import (
     SessionTerminating,
     SessionUnplaced,
 )
+from events.session_exec import SessionExecFinished, SessionExecStarted
 from events.slots import Slots
 from events.tenancy import (
     AddMember,
@@ -98,6 +99,8 @@ __all__ = [
     "SessionCancelled",
     "SessionDestroyRequested",
     "SessionErrored",
+    "SessionExecFinished",
+    "SessionExecStarted",
     "SessionLost",
     "SessionPreparing",
     "SessionQueued",

@@ -16,11 +16,12 @@ fgpu.sched                           the allocation ledger: every placement, can
                                      concurrency on this one subject
 fgpu.agent.<agent_id>                an agent's registrations
 fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
+fgpu.agent.<agent_id>.exec.<session_id> commands run in one session (fgpu session exec)
 fgpu.sys                             refused payloads
 fgpu.access.<door>                   the access audit of one door (nats: the gatekeeper,
                                      api: the read API): sign-ins, refusals
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
-fgpu.rpc.<agent_id>.<access_key>     requests to one agent (a session's logs) by an access
+fgpu.rpc.<agent_id>.<access_key>     requests to one agent (logs, exec) by an access
                                      key: core NATS request and reply, not stored in the
                                      log; the server confines a user to its own key here
 """
@@ -43,6 +44,7 @@ __all__ = [
     "access",
     "admin",
     "agent",
+    "agent_exec",
     "agent_request",
     "agent_rpc",
     "agent_session",
@@ -128,6 +130,10 @@ def agent(agent_id: str) -> str:
 
 def agent_session(agent_id: str, session_id: str) -> str:
     return f"fgpu.agent.{agent_id}.s.{session_id}"
+
+
+def agent_exec(agent_id: str, session_id: str) -> str:
+    return f"fgpu.agent.{agent_id}.exec.{session_id}"
 
 
 def usage(agent_id: str, session_id: str) -> str:

@@ -26,6 +26,7 @@ from events.session import (
     SessionTerminating,
     SessionUnplaced,
 )
+from events.session_exec import SessionExecFinished, SessionExecStarted
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled
 
@@ -62,6 +63,8 @@ AnyEvent = (
     | AgentFenced
     | AgentHeard
     | LogArchived
+    | SessionExecStarted
+    | SessionExecFinished
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

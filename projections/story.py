@@ -5,6 +5,7 @@ them, so an event that changed nothing (a duplicate, a late report, a decision t
 a race) is told as such. The read API and ``fgpu audit session`` tell the same story.
 """
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,8 @@ from events import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionExecFinished,
+    SessionExecStarted,
     SessionLost,
     SessionPreparing,
     SessionQueued,
@@ -138,6 +141,13 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             return f"taken back from {e.agent_id} to be placed again: {e.reason}"
         case SessionLost():
             return f"ended with its agent: {e.reason}"
+        case SessionExecStarted():
+            return f"{e.requester} ran {shlex.join(e.argv)} in it"
+        case SessionExecFinished():
+            if e.exit_code is None:
+                return f"the command {e.requester} ran did not finish: {e.error}"
+            wrote = f"{format_mem(e.stdout_bytes)} out, {format_mem(e.stderr_bytes)} err"
+            return f"the command {e.requester} ran exited {e.exit_code} ({wrote})"
         case GpuOomRefused():
             return (
                 f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"

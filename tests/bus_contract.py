@@ -13,6 +13,7 @@ import pytest
 
 from services.ports import (
     AgentHandler,
+    AgentReply,
     AgentRequest,
     AgentRequests,
     AgentUnreachable,
@@ -108,3 +109,30 @@ class BusContract:
             assert isinstance(reply, RequestFailed) and "disk is on fire" in reply.error
             # ... and goes on serving.
             assert isinstance(await bus.ask("a1", LogsRequest(session_id="s")), RequestFailed)
+
+    async def test_a_slow_request_holds_up_no_other(self, bus: Bus) -> None:
+        # The first waits until the second is answered: answered one after the other,
+        # neither would ever be.
+        entered, released = anyio.Event(), anyio.Event()
+
+        async def answer(requester: str, request: AgentRequest) -> LogsReply:
+            if request.session_id == "first":
+                entered.set()
+                await released.wait()
+            else:
+                released.set()
+            return LogsReply(ok=True, logs=request.session_id)
+
+        replies: dict[str, AgentReply] = {}
+
+        async def ask(session_id: str) -> None:
+            request = LogsRequest(session_id=session_id)
+            replies[session_id] = await bus.ask("a1", request, timeout_s=DEADLINE_S)
+
+        async with bus.serving("a1", answer):
+            with anyio.fail_after(DEADLINE_S):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ask, "first")
+                    await entered.wait()
+                    tg.start_soon(ask, "second")
+        assert replies == {s: LogsReply(ok=True, logs=s) for s in ("first", "second")}

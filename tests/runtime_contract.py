@@ -198,3 +198,69 @@ class ContainerRuntimeContract:
     async def test_logs_of_an_unknown_container_raise(self, rt: ContainerRuntime) -> None:
         with pytest.raises(ContainerError):
             await rt.logs("fgpu-test-no-such-container")
+
+    # ---- exec -------------------------------------------------------------------------
+
+    @pytest.mark.anyio
+    async def test_exec_returns_each_stream_and_the_exit_code(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            done = await rt.exec(info.id, ("sh", "-c", "echo out; echo err >&2; exit 3"))
+        assert (done.exit_code, done.stdout, done.stderr) == (3, b"out\n", b"err\n")
+        assert (done.stdout_bytes, done.stderr_bytes, done.truncated) == (4, 4, False)
+        [listed] = await rt.list({TEST_LABEL: tag})
+        assert listed.running  # the container goes on
+
+    @pytest.mark.anyio
+    async def test_exec_runs_argv_with_no_shell(self, rt: ContainerRuntime, tag: str) -> None:
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            done = await rt.exec(info.id, ("echo", "a  b", "$HOME;", "exit 4"))
+        assert (done.exit_code, done.stdout) == (0, b"a  b $HOME; exit 4\n")
+
+    @pytest.mark.anyio
+    async def test_exec_sees_the_containers_environment(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a", env={"GREETING": "hi there"}))
+        with anyio.fail_after(DEADLINE_S):
+            done = await rt.exec(info.id, ("sh", "-c", 'echo "$GREETING"'))
+        assert done.stdout == b"hi there\n"
+
+    @pytest.mark.anyio
+    async def test_exec_keeps_the_first_bytes_and_counts_all(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            done = await rt.exec(info.id, ("sh", "-c", "echo hello; echo oops >&2"), keep=3)
+        assert (done.stdout, done.stdout_bytes, done.stderr, done.stderr_bytes) == (
+            b"hel",
+            6,
+            b"oop",
+            5,
+        )
+        assert done.truncated
+
+    @pytest.mark.anyio
+    async def test_exec_of_a_missing_command_is_an_exit_code(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            done = await rt.exec(info.id, ("fgpu-no-such-command",))
+        assert done.exit_code in (126, 127)
+
+    @pytest.mark.anyio
+    async def test_exec_in_a_container_not_running_raises(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 0")))
+        await self.wait(rt, info.id)
+        with pytest.raises(ContainerError) as caught:
+            await rt.exec(info.id, ("true",))
+        assert not isinstance(caught.value, RuntimeUnavailable)
+        with pytest.raises(ContainerError):
+            await rt.exec("fgpu-test-no-such-container", ("true",))

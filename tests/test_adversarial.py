@@ -87,7 +87,7 @@ from services.domain.provenance import Provenance, stamp
 from services.domain.resources import UNLIMITED, format_fgpu
 from services.domain.state import ClusterState, fold
 from services.domain.status import ENDED, SessionStatus
-from services.ports import AgentReply, LogsReply, LogsRequest
+from services.ports import AgentReply, ExecReply, ExecRequest, LogsReply, LogsRequest
 from tests.cluster import agent_config
 
 CLOCK = SystemClock()
@@ -659,6 +659,21 @@ async def read_others(w: World, me: Attacker) -> Outcome:
     return Outcome(denied=[f"subscription {s}" for s in listened] + [rpc])
 
 
+async def exec_in_anothers(w: World, me: Attacker) -> Outcome:
+    """Run a command in the victim's session through agent a1: on one's own subject the
+    agent refuses, and writes nothing (only a command that runs is audited); on the
+    victim's the server does."""
+    vic = w.keys["vic"][0]
+    run = msgspec.json.encode(ExecRequest(session_id=w.victim, argv=("id",)))
+    if me.person:
+        reply = await me.nc.request(subj.agent_request("a1", me.key), run, timeout=5)
+        answer = msgspec.json.decode(reply.data, type=AgentReply)
+        refused = f"{me.key} may not run commands in session {w.victim}"
+        assert answer == ExecReply(ok=False, error=refused)
+    await me.nc.publish(subj.agent_request("a1", vic), run)
+    return Outcome(denied=[f"publish {subj.agent_request('a1', vic)}"])
+
+
 async def destroy_anothers(w: World, me: Attacker) -> Outcome:
     """A destroy of the victim's session, on one's own subject: the scheduler refuses."""
     end = _event(SessionDestroyRequested, me.key, session_id=w.victim, requester=me.key)
@@ -796,6 +811,7 @@ ATTACKS: dict[str, Attack] = {
     "manage-consumers": manage_consumers,
     "forge-snapshot": forge_a_snapshot,
     "read-others": read_others,
+    "exec-in-anothers-session": exec_in_anothers,
     "destroy-anothers-session": destroy_anothers,
     **{f"exceed-{level}-policy": exceed(level) for level in PolicyLevel},
     "hide-a-refusal": hide_a_refusal,

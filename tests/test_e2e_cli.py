@@ -70,6 +70,17 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
             assert inspect["HostConfig"]["NanoCpus"] == 500_000_000
         assert f"hello from {running[0]['id']}" in stack.fgpu("session", "logs", running[0]["id"])
 
+        # A command in the container, through the agent over NATS: its streams and its
+        # exit status; the slice's environment is the session's. Another user may not,
+        # and the audit shows who ran what.
+        script = 'echo "$FGPU_MEM_LIMIT"; echo err >&2; exit 3'
+        ran = stack.run("session", "exec", running[0]["id"], "--", "sh", "-c", script)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (3, f"{8 * GIB}\n", "err\n")
+        refused = stack.run("session", "exec", running[0]["id"], "--", "true", key="mallory")
+        assert refused.returncode not in (0, 3) and refused.stdout == ""
+        told = stack.fgpu("audit", "session", running[0]["id"])
+        assert f"ran sh -c '{script}' in it" in told and "exited 3" in told
+
         agents = stack.json("agents", "ls")["agents"]
         gpu = agents[0]["gpus"][0]
         assert gpu["allocated"] == "2"

@@ -1,61 +1,162 @@
-"""What an agent answers off the log: requests only its host can answer (a session's logs)."""
+"""What an agent answers off the log: requests only its host can answer (a session's logs,
+a command run in its container).
+
+A command run in a session is audited on the log, on the agent's own subject for it
+(``fgpu.agent.<id>.exec.<session>``): ``session.exec-started`` before it starts, and
+``session.exec-finished`` once it has ended or could not be waited for. An opening that
+cannot be written refuses the command: nothing runs that the log does not show. What the
+command printed goes to the requester only. A refusal (another's session, one not running
+here) is answered, not written: the server already confines each user to asking in its own
+name, and a flood of refusals must not fill the log.
+"""
 
 from collections.abc import Callable
 
-from events import Role
+import anyio
+import structlog
+
+from events import SessionExecFinished, SessionExecStarted
+from events import subjects as subj
+from services.actors.common import Provenance, stamp
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
+from services.domain.session_access import exec_problem, may_not_exec, may_not_read
 from services.domain.state import ClusterState
 from services.ports import (
+    EXEC_OUTPUT_KEPT,
     AgentHandler,
     AgentReply,
     AgentRequest,
+    Clock,
     ContainerError,
     ContainerRuntime,
+    EventLog,
+    ExecReply,
+    ExecRequest,
+    ExecResult,
+    LogError,
     LogsReply,
     LogsRequest,
 )
 
 __all__ = ["answering"]
 
+log = structlog.get_logger()
+
 
 def answering(
-    agent_id: str, runtime: ContainerRuntime, state: Callable[[], ClusterState]
+    agent_id: str,
+    runtime: ContainerRuntime,
+    state: Callable[[], ClusterState],
+    events: EventLog,
+    clock: Clock,
+    *,
+    keep: int = EXEC_OUTPUT_KEPT,
 ) -> AgentHandler:
-    """The handler of ``agent_id``'s requests, over its container engine and the fold
-    (``state``, the agent's). Only the agent's own containers are looked at; only a
-    session's owner, or an administrator of its domain, may ask about it (on a cluster
-    without tenancy, anyone may)."""
+    """The handler of ``agent_id``'s requests, over its container engine, the fold
+    (``state``, the agent's) and the log it writes the audit of commands to. Only the
+    agent's own containers are looked at; who may ask what is
+    ``services.domain.session_access``'s. A command's output keeps ``keep`` bytes of each
+    stream."""
+    labels = {LABEL_AGENT: agent_id}
+
+    async def container_of(session_id: str) -> str | None:
+        found = await runtime.list({**labels, LABEL_SESSION: session_id})
+        return found[0].id if found else None
+
+    async def logs(requester: str, request: LogsRequest) -> LogsReply:
+        refused = may_not_read(state(), requester, request.session_id)
+        if refused is not None:
+            return LogsReply(ok=False, error=refused)
+        try:
+            container = await container_of(request.session_id)
+            if container is None:
+                return LogsReply(ok=False, error=f"no container of {request.session_id} here")
+            return LogsReply(ok=True, logs=await runtime.logs(container, tail=request.tail))
+        except ContainerError as e:
+            return LogsReply(ok=False, error=str(e))
+
+    async def run(requester: str, request: ExecRequest) -> ExecReply:
+        s, sid = state(), request.session_id
+        refused = may_not_exec(s, requester, sid, agent_id) or exec_problem(
+            request.argv, request.timeout_s
+        )
+        if refused is not None:
+            return ExecReply(ok=False, error=refused)
+        try:
+            container = await container_of(sid)
+        except ContainerError as e:
+            return ExecReply(ok=False, error=str(e))
+        if container is None:
+            return ExecReply(ok=False, error=f"no container of {sid} here")
+        v = s.sessions[sid]
+        audit = _Audit(events, subj.agent_exec(agent_id, sid), clock, f"agent:{agent_id}")
+        fields = {"session_id": sid, "agent_id": agent_id, "requester": requester}
+        try:
+            opened = await audit.write(
+                SessionExecStarted, None, v.correlation_id, argv=request.argv, **fields
+            )
+        except LogError as e:
+            return ExecReply(ok=False, error=f"not run: it could not be written on the log ({e})")
+        result: ExecResult | None = None
+        error: str | None = None
+        with anyio.move_on_after(request.timeout_s):
+            try:
+                result = await runtime.exec(container, request.argv, keep=keep)
+            except ContainerError as e:
+                error = str(e)
+        if result is None and error is None:
+            error = f"timed out after {request.timeout_s:g} s: it may still run in the container"
+        closing = (
+            {"error": error}
+            if result is None
+            else {
+                "exit_code": result.exit_code,
+                "stdout_bytes": result.stdout_bytes,
+                "stderr_bytes": result.stderr_bytes,
+            }
+        )
+        try:
+            await audit.write(SessionExecFinished, opened, v.correlation_id, **closing, **fields)
+        except LogError as e:  # the opening stands: the log shows it ran, not how it ended
+            log.warning("agent.exec_end_not_written", session=sid, error=str(e))
+        if result is None:
+            return ExecReply(ok=False, error=error)
+        return ExecReply(
+            ok=True,
+            exit_code=result.exit_code,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            stdout_bytes=result.stdout_bytes,
+            stderr_bytes=result.stderr_bytes,
+        )
 
     async def answer(requester: str, request: AgentRequest) -> AgentReply:
         match request:
-            case LogsRequest(session_id=session_id, tail=tail):
-                refused = _not_allowed(state(), requester, session_id)
-                if refused is not None:
-                    return LogsReply(ok=False, error=refused)
-                labels = {LABEL_AGENT: agent_id, LABEL_SESSION: session_id}
-                try:
-                    found = await runtime.list(labels)
-                    if not found:
-                        return LogsReply(ok=False, error=f"no container of {session_id} here")
-                    return LogsReply(ok=True, logs=await runtime.logs(found[0].id, tail=tail))
-                except ContainerError as e:
-                    return LogsReply(ok=False, error=str(e))
+            case LogsRequest():
+                return await logs(requester, request)
+            case ExecRequest():
+                return await run(requester, request)
 
     return answer
 
 
-def _not_allowed(s: ClusterState, requester: str, session_id: str) -> str | None:
-    """Why ``requester`` may not ask about ``session_id``; None if it may."""
-    t = s.tenancy
-    if not t.on:
-        return None
-    v = s.sessions.get(session_id)
-    if v is not None and v.owner == requester:
-        return None
-    who = t.user_of(requester)
-    if who is not None and (
-        who.role is Role.SUPERADMIN
-        or (who.role is Role.DOMAIN_ADMIN and v is not None and v.domain == who.domain)
-    ):
-        return None
-    return f"{requester} may not see session {session_id}"
+class _Audit:
+    """Writes the audit of commands run in one session on ``subject``, as ``actor``."""
+
+    def __init__(self, events: EventLog, subject: str, clock: Clock, actor: str) -> None:
+        self._events, self._subject, self._clock, self._actor = events, subject, clock, actor
+
+    async def write(
+        self,
+        cls: type[SessionExecStarted] | type[SessionExecFinished],
+        cause: str | None,
+        correlation: str,
+        **fields: object,
+    ) -> str:
+        """Append an event of ``cls`` (deduped by its id, no expected sequence: nothing
+        else writes this subject's events in an order that matters); its id. Raises
+        LogError."""
+        prov = Provenance(self._actor, self._clock.now(), cause, correlation)
+        e = stamp(cls, prov, **fields)
+        await self._events.append(self._subject, e)
+        return e.id

@@ -14,22 +14,34 @@ Errors are translated here, at the edge (see ``services.ports``)::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Self
 
 import aiodocker
 import aiohttp
+import anyio
 from aiodocker.exceptions import DockerError
 
 from services.domain.container_spec import ContainerSpec, container_env, env_from_list
-from services.ports import ContainerError, ContainerInfo, ImageNotFound, RuntimeUnavailable
+from services.ports import (
+    EXEC_OUTPUT_KEPT,
+    ContainerError,
+    ContainerInfo,
+    ExecResult,
+    ImageNotFound,
+    RuntimeUnavailable,
+)
 
 __all__ = ["DockerRuntime", "container_config"]
 
 _NO_ANSWER = 900  # aiodocker's status for "could not connect"
 _NANO_PER_MILLI_CPU = 1_000_000  # 1 CPU = 1e9 NanoCpus = 1000 millis
+_STDERR = 2  # the stream number of an exec's multiplexed output
+# After an exec's output ends the engine may take a moment to record its exit (a command
+# that closed its streams and runs on): asked again this often, at most this many times.
+_EXIT_POLL_S, _EXIT_POLLS = 0.05, 100
 # Failures below the HTTP status: no socket, a dropped connection, a timeout.
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
@@ -288,3 +300,45 @@ class DockerRuntime:
         with _engine_call(f"logs {container_id}"):
             lines = await container.log(stdout=True, stderr=True, tail=tail)
         return "".join(lines)
+
+    async def exec(
+        self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
+    ) -> ExecResult:
+        """``POST /containers/{id}/exec`` and its start, attached, reading the output until
+        it ends; then the exit code from the exec's inspect. A 404 (no such container) or
+        409 (not running) is ContainerError. ContainerError too if the engine records no
+        exit while the command, its output closed, still runs."""
+        container = self._client().containers.container(container_id)
+        out, err = _Kept(keep), _Kept(keep)
+        with _engine_call(f"exec in {container_id}"):
+            execution = await container.exec(list(argv), stdout=True, stderr=True, tty=False)
+            async with execution.start(detach=False) as stream:
+                while (message := await stream.read_out()) is not None:
+                    (err if message.stream == _STDERR else out).add(message.data)
+            for _ in range(_EXIT_POLLS):
+                inspected = await execution.inspect()
+                if not inspected.get("Running") and inspected.get("ExitCode") is not None:
+                    break
+                await anyio.sleep(_EXIT_POLL_S)
+            else:
+                raise ContainerError(f"exec in {container_id}: its output ended, it runs on")
+        return ExecResult(
+            exit_code=int(inspected["ExitCode"]),
+            stdout=bytes(out.kept),
+            stderr=bytes(err.kept),
+            stdout_bytes=out.seen,
+            stderr_bytes=err.seen,
+        )
+
+
+class _Kept:
+    """The first ``limit`` bytes of a stream, and how many it had in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.kept, self.seen = limit, bytearray(), 0
+
+    def add(self, data: bytes) -> None:
+        self.seen += len(data)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]

@@ -3,9 +3,10 @@
 For benchmarks and simulations with thousands of agents, and as the fake behind actor
 tests; never the default. It passes the same contract tests as DockerRuntime.
 
-What a container does: a command that is a small shell script (``echo``, ``sleep N``,
-``exit N``, ``true``, ``false``, ``:``, ``trap``, ``wait``, joined by ``;``, ``&&``, ``&``
-or newlines, ``$VAR`` from the spec's env) is simulated: its echo lines appear in the logs
+What a container does: a command that is a small shell script (``sh -c`` of ``echo``,
+``sleep N``, ``exit N``, ``true``, ``false``, ``:``, ``trap``, ``wait``, joined by ``;``,
+``&&``, ``&`` or newlines, ``$VAR`` from the spec's env), or one of those simple commands
+run with no shell, is simulated: its echo lines appear in the logs
 at their time, it runs as long as its sleeps add up to and exits with its status. Any other
 command (or none) runs for ``run_duration_s`` (None: until removed) and exits with
 ``exit_code``. ``remove`` of a running container makes it exit 143 (SIGTERM).
@@ -20,14 +21,21 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import anyio
 import msgspec
 
 from services.domain.container_spec import ContainerSpec
-from services.ports import ContainerError, ContainerInfo, ImageNotFound, RuntimeUnavailable
+from services.ports import (
+    EXEC_OUTPUT_KEPT,
+    ContainerError,
+    ContainerInfo,
+    ExecResult,
+    ImageNotFound,
+    RuntimeUnavailable,
+)
 
 __all__ = ["DEFAULT_IMAGES", "DummyRuntime"]
 
@@ -36,6 +44,7 @@ _SIGTERM_EXIT = 143
 _SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _SEPARATORS = frozenset({";", "&&", "&", "\n"})
+_REDIRECT = re.compile(r">[>&]*")  # a redirection the lexer split off: not simulated
 
 
 class _Container(msgspec.Struct, kw_only=True):
@@ -46,6 +55,7 @@ class _Container(msgspec.Struct, kw_only=True):
     image: str
     labels: dict[str, str]
     lines: list[tuple[float, str]]  # (offset, text) of each output line
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # what an exec runs with
     duration_s: float | None  # None: runs until removed
     planned_exit: int
     started_at: float | None = None  # None: created, not started yet
@@ -54,7 +64,7 @@ class _Container(msgspec.Struct, kw_only=True):
 
 
 class _Plan(msgspec.Struct, frozen=True):
-    lines: list[tuple[float, str]]
+    lines: list[tuple[float, str, bool]]  # (offset, text, written to stderr)
     duration_s: float | None
     exit_code: int
 
@@ -65,14 +75,14 @@ def _canonical(image: str) -> str:
     return image if (":" in last or "@" in image) else f"{image}:latest"
 
 
-def _plan(command: tuple[str, ...], env: dict[str, str]) -> _Plan | None:
-    """What a small shell script does over time; None if it is more than we simulate."""
+def _statements(command: tuple[str, ...], env: dict[str, str]) -> list[list[str]] | None:
+    """The simple commands of ``sh -c SCRIPT`` (``$VAR`` from ``env``), or ``command``
+    itself run with no shell; None if it is more than we simulate."""
     if not command:
         return None
-    script = command[2] if command[0] in _SHELLS and command[1:2] == ("-c",) else None
-    if script is None:
-        script = shlex.join(command)
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|\n")
+    if not (command[0] in _SHELLS and command[1:2] == ("-c",) and len(command) > 2):
+        return [list(command)]  # no shell: nothing is split or expanded, as on Docker
+    lexer = shlex.shlex(command[2], posix=True, punctuation_chars=";&|\n>")
     lexer.whitespace = " \t\r"
     lexer.wordchars += "${}"
     try:
@@ -89,12 +99,23 @@ def _plan(command: tuple[str, ...], env: dict[str, str]) -> _Plan | None:
             statements.append([])
         else:
             statements[-1].append(expand(token))
-    lines: list[tuple[float, str]] = []
+    return [argv for argv in statements if argv]
+
+
+def _plan(command: tuple[str, ...], env: dict[str, str]) -> _Plan | None:
+    """What a small shell script does over time; None if it is more than we simulate."""
+    statements = _statements(command, env)
+    if statements is None:
+        return None
+    lines: list[tuple[float, str, bool]] = []
     offset, status = 0.0, 0
-    for argv in filter(None, statements):
+    for argv in statements:
         match argv:
-            case ["echo", *words]:
-                lines.append((offset, " ".join(words) + "\n"))
+            case ["echo", *words, ">&", "2"]:
+                lines.append((offset, " ".join(words) + "\n", True))
+                status = 0
+            case ["echo", *words] if not any(_REDIRECT.fullmatch(w) for w in words):
+                lines.append((offset, " ".join(words) + "\n", False))
                 status = 0
             case ["sleep", "infinity"]:
                 return _Plan(lines=lines, duration_s=None, exit_code=0)
@@ -170,7 +191,8 @@ class DummyRuntime:
             name=spec.name,
             image=spec.image,
             labels=dict(spec.labels),
-            lines=plan.lines,
+            lines=[(offset, text) for offset, text, _ in plan.lines],
+            env=dict(spec.env),
             duration_s=plan.duration_s,
             planned_exit=plan.exit_code,
         )
@@ -227,6 +249,35 @@ class DummyRuntime:
         end = container.ended_at if container.ended_at is not None else self._clock()
         shown = [text for offset, text in container.lines if container.started_at + offset <= end]
         return "".join(shown[-tail:])
+
+    async def exec(
+        self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
+    ) -> ExecResult:
+        """A small shell script (as for ``run``; ``echo ... >&2`` writes to stderr) or one
+        simple command, simulated with the container's environment: it takes as long as
+        its sleeps (wall-clock), writes its echoes and exits with its status. Anything else
+        is a command not found (127), as in a shell."""
+        await self._ready()
+        container = self._get(container_id)
+        if container.started_at is None or self._refresh(container) is not None:
+            raise ContainerError(f"container {container_id} is not running")
+        plan = _plan(tuple(argv), container.env)
+        if plan is None:
+            missing = f"dummy runtime: {argv[0] if argv else ''}: not simulated\n".encode()
+            return ExecResult(exit_code=127, stderr=missing[:keep], stderr_bytes=len(missing))
+        if plan.duration_s is None:
+            await anyio.sleep_forever()
+        elif plan.duration_s > 0:
+            await anyio.sleep(plan.duration_s)
+        out = "".join(text for _, text, to_err in plan.lines if not to_err).encode()
+        err = "".join(text for _, text, to_err in plan.lines if to_err).encode()
+        return ExecResult(
+            exit_code=plan.exit_code,
+            stdout=out[:keep],
+            stderr=err[:keep],
+            stdout_bytes=len(out),
+            stderr_bytes=len(err),
+        )
 
     # ---- helpers ----------------------------------------------------------------------
 

@@ -23,11 +23,13 @@ already in its block stays there: the client subscribes again once reconnected.
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
@@ -45,6 +47,7 @@ from services.ports import (
 __all__ = ["ANONYMOUS", "NatsBus"]
 
 ANONYMOUS = "anonymous"  # who asks over a connection that gave no access key
+_IN_FLIGHT = 64  # requests an agent answers at once; more wait their turn
 
 
 def _log() -> Any:
@@ -114,29 +117,42 @@ class NatsBus:
 
     @contextlib.asynccontextmanager
     async def serving(self, agent_id: str, handler: AgentHandler) -> AsyncIterator[None]:
-        async def on_request(msg: Msg) -> None:
-            answer: AgentReply
-            try:
-                request = _requests.decode(msg.data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                answer = RequestFailed(error=f"a request of a form unknown here: {e}")
-            else:
-                try:
-                    answer = await handler(msg.subject.rsplit(".", 1)[-1], request)
-                except Exception as e:  # the answer says so; the agent goes on serving
-                    _log().exception("agent.request_failed", agent=agent_id)
-                    answer = RequestFailed(error=f"{type(e).__name__}: {e}")
+        """Each request is answered in a task of its own (the client hands a subscription's
+        messages over one at a time: a command that runs for minutes must hold up no
+        other), at most ``_IN_FLIGHT`` at once; those still running when the block ends
+        are cancelled, unanswered."""
+        limiter = anyio.CapacityLimiter(_IN_FLIGHT)
+
+        async def respond(msg: Msg) -> None:
+            async with limiter:
+                answer = await _answer(agent_id, handler, msg.subject, msg.data)
             # The asker gone, or the connection: nobody to tell.
             with contextlib.suppress(LogError), self._client.call(f"answer for {agent_id}"):
                 await msg.respond(_encode(answer))
 
-        sub = await self._subscribe(
-            f"serve requests to {agent_id}", f"{subj.agent_rpc(agent_id)}.*", on_request
-        )
-        try:
-            yield
-        finally:
-            await self._unsubscribe(sub)
+        # The client's callback only hands each message over; a task of the group answers.
+        # (The stream is made before the subscription and closed with the block.)
+        send, received = anyio.create_memory_object_stream[Msg](math.inf)
+
+        async def on_request(msg: Msg) -> None:
+            with contextlib.suppress(anyio.ClosedResourceError):  # the block has ended
+                send.send_nowait(msg)
+
+        async def dispatch(tg: TaskGroup) -> None:
+            async for msg in received:
+                tg.start_soon(respond, msg)
+
+        with send, received:
+            sub = await self._subscribe(
+                f"serve requests to {agent_id}", f"{subj.agent_rpc(agent_id)}.*", on_request
+            )
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(dispatch, tg)
+                    yield
+                    tg.cancel_scope.cancel()
+            finally:
+                await self._unsubscribe(sub)
 
     async def _subscribe(
         self, what: str, subject: str, cb: Callable[[Msg], Awaitable[None]]
@@ -152,6 +168,21 @@ class NatsBus:
         """Drop ``sub`` even as the block is cancelled; never raises."""
         with anyio.CancelScope(shield=True):
             await self._client.unsubscribe(sub)
+
+
+async def _answer(agent_id: str, handler: AgentHandler, subject: str, data: bytes) -> AgentReply:
+    """``handler``'s answer to the request ``data`` on ``subject`` (whose last token is the
+    asker's access key); a request that cannot be read, or a handler that fails, is
+    answered RequestFailed, and the agent goes on serving."""
+    try:
+        request = _requests.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return RequestFailed(error=f"a request of a form unknown here: {e}")
+    try:
+        return await handler(subject.rsplit(".", 1)[-1], request)
+    except Exception as e:  # the answer says so
+        _log().exception("agent.request_failed", agent=agent_id)
+        return RequestFailed(error=f"{type(e).__name__}: {e}")
 
 
 async def _drain(queue: asyncio.Queue[str]) -> AsyncIterator[str]:

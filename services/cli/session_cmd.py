@@ -1,4 +1,5 @@
-"""``fgpu session ...``: ask for sessions, list, inspect, wait, read logs, destroy.
+"""``fgpu session ...``: ask for sessions, list, inspect, wait, read logs, run a command in
+one, destroy.
 
 Reads go through the read API (never a fold of the log); requests are events on the
 user's own subjects, published over NATS. Input is checked before anything is published.
@@ -30,6 +31,7 @@ from services.domain.status import SessionStatus
 if TYPE_CHECKING:
     from events import Slots
     from services.cli.api_client import ReadApi
+    from services.ports import ExecReply
 
 __all__ = ["app"]
 
@@ -293,6 +295,87 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
         import sys
 
         sys.stdout.write(str(answer["logs"]))
+
+
+EXEC_NOT_RUN = 125  # exit status when the command did not run or end (as docker exec's)
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_cmd(
+    ctx: typer.Context,
+    session_id: str,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds the command may run; then it is left, unanswered.")
+    ] = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a command in a running session's container (no shell, no terminal); the command
+    comes after `--`. Its output comes back on stdout and stderr, and the exit status is
+    its own (125: it did not run or did not end in time). Asked of the session's agent over
+    NATS, as its owner or an administrator of its domain; the log records who ran what."""
+    from services.domain.session_access import exec_problem
+
+    settings = _settings(ctx)
+    argv = tuple(ctx.args)
+    problem = exec_problem(argv, timeout)
+    if problem is not None:
+        fail(problem)
+    with api_errors():
+        s = settings.read_api().get(f"/v1/sessions/{_id(session_id)}")
+    if s["status"] != "RUNNING" or s["agent"] is None:
+        fail(f"session {session_id} is not running (status {s['status']})", code=EXEC_NOT_RUN)
+    agent_id: str = s["agent"]
+
+    async def ask() -> "ExecReply":
+        from services.ports import AgentUnreachable, ExecReply, ExecRequest
+
+        request = ExecRequest(session_id=session_id, argv=argv, timeout_s=timeout)
+        async with connection(settings) as conn:
+            try:
+                reply = await conn.bus.ask(agent_id, request, timeout_s=timeout + 10)
+            except AgentUnreachable as e:
+                fail(str(e), code=EXEC_NOT_RUN)
+        if not isinstance(reply, ExecReply):  # an agent that does not know the request
+            fail(f"agent {agent_id}: {getattr(reply, 'error', reply)}", code=EXEC_NOT_RUN)
+        return reply
+
+    reply = run_async(ask)
+    if as_json:
+        print_json(_exec_json(reply))
+    elif reply.ok:
+        _write_exec_output(reply)
+    if not reply.ok or reply.exit_code is None:
+        if not as_json:
+            fail(str(reply.error), code=EXEC_NOT_RUN)
+        raise SystemExit(EXEC_NOT_RUN)
+    raise SystemExit(reply.exit_code)
+
+
+def _exec_json(reply: "ExecReply") -> dict[str, Any]:
+    """The agent's answer with the output as text (undecodable bytes replaced)."""
+    import msgspec
+
+    shown: dict[str, Any] = msgspec.to_builtins(reply)
+    shown["stdout"] = reply.stdout.decode(errors="replace")
+    shown["stderr"] = reply.stderr.decode(errors="replace")
+    return shown
+
+
+def _write_exec_output(reply: "ExecReply") -> None:
+    """The command's bytes as it wrote them, each stream to ours; then a line on stderr for
+    each stream that was cut."""
+    import sys
+
+    sys.stdout.buffer.write(reply.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(reply.stderr)
+    sys.stderr.flush()
+    for name, kept, seen in (
+        ("stdout", reply.stdout, reply.stdout_bytes),
+        ("stderr", reply.stderr, reply.stderr_bytes),
+    ):
+        if seen > len(kept):
+            warn(f"{name} cut: the first {len(kept)} of {seen} bytes shown")
 
 
 @app.command("rm")

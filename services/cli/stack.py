@@ -190,13 +190,11 @@ async def run_agent(
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The agent, its heartbeat, and its answers to requests (``fgpu session logs``)."""
+    """The agent, its heartbeat, and its answers to requests (``fgpu session logs|exec``)."""
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     actor = AgentActor(conn.log, runtime, SystemClock(), config, regions, snapshots=from_scheduler)
-    async with (
-        conn.bus.serving(config.agent_id, answering(config.agent_id, runtime, lambda: actor.state)),
-        anyio.create_task_group() as tg,
-    ):
+    answer = answering(config.agent_id, runtime, lambda: actor.state, conn.log, actor.clock)
+    async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
         await tg.start(actor.run)
         tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
         task_status.started()

@@ -38,6 +38,8 @@ from events import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionErrored,
+    SessionExecFinished,
+    SessionExecStarted,
     SessionLost,
     SessionPreparing,
     SessionQueued,
@@ -391,7 +393,8 @@ def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
 
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
     """Events that change no state: a refusal (it only answers its destroy request),
-    measurements and the access audit (the projections keep them)."""
+    measurements, the access audit and commands run in sessions (the projections keep
+    them)."""
 
 
 _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
@@ -425,6 +428,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     AccessRefused: _nothing,
     AccessSuppressed: _nothing,
     LogArchived: _archived,
+    SessionExecStarted: _nothing,
+    SessionExecFinished: _nothing,
 }
 
 
@@ -576,8 +581,8 @@ def forget_ended(s: ClusterState, session_ids: Iterable[str]) -> None:
 
 
 def own_subjects(v: SessionView) -> tuple[str, ...]:
-    """The subjects only session ``v`` writes to: its request's, its agent's reports and
-    usage; once it has ended, nothing appends expecting them."""
+    """The subjects only session ``v`` writes to: its request's, its agent's reports,
+    usage and commands run in it; once it has ended, nothing appends expecting them."""
     sid = v.session_id
     if v.agent_id is None:
         return (subj.request(v.owner, sid),)
@@ -585,4 +590,5 @@ def own_subjects(v: SessionView) -> tuple[str, ...]:
         subj.request(v.owner, sid),
         subj.agent_session(v.agent_id, sid),
         subj.usage(v.agent_id, sid),
+        subj.agent_exec(v.agent_id, sid),
     )

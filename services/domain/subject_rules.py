@@ -34,6 +34,10 @@ def _agent_session(
     return subj.agent_session(e.agent_id, e.session_id)
 
 
+def _exec(e: ev.SessionExecStarted | ev.SessionExecFinished) -> str:
+    return subj.agent_exec(e.agent_id, e.session_id)
+
+
 def _usage(e: ev.GpuUsageSampled | ev.GpuOomRefused) -> str:
     return subj.usage(e.agent_id, e.session_id)
 
@@ -72,6 +76,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.AccessRefused, lambda e: subj.access(e.via)),
         _rule(ev.AccessSuppressed, lambda e: subj.access(e.via)),
         _rule(ev.LogArchived, lambda e: subj.ARCHIVE),
+        _rule(ev.SessionExecStarted, _exec),
+        _rule(ev.SessionExecFinished, _exec),
     ]
 )
 

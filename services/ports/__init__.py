@@ -13,12 +13,19 @@ from services.ports.bus import (
     AgentReply,
     AgentRequest,
     AgentRequests,
+    ExecReply,
+    ExecRequest,
     Heartbeats,
     LogsReply,
     LogsRequest,
     RequestFailed,
 )
-from services.ports.containers import ContainerInfo, ContainerRuntime
+from services.ports.containers import (
+    EXEC_OUTPUT_KEPT,
+    ContainerInfo,
+    ContainerRuntime,
+    ExecResult,
+)
 from services.ports.errors import (
     AgentUnreachable,
     BulkReadUnavailable,
@@ -44,6 +51,7 @@ from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
 
 __all__ = [
+    "EXEC_OUTPUT_KEPT",
     "MAX_BATCH",
     "AgentHandler",
     "AgentReply",
@@ -62,6 +70,9 @@ __all__ = [
     "ContainerRuntime",
     "DeviceUsageSample",
     "EventLog",
+    "ExecReply",
+    "ExecRequest",
+    "ExecResult",
     "GpuProbe",
     "Grant",
     "Heartbeats",

@@ -1,8 +1,9 @@
 """What travels beside the log: heartbeats, and requests answered by one agent.
 
-Neither is state: a heartbeat says an agent is alive now, a request (a session's logs)
-asks an agent for what only its host has. Both are lost with the connection, and that is
-fine: the next beat comes in seconds, a request fails with AgentUnreachable.
+Neither is state: a heartbeat says an agent is alive now, a request (a session's logs, a
+command to run in it) asks an agent for what only its host has. Both are lost with the
+connection, and that is fine: the next beat comes in seconds, a request fails with
+AgentUnreachable.
 """
 
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,6 +17,8 @@ __all__ = [
     "AgentReply",
     "AgentRequest",
     "AgentRequests",
+    "ExecReply",
+    "ExecRequest",
     "Heartbeats",
     "LogsReply",
     "LogsRequest",
@@ -38,14 +41,37 @@ class LogsReply(msgspec.Struct, frozen=True, kw_only=True, tag="logs"):
     error: str | None = None
 
 
+class ExecRequest(msgspec.Struct, frozen=True, kw_only=True, tag="exec"):
+    """Run ``argv`` in a session's container (no shell, no terminal, no input) and answer
+    once it has ended, or after ``timeout_s``."""
+
+    session_id: str
+    argv: tuple[str, ...]
+    timeout_s: float = 60.0
+
+
+class ExecReply(msgspec.Struct, frozen=True, kw_only=True, tag="exec"):
+    """``ok``: the command ran and ended with ``exit_code``; ``stdout`` and ``stderr`` are
+    the first bytes of what it wrote and ``*_bytes`` all it wrote (more than was kept: the
+    output was cut). Not ``ok``: ``error`` says why (refused, not running, timed out)."""
+
+    ok: bool
+    exit_code: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    error: str | None = None
+
+
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     """The agent could not read the request, or failed while answering it."""
 
     error: str
 
 
-AgentRequest = LogsRequest
-AgentReply = LogsReply | RequestFailed
+AgentRequest = LogsRequest | ExecRequest
+AgentReply = LogsReply | ExecReply | RequestFailed
 # Answers ``request`` from ``requester`` (the access key the bus says asked: on NATS, the
 # one the server let in on the connection that asked).
 AgentHandler = Callable[[str, AgentRequest], Awaitable[AgentReply]]

@@ -1,12 +1,15 @@
 """The container engine, as the agent uses it."""
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
 
 from services.domain.container_spec import ContainerSpec
 
-__all__ = ["ContainerInfo", "ContainerRuntime"]
+__all__ = ["EXEC_OUTPUT_KEPT", "ContainerInfo", "ContainerRuntime", "ExecResult"]
+
+EXEC_OUTPUT_KEPT = 256 << 10  # bytes of each stream an exec keeps, unless told otherwise
 
 
 class ContainerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -15,6 +18,22 @@ class ContainerInfo(msgspec.Struct, frozen=True, kw_only=True):
     labels: dict[str, str]
     running: bool
     exit_code: int | None = None
+
+
+class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command run in a container did: its exit code, and the first bytes of what
+    it wrote to each stream. ``*_bytes`` count all it wrote, so a count above the length
+    kept says the output was cut."""
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_bytes > len(self.stdout) or self.stderr_bytes > len(self.stderr)
 
 
 class ContainerRuntime(Protocol):
@@ -45,4 +64,17 @@ class ContainerRuntime(Protocol):
 
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         """The last ``tail`` lines of the container's output."""
+        ...
+
+    async def exec(
+        self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
+    ) -> ExecResult:
+        """Run ``argv`` in the running container (no shell, no terminal, no input; the
+        container's environment) until it exits, keeping the first ``keep`` bytes of each
+        of its streams. A command that cannot be found is an exit code (126, 127), as in a
+        shell. Cancelled, it stops waiting; the command may go on in the container.
+
+        Raises ContainerError if the container is unknown or not running, or
+        RuntimeUnavailable.
+        """
         ...

@@ -1,0 +1,171 @@
+"""``fgpu session exec`` below the CLI: a command run in a session's container by its agent,
+asked over a real nats-server, with the agent as ``fgpu agent`` runs it (``run_agent``) on
+the dummy runtime. Who may ask, what comes back, and the audit on the log.
+
+(The server's own refusal, a user asking in another key's name, is a row of
+``test_adversarial.py``; the Docker engine's exec is in the runtime contract.)
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import anyio
+import pytest
+
+from events import (
+    AdminCommand,
+    CreateDomain,
+    CreateKeypair,
+    CreateProject,
+    CreateUser,
+    Role,
+    SessionExecFinished,
+    SessionExecStarted,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.bootstrap import system_applied
+from services.adapters import nats_server
+from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.nats_bus import NatsBus
+from services.adapters.nats_connection import NatsConnection, nats_connection
+from services.adapters.system_clock import SystemClock
+from services.cli.stack import run_agent
+from services.client import Client
+from services.domain.keys import hash_secret
+from services.domain.state import ClusterState
+from services.domain.status import SessionStatus
+from services.ports import ExecReply, ExecRequest
+from tests.cluster import GIB, agent_config, running_cluster
+
+pytestmark = pytest.mark.anyio
+
+DEADLINE_S = 20.0
+IMAGE = "fgpu/busybox:latest"
+CLOCK = SystemClock()
+PEOPLE = {  # access key: user, domain, role
+    "AKana": ("ana", "lab", Role.USER),  # owns the session
+    "AKeve": ("eve", "lab", Role.USER),  # same project, not hers
+    "AKadm": ("adm", "lab", Role.DOMAIN_ADMIN),
+    "AKoadm": ("oadm", "other", Role.DOMAIN_ADMIN),
+}
+
+
+@dataclass
+class World:
+    conn: NatsConnection
+    session: str
+
+    async def ask(self, key: str, argv: tuple[str, ...], timeout_s: float = 10) -> ExecReply:
+        bus = NatsBus(self.conn.client, key)  # asking in ``key``'s name, as its user would
+        request = ExecRequest(session_id=self.session, argv=argv, timeout_s=timeout_s)
+        with anyio.fail_after(DEADLINE_S):
+            reply = await bus.ask("a1", request, timeout_s=timeout_s + 5)
+        assert isinstance(reply, ExecReply), reply
+        return reply
+
+    async def audit(self, n: int) -> list[SessionExecStarted | SessionExecFinished]:
+        """The first ``n`` events on the session's exec subject, once there."""
+        found: list[SessionExecStarted | SessionExecFinished] = []
+        with anyio.fail_after(DEADLINE_S):
+            async for batch in self.conn.log.tail(0, subject=subj.agent_exec("a1", self.session)):
+                found += [r.event for r in batch]  # type: ignore[misc]
+                if len(found) >= n:
+                    return found
+        raise AssertionError("the log ended")
+
+
+def _tenancy() -> list[AdminCommand]:
+    secret_hash = hash_secret("not-used-here")
+    commands: list[AdminCommand] = [CreateDomain(domain="lab"), CreateDomain(domain="other")]
+    commands += [
+        CreateProject(domain="lab", project="p"),
+        CreateProject(domain="other", project="x"),
+    ]
+    for key, (user, domain, role) in PEOPLE.items():
+        project = "p" if domain == "lab" else "x"
+        commands.append(CreateUser(user=user, domain=domain, role=role, projects=(project,)))
+        commands.append(CreateKeypair(access_key=key, user=user, secret_hash=secret_hash))
+    return commands
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    """Ana's session RUNNING on agent a1, on a cluster with tenancy."""
+    with nats_server.nats_server() as server:
+        async with AsyncExitStack() as stack:
+            conn = await stack.enter_async_context(nats_connection(server.url))
+            await conn.log.create_or_update_stream()
+            for command in _tenancy():
+                await conn.log.append(subj.TENANCY, system_applied(command, CLOCK))
+            await stack.enter_async_context(running_cluster(conn.log, []))
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await tg.start(run_agent, conn, DummyRuntime(), agent_config("a1"))
+            ana = Client(conn.log, CLOCK, "AKana")
+            slots = Slots(cpu=1000, mem=GIB, fgpu=50)
+            [sid] = await ana.create(image=IMAGE, slots=slots, command=("sleep", "infinity"))
+            with anyio.fail_after(DEADLINE_S):
+                await ana.wait_until(lambda s: _status(s, sid) is SessionStatus.RUNNING)
+            yield World(conn, sid)
+            tg.cancel_scope.cancel()
+
+
+async def test_the_owner_gets_each_stream_and_the_exit_code_and_it_is_audited(
+    world: World,
+) -> None:
+    argv = ("sh", "-c", "echo out; echo err >&2; exit 3")
+    reply = await world.ask("AKana", argv)
+    assert reply == ExecReply(
+        ok=True, exit_code=3, stdout=b"out\n", stderr=b"err\n", stdout_bytes=4, stderr_bytes=4
+    )
+    started, finished = await world.audit(2)
+    assert isinstance(started, SessionExecStarted) and isinstance(finished, SessionExecFinished)
+    assert (started.session_id, started.agent_id, started.requester, started.argv) == (
+        world.session,
+        "a1",
+        "AKana",
+        argv,
+    )
+    assert started.actor == finished.actor == "agent:a1"
+    assert finished.causation_id == started.id
+    assert (finished.requester, finished.exit_code, finished.error) == ("AKana", 3, None)
+    assert (finished.stdout_bytes, finished.stderr_bytes) == (4, 4)
+
+
+async def test_an_admin_of_the_domain_may_others_may_not(world: World) -> None:
+    assert (await world.ask("AKadm", ("echo", "hi"))).stdout == b"hi\n"
+    for key in ("AKeve", "AKoadm", "AKnobody"):
+        reply = await world.ask(key, ("echo", "hi"))
+        assert reply == ExecReply(
+            ok=False, error=f"{key} may not run commands in session {world.session}"
+        )
+    # Only the command that ran is on the log: refusals are answered, not written.
+    started, finished = await world.audit(2)
+    assert isinstance(started, SessionExecStarted) and started.requester == "AKadm"
+    assert isinstance(finished, SessionExecFinished) and finished.exit_code == 0
+    seq = await world.conn.log.last_seq()
+    assert await world.conn.log.count(subj.agent_exec("a1", world.session)) == 2
+    assert seq == await world.conn.log.last_seq()
+
+
+async def test_a_command_over_its_time_is_answered_and_closed_with_why(world: World) -> None:
+    reply = await world.ask("AKana", ("sleep", "600"), timeout_s=0.2)
+    assert reply == ExecReply(
+        ok=False, error="timed out after 0.2 s: it may still run in the container"
+    )
+    started, finished = await world.audit(2)
+    assert isinstance(finished, SessionExecFinished) and finished.causation_id == started.id
+    assert (finished.exit_code, finished.error) == (None, reply.error)
+
+
+async def test_a_command_that_cannot_be_run_is_refused_before_it_starts(world: World) -> None:
+    assert (await world.ask("AKana", ())).error == "the command is empty"
+    long = ("echo", "x" * (20 << 10))
+    assert "bytes long" in str((await world.ask("AKana", long)).error)
+    assert await world.conn.log.count(subj.agent_exec("a1", world.session)) == 0
+
+
+def _status(s: ClusterState, sid: str) -> SessionStatus | None:
+    v = s.sessions.get(sid)
+    return None if v is None else v.status
