@@ -1,0 +1,72 @@
+"""Who may reach into a running session through its agent (``services.domain.session_access``):
+the rules tests/test_exec.py does not reach through the bus."""
+
+import dataclasses
+
+from events import CreateDomain, CreateKeypair, CreateProject, CreateUser, Record, Role
+from events import subjects as subj
+from services.actors.bootstrap import system_applied
+from services.adapters.system_clock import SystemClock
+from services.domain.session_access import exec_problem, may_not_exec, may_not_read
+from services.domain.state import ENDED_STUB, ClusterState, fold
+from services.domain.status import SessionStatus
+
+
+def _with_session(s: ClusterState, status: SessionStatus = SessionStatus.RUNNING) -> ClusterState:
+    s.sessions["s1"] = dataclasses.replace(
+        ENDED_STUB, session_id="s1", owner="AKana", status=status, agent_id="a1", domain="lab"
+    )
+    return s
+
+
+def _with_tenancy() -> ClusterState:
+    commands = [
+        CreateDomain(domain="lab"),
+        CreateProject(domain="lab", project="p"),
+        CreateUser(user="root", domain="lab", role=Role.SUPERADMIN),
+        CreateKeypair(access_key="AKroot", user="root", secret_hash="scrypt$1$1$1$AA$AA"),
+    ]
+    records = [
+        Record(seq=n, subject=subj.TENANCY, event=system_applied(c, SystemClock()))
+        for n, c in enumerate(commands, 1)
+    ]
+    return _with_session(fold(records))
+
+
+def test_without_tenancy_only_the_owner_may_run_a_command_anyone_may_read() -> None:
+    s = _with_session(ClusterState())
+    assert may_not_exec(s, "AKana", "s1", "a1") is None
+    assert may_not_exec(s, "AKbob", "s1", "a1") == "AKbob may not run commands in session s1"
+    assert may_not_read(s, "AKbob", "s1") is None
+
+
+def test_a_superadmin_may_run_a_command_in_any_session() -> None:
+    s = _with_tenancy()
+    assert s.tenancy.on
+    assert may_not_exec(s, "AKroot", "s1", "a1") is None
+    assert may_not_exec(s, "AKbob", "s1", "a1") == "AKbob may not run commands in session s1"
+    assert may_not_exec(s, "AKroot", "s-none", "a1") == (
+        "AKroot may not run commands in session s-none"
+    )
+
+
+def test_a_session_not_running_on_the_agent_is_refused_with_its_status() -> None:
+    s = _with_session(ClusterState(), SessionStatus.PREPARING)
+    assert may_not_exec(s, "AKana", "s1", "a1") == (
+        "session s1 is not running on a1 (it is PREPARING)"
+    )
+    s = _with_session(ClusterState())
+    assert may_not_exec(s, "AKana", "s1", "a2") == "session s1 is not running on a2 (it is RUNNING)"
+    s.sessions["s1"] = ENDED_STUB
+    assert may_not_exec(s, "AKana", "s1", "a1") == "session s1 has ended"
+
+
+def test_a_command_must_be_something_short_within_an_hour() -> None:
+    assert exec_problem(("true",), 60) is None
+    assert exec_problem((), 60) == "the command is empty"
+    assert exec_problem(("",), 60) == "the command is empty"
+    assert exec_problem(("echo", "é" * 9000), 60) == (
+        "the command is 18004 bytes long; at most 16384 are run"
+    )
+    assert exec_problem(("true",), 0) is not None
+    assert exec_problem(("true",), 3601) is not None
