@@ -76,6 +76,8 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         script = 'echo "$FGPU_MEM_LIMIT"; echo err >&2; exit 3'
         ran = stack.run("session", "exec", running[0]["id"], "--", "sh", "-c", script)
         assert (ran.returncode, ran.stdout, ran.stderr) == (3, f"{8 * GIB}\n", "err\n")
+        shown = stack.json("session", "exec", running[0]["id"], "--", "echo", "hi")
+        assert (shown["ok"], shown["exit_code"], shown["stdout"]) == (True, 0, "hi\n")
         refused = stack.run("session", "exec", running[0]["id"], "--", "true", key="mallory")
         assert refused.returncode not in (0, 3) and refused.stdout == ""
         told = stack.fgpu("audit", "session", running[0]["id"])

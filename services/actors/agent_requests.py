@@ -82,18 +82,18 @@ def answering(
         )
         if refused is not None:
             return ExecReply(ok=False, error=refused)
+        correlation = s.sessions[sid].correlation_id  # read before the fold moves on
         try:
             container = await container_of(sid)
         except ContainerError as e:
             return ExecReply(ok=False, error=str(e))
         if container is None:
             return ExecReply(ok=False, error=f"no container of {sid} here")
-        v = s.sessions[sid]
         audit = _Audit(events, subj.agent_exec(agent_id, sid), clock, f"agent:{agent_id}")
         fields = {"session_id": sid, "agent_id": agent_id, "requester": requester}
         try:
             opened = await audit.write(
-                SessionExecStarted, None, v.correlation_id, argv=request.argv, **fields
+                SessionExecStarted, None, correlation, argv=request.argv, **fields
             )
         except LogError as e:
             return ExecReply(ok=False, error=f"not run: it could not be written on the log ({e})")
@@ -116,7 +116,7 @@ def answering(
             }
         )
         try:
-            await audit.write(SessionExecFinished, opened, v.correlation_id, **closing, **fields)
+            await audit.write(SessionExecFinished, opened, correlation, **closing, **fields)
         except LogError as e:  # the opening stands: the log shows it ran, not how it ended
             log.warning("agent.exec_end_not_written", session=sid, error=str(e))
         if result is None:

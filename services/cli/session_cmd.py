@@ -305,9 +305,12 @@ def exec_cmd(
     ctx: typer.Context,
     session_id: str,
     timeout: Annotated[
-        float, typer.Option(help="Seconds the command may run; then it is left, unanswered.")
+        float,
+        typer.Option(help="Seconds to wait for the command (at most 3600); it may run on after."),
     ] = 60.0,
-    as_json: JsonOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the agent's answer as JSON, output as text.")
+    ] = False,
 ) -> None:
     """Run a command in a running session's container (no shell, no terminal); the command
     comes after `--`. Its output comes back on stdout and stderr, and the exit status is
