@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/cli.py
 	$(PY) bench/tenancy.py
 	$(PY) bench/history.py
+	$(PY) bench/archive.py
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
 

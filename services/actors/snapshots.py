@@ -78,6 +78,7 @@ class Snapshots:
             return ClusterState()
         self.started_from = self._saved_seq = state.last_seq
         self._saved_at = self._clock()
+        log.info("snapshot.started", actor=actor, seq=state.last_seq, log_ends=last)
         return state
 
     def due(self, state: ClusterState) -> bool:
