@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import container_config
 from services.domain.container_spec import env_from_list, session_spec
+from services.domain.gpu_slice import container_order
 from services.domain.state import SessionView
 
 GIB = 1 << 30
@@ -47,15 +48,18 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
         v, "node1", GPUS, 200, request_devices=True,
         shim_lib_dir="/opt/fgpu-shim", region_path="/run/fgpu/regions/s1.region",
     )  # fmt: skip
-    assert spec.gpu_uuids == ("GPU-2", "GPU-0", "GPU-3")
+    # In PCI order (the host's), whatever the placement's: the shim's limits are by
+    # the container's device index, which NVML and CUDA (PCI_BUS_ID) number that way.
+    assert spec.gpu_uuids == ("GPU-0", "GPU-2", "GPU-3")
     assert spec.env["FGPU_MEM_LIMIT"] == f"{80 * GIB},{80 * GIB},{40 * GIB}"
     assert spec.env["FGPU_SM_SHARE"] == "1,1,0.5"
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
-    assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-2,GPU-0,GPU-3"
+    assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-0,GPU-2,GPU-3"
+    assert spec.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     body = container_config(spec)
     host = body["HostConfig"]
     assert host["DeviceRequests"] == [
-        {"Driver": "nvidia", "DeviceIDs": ["GPU-2", "GPU-0", "GPU-3"], "Capabilities": [["gpu"]]}
+        {"Driver": "nvidia", "DeviceIDs": ["GPU-0", "GPU-2", "GPU-3"], "Capabilities": [["gpu"]]}
     ]
     assert host["NanoCpus"] == 4_000_000_000 and host["Memory"] == 32 * GIB
     mounts = {m["Target"]: m for m in host["Mounts"]}
@@ -108,3 +112,18 @@ def test_without_the_shim_the_images_library_path_is_left_alone() -> None:
 def test_env_from_list_splits_at_the_first_equals_sign() -> None:
     assert env_from_list(["A=1", "B=x=y", "C=", "junk"]) == {"A": "1", "B": "x=y", "C": ""}
     assert env_from_list(None) == {}
+
+
+def test_each_device_gets_its_own_limit_in_the_containers_order() -> None:
+    """A session placed whole on device 2 and half on device 1 sees device 1 first (PCI
+    order, as NVML and CUDA number them in the container): its limits follow that order,
+    not the placement's, so no device enforces another's."""
+    v = _session(
+        (DevicePlacement(gpu_index=2, fgpu=200), DevicePlacement(gpu_index=1, fgpu=100)),
+        fgpu=300,
+    )
+    spec = session_spec(v, "node1", GPUS, 200, request_devices=True)
+    assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-1,GPU-2"
+    assert spec.env["FGPU_MEM_LIMIT"] == f"{40 * GIB},{80 * GIB}"
+    assert spec.env["FGPU_SM_SHARE"] == "0.5,1"
+    assert [d.gpu_index for d in container_order(v.devices)] == [1, 2]

@@ -53,7 +53,7 @@ from services.domain.container_spec import (
     ContainerSpec,
     session_spec,
 )
-from services.domain.gpu_slice import slices
+from services.domain.gpu_slice import container_order, slices
 from services.domain.state import ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.ports import (
@@ -496,6 +496,7 @@ class AgentActor:
 
 def _host_index(v: SessionView, container_index: int) -> int:
     """The agent's GPU index of the session's ``container_index``-th visible device."""
-    if 0 <= container_index < len(v.devices):
-        return v.devices[container_index].gpu_index
+    ordered = container_order(v.devices)
+    if 0 <= container_index < len(ordered):
+        return ordered[container_index].gpu_index
     return container_index

@@ -104,6 +104,9 @@ def session_spec(
         "FGPU_MEM_LIMIT": ",".join(str(p.mem_limit) for p in parts),
         "FGPU_SM_SHARE": ",".join(format_share(p.sm_share_ppm) for p in parts),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(parts))),
+        # The shim's per-device limits are in PCI order (NVML's, and ``container_order``):
+        # CUDA's default puts the fastest device first instead.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "NVIDIA_VISIBLE_DEVICES": ",".join(uuids),
     }
     mounts = []

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from events import DevicePlacement, GpuInfo
 
-__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "format_share", "slices"]
+__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "container_order", "format_share", "slices"]
 
 SHARE_FULL_PPM = 1_000_000  # the shim's unit: parts per million of the SMs' time
 
@@ -22,12 +22,21 @@ class DeviceSlice:
     sm_share_ppm: int
 
 
+def container_order(devices: tuple[DevicePlacement, ...]) -> tuple[DevicePlacement, ...]:
+    """A session's devices in the order its container numbers them: by the host's index,
+    which is NVML's, which is PCI bus order; CUDA numbers them so too once told to
+    (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which the spec sets). Placement order (largest
+    share first) would give one device another's limit inside the container."""
+    return tuple(sorted(devices, key=lambda d: d.gpu_index))
+
+
 def slices(
     devices: tuple[DevicePlacement, ...], gpus: dict[int, GpuInfo], fgpu_per_gpu: int
 ) -> list[DeviceSlice]:
-    """Per placed device, in the container's device order: memory limit and SM share."""
+    """Per placed device, in the container's device order (``container_order``): memory
+    limit and SM share."""
     out = []
-    for d in devices:
+    for d in container_order(devices):
         gpu = gpus[d.gpu_index]
         out.append(
             DeviceSlice(
