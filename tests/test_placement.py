@@ -20,8 +20,9 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.domain.agent_groups import Option
 from services.domain.allocator import device_options, never_fits, usable
-from services.domain.fragmentation import unusable
+from services.domain.fragmentation import Forecast, stranded, unusable
 from services.domain.placement import POLICY_NAMES, UnknownPolicy, policy
 from services.domain.state import ClusterState, evolve
 from services.domain.status import SessionStatus
@@ -170,6 +171,40 @@ def test_the_forecast_weighs_shapes_by_the_fgpu_they_ask_for() -> None:
         assert w.typical == ()
     w.note(Shape(fgpu=0, cpu=1, mem=1))  # CPU only: asks for no fGPU, weighs nothing
     assert dict(w.typical) == {Shape(300, 1, 1): 5 * 300, Shape(10, 1, 1): 10 * 10}
+
+
+def test_fragmentation_aware_keeps_cpu_for_the_gpus_left() -> None:
+    # The forecast asks 4 cores a device; after 8 cores on "a" its 3 devices have CPU for
+    # 2 of them: FGD sees nothing (one more still fits) but one device is stranded there.
+    c = Cluster("fragmentation-aware")
+    c.agent("a", ("M",) * 4, cpu=16_000)
+    c.agent("b", ("M",) * 4, cpu=64_000)
+    for _ in range(16):
+        c.s.workload.note(Shape(fgpu=PER, cpu=4000, mem=1))
+    assert c.ask(PER, cpu=8000) == ("b", ((0, PER),))
+    # Without stranding, as FGD and best fit would: the agent with the least fGPU left.
+    assert c.ask(PER, cpu=4000) == ("b", ((1, PER),))
+
+
+def test_stranded_counts_the_gpus_the_cpu_left_cannot_serve() -> None:
+    agent = (PER, 8000, GIB, (("M", PER), ("M", PER), ("M", 50)))
+    assert stranded(agent, 4000, PER) == (250 - 200) * 4000  # 8 cores serve 2 devices
+    assert stranded(agent, 2000, PER) == 0
+    forecast = Forecast(((Shape(fgpu=PER, cpu=4000, mem=1), 7),), {"M": 3})
+    scale = 7 * 4000  # the measure is exact: x the forecast's weighted CPU
+    # 50 quanta too small for the shape, and 50 beyond what 8 cores serve (x 4).
+    assert forecast.measure(agent) == 7 * 50 * scale + 4 * 7 * (250 * scale - 8000 * 7 * PER)
+
+
+def test_a_scarce_model_weighs_as_its_demand_per_device_and_takes_a_toll() -> None:
+    typical = ((Shape(PER, 1, 1), 10), (Shape(PER, 1, 1, gpu_models=("T4",)), 10))
+    forecast = Forecast(typical, {"T4": 1, "G2": 3})
+    assert dict(forecast.typical)[Shape(PER, 1, 1, gpu_models=("T4",))] == 40
+    agent = (PER, 8000, GIB, (("T4", PER),))
+    take_t4 = Option((("T4", PER, PER),), (PER, 8000, GIB, (("T4", 0),)))
+    take_g2 = Option((("G2", PER, PER),), (PER, 8000, GIB, (("G2", 0),)))
+    assert forecast.toll(take_t4) > 0 == forecast.toll(take_g2)
+    assert forecast.measure(agent) == 0  # both shapes fit: nothing fragmented
 
 
 def test_every_policy_gives_only_devices_of_the_models_asked_for() -> None:
