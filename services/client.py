@@ -46,9 +46,12 @@ class Client:
         priority: int = 0,
         name: str | None = None,
         project: str | None = None,
+        gpu_models: Iterable[str] = (),
+        cpu_only: bool = False,
     ) -> list[str]:
-        """Ask for ``count`` sessions (in ``project``; None: the user's default one); their
-        ids, in order. They share a correlation id."""
+        """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
+        GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``); their ids,
+        in order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -65,6 +68,8 @@ class Client:
                 priority=priority,
                 name=name,
                 project=project,
+                gpu_models=tuple(gpu_models),
+                cpu_only=cpu_only,
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:

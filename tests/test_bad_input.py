@@ -194,3 +194,27 @@ def test_cli_refuses_bad_fgpu_before_anything_is_published(value: str, message: 
     )
     assert p.returncode == 2
     assert message in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "give --fgpu (the fGPU to hold), or --cpu-only"),
+        (("--cpu-only", "--fgpu", "0.5"), "--cpu-only asks for no GPU: give no --fgpu"),
+        (("--cpu-only", "--gpu-model", "H100"), "--cpu-only asks for no GPU: give no --gpu-model"),
+        (
+            ("--fgpu", "1", "--gpu-model", ",".join(f"M{i}" for i in range(65))),
+            "gpu_models must be at most 64 names",
+        ),
+    ],
+)
+def test_cli_refuses_a_gpu_shape_that_cannot_be(args: tuple[str, ...], message: str) -> None:
+    p = subprocess.run(
+        [FGPU, "--nats", "nats://127.0.0.1:9", "session", "create", "--image", IMAGE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr

@@ -484,3 +484,23 @@ def test_what_users_wrote_is_printed_as_written(cluster: Cluster) -> None:
     assert name in info.stdout and "echo [red]" in info.stdout
     events = cluster.run("events", "--session", sid)
     assert events.exit_code == 0 and name in events.stdout, events.output
+
+
+def test_a_session_may_name_gpu_models_or_ask_for_no_gpu(cluster: Cluster) -> None:
+    """The agent's GPUs are MockGPU: a session that names it runs, one that names only
+    other models is refused as never fitting, and a CPU-only one runs holding no fGPU."""
+
+    def create(*args: str) -> dict[str, Any]:
+        ask = ["session", "create", "--image", IMAGE, "--cpu", "0.1", "--mem", "64m", "--wait"]
+        result = cluster.run(*ask, "--json", *args, "--", "sleep", "60")
+        assert result.exit_code in (0, 1), result.stderr
+        [session] = json.loads(result.stdout)["sessions"]
+        return dict(session)
+
+    on_model = create("--fgpu", "0.1", "--gpu-model", "V100,MockGPU")
+    assert on_model["status"] == "RUNNING"
+    elsewhere = create("--fgpu", "0.1", "--gpu-model", "V100", "--gpu-model", "A100")
+    assert elsewhere["status"] == "REJECTED" and "V100" in (elsewhere["reason"] or "")
+    cpu = create("--cpu-only")
+    assert cpu["status"] == "RUNNING" and float(cpu["requested"]["fgpu"]) == 0
+    cluster.run("session", "rm", on_model["id"], cpu["id"])

@@ -7,7 +7,7 @@ user's own subjects, published over NATS. Input is checked before anything is pu
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
 
@@ -62,14 +62,19 @@ def _ended(s: Session) -> bool:
     return s["status"] in ENDED
 
 
-def _checked_request(
-    settings: Settings,
-    image: str,
-    amounts: tuple[str, str, str],
-    command: list[str],
-    name: str | None,
-    priority: int,
-) -> "Slots":
+class Shape(NamedTuple):
+    """What ``session create`` was asked for, as given."""
+
+    image: str
+    amounts: tuple[str, str, str]  # fGPU, cpu, memory
+    command: list[str]
+    name: str | None
+    priority: int
+    gpu_models: tuple[str, ...] = ()
+    cpu_only: bool = False
+
+
+def _checked_request(settings: Settings, shape: Shape) -> "Slots":
     """The slots asked for; exits 2 with one line for anything that could never be run:
     what the door says in words, then every rule the quota actor would reject it by."""
     from datetime import UTC, datetime
@@ -78,6 +83,8 @@ def _checked_request(
     from services.domain.image_ref import image_reference_problem
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
     from services.domain.validation import invalid_request
+
+    image, amounts, command, name, priority, gpu_models, cpu_only = shape
 
     problem = image_reference_problem(image)
     if problem is not None:
@@ -88,7 +95,8 @@ def _checked_request(
         fail(f"--name must be 1-{MAX_NAME} characters, got {len(name)}")
     fgpu, cpu, mem = amounts
     try:
-        slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=parse_fgpu(fgpu))
+        quanta = 0 if cpu_only else parse_fgpu(fgpu)
+        slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=quanta)
     except InvalidAmount as e:
         fail(str(e))
     as_published = SessionRequested(
@@ -102,6 +110,8 @@ def _checked_request(
         slots=slots,
         priority=priority,
         name=name,
+        gpu_models=gpu_models,
+        cpu_only=cpu_only,
     )
     why = invalid_request(as_published)
     if why is not None:
@@ -132,7 +142,10 @@ def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
 def create(
     ctx: typer.Context,
     image: Annotated[str, typer.Option(help="Container image, e.g. fgpu/busybox:latest.")],
-    fgpu: Annotated[str, typer.Option(help="fGPU to hold, in steps of 0.01 (e.g. 0.5, 2.5).")],
+    fgpu: Annotated[
+        str | None,
+        typer.Option(help="fGPU to hold, in steps of 0.01 (e.g. 0.5, 2.5); none with --cpu-only."),
+    ] = None,
     cpu: Annotated[str, typer.Option(help="CPU cores (1, 0.5, 250m).")] = "1",
     mem: Annotated[str, typer.Option(help="Memory (512m, 1g).")] = "1g",
     count: Annotated[int, typer.Option(min=1, max=1000, help="How many sessions.")] = 1,
@@ -142,6 +155,16 @@ def create(
         str | None,
         typer.Option(help="A project of yours, by name (default: your default project)."),
     ] = None,
+    gpu_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run only on GPUs of this model (as `fgpu agents ls` shows them); again, "
+            "or comma-separated, for any of several."
+        ),
+    ] = None,
+    cpu_only: Annotated[
+        bool, typer.Option("--cpu-only", help="No GPU at all (then give no --fgpu).")
+    ] = False,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -156,7 +179,15 @@ def create(
             "domain (1-64 letters, digits, '-' or '_')"
         )
     command = list(ctx.args)
-    slots = _checked_request(settings, image, (fgpu, cpu, mem), command, name, priority)
+    if cpu_only and fgpu is not None and fgpu.strip() not in ("0", "0.0", "0.00"):
+        fail("--cpu-only asks for no GPU: give no --fgpu")
+    if not cpu_only and fgpu is None:
+        fail("give --fgpu (the fGPU to hold), or --cpu-only for a session with no GPU")
+    models = tuple(m.strip() for given in gpu_model or () for m in given.split(",") if m.strip())
+    if cpu_only and models:
+        fail("--cpu-only asks for no GPU: give no --gpu-model")
+    shape = Shape(image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only)
+    slots = _checked_request(settings, shape)
     api = _reachable_api(settings) if wait else None
 
     async def publish() -> list[str]:
@@ -169,6 +200,8 @@ def create(
                 priority=priority,
                 name=name,
                 project=project,
+                gpu_models=models,
+                cpu_only=cpu_only,
             )
 
     ids = run_async(publish)
