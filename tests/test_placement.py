@@ -173,6 +173,15 @@ def test_the_forecast_weighs_shapes_by_the_fgpu_they_ask_for() -> None:
     assert dict(w.typical) == {Shape(300, 1, 1): 5 * 300, Shape(10, 1, 1): 10 * 10}
 
 
+def test_best_fit_packs_whole_device_requests_onto_the_fullest_agent() -> None:
+    c = Cluster("best-fit")
+    for name in ("a", "b", "c"):
+        c.agent(name, ("M",) * 4)
+    placed = [c.ask(PER) for _ in range(5)]
+    assert [p[0] for p in placed if p is not None] == ["a", "a", "a", "a", "b"]
+    assert c.ask(30) == ("b", ((1, 30),))  # a share: the tightest device, on the fuller agent
+
+
 def test_fragmentation_aware_keeps_cpu_for_the_gpus_left() -> None:
     # The forecast asks 4 cores a device; after 8 cores on "a" its 3 devices have CPU for
     # 2 of them: FGD sees nothing (one more still fits) but one device is stranded there.
