@@ -98,6 +98,11 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         listed = {s["id"]: s["status"] for s in stack.json("session", "ls", "--all")["sessions"]}
         assert listed[running[0]["id"]] == "TERMINATED"
         assert listed[running[1]["id"]] == "RUNNING"
+        # Its output outlives its container: its agent kept it before removing it, for
+        # its owner (and its domain's administrators) only.
+        assert not docker("ps", "-aq", "--filter", f"id={running[0]['container']}").strip()
+        kept = stack.fgpu("session", "logs", running[0]["id"])
+        assert f"hello from {running[0]['id']}" in kept
         assert docker("ps", "-aq", "--filter", f"label=fgpu.session={running[0]['id']}") == ""
 
         info = stack.json("session", "info", pending["id"])

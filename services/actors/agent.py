@@ -54,7 +54,7 @@ from services.domain.container_spec import (
     session_spec,
 )
 from services.domain.gpu_slice import container_order, slices
-from services.domain.state import ClusterState, SessionView
+from services.domain.state import ENDED_STUB, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.ports import (
     Clock,
@@ -63,15 +63,18 @@ from services.ports import (
     ContainerRuntime,
     EventLog,
     ImageNotFound,
+    KeptOutput,
     LogError,
+    OutputStore,
     RuntimeUnavailable,
     SliceRegions,
 )
 
-__all__ = ["AgentActor", "AgentConfig"]
+__all__ = ["KEPT_OUTPUT_LINES", "AgentActor", "AgentConfig"]
 
 S = SessionStatus
 log = structlog.get_logger()
+KEPT_OUTPUT_LINES = 10_000  # of an ended session's output, for `fgpu session logs`
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class AgentActor:
         regions: SliceRegions | None = None,
         *,
         snapshots: Snapshots | None = None,
+        output: OutputStore | None = None,
     ) -> None:
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
@@ -123,6 +127,7 @@ class AgentActor:
         self.config = config
         self.regions = regions
         self.snapshots = snapshots  # where it starts from (the scheduler's: read only)
+        self.output = output  # where an ended session's last output lines are kept
         self.name = f"agent:{config.agent_id}"
         self.local = _Local()
         self.log_identity: str | None = None  # the log's (EventLog.identity), once read
@@ -225,7 +230,7 @@ class AgentActor:
                 gone = self.local.supervised.pop(session_id, None)
                 if gone is not None and not gone.done and not gone.stop_requested:
                     gone.stop_requested = True
-                    self._tg.start_soon(self._stop, gone)
+                    self._tg.start_soon(self._stop, session_id, gone)
                 continue
             v = s.sessions[session_id]
             sup = self.local.supervised.get(session_id)
@@ -236,7 +241,7 @@ class AgentActor:
                 self._tg.start_soon(self._supervise, session_id, sup)
             elif v.status is S.TERMINATING and not sup.stop_requested:
                 sup.stop_requested = True
-                self._tg.start_soon(self._stop, sup)
+                self._tg.start_soon(self._stop, session_id, sup)
         if self.local.found:
             await self._remove_orphans(s)
 
@@ -262,9 +267,10 @@ class AgentActor:
             with contextlib.suppress(LogError):  # the removal is what matters; it is logged
                 await self.events.append(subj.agent(self.config.agent_id), e)
 
-    async def _stop(self, sup: _Supervised) -> None:
+    async def _stop(self, session_id: str, sup: _Supervised) -> None:
         if sup.container_id is not None and not sup.stopping:
             sup.stopping = True
+            await self._keep_output(session_id, sup.container_id)
             await self.runtime.remove(sup.container_id, stop_timeout_s=self.config.stop_timeout_s)
 
     # ---- one session ----------------------------------------------------------------------
@@ -348,7 +354,7 @@ class AgentActor:
             await self._report(session_id, SessionRunning, container_id=c.id)
         if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
             sup.stop_requested = True
-            await self._stop(sup)
+            await self._stop(session_id, sup)
         code: int | None
         try:
             code = await self.runtime.wait(c.id)
@@ -358,6 +364,8 @@ class AgentActor:
             if isinstance(e, RuntimeUnavailable) or not sup.stopping:
                 raise
             code = None
+        if not sup.stopping:  # a stop order kept it before removing the container
+            await self._keep_output(session_id, c.id)
         await self.runtime.remove(c.id, stop_timeout_s=self.config.stop_timeout_s)
         if self.regions is not None:
             self.regions.reclaim(session_id)  # its processes are all gone now
@@ -367,6 +375,19 @@ class AgentActor:
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
         reason = "stopped on request" if sup.stop_requested else "exited"
         await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
+
+    async def _keep_output(self, session_id: str, container_id: str) -> None:
+        """The container's last ``KEPT_OUTPUT_LINES`` lines, kept before it is removed:
+        ``fgpu session logs`` reads them once the session has ended. Best effort: the end
+        is reported whatever happens here."""
+        v = self.state.sessions.get(session_id)
+        if self.output is None or v is None or v is ENDED_STUB:
+            return
+        try:
+            text = await self.runtime.logs(container_id, tail=KEPT_OUTPUT_LINES)
+            await self.output.keep(session_id, KeptOutput(v.owner, v.domain, text))
+        except (ContainerError, OSError) as e:
+            log.warning("agent.output_not_kept", session=session_id, error=str(e))
 
     async def _end(
         self,

@@ -19,7 +19,12 @@ from events import SessionExecFinished, SessionExecStarted
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
-from services.domain.session_access import exec_problem, may_not_exec, may_not_read
+from services.domain.session_access import (
+    exec_problem,
+    may_not_exec,
+    may_not_read,
+    may_not_read_kept,
+)
 from services.domain.state import ClusterState
 from services.ports import (
     EXEC_OUTPUT_KEPT,
@@ -36,6 +41,7 @@ from services.ports import (
     LogError,
     LogsReply,
     LogsRequest,
+    OutputStore,
 )
 
 __all__ = ["answering"]
@@ -51,12 +57,13 @@ def answering(
     clock: Clock,
     *,
     keep: int = EXEC_OUTPUT_KEPT,
+    output: OutputStore | None = None,
 ) -> AgentHandler:
     """The handler of ``agent_id``'s requests, over its container engine, the fold
     (``state``, the agent's) and the log it writes the audit of commands to. Only the
     agent's own containers are looked at; who may ask what is
     ``services.domain.session_access``'s. A command's output keeps ``keep`` bytes of each
-    stream."""
+    stream. Once a session's container is gone, its logs are what ``output`` kept."""
     labels = {LABEL_AGENT: agent_id}
 
     async def container_of(session_id: str) -> str | None:
@@ -64,16 +71,32 @@ def answering(
         return found[0].id if found else None
 
     async def logs(requester: str, request: LogsRequest) -> LogsReply:
+        try:
+            container = await container_of(request.session_id)
+        except ContainerError as e:
+            return LogsReply(ok=False, error=str(e))
+        if container is None:
+            return await kept_logs(requester, request)
         refused = may_not_read(state(), requester, request.session_id)
         if refused is not None:
             return LogsReply(ok=False, error=refused)
         try:
-            container = await container_of(request.session_id)
-            if container is None:
-                return LogsReply(ok=False, error=f"no container of {request.session_id} here")
             return LogsReply(ok=True, logs=await runtime.logs(container, tail=request.tail))
         except ContainerError as e:
             return LogsReply(ok=False, error=str(e))
+
+    async def kept_logs(requester: str, request: LogsRequest) -> LogsReply:
+        """An ended session's output, as the agent kept it when the container went."""
+        sid = request.session_id
+        kept = None if output is None else await output.kept(sid)
+        if kept is None:
+            refused = may_not_read(state(), requester, sid)
+            return LogsReply(ok=False, error=refused or f"no container of {sid} here")
+        refused = may_not_read_kept(state(), requester, kept.owner, kept.domain)
+        if refused is not None:
+            return LogsReply(ok=False, error=refused)
+        lines = kept.text.splitlines(keepends=True)
+        return LogsReply(ok=True, logs="".join(lines[-request.tail :] if request.tail else []))
 
     async def run(requester: str, request: ExecRequest) -> ExecReply:
         s, sid = state(), request.session_id

@@ -295,15 +295,19 @@ def info(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
 
 
 @app.command("logs")
-def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
-    """The output of a session's container, asked of its agent."""
+def logs(
+    ctx: typer.Context,
+    session_id: str,
+    tail: Annotated[int, typer.Option(min=0, help="The last this many lines.")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """The output of a session's container, asked of its agent; once the session has
+    ended, what its agent kept of it (the last 10,000 lines) when it removed the container."""
     settings = _settings(ctx)
     with api_errors():
         s = settings.read_api().get(f"/v1/sessions/{_id(session_id)}")
     if s["agent"] is None:
         fail(f"session {session_id} never ran (status {s['status']})", code=1)
-    if s["status"] in ENDED:
-        fail(f"session {session_id} ended ({s['status']}); its container was removed", code=1)
     agent_id: str = s["agent"]
 
     async def ask() -> dict[str, Any]:
@@ -313,7 +317,7 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
 
         async with connection(settings) as conn:
             try:
-                reply = await conn.bus.ask(agent_id, LogsRequest(session_id=session_id))
+                reply = await conn.bus.ask(agent_id, LogsRequest(session_id=session_id, tail=tail))
             except AgentUnreachable as e:
                 fail(str(e), code=1)
         answer: dict[str, Any] = msgspec.to_builtins(reply)
@@ -323,7 +327,11 @@ def logs(ctx: typer.Context, session_id: str, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(answer)
     elif not answer.get("ok"):
-        fail(str(answer.get("error") or "the session's container is gone"), code=1)
+        why = str(answer.get("error") or "the session's container is gone")
+        if s["status"] in ENDED:
+            ended = f"session {session_id} ended ({s['status']})"
+            why = f"{ended} and {agent_id} kept none of its output ({why})"
+        fail(why, code=1)
     else:
         import sys
 

@@ -28,6 +28,7 @@ from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.nats_server_log import Violation, follow_violations
+from services.adapters.output_files import OutputFiles
 from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.options import state_file
@@ -190,10 +191,22 @@ async def run_agent(
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The agent, its heartbeat, and its answers to requests (``fgpu session logs|exec``)."""
+    """The agent, its heartbeat, and its answers to requests (``fgpu session logs|exec``).
+    Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``."""
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
-    actor = AgentActor(conn.log, runtime, SystemClock(), config, regions, snapshots=from_scheduler)
-    answer = answering(config.agent_id, runtime, lambda: actor.state, conn.log, actor.clock)
+    output = OutputFiles(state_file().parent / "output" / config.agent_id)
+    actor = AgentActor(
+        conn.log,
+        runtime,
+        SystemClock(),
+        config,
+        regions,
+        snapshots=from_scheduler,
+        output=output,
+    )
+    answer = answering(
+        config.agent_id, runtime, lambda: actor.state, conn.log, actor.clock, output=output
+    )
     async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
         await tg.start(actor.run)
         tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])

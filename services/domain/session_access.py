@@ -13,7 +13,14 @@ from events import Role
 from services.domain.state import ENDED_STUB, ClusterState
 from services.domain.status import SessionStatus
 
-__all__ = ["MAX_ARGV_BYTES", "MAX_EXEC_TIMEOUT_S", "exec_problem", "may_not_exec", "may_not_read"]
+__all__ = [
+    "MAX_ARGV_BYTES",
+    "MAX_EXEC_TIMEOUT_S",
+    "exec_problem",
+    "may_not_exec",
+    "may_not_read",
+    "may_not_read_kept",
+]
 
 MAX_ARGV_BYTES = 16 << 10  # a command and its arguments, UTF-8: they are written on the log
 MAX_EXEC_TIMEOUT_S = 3600.0
@@ -26,6 +33,19 @@ def may_not_read(s: ClusterState, requester: str, session_id: str) -> str | None
     if _administers(s, requester, session_id):
         return None
     return f"{requester} may not see session {session_id}"
+
+
+def may_not_read_kept(s: ClusterState, requester: str, owner: str, domain: str) -> str | None:
+    """Why ``requester`` may not read the kept output of an ended session of ``owner`` in
+    ``domain`` (the fold has let go of it: the agent kept whose it was); None if it may."""
+    if not s.tenancy.on or requester == owner:
+        return None
+    who = s.tenancy.user_of(requester)
+    if who is not None and (
+        who.role is Role.SUPERADMIN or (who.role is Role.DOMAIN_ADMIN and who.domain == domain)
+    ):
+        return None
+    return f"{requester} may not see that session"
 
 
 def may_not_exec(s: ClusterState, requester: str, session_id: str, agent_id: str) -> str | None:

@@ -47,6 +47,7 @@ from services.ports.log import (
     Retention,
     check_batch,
 )
+from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
 
@@ -78,11 +79,13 @@ __all__ = [
     "Heartbeats",
     "HistoryMissing",
     "ImageNotFound",
+    "KeptOutput",
     "Kicker",
     "LogError",
     "LogsReply",
     "LogsRequest",
     "OomRefusal",
+    "OutputStore",
     "RequestFailed",
     "RetainingLog",
     "Retention",

@@ -6,6 +6,7 @@ Each passes the same contract tests as the real adapter (``tests/log_contract.py
 
 from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
+from services.testing.memory_output import MemoryOutput
 from services.testing.memory_snapshots import MemorySnapshots
 
-__all__ = ["MemoryBus", "MemoryLog", "MemorySnapshots"]
+__all__ = ["MemoryBus", "MemoryLog", "MemoryOutput", "MemorySnapshots"]
