@@ -182,6 +182,16 @@ def test_best_fit_packs_whole_device_requests_onto_the_fullest_agent() -> None:
     assert c.ask(30) == ("b", ((1, 30),))  # a share: the tightest device, on the fuller agent
 
 
+def test_best_fit_gives_a_cpu_only_session_the_cpu_of_an_agent_with_no_fgpu_free() -> None:
+    c = Cluster("best-fit")
+    c.agent("a", ("M",), cpu=8000)  # the tighter CPU, but its device is free
+    c.agent("b", ("M",), cpu=16_000)
+    assert c.ask(PER, cpu=1000) == ("a", ((0, PER),))
+    c.agent("c", ("M",), cpu=4000)
+    # a's device is taken: its 7 cores beat c's 4, which would leave c's device no CPU.
+    assert c.ask(0, cpu=4000) == ("a", ())
+
+
 def test_fragmentation_aware_keeps_cpu_for_the_gpus_left() -> None:
     # The forecast asks 4 cores a device; after 8 cores on "a" its 3 devices have CPU for
     # 2 of them: FGD sees nothing (one more still fits) but one device is stranded there.

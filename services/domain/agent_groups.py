@@ -11,14 +11,23 @@ starts, are one group; the groups are refiled from the fit index's feed of chang
 from bisect import insort
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from events import DevicePlacement, Slots
 from services.domain.allocator import Placement, usable
 from services.domain.fit_index import FitIndex
 from services.domain.state import AgentView, ClusterState
 
-__all__ = ["AgentGroups", "AgentShape", "Option", "agent_shape", "best_placement", "options"]
+__all__ = [
+    "AgentGroups",
+    "AgentShape",
+    "Best",
+    "Memo",
+    "Option",
+    "agent_shape",
+    "best_placement",
+    "options",
+]
 
 # What a policy sees of an agent: fGPU per device, free CPU, free memory, and each
 # device's (model, free share), sorted.
@@ -153,6 +162,38 @@ class AgentGroups:
         return iter(self._groups)
 
 
+# A group shape's best option for a request and its score (None: it cannot take it).
+Best = tuple[tuple[int, ...], Option] | None
+# Each (group shape, request's CPU, memory, fGPU and models): its best option.
+Memo = dict[tuple[AgentShape, int, int, int, tuple[str, ...]], Best]
+_MEMO_LIMIT = 1 << 18  # remembered best options before the memo starts again
+_UNKNOWN = object()
+
+
+def _best_option(
+    shape: AgentShape,
+    slots: Slots,
+    gpu_models: tuple[str, ...],
+    score: Callable[[AgentShape, Option], tuple[int, ...]],
+    memo: "Memo | None",
+) -> Best:
+    key = (shape, slots.cpu, slots.mem, slots.fgpu, gpu_models)
+    if memo is not None:
+        known = memo.get(key, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return cast(Best, known)
+    found: Best = None
+    for option in options(shape, slots, gpu_models):
+        value = score(shape, option)
+        if found is None or value < found[0]:
+            found = (value, option)
+    if memo is not None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
 def best_placement(
     groups: AgentGroups,
     s: ClusterState,
@@ -161,23 +202,24 @@ def best_placement(
     unheard: AbstractSet[str],
     gpu_models: tuple[str, ...],
     score: Callable[[AgentShape, Option], tuple[int, ...]],
+    memo: "Memo | None" = None,
 ) -> Placement | None:
     """The placement of least ``score`` (then the first registered agent) over one agent
-    per group; ``groups`` is synced with ``s`` first."""
+    per group; ``groups`` is synced with ``s`` first. ``memo``: each group shape's best
+    option for a request, kept by the caller for as long as ``score`` stays the same."""
     groups.sync(s)
     best: tuple[tuple[int, ...], int, AgentView, Option] | None = None
     for shape in groups.shapes():
-        choices = options(shape, slots, gpu_models)
-        if not choices:
+        mine = _best_option(shape, slots, gpu_models, score, memo)
+        if mine is None:
             continue
         first = groups.first_usable(s, shape, slots, image, unheard)
         if first is None:
             continue
         rank, a = first
-        for option in choices:
-            key = score(shape, option)
-            if best is None or (key, rank) < (best[0], best[1]):
-                best = (key, rank, a, option)
+        key, option = mine
+        if best is None or (key, rank) < (best[0], best[1]):
+            best = (key, rank, a, option)
     if best is None:
         return None
     a, option = best[2], best[3]

@@ -142,14 +142,15 @@ def place(
 def _cpu_only(
     s: ClusterState, slots: Slots, image: str, unheard: AbstractSet[str]
 ) -> Placement | None:
-    """The agent whose free CPU fits a CPU-only session tightest (first registered of
-    equals), with no device."""
-    best: tuple[int, str] | None = None
+    """The agent with the least free fGPU and then the tightest free CPU for a CPU-only
+    session (first registered of equals), with no device: CPU taken where devices are
+    free may leave them too little to be used."""
+    best: tuple[tuple[int, int], str] | None = None
     for agent_id, a in s.agents.items():
         if usable(a, slots, image, unheard):
-            cpu = a.capacity.cpu - a.allocated.cpu
-            if best is None or cpu < best[0]:
-                best = (cpu, agent_id)
+            key = (a.free.fgpu, a.capacity.cpu - a.allocated.cpu)
+            if best is None or key < best[0]:
+                best = (key, agent_id)
     return None if best is None else (best[1], ())
 
 

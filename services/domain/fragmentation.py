@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 from events import Slots
-from services.domain.agent_groups import AgentGroups, AgentShape, Option, best_placement
+from services.domain.agent_groups import AgentGroups, AgentShape, Memo, Option, best_placement
 from services.domain.allocator import Placement
 from services.domain.state import ClusterState
 from services.domain.workload import Shape
@@ -148,6 +148,7 @@ class FragmentationAware:
         self._key: tuple[int, int] = (-1, -1)
         self._forecast = Forecast((), {})
         self._memo: dict[AgentShape, int] = {}
+        self._best: Memo = {}  # a group shape's best option per request, as _score gives
         self._groups = AgentGroups()
         self._restricted = False
 
@@ -180,7 +181,10 @@ class FragmentationAware:
         key = (workload.version, len(s.agents))
         if key != self._key:
             self._memo.clear()
+            self._best.clear()
             self._key = key
             self._forecast = Forecast(workload.typical, _supply(s))
         self._restricted = bool(gpu_models)
-        return best_placement(self._groups, s, slots, image, unheard, gpu_models, self._score)
+        return best_placement(
+            self._groups, s, slots, image, unheard, gpu_models, self._score, self._best
+        )
