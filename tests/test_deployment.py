@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -131,3 +132,70 @@ async def _durables(url: str, auth: ServerAuth) -> set[str]:
         return names
     finally:
         await nc.close()
+
+
+def _until_ok(env: dict[str, str], *args: str, within_s: float = 60) -> str:
+    """``fgpu ARGS`` until it succeeds: a new cluster elects its JetStream leader first."""
+    deadline = time.monotonic() + within_s
+    while True:
+        p = subprocess.run(
+            [FGPU, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        if p.returncode == 0:
+            return p.stdout
+        assert time.monotonic() < deadline, f"fgpu {' '.join(args)}: {p.stderr}"
+        time.sleep(1)
+
+
+def test_a_clustered_deployment_with_authentication_survives_a_server(tmp_path: Path) -> None:
+    """docs/deploy.md's cluster: three servers routed together, each with the same auth
+    part; the stream and the snapshot buckets with three replicas; the gatekeeper and every
+    actor given all three addresses, each with its own keypair. A user's session runs;
+    one server is killed (SIGKILL); the next session still runs, through the others."""
+    secrets = tmp_path / "secrets"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FGPU_")}
+    env["FGPU_HOME"] = str(tmp_path / "home")
+    _fgpu(env, "admin", "server-auth", "--dir", str(secrets))
+    auth = ServerAuth.load(secrets)
+    with nats_server.nats_cluster(3, config=auth.config()) as servers, ExitStack() as stack:
+        url = ["--nats", ",".join(s.url for s in servers.values())]
+        kinds = ["quota", "scheduler", "registrar", "api", "agent:node1"]
+        init = ["admin", "init", "--secrets", str(secrets), "--replicas", "3", "--json"]
+        for kind in kinds:
+            init += ["--service", kind]
+        root = json.loads(_until_ok(env, *url, *init))
+        stack.enter_context(
+            _process(tmp_path, "gate", *url, "gatekeeper", "--secrets", str(secrets))
+        )
+        keys = ["--service-keys", str(secrets / "services.json")]
+        for name in ("registrar", "quota", "scheduler"):
+            stack.enter_context(_process(tmp_path, name, *url, *keys, name))
+        agent = ["agent", "--agent-id", "node1", "--mock-gpus", "1", "--runtime", "dummy"]
+        stack.enter_context(_process(tmp_path, "agent", *url, *keys, *agent, "--no-shim"))
+        stack.enter_context(_process(tmp_path, "api", *url, *keys, "api", "--port", "0"))
+        api = next(w for w in (tmp_path / "api.log").read_text().split() if w.startswith("http"))
+        as_root = {
+            **env,
+            "FGPU_ACCESS_KEY": root["access_key"],
+            "FGPU_SECRET_KEY": root["secret_key"],
+        }
+        base = [*url, "--api", api.removesuffix("/v1")]
+        user = ["admin", "user", "create", "ana", "--domain", "default", "--project", "default"]
+        _fgpu(as_root, *base, *user)
+        made = json.loads(
+            _fgpu(as_root, *base, "admin", "keypair", "create", "--user", "ana", "--json")
+        )
+        as_ana = {
+            **env,
+            "FGPU_ACCESS_KEY": made["access_key"],
+            "FGPU_SECRET_KEY": made["secret_key"],
+        }
+        create = ["session", "create", "--image", IMAGE, "--fgpu", "0.25", "--wait", "--json"]
+        [first] = json.loads(_fgpu(as_ana, *base, *create, "--", "sleep", "600"))["sessions"]
+        assert first["status"] == "RUNNING" and first["user"] == "ana"
+        servers["n0"].process.kill()  # SIGKILL: no goodbye to its clients or routes
+        servers["n0"].process.wait(10)
+        [second] = json.loads(
+            _until_ok(as_ana, *base, *create, "--timeout", "60", "--", "sleep", "600")
+        )["sessions"]
+        assert second["status"] == "RUNNING" and second["id"] != first["id"]
