@@ -824,7 +824,10 @@ _HOLES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
     ("agent-key", "manage-consumers"): (
         "services/domain/permissions.py (_READS): every service may create, update, delete, "
         "pull from and ack every consumer of the stream; an update of another actor's durable "
-        "consumer to a filter that matches nothing is accepted, and that actor stalls",
+        "consumer to a filter that matches nothing is accepted, and that actor stalls. Naming "
+        "each service's own durables in its permissions is not enough: the unnamed "
+        "CONSUMER.CREATE.FGPU (nats-py's ordered consumers) updates any consumer named in the "
+        "body's config.name (tried on 2.15); ordered reads would need named creates first",
         pytest.fail.Exception,  # DID NOT RAISE: the server answered
     ),
 }
