@@ -8,7 +8,8 @@ CPU, memory and fGPU free on the agent, a share of one device for at most one de
 worth, whole free devices plus one share beyond, only devices of the models the session
 names. Among what fits they differ:
 
-- ``best-fit`` (the default): the tightest device, through the fit index.
+- ``best-fit`` (the default): the tightest device, through the fit index, on the fullest
+  agent of those; a CPU-only session where the least fGPU is free.
 - ``pack``: the agent with the least fGPU left after it (then the least CPU), the
   tightest device there: fills agents one after another.
 - ``spread``: the agent with the most fGPU left after it (then the most CPU), the
@@ -16,7 +17,8 @@ names. Among what fits they differ:
 - ``round-robin``: the first agent that fits after the one that got the latest
   placement, in order of registration; its first device that fits.
 - ``fragmentation-aware``: where the free fGPU that the workload's requests could not
-  use grows least (``services.domain.fragmentation``).
+  use (too small a share, or too little CPU to serve it) grows least, scarce models kept
+  for the requests that need them (``services.domain.fragmentation``).
 
 Ties go to the agent registered first, so a policy's answer is the same in every
 scheduler that folds the same log.
