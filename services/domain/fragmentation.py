@@ -41,9 +41,10 @@ from services.domain.workload import Shape
 __all__ = ["Forecast", "FragmentationAware", "fragmentation", "stranded", "unusable"]
 
 _MEMO_LIMIT = 1 << 18  # remembered measures before the memo starts again
-# How much the CPU-stranded fGPU and the scarce models' share weigh against FGD's
-# fragmentation: chosen on the default openb trace and the same on every trace; from 2 to
-# 8 they give about the same (bench/fragmentation.py, docs/benchmarks.md).
+# How much the CPU-stranded fGPU and the scarce models' toll weigh against FGD's
+# fragmentation, the same on every trace: _STRAND chosen on the default openb trace (from 2
+# to 8 about the same), _RESERVE on gpuspec10, the one with restricted requests (2 and 4
+# about the same; at 1 too light to keep a scarce model). bench/fragmentation.py measures.
 _STRAND = 4
 _RESERVE = 4
 
