@@ -73,8 +73,9 @@ async def _start(url: str, log_dir: str, size: int, run: str) -> dict[str, dict[
                     raise RuntimeError(f"{name} exited {p.returncode}: {log.read_text()[-2000:]}")
             await asyncio.sleep(0.02)
         deadline = time.perf_counter() + 300
-        waits = {name: "snapshot.saved" for name in SAVES} if run == "cold" else {}
-        if run != "cold":
+        if run == "cold":
+            waits = dict.fromkeys(SAVES, "snapshot.saved")
+        else:
             waits = dict.fromkeys(ACTORS, "snapshot.started")
         for name, line in waits.items():
             while line not in procs[name][1].read_text(errors="replace"):

@@ -6,7 +6,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from events import Role, Slots
+from events import Role, SessionTerminated, Slots
 from services.actors.agent import AgentActor
 from services.actors.agent_requests import answering
 from services.actors.quota import QuotaActor
@@ -102,8 +102,14 @@ async def test_a_destroyed_sessions_output_is_kept_before_its_container_goes() -
 async def test_the_end_is_reported_when_the_output_cannot_be_kept() -> None:
     output = MemoryOutput()
     output.fail = True
-    _, sid, agent, _ = await _ended_with_output(output)
-    assert agent.state.sessions[sid].status.value == "TERMINATED"
+    log, sid, _, _ = await _ended_with_output(output)
+    ended = [
+        r.event
+        async for batch in log.read(0)
+        for r in batch
+        if isinstance(r.event, SessionTerminated) and r.event.session_id == sid
+    ]
+    assert [e.exit_code for e in ended] == [3]
     assert output.outputs == {}
 
 

@@ -82,6 +82,7 @@ class Archiver:
         self.snapshots = tuple(snapshots)
         self.clock = clock
         self.segment_records = segment_records
+        self._removed = 0  # what this archiver removed last: a purge is not asked again
 
     async def run(
         self,
@@ -152,8 +153,9 @@ class Archiver:
         ):
             written.append(await self._archive(chunk, identity))
         through = written[-1].last_seq if written else through
-        if through:
+        if through > self._removed:  # once after a start too: a pass may have been cut off
             await self.retaining.remove_through(through, subj.KEPT_SUBJECTS)
+            self._removed = through
         if limits_met or bound == last:
             waiting = None
         elif waiting is None:  # the scan stopped where the snapshots stop

@@ -97,19 +97,22 @@ async def _react(react: React, state: ClusterState) -> None:
 
 class LogActor:
     """An actor that folds the log and decides on each batch (``react``), from its
-    snapshots when it has them: ``run`` is ``follow_log`` with its cursor ``durable``."""
+    snapshots when it has them: ``run`` is ``follow_log`` with its cursor ``durable``
+    (default: the kind's ``NAME``)."""
+
+    NAME = "actor"
 
     def __init__(
         self,
         events: EventLog,
         clock: Clock,
         *,
-        durable: str,
+        durable: str | None = None,
         snapshots: Snapshots | None = None,
     ) -> None:
         self.events = events
         self.clock = clock
-        self.durable = durable
+        self.durable = durable or self.NAME
         self.snapshots = snapshots
 
     async def react(self, s: ClusterState) -> None:

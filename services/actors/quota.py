@@ -27,12 +27,14 @@ NAME = "quota"
 
 
 class QuotaActor(LogActor):
+    NAME = NAME
+
     def __init__(
         self,
         events: EventLog,
         clock: Clock,
         *,
-        durable: str = NAME,
+        durable: str | None = None,
         snapshots: Snapshots | None = None,
     ) -> None:
         super().__init__(events, clock, durable=durable, snapshots=snapshots)

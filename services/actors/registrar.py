@@ -11,10 +11,8 @@ so two registrars running by mistake never both apply from one view of the tenan
 from events import AdminApplied, AdminRefused, AnyEvent
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
-from services.actors.snapshots import Snapshots
 from services.domain.state import ClusterState, apply_decision
 from services.domain.tenancy import refusal
-from services.ports import Clock, EventLog
 
 __all__ = ["RegistrarActor"]
 
@@ -25,15 +23,7 @@ _MAX_ANSWERS = 1000  # the server's largest atomic batch
 class RegistrarActor(LogActor):
     """Answers administrators' requests: applied to the tenancy, or refused."""
 
-    def __init__(
-        self,
-        events: EventLog,
-        clock: Clock,
-        *,
-        durable: str = NAME,
-        snapshots: Snapshots | None = None,
-    ) -> None:
-        super().__init__(events, clock, durable=durable, snapshots=snapshots)
+    NAME = NAME
 
     async def react(self, s: ClusterState) -> None:
         while s.admin_requests:

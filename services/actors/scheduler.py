@@ -18,7 +18,6 @@ from datetime import datetime
 
 import anyio
 import structlog
-from anyio.abc import TaskStatus
 
 from events import (
     AgentHeard,
@@ -36,7 +35,7 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.actors.common import Provenance, append_expecting, follow_log, stamp
+from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.allocator import Refusal, never_fits
 from services.domain.placement import DEFAULT_POLICY
@@ -55,7 +54,7 @@ _MAX_DECISIONS = 1000  # the server's largest atomic batch
 S = SessionStatus
 
 
-class SchedulerActor:
+class SchedulerActor(LogActor):
     """Also watches agents' heartbeats: ``heard(agent_id)`` for each one received, and an
     agent silent for ``lost_after_s`` is declared lost (nothing new is placed there).
 
@@ -67,12 +66,14 @@ class SchedulerActor:
     (``session.lost``), their shares freed. Each is an event with its reason.
     """
 
+    NAME = NAME
+
     def __init__(
         self,
         events: EventLog,
         clock: Clock,
         *,
-        durable: str = NAME,
+        durable: str | None = None,
         lost_after_s: float = 15.0,
         lost_grace_s: float = 600.0,
         reserve_after_s: float = 300.0,
@@ -81,10 +82,7 @@ class SchedulerActor:
         monotonic: Callable[[], float] = time.monotonic,
         snapshots: Snapshots | None = None,
     ) -> None:
-        self.events = events
-        self.clock = clock
-        self.durable = durable
-        self.snapshots = snapshots
+        super().__init__(events, clock, durable=durable, snapshots=snapshots)
         self.lost_after_s = lost_after_s
         self.lost_grace_s = lost_grace_s
         self.rebuilt_seq: int | None = None  # the log's end when this scheduler rebuilt
@@ -190,18 +188,6 @@ class SchedulerActor:
                 prov = Provenance(NAME, self.clock.now())
                 out.append(stamp(AgentHeard, prov, agent_id=agent_id))
         return out
-
-    async def run(
-        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Decide for ever; started once the state is rebuilt from the log."""
-        await follow_log(
-            self.events,
-            self.durable,
-            self.react,
-            task_status=task_status,
-            snapshots=self.snapshots,
-        )
 
     async def react(self, s: ClusterState) -> None:
         if self.rebuilt_seq is None:

@@ -42,15 +42,17 @@ class JetStreamSnapshots:
         self.bucket = subj.snapshot_bucket(kind)
 
     async def load(self) -> bytes | None:
-        for attempt in range(1, _TRIES + 1):
+        for _ in range(_TRIES - 1):
             try:
                 with anyio.fail_after(_READ_S):
                     return await self._load()
             except (TimeoutError, LogError) as e:
-                if attempt == _TRIES:
-                    raise LogError(f"load a snapshot from {self.bucket}: {e}") from e
                 log.info("snapshot.read_again", bucket=self.bucket, error=str(e) or "timed out")
-        raise AssertionError("unreachable")
+        try:
+            with anyio.fail_after(_READ_S):
+                return await self._load()
+        except TimeoutError as e:
+            raise LogError(f"load a snapshot from {self.bucket}: timed out") from e
 
     async def _load(self) -> bytes | None:
         with self._client.call(f"load a snapshot from {self.bucket}"):

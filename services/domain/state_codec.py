@@ -282,13 +282,18 @@ def encode_actor_state(s: ClusterState, log: str) -> bytes:
     )
 
 
-def decode_actor_state(data: bytes, log: str) -> ClusterState:
-    """The state ``encode_actor_state`` saved, if it was folded from the log ``log`` by
-    this version of the fold; else SnapshotUnusable.
+class _Head(msgspec.Struct, array_like=True, frozen=True):
+    """The first field of ``_Snapshot`` alone: the rest is not decoded."""
 
-    Everything it holds counts as changed, as after a full replay: an actor's first
-    reaction looks at all of it.
-    """
+    last_seq: int
+
+
+_head_decoder = msgspec.msgpack.Decoder(_Head)
+
+
+def _usable(data: bytes, log: str) -> _ActorSnapshot:
+    """The actor snapshot in ``data``, if it is one of the log ``log`` by this version of
+    the fold; else SnapshotUnusable."""
     try:
         snap = _actor_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -297,6 +302,17 @@ def decode_actor_state(data: bytes, log: str) -> ClusterState:
         raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
     if snap.log != log:
         raise SnapshotUnusable(f"of another log ({snap.log}, this one is {log})")
+    return snap
+
+
+def decode_actor_state(data: bytes, log: str) -> ClusterState:
+    """The state ``encode_actor_state`` saved, if it was folded from the log ``log`` by
+    this version of the fold; else SnapshotUnusable.
+
+    Everything it holds counts as changed, as after a full replay: an actor's first
+    reaction looks at all of it.
+    """
+    snap = _usable(data, log)
     try:
         s = decode_state(snap.state, snap.ended)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -313,16 +329,8 @@ def snapshot_seq(data: bytes, log: str) -> int:
     """The sequence an actor snapshot covers, if it is one of the log ``log`` by this
     version of the fold; else SnapshotUnusable. (What the archiver asks: it removes from
     the stream only what every actor's snapshot covers.)"""
+    snap = _usable(data, log)
     try:
-        snap = _actor_decoder.decode(data)
-        state = msgspec.msgpack.decode(snap.state)
-        seq = state[0] if isinstance(state, list) and state else None
+        return _head_decoder.decode(snap.state).last_seq
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise SnapshotUnusable(f"not a snapshot: {e}") from None
-    if snap.version != FOLD_VERSION:
-        raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
-    if snap.log != log:
-        raise SnapshotUnusable(f"of another log ({snap.log}, this one is {log})")
-    if not isinstance(seq, int):
-        raise SnapshotUnusable("not a snapshot: no sequence")
-    return seq
