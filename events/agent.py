@@ -23,7 +23,8 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
 
     ``fgpu_per_gpu`` is the administrator's ratio in quanta: 200 means one physical GPU is
     2 fGPU, so one fGPU is half of its memory and half of its SMs' time. ``images`` are the
-    images the agent can start without a download.
+    images the agent can start without a download. ``group``: the resource group it
+    serves (``default`` for agents from before groups); only that group's sessions go there.
     """
 
     agent_id: str
@@ -32,6 +33,7 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
     fgpu_per_gpu: int
     images: tuple[str, ...] = ()
     runtime: str = "docker"
+    group: str = "default"
 
 
 class AgentLost(Event, frozen=True, kw_only=True, tag="agent.lost.v1"):

@@ -39,6 +39,10 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     ``GpuInfo.model``); empty, as in every request from before the field, means any.
     ``cpu_only``: the session asks for no GPU at all and ``slots.fgpu`` must be 0; without
     it fGPU must be more than zero, so a forgotten amount is never taken for a CPU session.
+
+    ``group``: the resource group to run in (None, as in every request from before groups:
+    the ``default`` group). ``lifetime_s``: how long it may run, in whole seconds (None:
+    the group's default lifetime); more than the group's maximum is refused at admission.
     """
 
     session_id: str
@@ -51,6 +55,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     project: str | None = None
     gpu_models: tuple[str, ...] = ()
     cpu_only: bool = False
+    group: str | None = None
+    lifetime_s: int | None = None
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

@@ -23,11 +23,15 @@ __all__ = [
     "AdminRefused",
     "AdminRequested",
     "CreateDomain",
+    "CreateGroup",
     "CreateKeypair",
     "CreateProject",
     "CreateServiceKey",
     "CreateUser",
+    "GroupSettings",
     "PolicyLevel",
+    "QueueOrder",
+    "RemoveGroup",
     "RemoveMember",
     "RemoveProject",
     "RemoveUser",
@@ -36,6 +40,7 @@ __all__ = [
     "Role",
     "SetPolicy",
     "SetRole",
+    "UpdateGroup",
 ]
 
 
@@ -68,6 +73,36 @@ class ResourcePolicy(
     max_pending_slots: Slots | None = None
     total_slots: Slots | None = None
     max_priority: int | None = None
+
+
+class QueueOrder(StrEnum):
+    """Which of a group's pending sessions of one priority goes first."""
+
+    FIFO = "fifo"  # the earliest asked for
+    LIFO = "lifo"  # the latest asked for
+    DRF = "drf"  # of the user with the least dominant share of the group (cpu, mem, fGPU)
+
+
+class GroupSettings(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
+    """What a resource group does with its sessions. Times in whole seconds; None: no limit.
+
+    ``policy`` names a placement policy (``fgpu scheduler --policy``'s names);
+    ``pending_timeout_s`` cancels a session that waited that long (0: at once when nothing
+    fits); ``default_lifetime_s`` ends a running session that asked for no lifetime,
+    ``max_lifetime_s`` is the most one may ask for; ``idle_timeout_s`` ends one idle that
+    long (no kernel launch, no GPU memory in use, no CPU); ``projects`` (``domain/project``)
+    may use the group, None: every project.
+    """
+
+    queue: QueueOrder = QueueOrder.FIFO
+    policy: str = "fragmentation-aware"
+    pending_timeout_s: int | None = None
+    default_lifetime_s: int | None = None
+    max_lifetime_s: int | None = None
+    idle_timeout_s: int | None = None
+    projects: tuple[str, ...] | None = None
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -150,6 +185,27 @@ class SetPolicy(_Command, frozen=True, kw_only=True, tag="set-policy"):
     policy: ResourcePolicy
 
 
+class CreateGroup(_Command, frozen=True, kw_only=True, tag="create-group"):
+    """A resource group: agents that declare it serve only sessions that ask for it."""
+
+    group: str
+    settings: GroupSettings
+
+
+class UpdateGroup(_Command, frozen=True, kw_only=True, tag="update-group"):
+    """A group's settings replaced whole; they act on the sessions it holds from now on.
+    The ``default`` group may be given settings this way without being created."""
+
+    group: str
+    settings: GroupSettings
+
+
+class RemoveGroup(_Command, frozen=True, kw_only=True, tag="remove-group"):
+    """No new session may ask for the group; those it holds go on under the defaults."""
+
+    group: str
+
+
 AdminCommand = (
     CreateDomain
     | CreateProject
@@ -163,6 +219,9 @@ AdminCommand = (
     | CreateServiceKey
     | RevokeKeypair
     | SetPolicy
+    | CreateGroup
+    | UpdateGroup
+    | RemoveGroup
 )
 
 

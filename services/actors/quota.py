@@ -17,6 +17,7 @@ from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
+from services.domain.groups import admission_problem
 from services.domain.quota import admission_refusal
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
@@ -48,6 +49,9 @@ class QuotaActor(LogActor):
             v = s.sessions[session_id]
             why = v.invalid
             code = "invalid"
+            if why is None:
+                why = admission_problem(s.tenancy.groups, v.group, v.project, v.lifetime_s)
+                code = "group"
             if why is None:
                 why = admission_refusal(s, v)
                 code = "quota"

@@ -32,6 +32,7 @@ from events import Slots
 from services.domain.agent_groups import AgentGroups, AgentShape, Option, best_placement
 from services.domain.allocator import Placement, device_options, place, usable
 from services.domain.fragmentation import FragmentationAware
+from services.domain.groups import POLICY_NAMES
 from services.domain.state import ClusterState
 
 __all__ = [
@@ -144,7 +145,8 @@ _POLICIES: dict[str, Callable[[], PlacementPolicy]] = {
     "round-robin": lambda: round_robin,
     "fragmentation-aware": FragmentationAware,
 }
-POLICY_NAMES = tuple(_POLICIES)
+if tuple(_POLICIES) != POLICY_NAMES:  # the tenancy checks groups' policies by those names
+    raise AssertionError(f"placement policies {tuple(_POLICIES)} are not {POLICY_NAMES}")
 DEFAULT_POLICY = "best-fit"
 
 

@@ -194,6 +194,8 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         invalid=invalid_request(e),
         gpu_models=e.gpu_models,
         cpu_only=e.cpu_only,
+        group=e.group or DEFAULT,
+        lifetime_s=e.lifetime_s,
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
@@ -539,6 +541,7 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
         gpus=gpus,
         images=frozenset(e.images),
         runtime=e.runtime,
+        group=e.group,
     )
     if old is not None:
         a.allocated = old.allocated

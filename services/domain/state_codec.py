@@ -21,6 +21,7 @@ import msgspec
 
 from events import (
     AdminRequested,
+    GroupSettings,
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
@@ -55,7 +56,7 @@ __all__ = [
 
 # The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
 # it, and every actor snapshot of another version is ignored (full replay).
-FOLD_VERSION = 2  # 2: the workload forecast and the latest placement (placement policies)
+FOLD_VERSION = 3  # 2: the workload forecast, the latest placement; 3: resource groups
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -71,6 +72,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     lost_at: datetime | None = None
     registered_seq: int = 0
     heard_seq: int = 0
+    group: str = "default"
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -87,6 +89,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost_at=a.lost_at,
             registered_seq=a.registered_seq,
             heard_seq=a.heard_seq,
+            group=a.group,
         )
 
     def view(self) -> AgentView:
@@ -103,6 +106,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost_at=self.lost_at,
             registered_seq=self.registered_seq,
             heard_seq=self.heard_seq,
+            group=self.group,
         )
 
 
@@ -111,6 +115,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     users: list[User]
     keypairs: list[Keypair]
     policies: list[tuple[PolicyLevel, str, ResourcePolicy]]
+    groups: list[tuple[str, GroupSettings]] = []
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -121,6 +126,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             policies=[
                 (level, target, t.policies[level, target]) for level, target in sorted(t.policies)
             ],
+            groups=sorted(t.groups.items()),
         )
 
     def view(self) -> Tenancy:
@@ -129,6 +135,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             users={u.user: u for u in self.users},
             keypairs={k.access_key: k for k in self.keypairs},
             policies={(level, target): p for level, target, p in self.policies},
+            groups=dict(self.groups),
         )
 
 

@@ -15,11 +15,14 @@ from events import (
     AddMember,
     AdminCommand,
     CreateDomain,
+    CreateGroup,
     CreateKeypair,
     CreateProject,
     CreateServiceKey,
     CreateUser,
+    GroupSettings,
     PolicyLevel,
+    RemoveGroup,
     RemoveMember,
     RemoveProject,
     RemoveUser,
@@ -28,8 +31,10 @@ from events import (
     Role,
     SetPolicy,
     SetRole,
+    UpdateGroup,
 )
 from events import subjects as subj
+from services.domain.groups import invalid_group_command
 
 __all__ = [
     "DEFAULT",
@@ -90,6 +95,7 @@ class Tenancy:
     users: dict[str, User] = field(default_factory=dict)
     keypairs: dict[str, Keypair] = field(default_factory=dict)
     policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
+    groups: dict[str, GroupSettings] = field(default_factory=dict)  # resource groups
 
     @property
     def on(self) -> bool:
@@ -155,6 +161,12 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             t.keypairs[key].revoked = True
         case SetPolicy(level=level, target=target, policy=policy):
             t.policies[(level, target)] = policy
+        case CreateGroup(group=g) if g not in t.groups:
+            t.groups[g] = c.settings
+        case UpdateGroup(group=g):
+            t.groups[g] = c.settings
+        case RemoveGroup(group=g):
+            t.groups.pop(g, None)
 
 
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
@@ -185,8 +197,8 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
 def _admin_may(t: Tenancy, c: AdminCommand) -> bool:
     """What a domain admin may do within its domain."""
     match c:
-        case CreateDomain() | CreateServiceKey():
-            return False
+        case CreateDomain() | CreateServiceKey() | CreateGroup() | UpdateGroup() | RemoveGroup():
+            return False  # cluster-wide: a superadmin's
         case CreateUser(role=role) | SetRole(role=role):
             target = t.users.get(c.user)
             return role is not Role.SUPERADMIN and (
@@ -300,6 +312,11 @@ def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
                 return bad(f"no access key {key}")
         case SetPolicy(level=level, target=target, policy=policy):
             return _invalid_policy(t, level, target, policy)
+        case CreateGroup() | UpdateGroup() | RemoveGroup():
+            problem = invalid_group_command(t.groups, t.domains, c)
+            if problem is not None:
+                conflict, reason = problem
+                return taken(reason) if conflict else bad(reason)
     return None
 
 

@@ -59,4 +59,8 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "name is longer than 128 characters"
     if len(e.gpu_models) > 64 or any(not 0 < len(m) <= 128 for m in e.gpu_models):
         return "gpu_models must be at most 64 names of 1-128 characters"
+    if e.group is not None and not subj.is_token(e.group):
+        return f"group {e.group!r} must be 1-64 letters, digits, '-' or '_'"
+    if e.lifetime_s is not None and e.lifetime_s <= 0:
+        return "lifetime must be at least 1 s"
     return None

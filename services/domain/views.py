@@ -70,6 +70,8 @@ class SessionView:
     domain: str = "default"
     gpu_models: tuple[str, ...] = ()  # the models it may run on, any of them; empty: any
     cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
+    group: str = "default"  # the resource group it runs in
+    lifetime_s: int | None = None  # as asked; None: the group's default
 
 
 class _Shares:
@@ -130,6 +132,7 @@ class AgentView:
     lost_at: datetime | None = None  # when it was declared lost (the event's time)
     registered_seq: int = 0  # the log sequence of its latest registration
     heard_seq: int = 0  # of the latest agent.heard a scheduler wrote of it
+    group: str = "default"  # the resource group it serves
 
     @property
     def free(self) -> Slots:
