@@ -58,7 +58,7 @@ from events.tenancy import (
     UpdateGroup,
 )
 from events.union import AnyEvent
-from events.usage import GpuOomRefused, GpuUsageSampled
+from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -106,6 +106,7 @@ __all__ = [
     "Role",
     "SessionAdmitted",
     "SessionCancelled",
+    "SessionCpuSampled",
     "SessionDestroyRequested",
     "SessionErrored",
     "SessionExecFinished",

@@ -28,7 +28,7 @@ from events.session import (
 )
 from events.session_exec import SessionExecFinished, SessionExecStarted
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
-from events.usage import GpuOomRefused, GpuUsageSampled
+from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
 
@@ -52,6 +52,7 @@ AnyEvent = (
     | AgentLost
     | GpuUsageSampled
     | GpuOomRefused
+    | SessionCpuSampled
     | AdminRequested
     | AdminApplied
     | AdminRefused

@@ -6,7 +6,7 @@ per session and device); an out-of-memory refusal is reported at once.
 
 from events.base import Event
 
-__all__ = ["GpuOomRefused", "GpuUsageSampled"]
+__all__ = ["GpuOomRefused", "GpuUsageSampled", "SessionCpuSampled"]
 
 
 class GpuUsageSampled(Event, frozen=True, kw_only=True, tag="gpu.usage-sampled.v1"):
@@ -37,3 +37,13 @@ class GpuOomRefused(Event, frozen=True, kw_only=True, tag="gpu.oom-refused.v1"):
     requested: int
     mem_used: int
     mem_limit: int
+
+
+class SessionCpuSampled(Event, frozen=True, kw_only=True, tag="session.cpu-sampled.v1"):
+    """The CPU time a session's container used in all since it started (``cpu_ns``,
+    nanoseconds, monotonic), reported when it has grown since the last report: a session
+    with none for a while used no CPU (its group's idle timeout looks at this)."""
+
+    session_id: str
+    agent_id: str
+    cpu_ns: int

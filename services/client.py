@@ -48,10 +48,13 @@ class Client:
         project: str | None = None,
         gpu_models: Iterable[str] = (),
         cpu_only: bool = False,
+        group: str | None = None,
+        lifetime_s: int | None = None,
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
-        GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``); their ids,
-        in order. They share a correlation id."""
+        GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), in resource
+        group ``group`` (None: the default one) for ``lifetime_s`` at most (None: the
+        group's default); their ids, in order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -70,6 +73,8 @@ class Client:
                 project=project,
                 gpu_models=tuple(gpu_models),
                 cpu_only=cpu_only,
+                group=group,
+                lifetime_s=lifetime_s,
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:

@@ -43,6 +43,7 @@ from events import (
     Role,
     SessionAdmitted,
     SessionCancelled,
+    SessionCpuSampled,
     SessionDestroyRequested,
     SessionErrored,
     SessionExecFinished,
@@ -229,6 +230,14 @@ DECODED_V1: dict[str, AnyEvent] = {
             launches=123456,
             throttled_ns=987654321,
             oom_refusals=2,
+            **ENVELOPE,
+        ),
+        SessionCpuSampled(
+            id="e-cpu",
+            actor="agent:a1",
+            session_id="s1",
+            agent_id="a1",
+            cpu_ns=1_500_000_000,
             **ENVELOPE,
         ),
         AdminRequested(

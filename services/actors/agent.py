@@ -37,6 +37,7 @@ from events import (
     GpuInfo,
     GpuOomRefused,
     GpuUsageSampled,
+    SessionCpuSampled,
     SessionErrored,
     SessionPreparing,
     SessionRunning,
@@ -89,6 +90,7 @@ class AgentConfig:
     shim_lib_dir: str | None = None  # the built shim, mounted into every session's container
     usage_interval_s: float = 5.0  # how often usage samples are published per session
     oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
+    group: str = "default"  # the resource group it serves
 
 
 @dataclass
@@ -141,6 +143,7 @@ class AgentActor:
             await tg.start(self._follow)
             if self.regions is not None:
                 tg.start_soon(self._meter, self.regions)
+            tg.start_soon(self._sample_cpu)
             task_status.started()
 
     def attach(self, tg: TaskGroup) -> None:
@@ -195,6 +198,7 @@ class AgentActor:
             fgpu_per_gpu=c.fgpu_per_gpu,
             images=images,
             runtime=c.runtime_name,
+            group=c.group,
         )
         await self.events.append(subj.agent(c.agent_id), e)
 
@@ -452,6 +456,30 @@ class AgentActor:
                         await self._publish_usage(session_id)
                 except LogError as e:  # measurements are best effort: the next tick tries
                     log.warning("agent.usage_not_published", session=session_id, error=str(e))
+
+    async def _sample_cpu(self) -> None:
+        """Report each session's CPU time, every usage interval, when it grew by at least
+        a hundredth of a core over it: a session idle on the CPU reports nothing, which is
+        what its group's idle timeout goes by."""
+        c = self.config
+        least = int(c.usage_interval_s * 10_000_000)
+        reported: dict[str, int] = {}
+        while True:
+            await anyio.sleep(c.usage_interval_s)
+            for session_id, sup in list(self.local.supervised.items()):
+                v = self.state.sessions.get(session_id)
+                if sup.container_id is None or sup.done or v is None:
+                    continue
+                try:
+                    used = await self.runtime.cpu_ns(sup.container_id)
+                    if used is None or used - reported.get(session_id, 0) < least:
+                        continue
+                    await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
+                    reported[session_id] = used
+                except (ContainerError, LogError) as e:  # best effort: the next tick tries
+                    log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
+            for gone in reported.keys() - self.local.supervised.keys():
+                del reported[gone]
 
     async def _publish_ooms(self, regions: SliceRegions, session_id: str) -> None:
         v = self.state.sessions.get(session_id)

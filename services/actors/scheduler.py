@@ -13,7 +13,8 @@ state from the log and decides again; it can never place on a share another took
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 
 import anyio
@@ -24,6 +25,7 @@ from events import (
     AgentLost,
     AnyEvent,
     DestroyRejected,
+    GroupSettings,
     SessionCancelled,
     SessionDestroyRequested,
     SessionLost,
@@ -38,8 +40,10 @@ from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.allocator import Refusal, never_fits
-from services.domain.placement import DEFAULT_POLICY
+from services.domain.groups import DEFAULT_GROUP, lifetime_of, settings_of
+from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
+from services.domain.queue_order import queue_order
 from services.domain.resources import format_fgpu, format_slots
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
@@ -78,7 +82,7 @@ class SchedulerActor(LogActor):
         lost_grace_s: float = 600.0,
         reserve_after_s: float = 300.0,
         policy: str = DEFAULT_POLICY,
-        pending_timeout_s: float | None = None,
+        pending_timeout_s: int | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         snapshots: Snapshots | None = None,
     ) -> None:
@@ -87,9 +91,10 @@ class SchedulerActor(LogActor):
         self.lost_grace_s = lost_grace_s
         self.rebuilt_seq: int | None = None  # the log's end when this scheduler rebuilt
         self.reserve_after_s = reserve_after_s
-        self.policy_name = policy
-        self.place = placement_policy(policy)  # UnknownPolicy for a name there is not
-        self.pending_timeout_s = pending_timeout_s
+        placement_policy(policy)  # UnknownPolicy for a name there is not
+        # The default group's settings until an administrator gives it some.
+        self.fallback = GroupSettings(policy=policy, pending_timeout_s=pending_timeout_s)
+        self._policies: dict[tuple[str, str], PlacementPolicy] = {}
         self.monotonic = monotonic
         self.last_heard: dict[str, float] = {}
         self.since = monotonic()
@@ -124,6 +129,7 @@ class SchedulerActor(LogActor):
             # about one session of one lost agent).
             out += self._of_lost_agents(s)
             out += self._newly_heard(s)
+            out += self._over_time(s)
             if not out:
                 return
             try:
@@ -164,6 +170,62 @@ class SchedulerActor(LogActor):
                 )
                 out.append(e)
         return out
+
+    def _over_time(self, s: ClusterState) -> list[AnyEvent]:
+        """Sessions past a time limit of their group (not applied yet): pending ones past
+        the pending timeout cancelled, running ones past their lifetime or idle past the
+        idle timeout stopped, each with its reason. A round looks at pending timeouts only
+        when the log moves; this looks at every limit as time passes."""
+        now = self.clock.now()
+        settings = {g: self.settings(s, g) for g in {*s.tenancy.groups, DEFAULT_GROUP}}
+        out: list[AnyEvent] = []
+        if any(g.pending_timeout_s for g in settings.values()):
+            for session_id in s.queue:
+                v = s.sessions[session_id]
+                limit = self.settings(s, v.group).pending_timeout_s
+                if limit is not None and (now - _admitted_at(v)).total_seconds() >= limit:
+                    prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+                    out.append(self._cancel_pending(s, v, limit, prov))
+        timed = (
+            g.default_lifetime_s or g.max_lifetime_s or g.idle_timeout_s for g in settings.values()
+        )
+        if not any(timed):
+            return out
+        for a in s.agents.values():
+            for session_id in a.sessions:
+                v = s.sessions[session_id]
+                why = (
+                    self._why_stop(v, self.settings(s, v.group), now)
+                    if v.status is S.RUNNING
+                    else None
+                )
+                if why is not None:
+                    prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+                    e = stamp(
+                        SessionTerminating,
+                        prov,
+                        session_id=session_id,
+                        agent_id=a.agent_id,
+                        reason=why,
+                    )
+                    out.append(e)
+        return out
+
+    @staticmethod
+    def _why_stop(v: SessionView, settings: GroupSettings, now: datetime) -> str | None:
+        """Why a running session must stop now (its lifetime, or idle), if it must."""
+        lifetime = lifetime_of(settings, v.lifetime_s)
+        started = _running_at(v)
+        if lifetime is not None and (now - started).total_seconds() >= lifetime:
+            return f"lifetime of {lifetime} s reached"
+        idle = settings.idle_timeout_s
+        active = v.active_at or started
+        if idle is not None and (now - active).total_seconds() >= idle:
+            return (
+                f"idle for {idle} s (resource group {v.group}): no kernel launch, "
+                "no GPU memory in use, no CPU used"
+            )
+        return None
 
     def _unheard(self, s: ClusterState) -> frozenset[str]:
         """Agents not known alive since this scheduler started (no registration nor
@@ -219,21 +281,64 @@ class SchedulerActor(LogActor):
             if len(out) >= _MAX_DECISIONS:
                 return out
             emit(self._answer_destroy(s, request))
+        unheard = self._unheard(s)
+        for group, queue in self._queues(s).items():
+            if len(out) >= _MAX_DECISIONS:
+                break
+            settings = self.settings(s, group)
+            excluded = unheard | _outside(s, group)
+            order = queue_order(s, group, queue, settings.queue)
+            self._decide_group(s, group, settings, order, excluded, now, emit, out)
+        return out
+
+    def _queues(self, s: ClusterState) -> dict[str, list[str]]:
+        """The pending sessions of each group, groups by name (every scheduler of one log
+        goes through them alike)."""
+        queues: dict[str, list[str]] = {}
+        for session_id in s.queue:
+            queues.setdefault(s.sessions[session_id].group, []).append(session_id)
+        return dict(sorted(queues.items()))
+
+    def settings(self, s: ClusterState, group: str) -> GroupSettings:
+        """What ``group``'s sessions run under (the scheduler's own for a default group
+        never given settings)."""
+        return settings_of(s.tenancy.groups, group, self.fallback)
+
+    def _policy(self, group: str, name: str) -> PlacementPolicy:
+        """One policy object per group and name: a policy's cache is of what it saw."""
+        key = (group, name)
+        found = self._policies.get(key)
+        if found is None:
+            found = self._policies[key] = placement_policy(name)
+        return found
+
+    def _decide_group(
+        self,
+        s: ClusterState,
+        group: str,
+        settings: GroupSettings,
+        order: Iterable[str],
+        excluded: AbstractSet[str],
+        now: datetime,
+        emit: Callable[[AnyEvent], None],
+        out: list[AnyEvent],
+    ) -> None:
+        """Place what fits of one group's queue, taken in ``order``, on its agents only
+        (every agent in ``excluded`` is another group's, or not heard from yet)."""
+        place = self._policy(group, settings.policy)
         failed: set[tuple[Slots, str, tuple[str, ...]]] = set()
         reserved: str | None = None
         unsatisfiable: dict[tuple[Slots, str, tuple[str, ...]], Refusal | None] = {}
-        queue = sorted(
-            s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
-        )
-        unheard = self._unheard(s)
-        for session_id in queue:
+        for session_id in order:
             if len(out) >= _MAX_DECISIONS:
                 break
             v = s.sessions[session_id]
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             shape = (v.slots, v.image, v.gpu_models)
             if shape not in unsatisfiable:  # once per shape and round: it scans every agent
-                unsatisfiable[shape] = never_fits(s, v.slots, v.image, gpu_models=v.gpu_models)
+                unsatisfiable[shape] = never_fits(
+                    s, v.slots, v.image, gpu_models=v.gpu_models, group=group
+                )
             why = unsatisfiable[shape]
             if why is not None:
                 emit(
@@ -249,27 +354,23 @@ class SchedulerActor(LogActor):
                 continue
             placement = None
             if shape not in failed and reserved is None:
-                placement = self.place(s, v.slots, v.image, unheard, v.gpu_models)
+                placement = place(s, v.slots, v.image, excluded, v.gpu_models)
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (
                     reserved is None
                     and (now - _admitted_at(v)).total_seconds() > self.reserve_after_s
-                    and never_fits(s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models)
+                    and never_fits(
+                        s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=group
+                    )
                     is None
                 ):
                     # It waited too long behind smaller sessions that kept fitting: nothing
                     # after it is placed until it fits (no starvation; Backend.AI #13706).
                     reserved = session_id
-            if placement is None:
-                if self._timed_out(v, now):
-                    limit = f"{self.pending_timeout_s:g} s"
-                    waiting = _waiting_reason(s, v.slots)
-                    reason = f"nothing fits within the pending timeout of {limit} ({waiting})"
-                    e = stamp(
-                        SessionCancelled, prov, session_id=session_id, owner=v.owner, reason=reason
-                    )
-                    emit(e)
+                limit = settings.pending_timeout_s
+                if limit is not None and (now - _admitted_at(v)).total_seconds() >= limit:
+                    emit(self._cancel_pending(s, v, limit, prov))
                 elif v.waiting is None:
                     reason = _waiting_reason(s, v.slots)
                     emit(stamp(SessionQueued, prov, session_id=session_id, reason=reason))
@@ -286,14 +387,13 @@ class SchedulerActor(LogActor):
                     devices=devices,
                 )
             )
-        return out
 
-    def _timed_out(self, v: SessionView, now: datetime) -> bool:
-        """Whether ``v``, which does not fit now, has waited its pending timeout out (0:
-        it fails the first time it does not fit). A positive timeout is looked at when a
-        round runs, as the log moves."""
-        limit = self.pending_timeout_s
-        return limit is not None and (now - _admitted_at(v)).total_seconds() >= limit
+    def _cancel_pending(
+        self, s: ClusterState, v: SessionView, limit: int, prov: Provenance
+    ) -> AnyEvent:
+        waiting = _waiting_reason(s, v.slots)
+        reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
+        return stamp(SessionCancelled, prov, session_id=v.session_id, owner=v.owner, reason=reason)
 
     def _answer_destroy(self, s: ClusterState, d: SessionDestroyRequested) -> AnyEvent:
         v = s.sessions.get(d.session_id)
@@ -334,12 +434,25 @@ class SchedulerActor(LogActor):
         )
 
 
+def _outside(s: ClusterState, group: str) -> frozenset[str]:
+    """The agents of every other group: nothing of ``group`` goes there."""
+    return frozenset(agent_id for agent_id, a in s.agents.items() if a.group != group)
+
+
 def _waiting_reason(s: ClusterState, need: Slots) -> str:
     largest = s.fit.largest()
     return (
         f"waiting for {format_slots(need)}; largest free share on a device: "
         f"{format_fgpu(largest)} fGPU"
     )
+
+
+def _running_at(v: SessionView) -> datetime:
+    """When it started running (the agent's report's time)."""
+    for t in reversed(v.history):
+        if t.status is S.RUNNING:
+            return t.at
+    return v.requested_at
 
 
 def _admitted_at(v: SessionView) -> datetime:

@@ -295,6 +295,22 @@ class DockerRuntime:
                     return
                 raise
 
+    async def cpu_ns(self, container_id: str) -> int | None:
+        # one-shot: the engine answers at once instead of waiting for a second reading.
+        path = f"containers/{container_id}/stats"
+        with _engine_call(f"stats {container_id}"):
+            try:
+                stats = await self._client()._query_json(
+                    path, params={"stream": "0", "one-shot": "1"}
+                )
+            except DockerError as e:
+                if e.status == 404:
+                    return None
+                raise
+        usage = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage") or {}
+        total = usage.get("total_usage")
+        return int(total) if isinstance(total, int) and total > 0 else None
+
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         container = self._client().containers.container(container_id)
         with _engine_call(f"logs {container_id}"):

@@ -240,6 +240,12 @@ class DummyRuntime:
         self._wake(container.id)
         await self._save()
 
+    async def cpu_ns(self, container_id: str) -> int | None:
+        """A dummy container only sleeps and echoes: it uses no CPU."""
+        await self._ready()
+        container = self._find(container_id)
+        return 0 if container is not None and container.started_at is not None else None
+
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         await self._ready()
         container = self._get(container_id)

@@ -286,6 +286,22 @@ class PolicyInfo(BaseModel):
     max_priority: int | None
 
 
+class GroupInfo(BaseModel):
+    """A resource group and its settings (times in seconds; null: no limit).
+    ``configured``: whether an administrator gave it settings (the default group runs
+    under the scheduler's own until then)."""
+
+    group: str
+    configured: bool
+    queue: str
+    policy: str | None
+    pending_timeout_s: int | None
+    default_lifetime_s: int | None
+    max_lifetime_s: int | None
+    idle_timeout_s: int | None
+    projects: list[str] | None
+
+
 class TokenRequest(BaseModel):
     """A keypair, to sign in with."""
 

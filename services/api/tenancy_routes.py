@@ -14,8 +14,9 @@ from fastapi import FastAPI, HTTPException
 from projections import queries
 from services.api import models, shapes
 from services.api.guard import Who
+from services.domain.groups import DEFAULT_GROUP
 from services.domain.tenancy import Tenancy
-from services.domain.visibility import sees_policy, sees_user
+from services.domain.visibility import sees_group, sees_policy, sees_user
 
 __all__ = ["mount"]
 
@@ -49,6 +50,30 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
         t = tenancy()
         return [models.UserInfo(**r) for r in rows if sees_user(t, viewer, r["user"])]
 
+    @app.get("/v1/groups", tags=["tenancy"])
+    async def list_groups(viewer: Who) -> list[models.GroupInfo]:
+        """Resource groups a viewer may see: every one for a superadmin, else those open
+        to a project of its domain (a domain admin) or to one of its projects (a user)."""
+        t = tenancy()
+        found = [
+            models.GroupInfo(
+                group=name,
+                configured=True,
+                queue=g.queue.value,
+                policy=g.policy,
+                pending_timeout_s=g.pending_timeout_s,
+                default_lifetime_s=g.default_lifetime_s,
+                max_lifetime_s=g.max_lifetime_s,
+                idle_timeout_s=g.idle_timeout_s,
+                projects=None if g.projects is None else list(g.projects),
+            )
+            for name, g in sorted(t.groups.items())
+            if sees_group(t, viewer, g.projects)
+        ]
+        if DEFAULT_GROUP not in t.groups:
+            found.insert(0, _unconfigured_default())
+        return found
+
     @app.get("/v1/keypairs", tags=["tenancy"])
     async def list_keypairs(viewer: Who) -> list[models.KeypairInfo]:
         """Keypairs (never a secret), whose they are, and whether revoked."""
@@ -66,3 +91,18 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
             for r in rows
             if sees_policy(t, viewer, r["level"], r["target"])
         ]
+
+
+def _unconfigured_default() -> models.GroupInfo:
+    """The default group before an administrator gave it settings: the scheduler's."""
+    return models.GroupInfo(
+        group=DEFAULT_GROUP,
+        configured=False,
+        queue="fifo",
+        policy=None,
+        pending_timeout_s=None,
+        default_lifetime_s=None,
+        max_lifetime_s=None,
+        idle_timeout_s=None,
+        projects=None,
+    )

@@ -12,10 +12,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from events import GpuInfo, Slots
+from events import subjects as subj
 from services.actors.agent import AgentConfig
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
 from services.cli.options import fail, state_file, warn
+from services.domain.groups import DEFAULT_GROUP
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.ports import ContainerRuntime, SliceRegions
 
@@ -38,6 +40,7 @@ class AgentFile(BaseModel):
     cpu: str | None = None
     mem: str | None = None
     runtime: str | None = None
+    group: str | None = None
     mock_gpus: list[MockGpuConfig] = []
 
 
@@ -75,6 +78,7 @@ def agent_config(
     mem: str | None,
     runtime: str | None,
     config: Path | None,
+    group: str | None = None,
 ) -> AgentConfig:
     """The agent's configuration from its file and options. Raises ValueError."""
     f = AgentFile()
@@ -84,6 +88,9 @@ def agent_config(
         except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
             raise ValueError(f"bad agent config {config}: {e}") from e
     aid = agent_id or f.agent_id or _host_id()
+    group = group or f.group or DEFAULT_GROUP
+    if not subj.is_token(group):
+        raise ValueError(f"group {group!r} must be 1-64 letters, digits, '-' or '_'")
     gpus: list[GpuInfo]
     mock = True
     if mock_gpus > 0:
@@ -113,6 +120,7 @@ def agent_config(
         fgpu_per_gpu=parse_fgpu(fgpu_per_gpu or f.fgpu_per_gpu or "1"),
         mock_gpus=mock,
         runtime_name=runtime or f.runtime or "docker",
+        group=group,
     )
 
 

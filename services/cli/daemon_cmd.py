@@ -51,6 +51,9 @@ RuntimeOpt = Annotated[
     str | None, typer.Option(help="docker (default) or dummy (instant fake, for simulation).")
 ]
 ConfigOpt = Annotated[Path | None, typer.Option(help="Agent configuration file (TOML).")]
+GroupOpt = Annotated[
+    str | None, typer.Option(help="The resource group it serves (default: default).")
+]
 ShimOpt = Annotated[
     str | None,
     typer.Option(help="Directory of the built shim (libcuda.so.1); default: gpu_shim/build/lib."),
@@ -75,6 +78,7 @@ class AgentOptions:
     mem: MemOpt = None
     runtime: RuntimeOpt = None
     config: ConfigOpt = None
+    group: GroupOpt = None
     shim_dir: ShimOpt = None
     no_shim: NoShimOpt = False
     regions_dir: RegionsOpt = None
@@ -86,7 +90,7 @@ class AgentOptions:
         try:
             cfg = agent_config(
                 self.agent_id, self.mock_gpus, self.gpu_mem, self.fgpu_per_gpu,
-                self.cpu, self.mem, self.runtime, self.config,
+                self.cpu, self.mem, self.runtime, self.config, self.group,
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))

@@ -15,6 +15,7 @@ from services.cli import (
     audit_cmd,
     daemon_cmd,
     events_cmd,
+    group_cmd,
     session_cmd,
     tenancy_cmd,
 )
@@ -85,5 +86,6 @@ app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
 admin_cmd.register(app)
+group_cmd.register()
 tenancy_cmd.register(app)
 daemon_cmd.register(app)

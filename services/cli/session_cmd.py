@@ -72,6 +72,8 @@ class Shape(NamedTuple):
     priority: int
     gpu_models: tuple[str, ...] = ()
     cpu_only: bool = False
+    group: str | None = None
+    lifetime_s: int | None = None
 
 
 def _checked_request(settings: Settings, shape: Shape) -> "Slots":
@@ -84,7 +86,7 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
     from services.domain.validation import invalid_request
 
-    image, amounts, command, name, priority, gpu_models, cpu_only = shape
+    image, amounts, command, name, priority, gpu_models, cpu_only, group, lifetime_s = shape
 
     problem = image_reference_problem(image)
     if problem is not None:
@@ -112,6 +114,8 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
         name=name,
         gpu_models=gpu_models,
         cpu_only=cpu_only,
+        group=group,
+        lifetime_s=lifetime_s,
     )
     why = invalid_request(as_published)
     if why is not None:
@@ -165,6 +169,16 @@ def create(
     cpu_only: Annotated[
         bool, typer.Option("--cpu-only", help="No GPU at all (then give no --fgpu).")
     ] = False,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            help="The resource group to run in (`fgpu admin group ls`). [default: default]"
+        ),
+    ] = None,
+    lifetime: Annotated[
+        int | None,
+        typer.Option(min=1, help="Seconds it may run at most. [default: its group's]"),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -186,7 +200,9 @@ def create(
     models = tuple(m.strip() for given in gpu_model or () for m in given.split(",") if m.strip())
     if cpu_only and models:
         fail("--cpu-only asks for no GPU: give no --gpu-model")
-    shape = Shape(image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only)
+    shape = Shape(
+        image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only, group, lifetime
+    )
     slots = _checked_request(settings, shape)
     api = _reachable_api(settings) if wait else None
 
@@ -202,6 +218,8 @@ def create(
                 project=project,
                 gpu_models=models,
                 cpu_only=cpu_only,
+                group=group,
+                lifetime_s=lifetime,
             )
 
     ids = run_async(publish)

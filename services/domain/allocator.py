@@ -168,20 +168,26 @@ def never_fits(
     *,
     live_only: bool = False,
     gpu_models: tuple[str, ...] = (),
+    group: str | None = None,
 ) -> Refusal | None:
-    """Why no registered agent could ever take this session, even empty, on devices of
-    ``gpu_models`` (empty: any); None if one could.
+    """Why no registered agent (of ``group``, if given) could ever take this session, even
+    empty, on devices of ``gpu_models`` (empty: any); None if one could.
 
     Lost agents count: they may come back, and a heartbeat gap must not turn a request
     away for good (``live_only``: count only agents not lost). With no agent registered yet
     nothing is known, so nothing is refused.
     """
-    known = [a for a in s.agents.values() if not (live_only and a.lost)]
+    known = [
+        a
+        for a in s.agents.values()
+        if not (live_only and a.lost) and (group is None or a.group == group)
+    ]
     if not known:
         return None
     with_image = [a for a in known if image in a.images]
     if not with_image:
-        return Refusal("unknown-image", f"image {image!r} is not available on any agent")
+        where = "any agent" if group is None else f"any agent of resource group {group}"
+        return Refusal("unknown-image", f"image {image!r} is not available on {where}")
     for a in with_image:
         devices = (
             sum(1 for g in a.gpus.values() if allowed(g, gpu_models)) if gpu_models else len(a.gpus)

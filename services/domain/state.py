@@ -36,6 +36,7 @@ from events import (
     Record,
     SessionAdmitted,
     SessionCancelled,
+    SessionCpuSampled,
     SessionDestroyRequested,
     SessionErrored,
     SessionExecFinished,
@@ -289,7 +290,27 @@ def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
     if v is None or v.status not in (S.SCHEDULED, S.PREPARING):
         return
     v.container_id = e.container_id
+    v.active_at = e.at
     _transition(s, v, S.RUNNING, seq, e)
+
+
+def _gpu_sampled(s: ClusterState, seq: int, e: GpuUsageSampled) -> None:
+    """Active when a kernel was launched since the last sample, or memory is held."""
+    v = s.sessions.get(e.session_id)
+    if v is None or v is ENDED_STUB or v.status is not S.RUNNING:
+        return
+    if e.mem_used > 0 or e.launches > v.launches.get(e.gpu_index, 0):
+        v.active_at = e.at if v.active_at is None else max(v.active_at, e.at)
+    v.launches[e.gpu_index] = max(e.launches, v.launches.get(e.gpu_index, 0))
+
+
+def _cpu_sampled(s: ClusterState, seq: int, e: SessionCpuSampled) -> None:
+    v = s.sessions.get(e.session_id)
+    if v is None or v is ENDED_STUB or v.status is not S.RUNNING:
+        return
+    if e.cpu_ns > v.cpu_ns:
+        v.cpu_ns = e.cpu_ns
+        v.active_at = e.at if v.active_at is None else max(v.active_at, e.at)
 
 
 def _terminated(s: ClusterState, seq: int, e: SessionTerminated) -> None:
@@ -416,7 +437,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     PolicySet: _policy_set,
     PayloadRejected: _payload_rejected,
     AgentRegistered: _registered,
-    GpuUsageSampled: _nothing,
+    GpuUsageSampled: _gpu_sampled,
+    SessionCpuSampled: _cpu_sampled,
     GpuOomRefused: _nothing,
     AgentLost: _agent_lost,
     AdminRequested: _admin_requested,

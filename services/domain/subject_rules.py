@@ -38,7 +38,7 @@ def _exec(e: ev.SessionExecStarted | ev.SessionExecFinished) -> str:
     return subj.agent_exec(e.agent_id, e.session_id)
 
 
-def _usage(e: ev.GpuUsageSampled | ev.GpuOomRefused) -> str:
+def _usage(e: ev.GpuUsageSampled | ev.GpuOomRefused | ev.SessionCpuSampled) -> str:
     return subj.usage(e.agent_id, e.session_id)
 
 
@@ -65,6 +65,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.PayloadRejected, lambda e: subj.SYS),
         _rule(ev.GpuUsageSampled, _usage),
         _rule(ev.GpuOomRefused, _usage),
+        _rule(ev.SessionCpuSampled, _usage),
         _rule(ev.AdminRequested, lambda e: subj.admin(e.requester, e.id)),
         _rule(ev.AdminApplied, lambda e: subj.TENANCY),
         _rule(ev.AdminRefused, lambda e: subj.TENANCY),

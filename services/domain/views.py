@@ -72,6 +72,11 @@ class SessionView:
     cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
     group: str = "default"  # the resource group it runs in
     lifetime_s: int | None = None  # as asked; None: the group's default
+    # When it last showed activity (running, a kernel launched, GPU memory in use, CPU
+    # used): for idle timeouts. Not shown by the projections, so changing it marks nothing.
+    active_at: datetime | None = None
+    launches: dict[int, int] = field(default_factory=dict)  # per device, the latest total
+    cpu_ns: int = 0  # the latest total reported
 
 
 class _Shares:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from events import Role
 from services.domain.tenancy import Tenancy
 
-__all__ = ["OPEN", "Scope", "Viewer", "sees_policy", "sees_user", "viewer_of"]
+__all__ = ["OPEN", "Scope", "Viewer", "sees_group", "sees_policy", "sees_user", "viewer_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +112,16 @@ def sees_policy(t: Tenancy, v: Viewer, level: str, target: str) -> bool:
             return sees_user(t, v, target)
         case _:
             return v.scope.sees_key(target)
+
+
+def sees_group(t: Tenancy, v: Viewer, projects: tuple[str, ...] | None) -> bool:
+    """Whether ``v`` sees a resource group open to ``projects`` (None: to every project):
+    a superadmin every group, a domain admin those open to a project of its domain, a
+    user those open to one of its projects (the groups it may ask for)."""
+    if v.scope.everything or projects is None:
+        return True
+    domain = v.scope.domain or v.domain
+    if v.scope.domain is not None:
+        return any(key.partition("/")[0] == domain for key in projects)
+    u = t.users.get(v.user or "")
+    return u is not None and any(f"{u.domain}/{p}" in projects for p in u.projects)

@@ -66,6 +66,11 @@ class ContainerRuntime(Protocol):
         """The last ``tail`` lines of the container's output."""
         ...
 
+    async def cpu_ns(self, container_id: str) -> int | None:
+        """The CPU time the container has used since it started, in nanoseconds; None if
+        the engine cannot say (not running). Raises RuntimeUnavailable."""
+        ...
+
     async def exec(
         self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
     ) -> ExecResult:

@@ -1,0 +1,213 @@
+"""``fgpu admin group ...``: resource groups (superadmins change them; anyone lists those
+it may use).
+
+A change is an admin request the registrar applies or refuses, as every tenancy command
+(``tenancy_cmd.ask``). ``update`` changes what it is given and keeps the rest, read from
+the read API's list.
+"""
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from services.cli.options import Settings, api_errors, fail, out, print_json
+from services.cli.tenancy_cmd import admin_app, ask
+
+if TYPE_CHECKING:
+    from events import GroupSettings
+
+__all__ = ["group_app", "register"]
+
+group_app = typer.Typer(
+    help="Resource groups: agents serve one; sessions ask for one.", no_args_is_help=True
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
+QueueOpt = Annotated[
+    str | None, typer.Option(help="fifo, lifo or drf (after priority). [default: fifo]")
+]
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option(help="Placement policy. [default: fragmentation-aware]"),
+]
+SecondsOpt = Annotated[int | None, typer.Option(min=0, help="Seconds.")]
+ProjectsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--project", help="DOMAIN/PROJECT that may use it (repeat); none: every one."),
+]
+ClearOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--clear",
+        help="Settings to take back to none (update): pending-timeout, default-lifetime, "
+        "max-lifetime, idle-timeout, projects.",
+    ),
+]
+_CLEARABLE = {
+    "pending-timeout": "pending_timeout_s",
+    "default-lifetime": "default_lifetime_s",
+    "max-lifetime": "max_lifetime_s",
+    "idle-timeout": "idle_timeout_s",
+    "projects": "projects",
+}
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    s: Settings = ctx.obj
+    return s
+
+
+def _given(
+    queue: str | None,
+    policy: str | None,
+    times: tuple[int | None, int | None, int | None, int | None],
+    projects: list[str] | None,
+) -> dict[str, Any]:
+    """The settings named on the command line, as GroupSettings' fields."""
+    from events import QueueOrder
+
+    pending, default_lifetime, max_lifetime, idle = times
+    given: dict[str, Any] = {
+        "policy": policy,
+        "pending_timeout_s": pending,
+        "default_lifetime_s": default_lifetime,
+        "max_lifetime_s": max_lifetime,
+        "idle_timeout_s": idle,
+        "projects": tuple(projects) if projects else None,
+    }
+    if queue is not None:
+        try:
+            given["queue"] = QueueOrder(queue)
+        except ValueError:
+            fail(f"--queue is fifo, lifo or drf, got {queue!r}")
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _current(ctx: typer.Context, group: str) -> dict[str, Any]:
+    """The group's settings as the read API lists them (empty: the default group never
+    given any). Exits 1 if the viewer sees no such group."""
+    with api_errors():
+        found = _settings(ctx).read_api().get("/v1/groups")
+    for g in found:
+        if g["group"] == group:
+            if not g["configured"]:
+                return {}
+            kept = {k: v for k, v in g.items() if k not in ("group", "configured")}
+            if kept.get("projects") is not None:
+                kept["projects"] = tuple(kept["projects"])
+            return {k: v for k, v in kept.items() if v is not None}
+    fail(f"no resource group {group}", code=1)
+
+
+def _make(fields: dict[str, Any]) -> "GroupSettings":
+    import msgspec
+
+    from events import GroupSettings
+
+    try:
+        return msgspec.convert(fields, GroupSettings)
+    except msgspec.ValidationError as e:
+        fail(f"bad group settings: {e}")
+
+
+def _done(answer: dict[str, Any], text: str, as_json: bool) -> None:
+    if as_json:
+        print_json(answer)
+    else:
+        out().print(text, highlight=False)
+
+
+@group_app.command("create")
+def group_create(
+    ctx: typer.Context,
+    group: str,
+    queue: QueueOpt = None,
+    policy: PolicyOpt = None,
+    pending_timeout: Annotated[
+        int | None, typer.Option(min=0, help="Cancel after waiting this long (0: at once).")
+    ] = None,
+    default_lifetime: SecondsOpt = None,
+    max_lifetime: SecondsOpt = None,
+    idle_timeout: SecondsOpt = None,
+    project: ProjectsOpt = None,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a resource group (superadmins).
+
+    Agents join it with `fgpu agent --group`; sessions ask for it with `--group`."""
+    from events import CreateGroup
+
+    times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
+    settings = _make(_given(queue, policy, times, project))
+    answer = ask(ctx, CreateGroup(group=group, settings=settings), timeout)
+    _done(answer, f"resource group {group} created", as_json)
+
+
+@group_app.command("update")
+def group_update(
+    ctx: typer.Context,
+    group: str,
+    queue: QueueOpt = None,
+    policy: PolicyOpt = None,
+    pending_timeout: SecondsOpt = None,
+    default_lifetime: SecondsOpt = None,
+    max_lifetime: SecondsOpt = None,
+    idle_timeout: SecondsOpt = None,
+    project: ProjectsOpt = None,
+    clear: ClearOpt = None,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change a group's settings (superadmins).
+
+    Those given change, the rest are kept; they act on the sessions it holds from now on."""
+    from events import UpdateGroup
+
+    fields = _current(ctx, group)
+    times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
+    fields.update(_given(queue, policy, times, project))
+    for name in clear or ():
+        if name not in _CLEARABLE:
+            fail(f"--clear takes {', '.join(_CLEARABLE)}; not {name!r}")
+        fields.pop(_CLEARABLE[name], None)
+    answer = ask(ctx, UpdateGroup(group=group, settings=_make(fields)), timeout)
+    _done(answer, f"resource group {group} updated", as_json)
+
+
+@group_app.command("rm")
+def group_rm(
+    ctx: typer.Context, group: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Remove a group (superadmins).
+
+    No new session may ask for it; those it holds go on under the defaults."""
+    from events import RemoveGroup
+
+    answer = ask(ctx, RemoveGroup(group=group), timeout)
+    _done(answer, f"resource group {group} removed", as_json)
+
+
+@group_app.command("ls")
+def group_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """The groups you may use, with their settings (a superadmin: all)."""
+    with api_errors():
+        found = _settings(ctx).read_api().get("/v1/groups")
+    if as_json:
+        print_json(found)
+        return
+    for g in found:
+        if not g["configured"]:
+            out().print(f"{g['group']}: the scheduler's settings", highlight=False)
+            continue
+        shown = {k: v for k, v in g.items() if k not in ("group", "configured") and v is not None}
+        if "projects" in shown:
+            shown["projects"] = ",".join(shown["projects"])
+        text = ", ".join(f"{k}={v}" for k, v in shown.items())
+        out().print(f"{g['group']}: {text}", highlight=False)
+
+
+def register() -> None:
+    """Put ``group`` under ``fgpu admin``."""
+    admin_app.add_typer(group_app, name="group")

@@ -1,0 +1,368 @@
+"""Resource groups in the scheduler: each group's sessions go to its agents only, in its
+queue order, under its placement policy and time limits (folded states, no bus)."""
+
+import random
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events import (
+    AdminApplied,
+    AgentRegistered,
+    AnyEvent,
+    CreateGroup,
+    GpuInfo,
+    GpuUsageSampled,
+    GroupSettings,
+    QueueOrder,
+    Record,
+    SessionAdmitted,
+    SessionCancelled,
+    SessionCpuSampled,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminating,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.scheduler import SchedulerActor
+from services.domain.allocator import place
+from services.domain.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.state import ClusterState, evolve
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+IMAGE = "fgpu/busybox:latest"
+GIB = 1 << 30
+
+
+class Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now_ = now
+
+    def now(self) -> datetime:
+        return self.now_
+
+
+class NoLog:
+    """decide() is pure: it must never touch the log."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"decide() used the log: {name}")
+
+
+class Cluster:
+    """A folded state built event by event, as the log would give it."""
+
+    def __init__(self) -> None:
+        self.s = ClusterState()
+        self.seq = 0
+        self.n = 0
+
+    def add(self, subject: str, e: AnyEvent) -> None:
+        self.seq += 1
+        evolve(self.s, Record(seq=self.seq, subject=subject, event=e))
+
+    def agent(
+        self, agent_id: str, group: str = "default", gpus: int = 1, cpu: int = 64_000
+    ) -> None:
+        devices = tuple(
+            GpuInfo(index=i, uuid=f"{agent_id}-{i}", model="m", mem=16 * GIB, sm_count=80)
+            for i in range(gpus)
+        )
+        e = AgentRegistered(
+            id=f"r-{agent_id}",
+            at=T0,
+            actor=f"agent:{agent_id}",
+            agent_id=agent_id,
+            capacity=Slots(cpu=cpu, mem=256 * GIB, fgpu=100 * gpus),
+            gpus=devices,
+            fgpu_per_gpu=100,
+            images=(IMAGE,),
+            group=group,
+        )
+        self.add(subj.agent(agent_id), e)
+
+    def group(self, name: str, settings: GroupSettings) -> None:
+        c = CreateGroup(group=name, settings=settings)
+        e = AdminApplied(id=f"g-{name}", at=T0, actor="registrar", requester="root", command=c)
+        self.add(subj.TENANCY, e)
+
+    def ask(
+        self,
+        owner: str,
+        fgpu: int,
+        *,
+        group: str | None = None,
+        at: datetime = T0,
+        lifetime_s: int | None = None,
+        cpu: int = 100,
+    ) -> str:
+        self.n += 1
+        sid = f"s{self.n}"
+        e = SessionRequested(
+            id=f"q-{sid}",
+            at=at,
+            actor=owner,
+            session_id=sid,
+            owner=owner,
+            image=IMAGE,
+            slots=Slots(cpu=cpu, mem=GIB, fgpu=fgpu),
+            group=group,
+            lifetime_s=lifetime_s,
+        )
+        self.add(subj.request(owner, sid), e)
+        admitted = SessionAdmitted(id=f"a-{sid}", at=at, actor="quota", session_id=sid, owner=owner)
+        self.add(subj.ADMISSION, admitted)
+        return sid
+
+    def run_placed(self, decisions: Sequence[AnyEvent], at: datetime = T0) -> None:
+        """Fold the decisions back, and each placed session's agent starting it."""
+        for d in decisions:
+            self.add(subj.LEDGER, d)
+            if isinstance(d, SessionScheduled):
+                running = SessionRunning(
+                    id=f"run-{d.session_id}",
+                    at=at,
+                    actor=f"agent:{d.agent_id}",
+                    session_id=d.session_id,
+                    agent_id=d.agent_id,
+                    container_id=f"c-{d.session_id}",
+                )
+                self.add(subj.agent_session(d.agent_id, d.session_id), running)
+
+
+def _scheduler(at: datetime = T0, **kwargs: object) -> SchedulerActor:
+    return SchedulerActor(NoLog(), Clock(at), **kwargs)  # type: ignore[arg-type]
+
+
+def _placed(decisions: Sequence[AnyEvent]) -> dict[str, str]:
+    return {d.session_id: d.agent_id for d in decisions if isinstance(d, SessionScheduled)}
+
+
+def test_a_group_s_sessions_go_to_its_agents_only() -> None:
+    c = Cluster()
+    c.agent("plain")
+    c.agent("fast1", group="fast")
+    c.group("fast", GroupSettings())
+    fast = [c.ask("u", 100, group="fast") for _ in range(2)]
+    plain = c.ask("u", 50)
+    placed = _placed(_scheduler().decide(c.s))
+    # fast has one device: its second session waits though "plain" has room.
+    assert placed == {fast[0]: "fast1", plain: "plain"}
+    assert c.s.sessions[fast[1]].waiting is not None
+
+
+def test_a_group_with_no_agent_of_its_own_holds_its_sessions() -> None:
+    c = Cluster()
+    c.agent("plain")
+    c.group("empty", GroupSettings())
+    sid = c.ask("u", 50, group="empty")
+    assert _placed(_scheduler().decide(c.s)) == {}
+    assert c.s.sessions[sid].status.value == "PENDING"
+
+
+def test_each_group_places_with_its_own_policy() -> None:
+    c = Cluster()
+    for name in ("p1", "p2"):
+        c.agent(name, group="packed")
+    for name in ("s1", "s2"):
+        c.agent(name, group="spread")
+    c.group("packed", GroupSettings(policy="pack"))
+    c.group("spread", GroupSettings(policy="spread"))
+    packed = [c.ask("u", 30, group="packed") for _ in range(2)]
+    spread = [c.ask("u", 30, group="spread") for _ in range(2)]
+    placed = _placed(_scheduler().decide(c.s))
+    assert len({placed[sid] for sid in packed}) == 1
+    assert len({placed[sid] for sid in spread}) == 2
+
+
+def test_lifo_takes_the_latest_first() -> None:
+    c = Cluster()
+    c.agent("a", group="stack")
+    c.group("stack", GroupSettings(queue=QueueOrder.LIFO))
+    first = c.ask("u", 100, group="stack")
+    last = c.ask("u", 100, group="stack")
+    assert _placed(_scheduler().decide(c.s)) == {last: "a"}
+    assert c.s.sessions[first].status.value == "PENDING"
+
+
+def test_a_group_s_pending_timeout_of_zero_cancels_at_once() -> None:
+    c = Cluster()
+    c.agent("a", group="now")
+    c.agent("b")
+    c.group("now", GroupSettings(pending_timeout_s=0))
+    c.ask("u", 100, group="now")
+    late = c.ask("u", 100, group="now")
+    waits = [c.ask("u", 100), c.ask("u", 100)]
+    decisions = _scheduler().decide(c.s)
+    cancelled = [d for d in decisions if isinstance(d, SessionCancelled)]
+    assert [d.session_id for d in cancelled] == [late]
+    assert "pending timeout of 0 s" in cancelled[0].reason
+    assert c.s.sessions[waits[1]].status.value == "PENDING"  # the default group waits
+
+
+# ---- time limits, looked at as time passes (check_liveness) -------------------------------
+
+
+def _limits(c: Cluster, at: datetime) -> list[AnyEvent]:
+    actor = _scheduler(at)
+    return actor._over_time(c.s)
+
+
+def test_a_session_past_its_lifetime_is_stopped_with_the_reason() -> None:
+    c = Cluster()
+    c.agent("a", group="short", gpus=2)
+    c.group("short", GroupSettings(default_lifetime_s=60, max_lifetime_s=600))
+    default = c.ask("u", 100, group="short")
+    longer = c.ask("u", 100, group="short", lifetime_s=300)
+    c.run_placed(_scheduler().decide(c.s))
+    assert _limits(c, T0 + timedelta(seconds=59)) == []
+    [stop] = _limits(c, T0 + timedelta(seconds=60))
+    assert isinstance(stop, SessionTerminating) and stop.session_id == default
+    assert stop.reason == "lifetime of 60 s reached"
+    later = [e.session_id for e in _limits(c, T0 + timedelta(seconds=300))]
+    assert later == [default, longer]
+
+
+def test_an_idle_session_is_stopped_and_activity_keeps_one_alive() -> None:
+    c = Cluster()
+    c.agent("a", group="lab", gpus=3)
+    c.group("lab", GroupSettings(idle_timeout_s=600))
+    idle, gpu_busy, cpu_busy = (c.ask("u", 100, group="lab") for _ in range(3))
+    c.run_placed(_scheduler().decide(c.s))
+    at = T0 + timedelta(seconds=500)
+    launches = GpuUsageSampled(
+        id="u1",
+        at=at,
+        actor="agent:a",
+        session_id=gpu_busy,
+        agent_id="a",
+        gpu_index=0,
+        mem_used=0,
+        mem_peak=0,
+        mem_limit=GIB,
+        launches=10,
+        throttled_ns=0,
+        oom_refusals=0,
+    )
+    c.add(subj.usage("a", gpu_busy), launches)
+    cpu = SessionCpuSampled(
+        id="c1", at=at, actor="agent:a", session_id=cpu_busy, agent_id="a", cpu_ns=10**9
+    )
+    c.add(subj.usage("a", cpu_busy), cpu)
+    stops = _limits(c, T0 + timedelta(seconds=600))
+    assert [e.session_id for e in stops] == [idle]
+    assert isinstance(stops[0], SessionTerminating) and "idle for 600 s" in stops[0].reason
+    # The same launch total again is no new activity.
+    again = GpuUsageSampled(**{**_fields(launches), "id": "u2", "at": T0 + timedelta(seconds=900)})
+    c.add(subj.usage("a", gpu_busy), again)
+    stopped = {e.session_id for e in _limits(c, T0 + timedelta(seconds=1100))}
+    assert stopped == {idle, gpu_busy, cpu_busy}
+
+
+def _fields(e: GpuUsageSampled) -> dict[str, object]:
+    return {name: getattr(e, name) for name in e.__struct_fields__}
+
+
+def test_a_positive_pending_timeout_cancels_as_time_passes() -> None:
+    c = Cluster()
+    c.agent("a", group="q")
+    c.group("q", GroupSettings(pending_timeout_s=120))
+    c.ask("u", 100, group="q")
+    waiting = c.ask("u", 100, group="q")
+    c.run_placed(_scheduler().decide(c.s))
+    assert _limits(c, T0 + timedelta(seconds=119)) == []
+    [cancel] = _limits(c, T0 + timedelta(seconds=120))
+    assert isinstance(cancel, SessionCancelled) and cancel.session_id == waiting
+    assert "pending timeout of 120 s" in cancel.reason
+
+
+def test_without_limits_nothing_is_looked_at() -> None:
+    c = Cluster()
+    c.agent("a")
+    c.ask("u", 100)
+    c.run_placed(_scheduler().decide(c.s))
+    assert _limits(c, T0 + timedelta(days=365)) == []
+
+
+# ---- DRF -------------------------------------------------------------------------------
+
+
+def _drf_cluster(agents: int) -> Cluster:
+    c = Cluster()
+    for i in range(agents):
+        c.agent(f"a{i}", group="fair", gpus=4, cpu=16_000)
+    c.group("fair", GroupSettings(queue=QueueOrder.DRF))
+    return c
+
+
+def test_drf_serves_the_user_with_the_least_dominant_share_first() -> None:
+    # 4 fGPU in all; "big" holds 3 (share 3/4); "small" holds none and asks later.
+    c = _drf_cluster(1)
+    for _ in range(3):
+        c.ask("big", 100, group="fair", cpu=1000)
+    c.run_placed(_scheduler().decide(c.s))
+    big = [c.ask("big", 100, group="fair", cpu=1000) for _ in range(2)]
+    small = [c.ask("small", 100, group="fair", cpu=1000) for _ in range(2)]
+    placed = _placed(_scheduler().decide(c.s))
+    # One device left: it goes to "small", though "big" asked first.
+    assert set(placed) == {small[0]}
+    assert not set(big) & set(placed)
+
+
+_SESSION = st.tuples(st.sampled_from([25, 50, 100, 200]), st.sampled_from([500, 1000, 4000]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    agents=st.integers(min_value=1, max_value=3),
+    demands=st.dictionaries(
+        st.sampled_from(["ann", "bob", "cy"]),
+        st.lists(_SESSION, min_size=1, max_size=25),
+        min_size=2,
+        max_size=3,
+    ),
+    order=st.randoms(use_true_random=False),
+    burst=st.booleans(),
+)
+def test_drf_places_for_a_user_only_while_no_one_below_it_could_be_served(
+    agents: int, demands: dict[str, list[tuple[int, int]]], order: random.Random, burst: bool
+) -> None:
+    """Equal weights: each placement goes to a user whose dominant share is no more than
+    that of any other user with a waiting session that fits at that moment. So users with
+    demand end within one session of each other's share, unless the one behind could not
+    be served. Requests arrive interleaved, or each user's all at once (a burst, which
+    FIFO would serve whole)."""
+    asks = [(user, f, cpu) for user, sessions in demands.items() for f, cpu in sessions]
+    if not burst:
+        order.shuffle(asks)
+    c, ref = _drf_cluster(agents), _drf_cluster(agents)
+    for built in (c, ref):
+        for user, f, cpu in asks:
+            built.ask(user, f, group="fair", cpu=cpu)
+    decisions = _scheduler().decide(c.s)
+    placed_users: set[str] = set()
+    for d in decisions:
+        if isinstance(d, SessionScheduled):
+            capacity = group_capacity(ref.s, "fair")
+            held = held_by_user(ref.s, "fair")
+            mine = dominant_share(held.get(d.owner, Slots()), capacity)
+            for other in demands.keys() - {d.owner}:
+                if _could_be_served(ref.s, other):
+                    theirs = dominant_share(held.get(other, Slots()), capacity)
+                    assert mine <= theirs, (d.owner, mine, other, theirs)
+            placed_users.add(d.owner)
+        ref.add(subj.LEDGER, d)
+    assert placed_users  # the cluster has room for the first session of anyone
+
+
+def _could_be_served(s: ClusterState, user: str) -> bool:
+    """Whether a waiting session of ``user`` fits somewhere now."""
+    return any(
+        place(s, v.slots, v.image, frozenset(), v.gpu_models) is not None
+        for v in (s.sessions[sid] for sid in s.queue)
+        if v.owner == user
+    )
