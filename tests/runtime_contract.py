@@ -195,6 +195,15 @@ class ContainerRuntimeContract:
         assert await rt.logs(info.id) == "hi there\n"
 
     @pytest.mark.anyio
+    async def test_cpu_time_is_known_while_it_runs_and_none_for_an_unknown_one(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "cpu"))
+        used = await rt.cpu_ns(info.id)
+        assert used is not None and used >= 0
+        assert await rt.cpu_ns("no-such-container-" + tag) is None
+
+    @pytest.mark.anyio
     async def test_logs_of_an_unknown_container_raise(self, rt: ContainerRuntime) -> None:
         with pytest.raises(ContainerError):
             await rt.logs("fgpu-test-no-such-container")

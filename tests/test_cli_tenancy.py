@@ -175,3 +175,33 @@ def test_login_stores_the_keypair_for_the_owner_only(
         "user": "admin",
         "revoked": False,
     }
+
+
+def test_resource_groups_by_cli_superadmins_change_them_users_see_theirs(
+    cluster: Tenanted,
+) -> None:
+    cluster.ok("admin", "domain", "create", "grp")
+    for project in ("p1", "p2"):
+        cluster.ok("admin", "project", "create", f"grp/{project}")
+    keys = {}
+    for user, project in (("gina", "p1"), ("hal", "p2")):
+        cluster.ok("admin", "user", "create", user, "--domain", "grp", "--project", project)
+        keys[user] = cluster.ok("admin", "keypair", "create", "--user", user)["access_key"]
+    made = cluster.ok("admin", "group", "create", "gpu-a", "--queue", "drf", "--project", "grp/p1")
+    assert made["applied"]
+    cluster.ok("admin", "group", "update", "gpu-a", "--idle-timeout", "600")
+    mine = {g["group"]: g for g in cluster.ok("admin", "group", "ls", key=keys["gina"])}
+    assert mine["gpu-a"]["queue"] == "drf" and mine["gpu-a"]["idle_timeout_s"] == 600
+    assert mine["gpu-a"]["projects"] == ["grp/p1"]
+    assert "gpu-a" not in {g["group"] for g in cluster.ok("admin", "group", "ls", key=keys["hal"])}
+    refused = cluster.run("admin", "group", "create", "mine", key=keys["gina"])
+    assert refused.exit_code == 1
+    assert refused.stderr == "error: refused (forbidden): user gina may not create group\n"
+    create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--group", "gpu-a", "--wait"]
+    wrong = cluster.run(*create, "--json", "--", "true", key=keys["hal"])
+    assert wrong.exit_code == 1
+    assert json.loads(wrong.stdout)["sessions"][0]["reason"] == (
+        "project grp/p2 may not use resource group gpu-a"
+    )
+    cluster.ok("admin", "group", "rm", "gpu-a")
+    assert "gpu-a" not in {g["group"] for g in cluster.ok("admin", "group", "ls")}

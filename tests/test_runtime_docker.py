@@ -141,3 +141,19 @@ async def test_no_engine_is_runtime_unavailable(tmp_path: Path) -> None:
             await rt.run(ContainerSpec(name="x", image=TEST_IMAGE))
         with pytest.raises(RuntimeUnavailable):
             await rt.remove("x")
+
+
+@pytest.mark.anyio
+async def test_a_busy_container_s_cpu_time_grows_and_a_sleeping_one_s_does_not(
+    rt: DockerRuntime,
+) -> None:
+    busy = await rt.run(_spec("busy", "while :; do :; done"))
+    idle = await rt.run(_spec("idle", "sleep 600"))
+    first = [await rt.cpu_ns(c.id) or 0 for c in (busy, idle)]
+    with anyio.fail_after(DEADLINE_S):
+        used = 0
+        while used < 50_000_000:  # until the busy one used 50 ms more
+            await anyio.sleep(0.1)
+            used = (await rt.cpu_ns(busy.id) or 0) - first[0]
+    grown = (await rt.cpu_ns(idle.id) or 0) - first[1]
+    assert grown < 50_000_000

@@ -309,7 +309,7 @@ class DockerRuntime:
                 raise
         usage = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage") or {}
         total = usage.get("total_usage")
-        return int(total) if isinstance(total, int) and total > 0 else None
+        return total if isinstance(total, int) else None
 
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         container = self._client().containers.container(container_id)
