@@ -106,6 +106,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "user": [v.user for v in vs],
         "project": [v.project for v in vs],
         "domain": [v.domain for v in vs],
+        "resource_group": [v.group for v in vs],
         "waiting": [v.waiting for v in vs],
         "invalid": [v.invalid for v in vs],
         "request_id": [v.request_id for v in vs],
@@ -148,6 +149,7 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
         for name, value in (
             ("agent_id", a.agent_id),
             ("runtime", a.runtime),
+            ("resource_group", a.group),
             ("lost", a.lost),
             ("fgpu_per_gpu", a.fgpu_per_gpu),
             ("cap_cpu", a.capacity.cpu),

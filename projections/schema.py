@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -89,6 +89,7 @@ ARROW: dict[str, pa.Schema] = {
             ("user", pa.string()),  # its access key's user when asked for (null: none)
             ("project", pa.string()),  # domain/project
             ("domain", pa.string()),
+            ("resource_group", pa.string()),  # the resource group it runs in
             ("waiting", pa.string()),  # why the scheduler could not place it at first
             ("invalid", pa.string()),  # why the request can never be accepted as written
             ("request_id", pa.string()),
@@ -117,6 +118,7 @@ ARROW: dict[str, pa.Schema] = {
         [
             ("agent_id", pa.string()),
             ("runtime", pa.string()),
+            ("resource_group", pa.string()),  # the resource group it serves
             ("lost", pa.bool_()),
             ("fgpu_per_gpu", pa.int64()),
             ("cap_cpu", pa.int64()),

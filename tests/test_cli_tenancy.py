@@ -200,8 +200,11 @@ def test_resource_groups_by_cli_superadmins_change_them_users_see_theirs(
     create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--group", "gpu-a", "--wait"]
     wrong = cluster.run(*create, "--json", "--", "true", key=keys["hal"])
     assert wrong.exit_code == 1
-    assert json.loads(wrong.stdout)["sessions"][0]["reason"] == (
-        "project grp/p2 may not use resource group gpu-a"
+    [rejected] = json.loads(wrong.stdout)["sessions"]
+    assert (rejected["group"], rejected["reason"]) == (
+        "gpu-a",
+        "project grp/p2 may not use resource group gpu-a",
     )
+    assert {a["group"] for a in cluster.ok("agents", "ls")["agents"]} == {"default"}
     cluster.ok("admin", "group", "rm", "gpu-a")
     assert "gpu-a" not in {g["group"] for g in cluster.ok("admin", "group", "ls")}

@@ -76,6 +76,7 @@ class Session(BaseModel):
     user: str | None = Field(description="the key's user when it asked (null: none)")
     project: str = Field(description="domain/project it belongs to")
     domain: str
+    group: str = Field(description="the resource group it runs in")
     status: str
     image: str
     command: list[str]
@@ -171,6 +172,7 @@ class Agent(BaseModel):
     id: str
     lost: bool
     runtime: str
+    group: str = Field(description="the resource group it serves")
     fgpu_per_gpu: str
     capacity: Amounts
     allocated: Amounts
