@@ -27,6 +27,7 @@ from events.session import (
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
+    SessionType,
     SessionUnplaced,
 )
 from events.session_exec import SessionExecFinished, SessionExecStarted
@@ -120,6 +121,7 @@ __all__ = [
     "SessionScheduled",
     "SessionTerminated",
     "SessionTerminating",
+    "SessionType",
     "SessionUnplaced",
     "SetPolicy",
     "SetRole",

@@ -3,6 +3,8 @@
 Who writes what, and on which subject, is in ``events.subjects`` and ``docs/events.md``.
 """
 
+from enum import StrEnum
+
 import msgspec
 
 from events.base import Event
@@ -26,8 +28,18 @@ __all__ = [
     "SessionScheduled",
     "SessionTerminated",
     "SessionTerminating",
+    "SessionType",
     "SessionUnplaced",
 ]
+
+
+class SessionType(StrEnum):
+    """What a session is for: a batch session runs its command and ends with it; an
+    interactive one is kept alive (a terminal, services) until stopped, its lifetime
+    ends, or it is idle for its group's idle timeout."""
+
+    BATCH = "batch"
+    INTERACTIVE = "interactive"
 
 
 class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
@@ -43,6 +55,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     ``group``: the resource group to run in (None, as in every request from before groups:
     the ``default`` group). ``lifetime_s``: how long it may run, in whole seconds (None:
     the group's default lifetime); more than the group's maximum is refused at admission.
+    ``session_type``: None (as in every request from before it) means batch when it has a
+    command, interactive when it has none.
     """
 
     session_id: str
@@ -57,6 +71,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     cpu_only: bool = False
     group: str | None = None
     lifetime_s: int | None = None
+    session_type: SessionType | None = None
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

@@ -107,6 +107,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "project": [v.project for v in vs],
         "domain": [v.domain for v in vs],
         "resource_group": [v.group for v in vs],
+        "session_type": [v.session_type.value for v in vs],
         "waiting": [v.waiting for v in vs],
         "invalid": [v.invalid for v in vs],
         "request_id": [v.request_id for v in vs],

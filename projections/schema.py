@@ -90,6 +90,7 @@ ARROW: dict[str, pa.Schema] = {
             ("project", pa.string()),  # domain/project
             ("domain", pa.string()),
             ("resource_group", pa.string()),  # the resource group it runs in
+            ("session_type", pa.string()),  # batch or interactive
             ("waiting", pa.string()),  # why the scheduler could not place it at first
             ("invalid", pa.string()),  # why the request can never be accepted as written
             ("request_id", pa.string()),

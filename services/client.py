@@ -14,6 +14,7 @@ from events import (
     PolicySet,
     SessionDestroyRequested,
     SessionRequested,
+    SessionType,
     Slots,
 )
 from events import subjects as subj
@@ -50,11 +51,13 @@ class Client:
         cpu_only: bool = False,
         group: str | None = None,
         lifetime_s: int | None = None,
+        session_type: SessionType | None = None,
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
         GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), in resource
         group ``group`` (None: the default one) for ``lifetime_s`` at most (None: the
-        group's default); their ids, in order. They share a correlation id."""
+        group's default), batch or interactive (``session_type``; None: batch with a
+        command, else interactive); their ids, in order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -75,6 +78,7 @@ class Client:
                 cpu_only=cpu_only,
                 group=group,
                 lifetime_s=lifetime_s,
+                session_type=session_type,
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:

@@ -53,6 +53,7 @@ class ContainerRuntimeContract:
         image: str = TEST_IMAGE,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        tty: bool = False,
     ) -> ContainerSpec:
         return ContainerSpec(
             name=f"fgpu-test-{tag}-{name}",
@@ -60,6 +61,7 @@ class ContainerRuntimeContract:
             command=command,
             labels={TEST_LABEL: tag, **(labels or {})},
             env=env or {},
+            tty=tty,
         )
 
     @staticmethod
@@ -193,6 +195,18 @@ class ContainerRuntimeContract:
         info = await rt.run(spec)
         await self.wait(rt, info.id)
         assert await rt.logs(info.id) == "hi there\n"
+
+    @pytest.mark.anyio
+    async def test_with_a_terminal_and_no_command_the_image_s_shell_stays_up(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        """An interactive session's container: its shell waits on the terminal."""
+        info = await rt.run(self.spec(tag, "tty", command=(), tty=True))
+        with anyio.fail_after(DEADLINE_S):
+            ran = await rt.exec(info.id, ["true"])
+        assert ran.exit_code == 0
+        [listed] = await rt.list({TEST_LABEL: tag})
+        assert listed.running
 
     @pytest.mark.anyio
     async def test_cpu_time_is_known_while_it_runs_and_none_for_an_unknown_one(

@@ -206,6 +206,9 @@ def test_cli_refuses_bad_fgpu_before_anything_is_published(value: str, message: 
             ("--fgpu", "1", "--gpu-model", ",".join(f"M{i}" for i in range(65))),
             "gpu_models must be at most 64 names",
         ),
+        (("--fgpu", "1", "--type", "batch"), "a batch session runs a command: give one"),
+        (("--fgpu", "1", "--type", "service"), "--type is batch or interactive"),
+        (("--fgpu", "1", "--group", "no/slash"), "group 'no/slash' must be 1-64 letters"),
     ],
 )
 def test_cli_refuses_a_gpu_shape_that_cannot_be(args: tuple[str, ...], message: str) -> None:

@@ -1,6 +1,6 @@
 """Time limits of a resource group on real containers, through `fgpu up`: a session past
-its lifetime and one idle past the idle timeout end with their reasons; one that keeps a
-CPU busy runs on."""
+its lifetime and an interactive one idle past the idle timeout end with their reasons;
+an interactive one that keeps a CPU busy runs on, and so does an idle batch one."""
 
 from pathlib import Path
 
@@ -27,8 +27,9 @@ def test_lifetime_and_idle_end_sessions_and_cpu_use_keeps_one_alive(tmp_path: Pa
             return str(made["id"])
 
         short = one("--lifetime", "3", "--", "sleep", "3600")
-        idle = one("--", "sleep", "3600")
-        busy = one("--", "sh", "-c", "while :; do :; done")
+        idle = one("--type", "interactive")  # the image's shell, on a terminal
+        busy = one("--type", "interactive", "--", "sh", "-c", "while :; do :; done")
+        batch = one("--", "sleep", "3600")  # batch: idleness does not end it
         ended = stack.json("session", "wait", short, "--for", "ended", "--timeout", "30")
         [s] = ended["sessions"]
         assert s["status"] == "TERMINATED" and s["reason"].startswith("lifetime of 3 s reached")
@@ -37,4 +38,6 @@ def test_lifetime_and_idle_end_sessions_and_cpu_use_keeps_one_alive(tmp_path: Pa
         assert s["status"] == "TERMINATED" and s["reason"].startswith(f"idle for {IDLE_S} s")
         s = stack.json("session", "info", busy)
         assert s["status"] == "RUNNING", s  # its CPU time kept growing past the idle one's end
-        stack.fgpu("session", "rm", busy)
+        s = stack.json("session", "info", batch)
+        assert (s["status"], s["type"]) == ("RUNNING", "batch")
+        stack.fgpu("session", "rm", busy, batch)

@@ -25,6 +25,7 @@ from events import (
     SessionRunning,
     SessionScheduled,
     SessionTerminating,
+    SessionType,
     Slots,
 )
 from events import subjects as subj
@@ -99,6 +100,7 @@ class Cluster:
         at: datetime = T0,
         lifetime_s: int | None = None,
         cpu: int = 100,
+        command: tuple[str, ...] = (),
     ) -> str:
         self.n += 1
         sid = f"s{self.n}"
@@ -112,6 +114,7 @@ class Cluster:
             slots=Slots(cpu=cpu, mem=GIB, fgpu=fgpu),
             group=group,
             lifetime_s=lifetime_s,
+            command=command,
         )
         self.add(subj.request(owner, sid), e)
         admitted = SessionAdmitted(id=f"a-{sid}", at=at, actor="quota", session_id=sid, owner=owner)
@@ -261,6 +264,18 @@ def test_an_idle_session_is_stopped_and_activity_keeps_one_alive() -> None:
     c.add(subj.usage("a", gpu_busy), again)
     stopped = {e.session_id for e in _limits(c, T0 + timedelta(seconds=1100))}
     assert stopped == {idle, gpu_busy, cpu_busy}
+
+
+def test_idleness_ends_interactive_sessions_only() -> None:
+    c = Cluster()
+    c.agent("a", group="lab", gpus=2)
+    c.group("lab", GroupSettings(idle_timeout_s=60))
+    shell = c.ask("u", 100, group="lab")  # no command: interactive
+    job = c.ask("u", 100, group="lab", command=("python", "train.py"))  # batch
+    c.run_placed(_scheduler().decide(c.s))
+    assert c.s.sessions[job].session_type is SessionType.BATCH
+    stops = _limits(c, T0 + timedelta(hours=5))
+    assert [e.session_id for e in stops] == [shell]
 
 
 def _fields(e: GpuUsageSampled) -> dict[str, object]:

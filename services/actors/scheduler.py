@@ -33,6 +33,7 @@ from events import (
     SessionRejected,
     SessionScheduled,
     SessionTerminating,
+    SessionType,
     SessionUnplaced,
     Slots,
 )
@@ -220,7 +221,8 @@ class SchedulerActor(LogActor):
             return f"lifetime of {lifetime} s reached"
         idle = settings.idle_timeout_s
         active = v.active_at or started
-        if idle is not None and (now - active).total_seconds() >= idle:
+        interactive = v.session_type is SessionType.INTERACTIVE
+        if interactive and idle is not None and (now - active).total_seconds() >= idle:
             return (
                 f"idle for {idle} s (resource group {v.group}): no kernel launch, "
                 "no GPU memory in use, no CPU used"

@@ -89,8 +89,8 @@ def container_config(
         "Image": spec.image,
         "Labels": dict(spec.labels),
         "Env": [f"{k}={v}" for k, v in sorted(container_env(spec, image_env or {}).items())],
-        "Tty": False,
-        "OpenStdin": False,
+        "Tty": spec.tty,
+        "OpenStdin": spec.tty,
         "AttachStdin": False,
         "HostConfig": host,
     }

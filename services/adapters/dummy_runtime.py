@@ -186,6 +186,8 @@ class DummyRuntime:
         if _canonical(spec.image) not in self._images:
             raise ImageNotFound(f"image {spec.image!r} is not on this engine")
         plan = _plan(spec.command, spec.env) or self._default
+        if spec.tty and not spec.command:  # the image's shell, waiting on its terminal
+            plan = _Plan(lines=[], duration_s=None, exit_code=0)
         container = _Container(
             id=secrets.token_hex(32),
             name=spec.name,

@@ -77,6 +77,7 @@ class Session(BaseModel):
     project: str = Field(description="domain/project it belongs to")
     domain: str
     group: str = Field(description="the resource group it runs in")
+    type: str = Field(description="batch (ends with its command) or interactive (kept alive)")
     status: str
     image: str
     command: list[str]

@@ -29,7 +29,7 @@ from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
-    from events import Slots
+    from events import SessionType, Slots
     from services.cli.api_client import ReadApi
     from services.ports import ExecReply
 
@@ -74,6 +74,7 @@ class Shape(NamedTuple):
     cpu_only: bool = False
     group: str | None = None
     lifetime_s: int | None = None
+    session_type: str | None = None
 
 
 def _checked_request(settings: Settings, shape: Shape) -> "Slots":
@@ -86,7 +87,7 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
     from services.domain.validation import invalid_request
 
-    image, amounts, command, name, priority, gpu_models, cpu_only, group, lifetime_s = shape
+    image, amounts, command, name, priority, gpu_models, cpu_only, group, lifetime_s, kind = shape
 
     problem = image_reference_problem(image)
     if problem is not None:
@@ -116,11 +117,23 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
         cpu_only=cpu_only,
         group=group,
         lifetime_s=lifetime_s,
+        session_type=_session_type(kind),
     )
     why = invalid_request(as_published)
     if why is not None:
         fail(why)
     return slots
+
+
+def _session_type(kind: str | None) -> "SessionType | None":
+    from events import SessionType
+
+    if kind is None:
+        return None
+    try:
+        return SessionType(kind)
+    except ValueError:
+        fail(f"--type is batch or interactive, got {kind!r}")
 
 
 def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
@@ -179,6 +192,14 @@ def create(
         int | None,
         typer.Option(min=1, help="Seconds it may run at most. [default: its group's]"),
     ] = None,
+    session_type: Annotated[
+        str | None,
+        typer.Option(
+            "--type",
+            help="batch (ends with its command) or interactive (kept alive; idle timeout). "
+            "[default: batch with a command, else interactive]",
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -201,7 +222,16 @@ def create(
     if cpu_only and models:
         fail("--cpu-only asks for no GPU: give no --gpu-model")
     shape = Shape(
-        image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only, group, lifetime
+        image,
+        (fgpu or "0", cpu, mem),
+        command,
+        name,
+        priority,
+        models,
+        cpu_only,
+        group,
+        lifetime,
+        session_type,
     )
     slots = _checked_request(settings, shape)
     api = _reachable_api(settings) if wait else None
@@ -220,6 +250,7 @@ def create(
                 cpu_only=cpu_only,
                 group=group,
                 lifetime_s=lifetime,
+                session_type=_session_type(session_type),
             )
 
     ids = run_async(publish)

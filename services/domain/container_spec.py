@@ -2,7 +2,7 @@
 
 import msgspec
 
-from events import GpuInfo
+from events import GpuInfo, SessionType
 from services.domain.gpu_slice import format_share, slices
 from services.domain.resources import format_fgpu
 from services.domain.state import SessionView
@@ -51,6 +51,9 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Search paths put in front of the image's own value of the variable (CUDA images set
     # LD_LIBRARY_PATH): the runtime reads the image's environment to join them.
     env_prepend: dict[str, str] = msgspec.field(default_factory=dict)
+    # A terminal and an open input, as ``docker run -it``: the image's shell then waits
+    # on it, so an interactive session with no command stays alive.
+    tty: bool = False
 
 
 def container_env(spec: ContainerSpec, image_env: dict[str, str]) -> dict[str, str]:
@@ -133,4 +136,5 @@ def session_spec(
         gpu_uuids=uuids if request_devices else (),
         mounts=tuple(mounts),
         env_prepend=prepend,
+        tty=v.session_type is SessionType.INTERACTIVE,
     )

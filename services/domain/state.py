@@ -58,7 +58,7 @@ from services.domain.resources import add, sub
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.domain.subject_rules import SUBJECT_OF, mismatch
 from services.domain.tenancy import DEFAULT, apply, project_key
-from services.domain.validation import invalid_request
+from services.domain.validation import invalid_request, session_type_of
 from services.domain.views import (
     AgentView,
     ClusterState,
@@ -197,6 +197,7 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         cpu_only=e.cpu_only,
         group=e.group or DEFAULT,
         lifetime_s=e.lifetime_s,
+        session_type=session_type_of(e),
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v

@@ -2,12 +2,12 @@
 
 from functools import lru_cache
 
-from events import SessionRequested
+from events import SessionRequested, SessionType
 from events import subjects as subj
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
 
-__all__ = ["MAX_PRIORITY", "invalid_request", "valid_image"]
+__all__ = ["MAX_PRIORITY", "invalid_request", "session_type_of", "valid_image"]
 
 MAX_PRIORITY = 100
 
@@ -26,6 +26,14 @@ def valid_image(image: str) -> bool:
 def _image_problem(image: str) -> str | None:
     # Every fold checks every request, and a cluster runs few distinct images.
     return image_reference_problem(image)
+
+
+def session_type_of(e: SessionRequested) -> SessionType:
+    """The type asked for; a request that names none (all from before types) is batch
+    when it has a command, interactive when it has none."""
+    if e.session_type is not None:
+        return e.session_type
+    return SessionType.BATCH if e.command else SessionType.INTERACTIVE
 
 
 def invalid_request(e: SessionRequested) -> str | None:
@@ -63,4 +71,6 @@ def invalid_request(e: SessionRequested) -> str | None:
         return f"group {e.group!r} must be 1-64 letters, digits, '-' or '_'"
     if e.lifetime_s is not None and e.lifetime_s <= 0:
         return "lifetime must be at least 1 s"
+    if e.session_type is SessionType.BATCH and not e.command:
+        return "a batch session runs a command: give one"
     return None

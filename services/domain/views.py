@@ -14,6 +14,7 @@ from events import (
     GpuInfo,
     PolicySet,
     SessionDestroyRequested,
+    SessionType,
     Slots,
 )
 from services.domain.fit_index import FitIndex
@@ -72,6 +73,7 @@ class SessionView:
     cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
     group: str = "default"  # the resource group it runs in
     lifetime_s: int | None = None  # as asked; None: the group's default
+    session_type: SessionType = SessionType.BATCH
     # When it last showed activity (running, a kernel launched, GPU memory in use, CPU
     # used): for idle timeouts. Not shown by the projections, so changing it marks nothing.
     active_at: datetime | None = None
