@@ -2,13 +2,19 @@
 and ``fgpu sim whatif`` (the cluster's own log replayed under another policy)."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import fail, out, print_json
+from services.cli.options import connection, fail, out, print_json, run_async
+from services.cli.render import timed_table
 
-__all__ = ["replay"]
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from services.cli.options import Settings
+
+__all__ = ["replay", "whatif"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
@@ -105,7 +111,6 @@ def _timed(
     samples: int,
     as_json: bool,
 ) -> None:
-    from services.cli.render import timed_table
     from services.sim.replay import timed_report
 
     result = timed_report(nodes, tasks, timings, policies, load=load, samples=samples)
@@ -117,3 +122,82 @@ def _timed(
         f"({result['gpus']} GPUs), over {result['span_s']:,.0f} s"
     )
     out().print(timed_table(result["policies"]))
+
+
+def whatif(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Option(help="The resource group.")],
+    policy: Annotated[str, typer.Option(help="The placement policy to replay it under.")],
+    since: Annotated[
+        str | None,
+        typer.Option(help="Sessions asked for from this instant (ISO 8601, UTC if no offset)."),
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="... up to this one (default: now).")] = None,
+    samples: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Points of the utilisation curve.")
+    ] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """What happened to resource group GROUP's sessions, and what would have under
+    POLICY: the requests the cluster's log holds (asked for in the range, admitted),
+    replayed on the group's agents through the scheduler in time (a virtual clock), side
+    by side with the log's own waits, rejections and utilisation. It reads the log and
+    changes nothing.
+
+    Who may: it reads the whole log, which a person's keypair may not (the server lets
+    users read the cluster only through the read API): an administrator runs it with the
+    services' keypairs (--service-keys services.json, from fgpu admin init), reading as
+    the `api` service, as `fgpu admin projections rebuild` does. A cluster without
+    authentication lets anyone read its log."""
+    from services.cli.audit_cmd import parse_time
+    from services.domain.placement import POLICY_NAMES
+
+    if policy not in POLICY_NAMES:
+        fail(f"no placement policy {policy!r}; there are {', '.join(POLICY_NAMES)}")
+    try:
+        start = parse_time(since) if since is not None else None
+        end = parse_time(until) if until is not None else None
+    except ValueError as e:
+        fail(str(e))
+    result = run_async(lambda: _whatif(ctx.obj, group, policy, start, end, samples))
+    if as_json:
+        print_json(result)
+        return
+    out().print(
+        f"resource group {group}: {result['agents']} agents, "
+        f"{result['happened']['sessions']} sessions admitted over {result['span_s']:,.0f} s "
+        f"from {result['since']} ({result['refused_at_admission']} refused at admission)"
+    )
+    recorded = result["group_policy"] or "the scheduler's"
+    columns = {
+        f"happened ({recorded})": result["happened"],
+        f"under {policy}": result["would_have"],
+    }
+    out().print(timed_table(columns))
+
+
+async def _whatif(
+    settings: "Settings",
+    group: str,
+    policy: str,
+    since: "datetime | None",
+    until: "datetime | None",
+    samples: int,
+) -> dict[str, Any]:
+    from services.ports import LogError
+    from services.sim.whatif import read_group, whatif
+
+    async with connection(settings, "api") as conn:
+        try:
+            recorded = await read_group(conn.log, group, since, until)
+        except LogError as e:
+            told = conn.client.last_error or ""
+            if "permissions violation" in told.lower():
+                fail(
+                    f"the server refused to let {settings.identity('api').access_key} read the "
+                    f"log ({told}): fgpu sim whatif reads the whole log, which only the "
+                    "cluster's services may; run it with --service-keys services.json",
+                    code=1,
+                )
+            raise e
+    return whatif(recorded, policy, samples)
