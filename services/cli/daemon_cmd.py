@@ -672,4 +672,5 @@ def register(app: typer.Typer) -> None:
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
     sim.command("agents")(sim_agents)
     sim.command("replay")(sim_cmd.replay)
+    sim.command("whatif")(sim_cmd.whatif)
     app.add_typer(sim, name="sim")

@@ -17,6 +17,7 @@ __all__ = [
     "sessions_table",
     "shares_table",
     "story_lines",
+    "timed_table",
 ]
 
 Json = Mapping[str, Any]
@@ -157,3 +158,31 @@ def story_lines(history: Json) -> list[str]:
         text = f"{line['at']}  #{line['seq']:<6} {_e(line['actor'])}: {_e(line['text'])}"
         lines.append(text if line["effect"] else f"[dim]{text}[/]")
     return lines
+
+
+_TIMED_ROWS = (
+    ("sessions", ("sessions",)),
+    ("placed", ("placed",)),
+    ("rejected", ("rejected",)),
+    ("cancelled", ("cancelled",)),
+    ("still waiting", ("waiting",)),
+    ("wait p50 (s)", ("wait_s", "p50")),
+    ("wait p99 (s)", ("wait_s", "p99")),
+    ("wait mean (s)", ("wait_s", "mean")),
+    ("fGPU allocated, mean %", ("utilisation_pct", "mean")),
+)
+
+
+def timed_table(columns: Mapping[str, Json], title: str = "") -> "Table":
+    """Timed replays' summaries (``services.sim.timed.Run.summary``) side by side, a
+    column each (a policy, or what happened and what would have)."""
+    t = _table(title, "", *columns)
+    for label, path in _TIMED_ROWS:
+        cells = []
+        for summary in columns.values():
+            value: Any = summary
+            for key in path:
+                value = value[key]
+            cells.append("-" if value is None else f"{value:,}")
+        t.add_row(label, *cells)
+    return t

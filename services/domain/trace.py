@@ -33,12 +33,14 @@ __all__ = [
     "Node",
     "Outcome",
     "Task",
+    "Timing",
     "TraceError",
     "arrivals",
     "capacity",
     "outcome",
     "parse_nodes",
     "parse_tasks",
+    "parse_timings",
 ]
 
 FGPU_PER_GPU = 1000  # quanta per GPU: a thousandth of a GPU, the trace's unit
@@ -113,6 +115,41 @@ def parse_tasks(text: str) -> list[Task]:
         out.append(Task(row["name"], cpu, mem, fgpu, models))
     if not out:
         raise TraceError(f"{what}: no tasks")
+    return out
+
+
+class Timing(NamedTuple):
+    """When a task of the trace came and how long it held its share, in whole seconds
+    from the trace's start: it arrived at ``creation_time``, and held its share from
+    ``scheduled_time`` to ``deletion_time``. ``waited_s``: from creation to scheduling
+    in the recorded cluster; None for a task that was never scheduled there, which is
+    taken to hold its share, if placed, for as long as it existed."""
+
+    arrival_s: int
+    duration_s: int
+    waited_s: int | None
+
+
+_TIMES = ("creation_time", "deletion_time", "scheduled_time")
+
+
+def parse_timings(text: str) -> list[Timing]:
+    """The timing of each task of a task list's CSV text, in its rows' order (as
+    ``parse_tasks``). Raises TraceError, also for a list without the time columns."""
+    what = "task list"
+    out = []
+    for line, row in _rows(text, _TIMES, what):
+        created, deleted = (
+            _int(row, "creation_time", line, what),
+            _int(row, "deletion_time", line, what),
+        )
+        started = created if not row["scheduled_time"] else _int(row, "scheduled_time", line, what)
+        if not created <= started <= deleted:
+            raise TraceError(
+                f"{what} line {line}: times must run creation <= scheduled <= deletion"
+            )
+        waited = None if not row["scheduled_time"] else started - created
+        out.append(Timing(created, deleted - started, waited))
     return out
 
 

@@ -41,18 +41,30 @@ from services.domain.allocator import Placement
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState, evolve
 from services.domain.status import SessionStatus
-from services.domain.trace import FGPU_PER_GPU, Node, Task, arrivals, capacity, outcome
+from services.domain.trace import (
+    FGPU_PER_GPU,
+    Node,
+    Task,
+    Timing,
+    arrivals,
+    capacity,
+    outcome,
+)
 from services.ports import ContainerRuntime, EventLog
+from services.sim.timed import Arrival, nearest_rank, replay_timed
 from services.testing.memory_log import MemoryLog
 
 __all__ = [
     "IMAGE",
     "OWNER",
     "agent_configs",
+    "registration",
     "replay",
     "replay_on_log",
     "report",
+    "request_of",
     "session_id",
+    "timed_report",
 ]
 
 IMAGE = "fgpu/busybox:latest"  # one the dummy runtime has
@@ -89,7 +101,7 @@ def agent_configs(nodes: Sequence[Node]) -> list[AgentConfig]:
     ]
 
 
-def _registration(c: AgentConfig) -> AgentRegistered:
+def registration(c: AgentConfig) -> AgentRegistered:
     """What the agent of ``c`` appends when it starts on the dummy runtime."""
     fgpu = len(c.gpus) * c.fgpu_per_gpu
     return stamp(
@@ -104,7 +116,8 @@ def _registration(c: AgentConfig) -> AgentRegistered:
     )
 
 
-def _request(i: int, t: Task) -> SessionRequested:
+def request_of(i: int, t: Task) -> SessionRequested:
+    """The request of the ``i``-th task to arrive: a session of its shape, asked by OWNER."""
     return stamp(
         SessionRequested,
         Provenance(OWNER, _EPOCH),
@@ -135,11 +148,11 @@ def replay(nodes: Sequence[Node], arrived: Sequence[Task], policy: str) -> list[
         evolve(s, Record(seq=seq, subject=subject, event=e))
 
     for c in agent_configs(nodes):
-        fold(subj.agent(c.agent_id), _registration(c))
+        fold(subj.agent(c.agent_id), registration(c))
     scheduler = SchedulerActor(MemoryLog(), _FixedClock(), policy=policy, pending_timeout_s=0)
     out: list[Placement | None] = []
     for i, t in enumerate(arrived):
-        request = _request(i, t)
+        request = request_of(i, t)
         fold(subj.request(OWNER, request.session_id), request)
         admitted = stamp(
             SessionAdmitted,
@@ -178,14 +191,14 @@ async def replay_on_log(
         # After the scheduler started, so that it counts them alive; in the nodes' order,
         # which is the order of registration ties go by.
         for c in configs:
-            await events.append(subj.agent(c.agent_id), _registration(c))
+            await events.append(subj.agent(c.agent_id), registration(c))
         if runtime is not None:
             agents = [AgentActor(events, runtime(), clock, c) for c in configs]
             await tg.start(AgentHost(events, agents, durable="replay-agents").run)
         s = ClusterState()
         async with aclosing(events.tail(0)) as batches:
             for i, t in enumerate(arrived):
-                request = _request(i, t)
+                request = request_of(i, t)
                 await events.append(subj.request(OWNER, request.session_id), request)
                 v = None
                 while v is None or v.status in (SessionStatus.REQUESTED, SessionStatus.PENDING):
@@ -214,4 +227,41 @@ def report(nodes: Sequence[Node], tasks: Sequence[Task], seed: int, policy: str)
         "placed": sum(placed),
         "unallocated_gpu_pct": {k: round(v, 4) for k, v in result.unallocated_gpu_pct.items()},
         "curve": [[level, round(u, 4)] for level, u in result.curve],
+    }
+
+
+def timed_report(
+    nodes: Sequence[Node],
+    tasks: Sequence[Task],
+    timings: Sequence[Timing],
+    policies: Sequence[str],
+    *,
+    load: float = 1.0,
+    samples: int = 100,
+) -> dict[str, Any]:
+    """The trace replayed in time (``services.sim.timed``) with each of ``policies``, as
+    ``fgpu sim replay --timed --json`` prints it: each task asked for at its creation
+    time divided by ``load`` (``load`` times as many arriving in the same time, each
+    holding its share as long as it did), waiting until it fits. Per policy: queue waits,
+    counts, and the allocated share of the GPUs over the trace's span (the last task's
+    end as recorded, divided alike), sampled ``samples`` times. Raises UnknownPolicy."""
+    timed = [
+        Arrival(request_of(i, t), w.arrival_s / load, w.duration_s)
+        for i, (t, w) in enumerate(zip(tasks, timings, strict=True))
+    ]
+    span = max(a.arrival_s + a.duration_s for a in timed)
+    agents = [registration(c) for c in agent_configs(nodes)]
+    recorded = sorted(w.waited_s for w in timings if w.waited_s is not None)
+    return {
+        "nodes": len(nodes),
+        "gpus": capacity(nodes) // FGPU_PER_GPU,
+        "tasks": len(tasks),
+        "load": load,
+        "span_s": round(span, 3),
+        # The recorded cluster's own queue waits (at load 1 that is the same arrivals).
+        "recorded_wait_s": {
+            "p50": nearest_rank(recorded, 0.5),
+            "p99": nearest_rank(recorded, 0.99),
+        },
+        "policies": {p: replay_timed(agents, timed, p).summary(span, samples) for p in policies},
     }
