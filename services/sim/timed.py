@@ -221,7 +221,7 @@ class _Replay:
             self.fold(subj.request(r.owner, sid), msgspec.structs.replace(r, at=now))
             prov = Provenance("quota", now, r.id, r.correlation_id or r.id)
             self.fold(subj.ADMISSION, stamp(SessionAdmitted, prov, session_id=sid, owner=r.owner))
-            timeout = self.scheduler.pending_timeout_s
+            timeout = self.scheduler.settings(self.s, self.s.sessions[sid].group).pending_timeout_s
             if timeout is not None and timeout > 0:
                 heapq.heappush(self.due, (self.clock.t + timeout, _Kind.WAKE, i))
         elif kind is _Kind.WITHDRAW:
@@ -285,7 +285,7 @@ def replay_timed(
     arrivals: Sequence[Arrival],
     policy: str,
     *,
-    pending_timeout_s: float | None = None,
+    pending_timeout_s: int | None = None,
     epoch: datetime = EPOCH,
     group: tuple[str, GroupSettings] | None = None,
 ) -> Run:
