@@ -203,31 +203,48 @@ class DockerRuntime:
         A container left created-but-not-started (a crash between create and start) is
         started. A failed start removes the container and raises ContainerError, so a
         retry starts from scratch. Raises ImageNotFound, RuntimeUnavailable, ContainerError.
+
+        A new session's path is two or three calls (the image's environment when the spec
+        prepends to it, create, start): the name is created without looking first (a 409
+        says it exists, and only then is it inspected), and a container this call started
+        is returned running without another look (if its command has already exited,
+        ``wait`` says so at once).
         """
-        docker = self._client()
+        try:
+            created = await self._create(spec)
+        except ImageNotFound:
+            if await self._inspect(spec.name) is None:
+                raise
+            created = None  # its image has gone since: the container is still there
+        if created is not None:
+            await self._start(created, spec.name)
+            return ContainerInfo(id=created, name=spec.name, labels=dict(spec.labels), running=True)
         data = await self._inspect(spec.name)
         if data is None:
-            base = await self._image_env(spec.image) if spec.env_prepend else {}
-            config = container_config(
-                spec, network_mode=self._network_mode, init=self._init, image_env=base
-            )
-            with _engine_call(f"create {spec.name}"):
-                try:
-                    await docker.containers.create(config, name=spec.name)
-                except DockerError as e:
-                    if e.status == 404:
-                        raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
-                    if e.status != 409:  # 409: another caller created the name just now
-                        raise
-            data = await self._inspect(spec.name)
-            if data is None:
-                raise ContainerError(f"container {spec.name} vanished right after create")
+            raise ContainerError(f"container {spec.name} vanished while it was being made")
         if (data.get("State") or {}).get("Status") == "created":
             await self._start(data["Id"], spec.name)
             data = await self._inspect(data["Id"])
             if data is None:
                 raise ContainerError(f"container {spec.name} vanished right after start")
         return _info(data)
+
+    async def _create(self, spec: ContainerSpec) -> str | None:
+        """Create ``spec``'s container; its id, or None if one of that name exists."""
+        base = await self._image_env(spec.image) if spec.env_prepend else {}
+        config = container_config(
+            spec, network_mode=self._network_mode, init=self._init, image_env=base
+        )
+        with _engine_call(f"create {spec.name}"):
+            try:
+                created = await self._client().containers.create(config, name=spec.name)
+            except DockerError as e:
+                if e.status == 404:
+                    raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
+                if e.status == 409:  # the name is taken: made before, or by another caller
+                    return None
+                raise
+        return str(created.id)
 
     async def _image_env(self, image: str) -> dict[str, str]:
         """The environment ``image`` sets (its ``Config.Env``). Raises ImageNotFound."""
