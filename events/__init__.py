@@ -29,7 +29,12 @@ from events.session import (
     SessionTerminating,
     SessionUnplaced,
 )
-from events.session_exec import SessionExecFinished, SessionExecStarted
+from events.session_exec import (
+    SessionChannelClosed,
+    SessionChannelOpened,
+    SessionExecFinished,
+    SessionExecStarted,
+)
 from events.slots import Slots
 from events.tenancy import (
     AddMember,
@@ -97,6 +102,8 @@ __all__ = [
     "Role",
     "SessionAdmitted",
     "SessionCancelled",
+    "SessionChannelClosed",
+    "SessionChannelOpened",
     "SessionDestroyRequested",
     "SessionErrored",
     "SessionExecFinished",

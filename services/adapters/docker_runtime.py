@@ -13,9 +13,10 @@ Errors are translated here, at the edge (see ``services.ports``)::
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,12 +24,15 @@ import aiodocker
 import aiohttp
 import anyio
 from aiodocker.exceptions import DockerError
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
 
 from services.domain.container_spec import ContainerSpec, container_env, env_from_list
 from services.ports import (
     EXEC_OUTPUT_KEPT,
     ContainerError,
     ContainerInfo,
+    ExecChannel,
     ExecResult,
     ImageNotFound,
     RuntimeUnavailable,
@@ -332,20 +336,79 @@ class DockerRuntime:
             async with execution.start(detach=False) as stream:
                 while (message := await stream.read_out()) is not None:
                     (err if message.stream == _STDERR else out).add(message.data)
-            for _ in range(_EXIT_POLLS):
-                inspected = await execution.inspect()
-                if not inspected.get("Running") and inspected.get("ExitCode") is not None:
-                    break
-                await anyio.sleep(_EXIT_POLL_S)
-            else:
-                raise ContainerError(f"exec in {container_id}: its output ended, it runs on")
+            code = await _exit_of(execution)
+        if code is None:
+            raise ContainerError(f"exec in {container_id}: its output ended, it runs on")
         return ExecResult(
-            exit_code=int(inspected["ExitCode"]),
+            exit_code=code,
             stdout=bytes(out.kept),
             stderr=bytes(err.kept),
             stdout_bytes=out.seen,
             stderr_bytes=err.seen,
         )
+
+    @asynccontextmanager
+    async def open_exec(
+        self,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[ExecChannel]:
+        """The engine's exec, attached with its input open (a hijacked connection). A 404
+        (no such container) or 409 (not running) is ContainerError."""
+        container = self._client().containers.container(container_id)
+        what = f"exec in {container_id}"
+        with _engine_call(what):
+            execution = await container.exec(
+                list(argv), stdin=True, stdout=True, stderr=True, tty=tty, environment=env
+            )
+            stream = execution.start(detach=False)
+            await stream.__aenter__()
+        try:
+            yield _Attached(execution, stream, what)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(*_TRANSPORT_ERRORS):
+                await stream.close()
+
+
+async def _exit_of(execution: Exec) -> int | None:
+    """An exec's exit code once its output has ended; None if the engine records none
+    (a command that closed its streams and runs on)."""
+    for _ in range(_EXIT_POLLS):
+        inspected = await execution.inspect()
+        if not inspected.get("Running") and inspected.get("ExitCode") is not None:
+            return int(inspected["ExitCode"])
+        await anyio.sleep(_EXIT_POLL_S)
+    return None
+
+
+class _Attached:
+    """An exec attached with its input open, as an ExecChannel."""
+
+    def __init__(self, execution: Exec, stream: Stream, what: str) -> None:
+        self._execution, self._stream, self._what = execution, stream, what
+
+    async def read(self) -> bytes | None:
+        with _engine_call(self._what):
+            message = await self._stream.read_out()
+        return None if message is None else bytes(message.data)
+
+    async def write(self, data: bytes) -> None:
+        with _engine_call(self._what):
+            try:
+                await self._stream.write_in(data)
+            except RuntimeError as e:  # aiodocker: "Cannot write to closed transport"
+                raise ContainerError(f"{self._what}: its input is closed") from e
+
+    async def resize(self, rows: int, cols: int) -> None:
+        with _engine_call(self._what):
+            await self._execution.resize(h=rows, w=cols)
+
+    async def exit_code(self) -> int | None:
+        with _engine_call(self._what):
+            return await _exit_of(self._execution)
 
 
 class _Kept:
