@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/archive.py
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
+	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -30,7 +30,12 @@ from events.session import (
     SessionType,
     SessionUnplaced,
 )
-from events.session_exec import SessionExecFinished, SessionExecStarted
+from events.session_exec import (
+    SessionChannelClosed,
+    SessionChannelOpened,
+    SessionExecFinished,
+    SessionExecStarted,
+)
 from events.slots import Slots
 from events.tenancy import (
     AddMember,
@@ -107,6 +112,8 @@ __all__ = [
     "Role",
     "SessionAdmitted",
     "SessionCancelled",
+    "SessionChannelClosed",
+    "SessionChannelOpened",
     "SessionCpuSampled",
     "SessionDestroyRequested",
     "SessionErrored",

@@ -8,7 +8,12 @@ goes only to the person who ran it, never onto the log.
 
 from events.base import Event
 
-__all__ = ["SessionExecFinished", "SessionExecStarted"]
+__all__ = [
+    "SessionChannelClosed",
+    "SessionChannelOpened",
+    "SessionExecFinished",
+    "SessionExecStarted",
+]
 
 
 class SessionExecStarted(Event, frozen=True, kw_only=True, tag="session.exec-started.v1"):
@@ -35,3 +40,36 @@ class SessionExecFinished(Event, frozen=True, kw_only=True, tag="session.exec-fi
     error: str | None = None
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+
+
+class SessionChannelOpened(Event, frozen=True, kw_only=True, tag="session.channel-opened.v1"):
+    """``requester`` (allowed as for a command: the owner, or an administrator of the
+    session's domain) opens a channel into the session's container, relayed by its agent
+    over the bus: ``kind`` ``shell`` (a terminal running ``target``, the shell's argv as
+    one string) or ``app`` (a TCP connection to port ``target`` in the container, with the
+    image's service name ``service`` if it was asked by name). ``channel`` names it on the
+    bus (``fgpu.tty.<agent>.<requester>.<channel>``)."""
+
+    session_id: str
+    agent_id: str
+    requester: str
+    kind: str
+    target: str
+    service: str | None = None
+    channel: str
+
+
+class SessionChannelClosed(Event, frozen=True, kw_only=True, tag="session.channel-closed.v1"):
+    """The channel its ``causation_id`` opened has closed: ``bytes_in`` went from the
+    requester into the container, ``bytes_out`` came back; ``exit_code`` is the shell's
+    (or the relay's), None if it was not waited for; ``reason`` says who ended it (the
+    program exited, the requester closed, nothing heard for too long, an error)."""
+
+    session_id: str
+    agent_id: str
+    requester: str
+    channel: str
+    bytes_in: int = 0
+    bytes_out: int = 0
+    exit_code: int | None = None
+    reason: str = ""

@@ -32,6 +32,7 @@ __all__ = [
     "ADMISSION",
     "AGENT_RPC_PREFIX",
     "ARCHIVE",
+    "CHANNEL_PREFIX",
     "HEARTBEAT_WILDCARD",
     "KEPT_SUBJECTS",
     "LEDGER",
@@ -48,6 +49,7 @@ __all__ = [
     "agent_request",
     "agent_rpc",
     "agent_session",
+    "channel",
     "heartbeat",
     "is_token",
     "quota",
@@ -84,6 +86,10 @@ KEPT_SUBJECTS = (TENANCY, ARCHIVE)
 STREAM_WILDCARD = "fgpu.>"
 HEARTBEAT_WILDCARD = "fgpu.hb.*"
 AGENT_RPC_PREFIX = "fgpu.rpc"
+# A channel into a session (terminal, app port), on core NATS, never stored:
+# ``<this>.<agent>.<requester's key>.<channel>.up`` from the requester to the agent and
+# ``... .down`` back. A user may use its own key's alone, an agent its own id's.
+CHANNEL_PREFIX = "fgpu.tty"
 # Actor snapshots: one object store bucket per kind of actor that writes them, so that a
 # service can be given the right to write its own kind's and nobody else's.
 SNAPSHOT_KINDS = ("scheduler", "quota")
@@ -151,3 +157,9 @@ def agent_rpc(agent_id: str) -> str:
 
 def agent_request(agent_id: str, requester: str) -> str:
     return f"{agent_rpc(agent_id)}.{requester}"
+
+
+def channel(agent_id: str, requester: str, channel_id: str) -> tuple[str, str]:
+    """The subjects of a channel into a session: (up, to the agent; down, to the requester)."""
+    base = f"{CHANNEL_PREFIX}.{agent_id}.{requester}.{channel_id}"
+    return f"{base}.up", f"{base}.down"

@@ -26,7 +26,12 @@ from events.session import (
     SessionTerminating,
     SessionUnplaced,
 )
-from events.session_exec import SessionExecFinished, SessionExecStarted
+from events.session_exec import (
+    SessionChannelClosed,
+    SessionChannelOpened,
+    SessionExecFinished,
+    SessionExecStarted,
+)
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
 
@@ -66,6 +71,8 @@ AnyEvent = (
     | LogArchived
     | SessionExecStarted
     | SessionExecFinished
+    | SessionChannelOpened
+    | SessionChannelClosed
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -17,6 +17,8 @@ from events import (
     GpuUsageSampled,
     SessionAdmitted,
     SessionCancelled,
+    SessionChannelClosed,
+    SessionChannelOpened,
     SessionDestroyRequested,
     SessionErrored,
     SessionExecFinished,
@@ -148,6 +150,14 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
                 return f"the command {e.requester} ran did not finish: {e.error}"
             wrote = f"{format_mem(e.stdout_bytes)} out, {format_mem(e.stderr_bytes)} err"
             return f"the command {e.requester} ran exited {e.exit_code} ({wrote})"
+        case SessionChannelOpened():
+            what = f"port {e.target}" + (f" ({e.service})" if e.service else "")
+            opened = f"a terminal ({e.target})" if e.kind == "shell" else what
+            return f"{e.requester} opened {opened} into it"
+        case SessionChannelClosed():
+            moved = f"{format_mem(e.bytes_in)} in, {format_mem(e.bytes_out)} out"
+            code = "" if e.exit_code is None else f", exit {e.exit_code}"
+            return f"the channel {e.requester} opened closed: {e.reason} ({moved}{code})"
         case GpuOomRefused():
             return (
                 f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"

@@ -136,3 +136,23 @@ class BusContract:
                     await entered.wait()
                     tg.start_soon(ask, "second")
         assert replies == {s: LogsReply(ok=True, logs=s) for s in ("first", "second")}
+
+    async def test_a_pipe_hears_in_order_what_the_other_end_sends(self, bus: Bus) -> None:
+        up, down = "fgpu.tty.a1.k.c1.up", "fgpu.tty.a1.k.c1.down"
+        async with bus.pipe(listen=up, speak=down) as agent, bus.pipe(down, up) as user:
+            for i in range(200):
+                await user.send(b"%d" % i)
+            await agent.send(b"back")
+            with anyio.fail_after(DEADLINE_S):
+                heard = [await anext(aiter(agent)) for _ in range(200)]
+                assert heard == [b"%d" % i for i in range(200)]
+                assert await anext(aiter(user)) == b"back"
+
+    async def test_what_nobody_hears_is_lost_and_no_error(self, bus: Bus) -> None:
+        up, down = "fgpu.tty.a1.k.c2.up", "fgpu.tty.a1.k.c2.down"
+        async with bus.pipe(listen=down, speak=up) as alone:
+            await alone.send(b"into the void")
+        async with bus.pipe(listen=up, speak=down) as agent, bus.pipe(down, up) as user:
+            await user.send(b"heard")
+            with anyio.fail_after(DEADLINE_S):
+                assert await anext(aiter(agent)) == b"heard"  # the earlier one is gone

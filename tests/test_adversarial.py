@@ -81,13 +81,22 @@ from services.cli.identities import Identity
 from services.cli.stack import connected, run_agent, run_quota, run_registrar, run_scheduler
 from services.client import Client
 from services.domain.access_audit import AccessLimiter
+from services.domain.channels import Data, encode_frame
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
 from services.domain.provenance import Provenance, stamp
 from services.domain.resources import UNLIMITED, format_fgpu
 from services.domain.state import ClusterState, fold
 from services.domain.status import ENDED, SessionStatus
-from services.ports import AgentReply, ExecReply, ExecRequest, LogsReply, LogsRequest
+from services.ports import (
+    AgentReply,
+    ChannelReply,
+    ExecReply,
+    ExecRequest,
+    LogsReply,
+    LogsRequest,
+    ShellRequest,
+)
 from tests.cluster import agent_config
 
 CLOCK = SystemClock()
@@ -674,6 +683,31 @@ async def exec_in_anothers(w: World, me: Attacker) -> Outcome:
     return Outcome(denied=[f"publish {subj.agent_request('a1', vic)}"])
 
 
+async def channel_into_anothers(w: World, me: Attacker) -> Outcome:
+    """Open a terminal in the victim's session through agent a1 (on one's own subject the
+    agent refuses, and writes nothing: only a channel that opens is audited), hear the
+    victim's channels, send into one, or ask on the victim's subject: the server refuses."""
+    vic = w.keys["vic"][0]
+    shell = msgspec.json.encode(ShellRequest(session_id=w.victim, channel="c1"))
+    if me.person:
+        reply = await me.nc.request(subj.agent_request("a1", me.key), shell, timeout=5)
+        answer = msgspec.json.decode(reply.data, type=AgentReply)
+        refused = f"{me.key} may not run commands in session {w.victim}"
+        assert answer == ChannelReply(ok=False, error=refused)
+    up, _ = subj.channel("a1", vic, "c1")
+    listened = f"{subj.CHANNEL_PREFIX}.*.{vic}.*.down"
+    await me.nc.subscribe(listened)
+    await me.nc.publish(up, encode_frame(Data(b"id\n")))
+    await me.nc.publish(subj.agent_request("a1", vic), shell)
+    return Outcome(
+        denied=[
+            f"subscription {listened}",
+            f"publish {up}",
+            f"publish {subj.agent_request('a1', vic)}",
+        ]
+    )
+
+
 async def destroy_anothers(w: World, me: Attacker) -> Outcome:
     """A destroy of the victim's session, on one's own subject: the scheduler refuses."""
     end = _event(SessionDestroyRequested, me.key, session_id=w.victim, requester=me.key)
@@ -812,6 +846,7 @@ ATTACKS: dict[str, Attack] = {
     "forge-snapshot": forge_a_snapshot,
     "read-others": read_others,
     "exec-in-anothers-session": exec_in_anothers,
+    "channel-into-anothers-session": channel_into_anothers,
     "destroy-anothers-session": destroy_anothers,
     **{f"exceed-{level}-policy": exceed(level) for level in PolicyLevel},
     "hide-a-refusal": hide_a_refusal,

@@ -7,7 +7,7 @@ the dummy runtime. Who may ask, what comes back, and the audit on the log.
 """
 
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -36,7 +36,7 @@ from services.client import Client
 from services.domain.keys import hash_secret
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
-from services.ports import ExecReply, ExecRequest
+from services.ports import ContainerRuntime, ExecReply, ExecRequest
 from tests.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio
@@ -90,25 +90,36 @@ def _tenancy() -> list[AdminCommand]:
     return commands
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
-    """Ana's session RUNNING on agent a1, on a cluster with tenancy."""
+@asynccontextmanager
+async def lab_session(
+    runtime: ContainerRuntime, agent_id: str, image: str, command: tuple[str, ...]
+) -> AsyncIterator[tuple[NatsConnection, str]]:
+    """Ana's session of ``image`` running ``command``, RUNNING on ``agent_id`` (as ``fgpu
+    agent`` runs it, over ``runtime``), on a cluster with tenancy: the connection and the
+    session's id."""
     with nats_server.nats_server() as server:
         async with AsyncExitStack() as stack:
             conn = await stack.enter_async_context(nats_connection(server.url))
             await conn.log.create_or_update_stream()
-            for command in _tenancy():
-                await conn.log.append(subj.TENANCY, system_applied(command, CLOCK))
+            for command_ in _tenancy():
+                await conn.log.append(subj.TENANCY, system_applied(command_, CLOCK))
             await stack.enter_async_context(running_cluster(conn.log, []))
             tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(run_agent, conn, DummyRuntime(), agent_config("a1"))
+            await tg.start(run_agent, conn, runtime, agent_config(agent_id))
             ana = Client(conn.log, CLOCK, "AKana")
-            slots = Slots(cpu=1000, mem=GIB, fgpu=50)
-            [sid] = await ana.create(image=IMAGE, slots=slots, command=("sleep", "infinity"))
+            slots = Slots(cpu=500, mem=GIB, fgpu=50)
+            [sid] = await ana.create(image=image, slots=slots, command=command)
             with anyio.fail_after(DEADLINE_S):
                 await ana.wait_until(lambda s: _status(s, sid) is SessionStatus.RUNNING)
-            yield World(conn, sid)
+            yield conn, sid
             tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    """Ana's session RUNNING on agent a1, on a cluster with tenancy."""
+    async with lab_session(DummyRuntime(), "a1", IMAGE, ("sleep", "infinity")) as (conn, sid):
+        yield World(conn, sid)
 
 
 async def test_the_owner_gets_each_stream_and_the_exit_code_and_it_is_audited(

@@ -1,5 +1,6 @@
 """What an agent answers off the log: requests only its host can answer (a session's logs,
-a command run in its container).
+a command run in its container, a terminal or an app port opened into it: those are
+``agent_channels``'s once allowed here).
 
 A command run in a session is audited on the log, on the agent's own subject for it
 (``fgpu.agent.<id>.exec.<session>``): ``session.exec-started`` before it starts, and
@@ -17,7 +18,9 @@ import structlog
 
 from events import SessionExecFinished, SessionExecStarted
 from events import subjects as subj
+from services.actors.agent_channels import Channels, Opening
 from services.actors.common import Provenance, stamp
+from services.domain.channels import app_program, app_target, channel_problem, shell_program
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
 from services.domain.session_access import (
     exec_problem,
@@ -31,6 +34,8 @@ from services.ports import (
     AgentHandler,
     AgentReply,
     AgentRequest,
+    AppRequest,
+    ChannelReply,
     Clock,
     ContainerError,
     ContainerRuntime,
@@ -42,6 +47,7 @@ from services.ports import (
     LogsReply,
     LogsRequest,
     OutputStore,
+    ShellRequest,
 )
 
 __all__ = ["answering"]
@@ -58,12 +64,14 @@ def answering(
     *,
     keep: int = EXEC_OUTPUT_KEPT,
     output: OutputStore | None = None,
+    channels: Channels | None = None,
 ) -> AgentHandler:
     """The handler of ``agent_id``'s requests, over its container engine, the fold
     (``state``, the agent's) and the log it writes the audit of commands to. Only the
     agent's own containers are looked at; who may ask what is
     ``services.domain.session_access``'s. A command's output keeps ``keep`` bytes of each
-    stream. Once a session's container is gone, its logs are what ``output`` kept."""
+    stream. Once a session's container is gone, its logs are what ``output`` kept.
+    Terminals and app ports are opened through ``channels`` (none without it)."""
     labels = {LABEL_AGENT: agent_id}
 
     async def container_of(session_id: str) -> str | None:
@@ -153,12 +161,52 @@ def answering(
             stderr_bytes=result.stderr_bytes,
         )
 
+    async def open_channel(requester: str, request: ShellRequest | AppRequest) -> ChannelReply:
+        """A terminal or an app connection, allowed as a command is (and audited: the
+        opening, then the closing, on the same subject)."""
+        s, sid = state(), request.session_id
+        refused = may_not_exec(s, requester, sid, agent_id) or channel_problem(request.channel)
+        if refused is not None:
+            return ChannelReply(ok=False, error=refused)
+        if channels is None:
+            return ChannelReply(ok=False, error=f"agent {agent_id} opens no channels")
+        correlation = s.sessions[sid].correlation_id  # read before the fold moves on
+        try:
+            found = await runtime.list({**labels, LABEL_SESSION: sid})
+        except ContainerError as e:
+            return ChannelReply(ok=False, error=str(e))
+        if not found:
+            return ChannelReply(ok=False, error=f"no container of {sid} here")
+        container = found[0]
+        if isinstance(request, ShellRequest):
+            program = shell_program(request.rows, request.cols, request.term)
+        else:
+            service = app_target(container.labels, request.target)
+            if isinstance(service, str):
+                return ChannelReply(ok=False, error=service)
+            program = app_program(service)
+        opening = Opening(
+            session_id=sid,
+            requester=requester,
+            channel=request.channel,
+            correlation_id=correlation,
+            container_id=container.id,
+            program=program,
+        )
+        error = await channels.open(opening)
+        if error is not None:
+            return ChannelReply(ok=False, error=error)
+        port = None if program.kind == "shell" else int(program.target)
+        return ChannelReply(ok=True, port=port, service=program.service)
+
     async def answer(requester: str, request: AgentRequest) -> AgentReply:
         match request:
             case LogsRequest():
                 return await logs(requester, request)
             case ExecRequest():
                 return await run(requester, request)
+            case ShellRequest() | AppRequest():
+                return await open_channel(requester, request)
 
     return answer
 

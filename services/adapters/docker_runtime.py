@@ -13,9 +13,10 @@ Errors are translated here, at the edge (see ``services.ports``)::
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Self
 
@@ -23,12 +24,15 @@ import aiodocker
 import aiohttp
 import anyio
 from aiodocker.exceptions import DockerError
+from aiodocker.execs import Exec
+from aiodocker.stream import Stream
 
 from services.domain.container_spec import ContainerSpec, container_env, env_from_list
 from services.ports import (
     EXEC_OUTPUT_KEPT,
     ContainerError,
     ContainerInfo,
+    ExecChannel,
     ExecResult,
     ImageNotFound,
     RuntimeUnavailable,
@@ -203,31 +207,48 @@ class DockerRuntime:
         A container left created-but-not-started (a crash between create and start) is
         started. A failed start removes the container and raises ContainerError, so a
         retry starts from scratch. Raises ImageNotFound, RuntimeUnavailable, ContainerError.
+
+        A new session's path is two or three calls (the image's environment when the spec
+        prepends to it, create, start): the name is created without looking first (a 409
+        says it exists, and only then is it inspected), and a container this call started
+        is returned running without another look (if its command has already exited,
+        ``wait`` says so at once).
         """
-        docker = self._client()
+        try:
+            created = await self._create(spec)
+        except ImageNotFound:
+            if await self._inspect(spec.name) is None:
+                raise
+            created = None  # its image has gone since: the container is still there
+        if created is not None:
+            await self._start(created, spec.name)
+            return ContainerInfo(id=created, name=spec.name, labels=dict(spec.labels), running=True)
         data = await self._inspect(spec.name)
         if data is None:
-            base = await self._image_env(spec.image) if spec.env_prepend else {}
-            config = container_config(
-                spec, network_mode=self._network_mode, init=self._init, image_env=base
-            )
-            with _engine_call(f"create {spec.name}"):
-                try:
-                    await docker.containers.create(config, name=spec.name)
-                except DockerError as e:
-                    if e.status == 404:
-                        raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
-                    if e.status != 409:  # 409: another caller created the name just now
-                        raise
-            data = await self._inspect(spec.name)
-            if data is None:
-                raise ContainerError(f"container {spec.name} vanished right after create")
+            raise ContainerError(f"container {spec.name} vanished while it was being made")
         if (data.get("State") or {}).get("Status") == "created":
             await self._start(data["Id"], spec.name)
             data = await self._inspect(data["Id"])
             if data is None:
                 raise ContainerError(f"container {spec.name} vanished right after start")
         return _info(data)
+
+    async def _create(self, spec: ContainerSpec) -> str | None:
+        """Create ``spec``'s container; its id, or None if one of that name exists."""
+        base = await self._image_env(spec.image) if spec.env_prepend else {}
+        config = container_config(
+            spec, network_mode=self._network_mode, init=self._init, image_env=base
+        )
+        with _engine_call(f"create {spec.name}"):
+            try:
+                created = await self._client().containers.create(config, name=spec.name)
+            except DockerError as e:
+                if e.status == 404:
+                    raise ImageNotFound(f"image {spec.image!r} is not on this engine") from e
+                if e.status == 409:  # the name is taken: made before, or by another caller
+                    return None
+                raise
+        return str(created.id)
 
     async def _image_env(self, image: str) -> dict[str, str]:
         """The environment ``image`` sets (its ``Config.Env``). Raises ImageNotFound."""
@@ -331,20 +352,79 @@ class DockerRuntime:
             async with execution.start(detach=False) as stream:
                 while (message := await stream.read_out()) is not None:
                     (err if message.stream == _STDERR else out).add(message.data)
-            for _ in range(_EXIT_POLLS):
-                inspected = await execution.inspect()
-                if not inspected.get("Running") and inspected.get("ExitCode") is not None:
-                    break
-                await anyio.sleep(_EXIT_POLL_S)
-            else:
-                raise ContainerError(f"exec in {container_id}: its output ended, it runs on")
+            code = await _exit_of(execution)
+        if code is None:
+            raise ContainerError(f"exec in {container_id}: its output ended, it runs on")
         return ExecResult(
-            exit_code=int(inspected["ExitCode"]),
+            exit_code=code,
             stdout=bytes(out.kept),
             stderr=bytes(err.kept),
             stdout_bytes=out.seen,
             stderr_bytes=err.seen,
         )
+
+    @asynccontextmanager
+    async def open_exec(
+        self,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[ExecChannel]:
+        """The engine's exec, attached with its input open (a hijacked connection). A 404
+        (no such container) or 409 (not running) is ContainerError."""
+        container = self._client().containers.container(container_id)
+        what = f"exec in {container_id}"
+        with _engine_call(what):
+            execution = await container.exec(
+                list(argv), stdin=True, stdout=True, stderr=True, tty=tty, environment=env
+            )
+            stream = execution.start(detach=False)
+            await stream.__aenter__()
+        try:
+            yield _Attached(execution, stream, what)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(*_TRANSPORT_ERRORS):
+                await stream.close()
+
+
+async def _exit_of(execution: Exec) -> int | None:
+    """An exec's exit code once its output has ended; None if the engine records none
+    (a command that closed its streams and runs on)."""
+    for _ in range(_EXIT_POLLS):
+        inspected = await execution.inspect()
+        if not inspected.get("Running") and inspected.get("ExitCode") is not None:
+            return int(inspected["ExitCode"])
+        await anyio.sleep(_EXIT_POLL_S)
+    return None
+
+
+class _Attached:
+    """An exec attached with its input open, as an ExecChannel."""
+
+    def __init__(self, execution: Exec, stream: Stream, what: str) -> None:
+        self._execution, self._stream, self._what = execution, stream, what
+
+    async def read(self) -> bytes | None:
+        with _engine_call(self._what):
+            message = await self._stream.read_out()
+        return None if message is None else bytes(message.data)
+
+    async def write(self, data: bytes) -> None:
+        with _engine_call(self._what):
+            try:
+                await self._stream.write_in(data)
+            except RuntimeError as e:  # aiodocker: "Cannot write to closed transport"
+                raise ContainerError(f"{self._what}: its input is closed") from e
+
+    async def resize(self, rows: int, cols: int) -> None:
+        with _engine_call(self._what):
+            await self._execution.resize(h=rows, w=cols)
+
+    async def exit_code(self) -> int | None:
+        with _engine_call(self._what):
+            return await _exit_of(self._execution)
 
 
 class _Kept:

@@ -21,7 +21,8 @@ import re
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -32,6 +33,7 @@ from services.ports import (
     EXEC_OUTPUT_KEPT,
     ContainerError,
     ContainerInfo,
+    ExecChannel,
     ExecResult,
     ImageNotFound,
     RuntimeUnavailable,
@@ -286,6 +288,19 @@ class DummyRuntime:
             stdout_bytes=len(out),
             stderr_bytes=len(err),
         )
+
+    @asynccontextmanager
+    async def open_exec(
+        self,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> AsyncIterator[ExecChannel]:
+        """None opens: a simulated container runs no program to talk to."""
+        raise ContainerError("the dummy runtime opens no terminal or port")
+        yield  # pragma: no cover - a generator, for the context manager
 
     # ---- helpers ----------------------------------------------------------------------
 

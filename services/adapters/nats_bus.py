@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
@@ -154,6 +155,23 @@ class NatsBus:
             finally:
                 await self._unsubscribe(sub)
 
+    @contextlib.asynccontextmanager
+    async def pipe(self, listen: str, speak: str) -> AsyncIterator["_NatsPipe"]:
+        """Messages on ``listen`` queued as they come (the relay above bounds them: its
+        window of unacknowledged bytes), sent on ``speak``."""
+        send, received = anyio.create_memory_object_stream[bytes](math.inf)
+
+        async def on_message(msg: Msg) -> None:
+            with contextlib.suppress(anyio.ClosedResourceError):  # the block has ended
+                send.send_nowait(msg.data)
+
+        with send, received:
+            sub = await self._subscribe(f"listen on {listen}", listen, on_message)
+            try:
+                yield _NatsPipe(self._client, speak, received)
+            finally:
+                await self._unsubscribe(sub)
+
     async def _subscribe(
         self, what: str, subject: str, cb: Callable[[Msg], Awaitable[None]]
     ) -> Subscription:
@@ -168,6 +186,25 @@ class NatsBus:
         """Drop ``sub`` even as the block is cancelled; never raises."""
         with anyio.CancelScope(shield=True):
             await self._client.unsubscribe(sub)
+
+
+class _NatsPipe:
+    """A Pipe: publishes on ``speak``, yields what the subscription queued."""
+
+    def __init__(
+        self, client: NatsClient, speak: str, received: MemoryObjectReceiveStream[bytes]
+    ) -> None:
+        self._client, self._speak, self._received = client, speak, received
+
+    async def send(self, data: bytes) -> None:
+        try:
+            with self._client.call(f"send on {self._speak}"):
+                await self._client.nc.publish(self._speak, data)
+        except LogError as e:
+            raise AgentUnreachable(str(e)) from e
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._received.__aiter__()
 
 
 async def _answer(agent_id: str, handler: AgentHandler, subject: str, data: bytes) -> AgentReply:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 import typer
 
 from events import subjects as subj
+from services.cli import channel_cmd
 from services.cli.options import (
     Settings,
     api_errors,
@@ -576,3 +577,8 @@ def _id(session_id: str) -> str:
     if not subj.is_token(session_id):
         fail(f"{session_id!r} is not a session id")
     return session_id
+
+
+# The channels into a session, in a module of their own.
+app.command("shell")(channel_cmd.shell_cmd)
+app.command("app")(channel_cmd.app_cmd)

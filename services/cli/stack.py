@@ -14,6 +14,7 @@ from anyio.abc import TaskStatus
 
 from services.actors.access_audit import AccessAudit
 from services.actors.agent import AgentActor, AgentConfig
+from services.actors.agent_channels import Channels
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
 from services.actors.archiver import Archiver
@@ -191,7 +192,8 @@ async def run_agent(
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The agent, its heartbeat, and its answers to requests (``fgpu session logs|exec``).
+    """The agent, its heartbeat, its answers to requests (``fgpu session logs|exec``) and the
+    channels they open (``fgpu session shell|app``).
     Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``."""
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     output = OutputFiles(state_file().parent / "output" / config.agent_id)
@@ -204,13 +206,23 @@ async def run_agent(
         snapshots=from_scheduler,
         output=output,
     )
+    channels = Channels(config.agent_id, runtime, conn.bus, conn.log, actor.clock)
     answer = answering(
-        config.agent_id, runtime, lambda: actor.state, conn.log, actor.clock, output=output
+        config.agent_id,
+        runtime,
+        lambda: actor.state,
+        conn.log,
+        actor.clock,
+        output=output,
+        channels=channels,
     )
-    async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
-        await tg.start(actor.run)
-        tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
-        task_status.started()
+    async with anyio.create_task_group() as outer:
+        # The channels outlive the answers that open them: their group is the outer one.
+        await outer.start(channels.run)
+        async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
+            await tg.start(actor.run)
+            tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
+            task_status.started()
 
 
 async def run_agent_host(

@@ -2,7 +2,8 @@
 
 The server enforces these (the auth callout hands them out with each connection), so a
 confinement holds whatever a client's code does. Users publish only their own request and
-admin subjects and read only their own inbox: they read the cluster through the read API,
+admin subjects and read only their own inbox (and the channels into sessions they opened,
+``fgpu.tty.*.<key>.*``: up to send, down to hear): they read the cluster through the read API,
 never through consumers of their own. Each part of the cluster publishes only what it
 decides; all of them read the log through JetStream consumers. Nobody may delete or purge
 the stream or its messages; only a superadmin (the administrator's step) may create or
@@ -113,10 +114,13 @@ def user_permissions(access_key: str, role: Role) -> Permissions:
         f"fgpu.req.{access_key}.>",
         f"fgpu.admin.{access_key}.>",
         f"{subj.AGENT_RPC_PREFIX}.*.{access_key}",
+        # Its own channels into sessions (terminal, app ports): the up side of its key's.
+        f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.up",
     )
     if role is Role.SUPERADMIN:
         publish += _STREAM_ADMIN
-    return Permissions(publish=publish, subscribe=(f"{inbox(access_key)}.>",))
+    subscribe = (f"{inbox(access_key)}.>", f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.down")
+    return Permissions(publish=publish, subscribe=subscribe)
 
 
 def service_permissions(access_key: str, service: str) -> Permissions | None:
@@ -156,9 +160,10 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             "fgpu.agent.>",
             "fgpu.usage.>",
             subj.HEARTBEAT_WILDCARD,
+            f"{subj.CHANNEL_PREFIX}.*.*.*.down",
             *_snapshot_reads("scheduler"),
         )
-        listens = (f"{subj.AGENT_RPC_PREFIX}.*.*",)
+        listens = (f"{subj.AGENT_RPC_PREFIX}.*.*", f"{subj.CHANNEL_PREFIX}.*.*.*.up")
         responds = True
     elif kind == "agent" and subj.is_token(agent_id):
         own = (
@@ -166,9 +171,10 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             f"{subj.agent(agent_id)}.>",
             f"fgpu.usage.{agent_id}.>",
             subj.heartbeat(agent_id),
+            f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.down",  # its channels' answers
             *_snapshot_reads("scheduler"),
         )
-        listens = (f"{subj.agent_rpc(agent_id)}.*",)
+        listens = (f"{subj.agent_rpc(agent_id)}.*", f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.up")
         responds = True
     else:
         return None

@@ -36,6 +36,8 @@ from events import (
     Record,
     SessionAdmitted,
     SessionCancelled,
+    SessionChannelClosed,
+    SessionChannelOpened,
     SessionCpuSampled,
     SessionDestroyRequested,
     SessionErrored,
@@ -455,6 +457,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     LogArchived: _archived,
     SessionExecStarted: _nothing,
     SessionExecFinished: _nothing,
+    SessionChannelOpened: _nothing,
+    SessionChannelClosed: _nothing,
 }
 
 

@@ -34,7 +34,12 @@ def _agent_session(
     return subj.agent_session(e.agent_id, e.session_id)
 
 
-def _exec(e: ev.SessionExecStarted | ev.SessionExecFinished) -> str:
+def _exec(
+    e: ev.SessionExecStarted
+    | ev.SessionExecFinished
+    | ev.SessionChannelOpened
+    | ev.SessionChannelClosed,
+) -> str:
     return subj.agent_exec(e.agent_id, e.session_id)
 
 
@@ -79,6 +84,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.LogArchived, lambda e: subj.ARCHIVE),
         _rule(ev.SessionExecStarted, _exec),
         _rule(ev.SessionExecFinished, _exec),
+        _rule(ev.SessionChannelOpened, _exec),
+        _rule(ev.SessionChannelClosed, _exec),
     ]
 )
 

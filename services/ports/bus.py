@@ -17,12 +17,16 @@ __all__ = [
     "AgentReply",
     "AgentRequest",
     "AgentRequests",
+    "AppRequest",
+    "ChannelReply",
     "ExecReply",
     "ExecRequest",
     "Heartbeats",
     "LogsReply",
     "LogsRequest",
+    "Pipe",
     "RequestFailed",
+    "ShellRequest",
 ]
 
 
@@ -64,14 +68,45 @@ class ExecReply(msgspec.Struct, frozen=True, kw_only=True, tag="exec"):
     error: str | None = None
 
 
+class ShellRequest(msgspec.Struct, frozen=True, kw_only=True, tag="shell"):
+    """Open a terminal in a session's container, ``rows`` x ``cols``, relayed on channel
+    ``channel`` (chosen by the asker, a subject token: ``events.subjects.channel``). The
+    asker listens on the channel's down subject before it asks."""
+
+    session_id: str
+    channel: str
+    rows: int = 24
+    cols: int = 80
+    term: str = "xterm"
+
+
+class AppRequest(msgspec.Struct, frozen=True, kw_only=True, tag="app"):
+    """Open one TCP connection to ``target`` in a session's container, relayed on channel
+    ``channel``: a service the image declares (by name) or a port number."""
+
+    session_id: str
+    channel: str
+    target: str
+
+
+class ChannelReply(msgspec.Struct, frozen=True, kw_only=True, tag="channel"):
+    """``ok``: the channel is open (an app's ``port`` and ``service`` say what it reaches).
+    Not ``ok``: ``error`` says why (refused, not running, no such service)."""
+
+    ok: bool
+    port: int | None = None
+    service: str | None = None
+    error: str | None = None
+
+
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     """The agent could not read the request, or failed while answering it."""
 
     error: str
 
 
-AgentRequest = LogsRequest | ExecRequest
-AgentReply = LogsReply | ExecReply | RequestFailed
+AgentRequest = LogsRequest | ExecRequest | ShellRequest | AppRequest
+AgentReply = LogsReply | ExecReply | ChannelReply | RequestFailed
 # Answers ``request`` from ``requester`` (the access key the bus says asked: on NATS, the
 # one the server let in on the connection that asked).
 AgentHandler = Callable[[str, AgentRequest], Awaitable[AgentReply]]
@@ -92,6 +127,21 @@ class Heartbeats(Protocol):
         ...
 
 
+class Pipe(Protocol):
+    """One direction out and one in of a channel: messages sent on one subject, those that
+    arrive on another, in the order they were sent. Best effort, as the bus is: a message
+    is lost with the connection (the relay above it notices, by its acknowledgements and
+    its silence)."""
+
+    async def send(self, data: bytes) -> None:
+        """Send ``data``. Raises AgentUnreachable with no connection."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """What arrives, as it does."""
+        ...
+
+
 class AgentRequests(Protocol):
     """Requests to one agent, answered by that agent alone. A bus asks as one identity
     (its connection's access key); the agent is told who asked."""
@@ -105,4 +155,10 @@ class AgentRequests(Protocol):
     def serving(self, agent_id: str, handler: AgentHandler) -> AbstractAsyncContextManager[None]:
         """Answer the requests to ``agent_id`` with ``handler`` while the block runs; it is
         told the access key that asked each one."""
+        ...
+
+    def pipe(self, listen: str, speak: str) -> AbstractAsyncContextManager[Pipe]:
+        """A pipe hearing ``listen`` and sending on ``speak`` while the block runs: every
+        message sent on ``listen`` once the block is entered is heard. Raises
+        AgentUnreachable with no connection."""
         ...

@@ -1,13 +1,14 @@
 """The container engine, as the agent uses it."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 import msgspec
 
 from services.domain.container_spec import ContainerSpec
 
-__all__ = ["EXEC_OUTPUT_KEPT", "ContainerInfo", "ContainerRuntime", "ExecResult"]
+__all__ = ["EXEC_OUTPUT_KEPT", "ContainerInfo", "ContainerRuntime", "ExecChannel", "ExecResult"]
 
 EXEC_OUTPUT_KEPT = 256 << 10  # bytes of each stream an exec keeps, unless told otherwise
 
@@ -34,6 +35,27 @@ class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def truncated(self) -> bool:
         return self.stdout_bytes > len(self.stdout) or self.stderr_bytes > len(self.stderr)
+
+
+class ExecChannel(Protocol):
+    """A program running in a container with its input open: what it writes (stdout and
+    stderr as one stream; a terminal's output as it is), what it reads."""
+
+    async def read(self) -> bytes | None:
+        """The next bytes it wrote; None once its output has ended."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Give it ``data`` to read."""
+        ...
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Its terminal's new size (nothing without a terminal)."""
+        ...
+
+    async def exit_code(self) -> int | None:
+        """Once its output has ended: its exit code; None if the engine records none."""
+        ...
 
 
 class ContainerRuntime(Protocol):
@@ -81,5 +103,22 @@ class ContainerRuntime(Protocol):
 
         Raises ContainerError if the container is unknown or not running, or
         RuntimeUnavailable.
+        """
+        ...
+
+    def open_exec(
+        self,
+        container_id: str,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> AbstractAsyncContextManager[ExecChannel]:
+        """Start ``argv`` in the running container (with a terminal if ``tty``; ``env`` on
+        top of the container's) with its input open, for the block. Leaving the block
+        closes its input and output; the program may run on until it notices.
+
+        Raises ContainerError if the container is unknown or not running, or
+        RuntimeUnavailable; ContainerError too from a runtime that opens none.
         """
         ...

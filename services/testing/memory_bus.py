@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from services.ports import (
     AgentHandler,
@@ -34,12 +34,14 @@ class MemoryBus:
         self.requester = requester
         self._listeners: list[MemoryObjectSendStream[str]] = []
         self._servers: dict[str, AgentHandler] = {}
+        self._pipes: dict[str, MemoryObjectSendStream[bytes]] = {}  # by the subject heard
         self.beats_sent = 0
 
     def as_requester(self, requester: str) -> "MemoryBus":
         """The same bus, asking as ``requester``."""
         view = MemoryBus(requester)
         view._listeners, view._servers = self._listeners, self._servers
+        view._pipes = self._pipes
         return view
 
     async def beat(self, agent_id: str) -> None:
@@ -84,3 +86,36 @@ class MemoryBus:
             yield
         finally:
             del self._servers[agent_id]
+
+    @asynccontextmanager
+    async def pipe(self, listen: str, speak: str) -> AsyncIterator["_MemoryPipe"]:
+        """One pipe hears a subject at a time (a channel's subjects are its own)."""
+        if listen in self._pipes:
+            raise ValueError(f"{listen} is heard already")
+        send, receive = anyio.create_memory_object_stream[bytes](_QUEUED)
+        self._pipes[listen] = send
+        try:
+            async with receive:
+                yield _MemoryPipe(self._pipes, speak, receive)
+        finally:
+            del self._pipes[listen]
+            send.close()
+
+
+class _MemoryPipe:
+    def __init__(
+        self,
+        pipes: dict[str, MemoryObjectSendStream[bytes]],
+        speak: str,
+        receive: MemoryObjectReceiveStream[bytes],
+    ) -> None:
+        self._pipes, self._speak, self._receive = pipes, speak, receive
+
+    async def send(self, data: bytes) -> None:
+        heard = self._pipes.get(self._speak)
+        if heard is not None:  # nobody hears it: lost, as on NATS
+            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+                heard.send_nowait(data)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._receive.__aiter__()

@@ -356,7 +356,8 @@ const CATALOGUE = [
   "admin.refused.v1", "access.granted.v1", "access.refused.v1", "access.suppressed.v1",
   "session.unplaced.v1", "session.lost.v1", "agent.fenced.v1", "agent.heard.v1",
   "log.archived.v1", "session.exec-started.v1", "session.exec-finished.v1",
-  "session.cpu-sampled.v1", "malformed",
+  "session.cpu-sampled.v1", "session.channel-opened.v1", "session.channel-closed.v1",
+  "malformed",
 ];
 
 // ---- wiring -----------------------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""Channels into the agent's sessions: a terminal (``fgpu session shell``) or one TCP
+connection to a port in the container (``fgpu session app``), relayed over the bus.
+
+The request comes as a command's does (``fgpu.rpc.<agent>.<key>``, checked the same way:
+``services.domain.session_access.may_not_exec``); the bytes then go on the channel's own
+subjects, ``fgpu.tty.<agent>.<key>.<channel>.up|down``, which the server lets that key
+alone use on the user's side. No port of the agent's host is opened to anyone: the agent
+reaches out to NATS, and reaches into the container through its engine (an exec with a
+terminal, or a relay program run inside the container: ``relay_argv`` says why).
+
+Every opening and closing is on the log, on the session's exec subject:
+``session.channel-opened`` before anything is opened (if it cannot be written, nothing
+is), ``session.channel-closed`` with the byte counts and why once it has closed. What
+went through never is.
+"""
+
+from dataclasses import dataclass
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from events import SessionChannelClosed, SessionChannelOpened
+from events import subjects as subj
+from services.actors.common import Provenance, stamp
+from services.actors.relay import Closing, relay
+from services.domain.channels import IDLE_S, PING_S, Program
+from services.ports import (
+    AgentRequests,
+    AgentUnreachable,
+    Clock,
+    ContainerError,
+    ContainerRuntime,
+    EventLog,
+    LogError,
+)
+
+__all__ = ["Channels", "Opening"]
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A channel allowed and resolved: who, into which container, to run what."""
+
+    session_id: str
+    requester: str
+    channel: str
+    correlation_id: str
+    container_id: str
+    program: Program
+
+
+class Channels:
+    """The open channels of agent ``agent_id``, each relayed in a task of the group that
+    ``run`` holds (closed when it ends)."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        runtime: ContainerRuntime,
+        bus: AgentRequests,
+        events: EventLog,
+        clock: Clock,
+        *,
+        ping_s: float = PING_S,
+        idle_s: float = IDLE_S,
+    ) -> None:
+        self.agent_id, self.runtime, self.bus = agent_id, runtime, bus
+        self.events, self.clock = events, clock
+        self.ping_s, self.idle_s = ping_s, idle_s
+        self._tg: TaskGroup | None = None
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def open(self, o: Opening) -> str | None:
+        """Open ``o``'s channel (written on the log first) and relay it in the background;
+        None once it is open, else why not (then its closing is written too)."""
+        if self._tg is None:
+            return "this agent opens no channels"
+        try:
+            opened = await self._write(
+                SessionChannelOpened,
+                o,
+                None,
+                kind=o.program.kind,
+                target=o.program.target,
+                service=o.program.service,
+            )
+        except LogError as e:
+            return f"not opened: it could not be written on the log ({e})"
+        try:
+            await self._tg.start(self._serve, o, opened)
+        except (ContainerError, AgentUnreachable) as e:
+            await self._closed(o, opened, Closing(reason=f"could not open: {e}"))
+            return str(e)
+        return None
+
+    async def _serve(self, o: Opening, opened: str, *, task_status: TaskStatus[None]) -> None:
+        """Hear the channel and start the program, then say so (the asker is answered)
+        and relay until it closes; the closing is written whatever ends it."""
+        up, down = subj.channel(self.agent_id, o.requester, o.channel)
+        async with (
+            self.bus.pipe(listen=up, speak=down) as pipe,
+            self.runtime.open_exec(
+                o.container_id, o.program.argv, tty=o.program.tty is not None, env=o.program.env
+            ) as program,
+        ):
+            if o.program.tty is not None:
+                await program.resize(*o.program.tty)
+            task_status.started()
+            closing = Closing(reason="the agent stopped")
+            try:
+                closing = await relay(
+                    pipe,
+                    program,
+                    exit_code=program.exit_code,
+                    on_resize=program.resize if o.program.tty is not None else None,
+                    ping_s=self.ping_s,
+                    idle_s=self.idle_s,
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._closed(o, opened, closing)
+
+    async def _closed(self, o: Opening, opened: str, closing: Closing) -> None:
+        try:
+            await self._write(
+                SessionChannelClosed,
+                o,
+                opened,
+                bytes_in=closing.received,
+                bytes_out=closing.sent,
+                exit_code=closing.exit_code,
+                reason=closing.reason,
+            )
+        except LogError as e:  # the opening stands: the log shows it opened
+            log.warning("agent.channel_close_not_written", session=o.session_id, error=str(e))
+
+    async def _write(
+        self,
+        cls: type[SessionChannelOpened] | type[SessionChannelClosed],
+        o: Opening,
+        cause: str | None,
+        **fields: object,
+    ) -> str:
+        """Append an event of ``cls`` on the session's exec subject; its id. Raises
+        LogError."""
+        prov = Provenance(f"agent:{self.agent_id}", self.clock.now(), cause, o.correlation_id)
+        e = stamp(
+            cls,
+            prov,
+            session_id=o.session_id,
+            agent_id=self.agent_id,
+            requester=o.requester,
+            channel=o.channel,
+            **fields,
+        )
+        await self.events.append(subj.agent_exec(self.agent_id, o.session_id), e)
+        return e.id

@@ -1,0 +1,197 @@
+"""The user's end of a channel into a session: a terminal (``fgpu session shell``), or a
+local TCP port whose each connection is relayed to a port in the container (``fgpu
+session app``). Over the bus alone, as the session's owner or an administrator of its
+domain asks (the agent checks); see ``services.actors.agent_channels`` for the other end.
+
+The channel's down subject is heard before the request goes, so nothing the agent sends
+first (a shell's prompt) is missed.
+"""
+
+import contextlib
+import os
+import secrets
+import termios
+import tty
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import anyio
+from anyio.abc import ByteStream, TaskStatus
+
+from events import subjects as subj
+from services.actors.relay import ByteEnd, Closing, relay
+from services.domain.channels import PING_S, Resize, encode_frame
+from services.ports import (
+    AgentReply,
+    AgentRequest,
+    AgentRequests,
+    AgentUnreachable,
+    AppRequest,
+    ChannelReply,
+    Pipe,
+    ShellRequest,
+)
+
+__all__ = ["ChannelRefused", "Terminal", "app_connection", "serve_app", "shell"]
+
+_READ = 64 << 10
+
+
+class ChannelRefused(Exception):
+    """The agent did not open the channel; the message says why."""
+
+
+def _new_channel() -> str:
+    return "c" + secrets.token_hex(8)
+
+
+@contextlib.asynccontextmanager
+async def _opened(
+    bus: AgentRequests, requester: str, agent_id: str, request: AgentRequest
+) -> AsyncIterator[tuple[Pipe, ChannelReply]]:
+    """The channel ``request`` names, heard, then asked for; its pipe and the answer.
+    Raises ChannelRefused, or AgentUnreachable."""
+    channel: str = getattr(request, "channel")  # noqa: B009 - both requests name one
+    up, down = subj.channel(agent_id, requester, channel)
+    async with bus.pipe(listen=down, speak=up) as pipe:
+        reply: AgentReply = await bus.ask(agent_id, request)
+        if not isinstance(reply, ChannelReply):
+            raise ChannelRefused(f"agent {agent_id}: {getattr(reply, 'error', reply)}")
+        if not reply.ok:
+            raise ChannelRefused(str(reply.error))
+        yield pipe, reply
+
+
+class Terminal:
+    """A terminal's end: bytes read from ``fd_in``, written to ``fd_out``."""
+
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in, self.fd_out = fd_in, fd_out
+
+    async def read(self) -> bytes | None:
+        await anyio.wait_readable(self.fd_in)
+        try:
+            data = os.read(self.fd_in, _READ)
+        except OSError:  # a pty whose other side closed
+            return None
+        return data or None
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            await anyio.wait_writable(self.fd_out)
+            view = view[os.write(self.fd_out, view) :]
+
+    def size(self) -> tuple[int, int]:
+        """Its rows and columns (24 x 80 if it is no terminal)."""
+        try:
+            cols, rows = os.get_terminal_size(self.fd_out)
+        except OSError:
+            return 24, 80
+        return rows, cols
+
+    @contextlib.contextmanager
+    def raw(self) -> Iterator[None]:
+        """Keys go through as typed (Ctrl-C to the shell in the container), for the block;
+        nothing changes if the input is no terminal."""
+        if not os.isatty(self.fd_in):
+            yield
+            return
+        saved = termios.tcgetattr(self.fd_in)
+        tty.setraw(self.fd_in)
+        try:
+            yield
+        finally:
+            termios.tcsetattr(self.fd_in, termios.TCSADRAIN, saved)
+
+
+async def shell(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    terminal: Terminal,
+    sizes: AsyncIterator[tuple[int, int]],
+    *,
+    term: str = "xterm",
+    ping_s: float = PING_S,
+) -> Closing:
+    """A terminal in ``session_id`` on ``terminal`` until the shell exits; each size from
+    ``sizes`` goes to the container's terminal. Raises ChannelRefused, AgentUnreachable."""
+    rows, cols = terminal.size()
+    request = ShellRequest(
+        session_id=session_id, channel=_new_channel(), rows=rows, cols=cols, term=term
+    )
+    opened = _opened(bus, requester, agent_id, request)
+    async with opened as (pipe, _), anyio.create_task_group() as tg:
+        tg.start_soon(_send_sizes, pipe, sizes)
+        closing = await relay(pipe, terminal, ping_s=ping_s)
+        tg.cancel_scope.cancel()
+    return closing
+
+
+async def _send_sizes(pipe: Pipe, sizes: AsyncIterator[tuple[int, int]]) -> None:
+    async for rows, cols in sizes:
+        await pipe.send(encode_frame(Resize(rows, cols)))
+
+
+class _Socket:
+    """A TCP connection's end."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+
+    async def read(self) -> bytes | None:
+        try:
+            return await self.stream.receive(_READ)
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return None
+
+    async def write(self, data: bytes) -> None:
+        await self.stream.send(data)
+
+
+async def app_connection(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    target: str,
+    stream: ByteStream,
+    *,
+    ping_s: float = PING_S,
+) -> Closing:
+    """One TCP connection (``stream``) relayed to ``target`` in ``session_id``'s container
+    (a service the image declares, or a port). Raises ChannelRefused, AgentUnreachable."""
+    request = AppRequest(session_id=session_id, channel=_new_channel(), target=target)
+    async with _opened(bus, requester, agent_id, request) as (pipe, _):
+        end: ByteEnd = _Socket(stream)
+        return await relay(pipe, end, ping_s=ping_s)
+
+
+async def serve_app(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    target: str,
+    port: int,
+    *,
+    on_error: Callable[[str], None] | None = None,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Listen on 127.0.0.1:``port`` (0: any free one; the port is what ``task_status`` is
+    given) and relay each connection as ``app_connection`` does; a refused one is closed
+    and told to ``on_error`` (a callable of the message), the others go on."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+
+    async def handle(stream: ByteStream) -> None:
+        async with stream:
+            try:
+                await app_connection(bus, requester, agent_id, session_id, target, stream)
+            except (ChannelRefused, AgentUnreachable) as e:  # that connection's alone
+                if on_error is not None:
+                    on_error(str(e))
+
+    async with listener:
+        task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
+        await listener.serve(handle)
