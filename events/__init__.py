@@ -4,7 +4,15 @@ This package imports nothing else of the project; everything else may import it.
 """
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
-from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered, GpuInfo
+from events.agent import (
+    AgentFenced,
+    AgentHeard,
+    AgentImagesReported,
+    AgentLost,
+    AgentRegistered,
+    GpuInfo,
+    ImageInfo,
+)
 from events.archive import LogArchived
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
@@ -20,6 +28,7 @@ from events.session import (
     SessionErrored,
     SessionLost,
     SessionPreparing,
+    SessionPulling,
     SessionQueued,
     SessionRejected,
     SessionRequested,
@@ -49,6 +58,8 @@ from events.tenancy import (
     ResourcePolicy,
     RevokeKeypair,
     Role,
+    SetImageAlias,
+    SetImages,
     SetPolicy,
     SetRole,
 )
@@ -67,6 +78,7 @@ __all__ = [
     "AdminRequested",
     "AgentFenced",
     "AgentHeard",
+    "AgentImagesReported",
     "AgentLost",
     "AgentRegistered",
     "AnyEvent",
@@ -82,6 +94,7 @@ __all__ = [
     "GpuInfo",
     "GpuOomRefused",
     "GpuUsageSampled",
+    "ImageInfo",
     "LogArchived",
     "Malformed",
     "PayloadRejected",
@@ -103,6 +116,7 @@ __all__ = [
     "SessionExecStarted",
     "SessionLost",
     "SessionPreparing",
+    "SessionPulling",
     "SessionQueued",
     "SessionRejected",
     "SessionRequested",
@@ -111,6 +125,8 @@ __all__ = [
     "SessionTerminated",
     "SessionTerminating",
     "SessionUnplaced",
+    "SetImageAlias",
+    "SetImages",
     "SetPolicy",
     "SetRole",
     "Slots",

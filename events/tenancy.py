@@ -34,6 +34,8 @@ __all__ = [
     "ResourcePolicy",
     "RevokeKeypair",
     "Role",
+    "SetImageAlias",
+    "SetImages",
     "SetPolicy",
     "SetRole",
 ]
@@ -150,6 +152,24 @@ class SetPolicy(_Command, frozen=True, kw_only=True, tag="set-policy"):
     policy: ResourcePolicy
 
 
+class SetImages(_Command, frozen=True, kw_only=True, tag="set-images"):
+    """The images sessions of ``domain`` may run: each entry a name (every tag of it) or
+    ``name:tag``. None: no allow-list, every image is allowed (as in a domain that never
+    had one); an empty tuple allows none."""
+
+    domain: str
+    images: tuple[str, ...] | None = None
+
+
+class SetImageAlias(_Command, frozen=True, kw_only=True, tag="set-image-alias"):
+    """In ``domain``, a request for image ``alias`` runs ``image`` (``python`` ->
+    ``fgpu/python:3.11``); resolved at admission. ``image`` None removes the alias."""
+
+    domain: str
+    alias: str
+    image: str | None = None
+
+
 AdminCommand = (
     CreateDomain
     | CreateProject
@@ -163,6 +183,8 @@ AdminCommand = (
     | CreateServiceKey
     | RevokeKeypair
     | SetPolicy
+    | SetImages
+    | SetImageAlias
 )
 
 

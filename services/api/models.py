@@ -27,6 +27,7 @@ __all__ = [
     "OwnerUsage",
     "PolicyInfo",
     "Problem",
+    "PullProgress",
     "Session",
     "SessionHistory",
     "SessionPage",
@@ -64,6 +65,7 @@ class Times(BaseModel):
     admitted: datetime | None = None
     scheduled: datetime | None = None
     preparing: datetime | None = None
+    pulling: datetime | None = None
     running: datetime | None = None
     terminating: datetime | None = None
     ended: datetime | None = None
@@ -91,6 +93,14 @@ class Session(BaseModel):
     invalid: str | None
     correlation_id: str
     times: Times
+    pull: "PullProgress | None" = Field(
+        default=None, description="how far its agent got pulling its image (null: no pull)"
+    )
+
+
+class PullProgress(BaseModel):
+    current: int = Field(description="bytes pulled so far")
+    total: int = Field(description="bytes in all (0: not known yet)")
 
 
 class SessionPage(BaseModel):

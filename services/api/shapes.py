@@ -17,6 +17,7 @@ from services.api.models import (
     Gpu,
     OwnerUsage,
     PolicyInfo,
+    PullProgress,
     Session,
     Share,
     Times,
@@ -76,9 +77,15 @@ def session_from_row(r: Row) -> Session:
             admitted=r["admitted_at"],
             scheduled=r["scheduled_at"],
             preparing=r["preparing_at"],
+            pulling=r["pulling_at"],
             running=r["running_at"],
             terminating=r["terminating_at"],
             ended=r["ended_at"],
+        ),
+        pull=(
+            PullProgress(current=r["pulled"], total=r["pull_total"])
+            if r["pulling_at"] is not None
+            else None
         ),
     )
 
@@ -115,6 +122,8 @@ def _session_row(v: SessionView) -> Row:
         waiting=v.waiting,
         invalid=v.invalid,
         correlation_id=v.correlation_id,
+        pulled=v.pulled,
+        pull_total=v.pull_total,
     )
     return row
 

@@ -23,6 +23,7 @@ Json = Mapping[str, Any]
 _STYLE = {
     "RUNNING": "green",
     "PENDING": "yellow",
+    "PULLING": "cyan",
     "REJECTED": "red",
     "ERROR": "red",
     "TERMINATED": "dim",
@@ -58,8 +59,24 @@ def _table(title: str, *columns: str) -> "Table":
     return t
 
 
+def _pull_note(s: Json) -> str | None:
+    """How far a PULLING session's image has come: ``pulling 3M/10M (30%)``."""
+    pull = s.get("pull")
+    if s["status"] != "PULLING" or not pull:
+        return None
+    if not pull["total"]:
+        return f"pulling {mem(pull['current'])}"
+    share = 100 * pull["current"] // pull["total"]
+    return f"pulling {mem(pull['current'])}/{mem(pull['total'])} ({share}%)"
+
+
 def _note(s: Json) -> str:
-    note: str = s.get("reason") or (s.get("waiting") if s["status"] == "PENDING" else None) or ""
+    note: str = (
+        s.get("reason")
+        or (s.get("waiting") if s["status"] == "PENDING" else None)
+        or _pull_note(s)
+        or ""
+    )
     if s.get("exit_code") is not None:
         note = f"exit {s['exit_code']}" + (f"; {note}" if note else "")
     return _e(note)

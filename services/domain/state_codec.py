@@ -21,6 +21,7 @@ import msgspec
 
 from events import (
     AdminRequested,
+    ImageInfo,
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
@@ -55,7 +56,9 @@ __all__ = [
 
 # The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
 # it, and every actor snapshot of another version is ignored (full replay).
-FOLD_VERSION = 2  # 2: the workload forecast and the latest placement (placement policies)
+# 2: the workload forecast and the latest placement (placement policies); 3: agents'
+# image details and registry, sessions' pull progress, domains' image allow-lists and aliases
+FOLD_VERSION = 3
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -71,6 +74,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     lost_at: datetime | None = None
     registered_seq: int = 0
     heard_seq: int = 0
+    image_details: list[ImageInfo] = []
+    registry: str | None = None
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -87,6 +92,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost_at=a.lost_at,
             registered_seq=a.registered_seq,
             heard_seq=a.heard_seq,
+            image_details=list(a.image_details),
+            registry=a.registry,
         )
 
     def view(self) -> AgentView:
@@ -103,6 +110,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             lost_at=self.lost_at,
             registered_seq=self.registered_seq,
             heard_seq=self.heard_seq,
+            image_details=tuple(self.image_details),
+            registry=self.registry,
         )
 
 
@@ -111,6 +120,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     users: list[User]
     keypairs: list[Keypair]
     policies: list[tuple[PolicyLevel, str, ResourcePolicy]]
+    images: list[tuple[str, list[str]]] = []  # domain -> its allow-list
+    aliases: list[tuple[str, list[tuple[str, str]]]] = []  # domain -> alias, image
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -121,6 +132,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             policies=[
                 (level, target, t.policies[level, target]) for level, target in sorted(t.policies)
             ],
+            images=[(d, list(t.images[d])) for d in sorted(t.images)],
+            aliases=[(d, sorted(t.aliases[d].items())) for d in sorted(t.aliases)],
         )
 
     def view(self) -> Tenancy:
@@ -129,6 +142,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             users={u.user: u for u in self.users},
             keypairs={k.access_key: k for k in self.keypairs},
             policies={(level, target): p for level, target, p in self.policies},
+            images={d: tuple(names) for d, names in self.images},
+            aliases={d: dict(pairs) for d, pairs in self.aliases},
         )
 
 

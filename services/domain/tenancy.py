@@ -26,10 +26,13 @@ from events import (
     ResourcePolicy,
     RevokeKeypair,
     Role,
+    SetImageAlias,
+    SetImages,
     SetPolicy,
     SetRole,
 )
 from events import subjects as subj
+from services.domain.image_ref import image_reference_problem
 
 __all__ = [
     "DEFAULT",
@@ -90,6 +93,10 @@ class Tenancy:
     users: dict[str, User] = field(default_factory=dict)
     keypairs: dict[str, Keypair] = field(default_factory=dict)
     policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
+    # Per domain: the images its sessions may run (absent: every image), and its aliases
+    # (a name a request may use -> the image it runs). Rules: services.domain.images.
+    images: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    aliases: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def on(self) -> bool:
@@ -155,14 +162,25 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             t.keypairs[key].revoked = True
         case SetPolicy(level=level, target=target, policy=policy):
             t.policies[(level, target)] = policy
+        case SetImages(domain=d, images=None):
+            t.images.pop(d, None)
+        case SetImages(domain=d, images=names) if names is not None:
+            t.images[d] = names
+        case SetImageAlias(domain=d, alias=alias, image=None):
+            t.aliases.get(d, {}).pop(alias, None)
+            if not t.aliases.get(d, True):
+                del t.aliases[d]
+        case SetImageAlias(domain=d, alias=alias, image=image) if image is not None:
+            t.aliases.setdefault(d, {})[alias] = image
 
 
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     """Why ``requester`` (an access key) may not have ``c`` applied now; None if it may.
 
     Roles: a superadmin may do anything; a domain admin manage its own domain's projects,
-    users (not superadmins), their keypairs and the keypair, user and project policies in
-    it; a user create and revoke its own keypairs. Services administer nothing.
+    users (not superadmins), their keypairs, the keypair, user and project policies in it,
+    and its image allow-list and aliases; a user create and revoke its own keypairs.
+    Services administer nothing.
     """
     who = t.user_of(requester)
     if who is None:
@@ -226,6 +244,8 @@ def _domain_of(t: Tenancy, c: AdminCommand) -> str | None:
             return t.users[owner].domain if owner in t.users else None
         case SetPolicy(level=level, target=target):
             return _policy_domain(t, level, target)
+        case SetImages(domain=d) | SetImageAlias(domain=d):
+            return d
         case _:
             return None
 
@@ -300,6 +320,24 @@ def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
                 return bad(f"no access key {key}")
         case SetPolicy(level=level, target=target, policy=policy):
             return _invalid_policy(t, level, target, policy)
+        case SetImages(domain=d, images=names):
+            if d not in t.domains:
+                return bad(f"no domain {d}")
+            for entry in names or ():
+                problem = image_reference_problem(entry)
+                if problem is not None:
+                    return bad(problem)
+        case SetImageAlias(domain=d, alias=alias, image=image):
+            if d not in t.domains:
+                return bad(f"no domain {d}")
+            for ref in (alias, image):
+                problem = None if ref is None else image_reference_problem(ref)
+                if problem is not None:
+                    return bad(problem)
+            if image == alias:
+                return bad(f"alias {alias} would name itself")
+            if image is None and alias not in t.aliases.get(d, {}):
+                return bad(f"no alias {alias} in domain {d}")
     return None
 
 

@@ -12,6 +12,7 @@ from events import (
     AdminRequested,
     DevicePlacement,
     GpuInfo,
+    ImageInfo,
     PolicySet,
     SessionDestroyRequested,
     Slots,
@@ -70,6 +71,9 @@ class SessionView:
     domain: str = "default"
     gpu_models: tuple[str, ...] = ()  # the models it may run on, any of them; empty: any
     cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
+    # While PULLING: bytes of its image pulled so far, of how many (0: not known yet).
+    pulled: int = 0
+    pull_total: int = 0
 
 
 class _Shares:
@@ -130,6 +134,8 @@ class AgentView:
     lost_at: datetime | None = None  # when it was declared lost (the event's time)
     registered_seq: int = 0  # the log sequence of its latest registration
     heard_seq: int = 0  # of the latest agent.heard a scheduler wrote of it
+    image_details: tuple[ImageInfo, ...] = ()  # ``images`` with ids, digests, sizes
+    registry: str | None = None  # where it pulls the images it lacks (None: nowhere)
 
     @property
     def free(self) -> Slots:

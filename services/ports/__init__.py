@@ -25,6 +25,7 @@ from services.ports.containers import (
     ContainerInfo,
     ContainerRuntime,
     ExecResult,
+    PullProgress,
 )
 from services.ports.errors import (
     AgentUnreachable,
@@ -86,6 +87,7 @@ __all__ = [
     "LogsRequest",
     "OomRefusal",
     "OutputStore",
+    "PullProgress",
     "RequestFailed",
     "RetainingLog",
     "Retention",
