@@ -85,6 +85,7 @@ __all__ = ["KEPT_OUTPUT_LINES", "AgentActor", "AgentConfig"]
 S = SessionStatus
 log = structlog.get_logger()
 KEPT_OUTPUT_LINES = 10_000  # of an ended session's output, for `fgpu session logs`
+_STARTING = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING})  # placed here, not yet RUNNING
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,7 @@ class AgentActor:
                 await self._end(session_id, SessionErrored, reason=str(e))
                 return
         sup.container_id = c.id
-        if c.running and self.state.sessions[session_id].status in (S.SCHEDULED, S.PREPARING):
+        if c.running and self.state.sessions[session_id].status in _STARTING:
             await self._report(session_id, SessionRunning, container_id=c.id)
         if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
             sup.stop_requested = True

@@ -23,6 +23,10 @@ __all__ = [
     "EventPage",
     "Gpu",
     "GpuUsage",
+    "ImageName",
+    "ImagePolicy",
+    "ImageTag",
+    "Images",
     "KeypairInfo",
     "OwnerUsage",
     "PolicyInfo",
@@ -320,3 +324,34 @@ class Token(BaseModel):
     token_type: str = "bearer"
     expires_at: datetime
     identity: Identity
+
+
+class ImageTag(BaseModel):
+    """One tag of an image name, as the agents that hold it report it."""
+
+    tag: str = Field(description="the tag; the name and tag together are ``ref``")
+    ref: str
+    ids: list[str] = Field(description="the engines' image ids (one, unless agents differ)")
+    digests: list[str] = Field(description="the registry's manifest digests (none: local)")
+    size: int = Field(description="bytes on disk (the largest any agent reports)")
+    agents: list[str] = Field(description="the agents that hold it")
+
+
+class ImageName(BaseModel):
+    name: str
+    tags: list[ImageTag]
+
+
+class Images(BaseModel):
+    last_seq: int
+    images: list[ImageName]
+
+
+class ImagePolicy(BaseModel):
+    """What sessions of a domain may run, and the aliases its requests may name."""
+
+    domain: str
+    images: list[str] | None = Field(
+        description="the allow-list: names (every tag) or name:tag; null: every image"
+    )
+    aliases: dict[str, str] = Field(description="alias -> the image it runs")

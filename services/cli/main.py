@@ -15,6 +15,7 @@ from services.cli import (
     audit_cmd,
     daemon_cmd,
     events_cmd,
+    images_cmd,
     session_cmd,
     tenancy_cmd,
 )
@@ -86,4 +87,5 @@ app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
 admin_cmd.register(app)
 tenancy_cmd.register(app)
+images_cmd.register(app)
 daemon_cmd.register(app)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "agents_table",
     "event_line",
+    "images_table",
     "session_lines",
     "sessions_table",
     "shares_table",
@@ -137,6 +138,22 @@ def agents_table(agents: Iterable[Json], title: str = "agents") -> "Table":
             f"{mem(alloc['mem'])}/{mem(cap['mem'])}",
             gpus,
         )
+    return t
+
+
+def images_table(images: Iterable[Json]) -> "Table":
+    """Each tag of each image name: its id and digest (shortened), size and agents."""
+    t = _table("images", "NAME", "TAG", "IMAGE ID", "DIGEST", "SIZE", "AGENTS")
+    for image in images:
+        for tag in image["tags"]:
+            t.add_row(
+                _e(image["name"]),
+                _e(tag["tag"]),
+                " ".join(i.removeprefix("sha256:")[:12] for i in tag["ids"]),
+                " ".join(d.removeprefix("sha256:")[:12] for d in tag["digests"]),
+                mem(tag["size"]),
+                _e(", ".join(tag["agents"])),
+            )
     return t
 
 

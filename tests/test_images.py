@@ -1,0 +1,357 @@
+"""Images in several versions: allow-lists and aliases per domain, who may set them,
+placement on an agent that can pull, the PULLING status and its throttled progress, the
+images an agent reports. The same over a real log with the dummy runtime; the Docker path
+against a real registry is in ``test_images_registry.py``."""
+
+from typing import Any
+
+import anyio
+import pytest
+
+from events import (
+    AgentImagesReported,
+    AgentRegistered,
+    CreateDomain,
+    CreateKeypair,
+    CreateUser,
+    ImageInfo,
+    Role,
+    SessionPreparing,
+    SessionPulling,
+    SessionRunning,
+    SessionTerminating,
+    SetImageAlias,
+    SetImages,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.agent import AgentConfig
+from services.adapters.docker_runtime import PullTally, image_infos
+from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
+from services.client import Client
+from services.domain.allocator import never_fits, place
+from services.domain.images import allowed_by, image_refusal, resolve_image
+from services.domain.pull_progress import PullThrottle
+from services.domain.state import ClusterState
+from services.domain.state_codec import decode_state, encode_state
+from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+from services.domain.tenancy import Tenancy, apply, refusal
+from tests.cluster import GIB, agent_config, running_cluster
+from tests.test_fold import IMAGE, NEED, T0, Log
+
+S = SessionStatus
+REGISTRY = "registry.test:5000"
+TOOL_1 = f"{REGISTRY}/fgpu/tool:1"
+TOOL_2 = f"{REGISTRY}/fgpu/tool:2"
+
+
+# ---- allow-lists and aliases ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entries", "image", "allowed"),
+    [
+        (("fgpu/tool",), "fgpu/tool:1", True),  # a name allows every tag
+        (("fgpu/tool",), "fgpu/tool", True),
+        (("fgpu/tool:1",), "fgpu/tool:1", True),
+        (("fgpu/tool:1",), "fgpu/tool:2", False),
+        (("fgpu/tool:latest",), "fgpu/tool", True),  # no tag is latest, as on Docker
+        (("fgpu/tool",), "fgpu/toolbox:1", False),  # a name, not a prefix
+        (("fgpu/tool",), f"{REGISTRY}/fgpu/tool:1", False),  # another registry's
+        ((f"{REGISTRY}/fgpu/tool",), TOOL_2, True),
+        ((), "fgpu/tool:1", False),  # an empty list allows nothing
+    ],
+)
+def test_an_allow_list_names_images_or_their_tags(
+    entries: tuple[str, ...], image: str, allowed: bool
+) -> None:
+    assert allowed_by(entries, image) is allowed
+
+
+def test_a_domain_without_an_allow_list_allows_everything_and_aliases_resolve() -> None:
+    t = Tenancy(domains={"lab": {}, "other": {}})
+    assert image_refusal(t, "lab", "anything/at-all:9") is None
+    apply(t, SetImages(domain="lab", images=("fgpu/python",)))
+    apply(t, SetImageAlias(domain="lab", alias="python", image="fgpu/python:3.11"))
+    assert resolve_image(t, "lab", "python") == "fgpu/python:3.11"
+    assert resolve_image(t, "other", "python") == "python"  # aliases are per domain
+    assert image_refusal(t, "lab", "fgpu/python:3.11") is None
+    assert image_refusal(t, "lab", "fgpu/busybox:latest") == (
+        "image fgpu/busybox:latest is not allowed in domain lab (allowed: fgpu/python)"
+    )
+    assert image_refusal(t, "other", "fgpu/busybox:latest") is None
+    apply(t, SetImages(domain="lab", images=None))  # dropped: everything again
+    assert image_refusal(t, "lab", "fgpu/busybox:latest") is None
+    apply(t, SetImageAlias(domain="lab", alias="python"))
+    assert resolve_image(t, "lab", "python") == "python" and "lab" not in t.aliases
+
+
+def _tenancy() -> Tenancy:
+    """Two domains, each with an admin and a user; a superadmin in ``lab``."""
+    t = Tenancy()
+    for d in ("lab", "other"):
+        apply(t, CreateDomain(domain=d))
+    people = [
+        ("root", "lab", Role.SUPERADMIN),
+        ("ada", "lab", Role.DOMAIN_ADMIN),
+        ("uma", "lab", Role.USER),
+        ("oto", "other", Role.DOMAIN_ADMIN),
+    ]
+    for user, domain, role in people:
+        apply(t, CreateUser(user=user, domain=domain, role=role))
+        apply(t, CreateKeypair(access_key=f"AK{user}", user=user, secret_hash="x"))
+    return t
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        SetImages(domain="lab", images=("fgpu/python",)),
+        SetImages(domain="lab"),
+        SetImageAlias(domain="lab", alias="python", image="fgpu/python:3.11"),
+    ],
+    ids=["allow", "allow-all", "alias"],
+)
+def test_only_a_superadmin_or_the_domains_admin_sets_its_images(command: Any) -> None:
+    t = _tenancy()
+    assert refusal(t, "AKroot", command) is None
+    assert refusal(t, "AKada", command) is None
+    user = refusal(t, "AKuma", command)
+    assert user is not None and user.code == "forbidden"
+    other = refusal(t, "AKoto", command)
+    assert other is not None and other.code == "forbidden"
+    assert "domain-admin oto may not" in other.reason
+    stranger = refusal(t, "AKnobody", command)
+    assert stranger is not None and stranger.code == "forbidden"
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        (SetImages(domain="nowhere", images=("a",)), "no domain nowhere"),
+        (SetImages(domain="lab", images=("Bad Name",)), "holds white space"),
+        (SetImageAlias(domain="lab", alias="py", image="py"), "would name itself"),
+        (SetImageAlias(domain="lab", alias="py"), "no alias py in domain lab"),
+        (SetImageAlias(domain="lab", alias="UPPER", image="a"), "is not a reference"),
+    ],
+)
+def test_a_bad_image_command_is_refused_with_its_reason(command: Any, reason: str) -> None:
+    why = refusal(_tenancy(), "AKroot", command)
+    assert why is not None and why.code == "invalid" and reason in why.reason
+
+
+# ---- placement --------------------------------------------------------------------------
+
+
+def _agent(log: Log, agent_id: str, images: tuple[str, ...], registry: str | None) -> None:
+    e = AgentRegistered(
+        id=log.id("reg"),
+        at=T0,
+        actor=f"agent:{agent_id}",
+        agent_id=agent_id,
+        capacity=Slots(cpu=8000, mem=32 * GIB, fgpu=100),
+        gpus=(),
+        fgpu_per_gpu=100,
+        images=images,
+        registry=registry,
+    )
+    log.add(subj.agent(agent_id), e)
+
+
+def test_only_an_agent_pulling_from_the_images_registry_may_take_what_it_lacks() -> None:
+    log = Log()
+    _agent(log, "plain", (IMAGE,), None)
+    _agent(log, "puller", (IMAGE,), REGISTRY)
+    cpu = Slots(cpu=1000, mem=GIB)
+    assert place(log.state, cpu, TOOL_2) == ("puller", ())
+    assert never_fits(log.state, cpu, TOOL_2) is None
+    # An image of another registry (or of none: Docker Hub) is never pulled.
+    elsewhere = never_fits(log.state, cpu, "other.test:5000/fgpu/tool:2")
+    assert elsewhere is not None and elsewhere.code == "unknown-image"
+    assert place(log.state, cpu, "fgpu/tool:2") is None
+
+
+# ---- the fold ---------------------------------------------------------------------------
+
+
+def _scheduled(log: Log) -> None:
+    log.agent()
+    log.request()
+    log.admit()
+    log.schedule()
+
+
+def test_pulling_sits_between_preparing_and_running_and_keeps_its_progress() -> None:
+    log = Log()
+    _scheduled(log)
+    log.report(SessionPreparing)
+    log.report(SessionPulling, image=IMAGE, current=0, total=0)
+    log.report(SessionPulling, image=IMAGE, current=5, total=10)
+    v = log.state.sessions["s1"]
+    assert v.status is S.PULLING and (v.pulled, v.pull_total) == (5, 10)
+    assert S.PULLING in HOLDS_ALLOCATION and log.state.agents["a1"].sessions == {"s1": None}
+    # One transition for the status, however many reports of progress.
+    assert [t.status for t in v.history].count(S.PULLING) == 1
+    log.report(SessionRunning, container_id="c1")
+    assert v.status is S.RUNNING
+    assert [t.status for t in v.history][-3:] == [S.PREPARING, S.PULLING, S.RUNNING]
+
+
+def test_a_pulling_session_may_be_stopped_and_a_late_pull_report_changes_nothing() -> None:
+    log = Log()
+    _scheduled(log)
+    log.report(SessionPulling, image=IMAGE, current=1, total=10)
+    log.add(
+        subj.LEDGER,
+        SessionTerminating(
+            id="stop", at=T0, actor="scheduler", session_id="s1", agent_id="a1", reason="asked"
+        ),
+    )
+    log.report(SessionPulling, image=IMAGE, current=9, total=10)
+    v = log.state.sessions["s1"]
+    assert v.status is S.TERMINATING and v.pulled == 1
+
+
+def test_an_alias_resolved_at_admission_is_the_image_the_session_runs() -> None:
+    log = Log()
+    log.agent()
+    log.request()
+    from events import SessionAdmitted
+
+    e = SessionAdmitted(
+        id="adm", at=T0, actor="quota", session_id="s1", owner="alice", image="fgpu/other:2"
+    )
+    log.add(subj.ADMISSION, e)
+    assert log.state.sessions["s1"].image == "fgpu/other:2"
+
+
+def test_reported_images_replace_the_registrations_and_survive_a_snapshot() -> None:
+    log = Log()
+    log.agent()
+    pulled = ImageInfo(ref=TOOL_2, id="sha256:" + "a" * 64, digest="sha256:" + "b" * 64, size=7)
+    e = AgentImagesReported(id="img", at=T0, actor="agent:a1", agent_id="a1", images=(pulled,))
+    log.add(subj.agent("a1"), e)
+    a = log.state.agents["a1"]
+    assert a.images == frozenset({TOOL_2}) and a.image_details == (pulled,)
+    _scheduled_on_a1(log)
+    log.report(SessionPulling, image=TOOL_2, current=3, total=7)
+    apply(log.state.tenancy, CreateDomain(domain="lab"))
+    apply(log.state.tenancy, SetImages(domain="lab", images=("fgpu/tool",)))
+    apply(log.state.tenancy, SetImageAlias(domain="lab", alias="tool", image=TOOL_2))
+    back = decode_state(encode_state(log.state))
+    assert back.agents["a1"].image_details == (pulled,)
+    assert (back.sessions["s1"].pulled, back.sessions["s1"].pull_total) == (3, 7)
+    assert back.tenancy.images == {"lab": ("fgpu/tool",)}
+    assert back.tenancy.aliases == {"lab": {"tool": TOOL_2}}
+
+
+def _scheduled_on_a1(log: Log) -> None:
+    log.request()
+    log.admit()
+    log.schedule()
+
+
+# ---- progress, throttled ----------------------------------------------------------------
+
+
+def test_pull_progress_is_reported_per_tenth_or_after_a_while() -> None:
+    throttle = PullThrottle(every_s=2.0, step_pct=10)
+    assert throttle.due(0.0, 0, 100)  # the first
+    assert not throttle.due(0.5, 5, 100)  # same tenth, soon after
+    assert throttle.due(0.6, 10, 100)  # a new tenth
+    assert not throttle.due(0.7, 19, 100)
+    assert throttle.due(2.7, 19, 100)  # a while later
+    assert not throttle.due(2.8, 0, 0)  # total unknown: only time counts
+    assert throttle.due(4.8, 0, 0)
+
+
+def test_the_engines_pull_messages_add_up_per_layer() -> None:
+    tally = PullTally()
+    messages: list[dict[str, Any]] = [
+        {"status": "Pulling from fgpu/tool", "id": "2"},
+        {"status": "Pulling fs layer", "id": "l1"},
+        {"status": "Pulling fs layer", "id": "l2"},
+        {"status": "Downloading", "id": "l1", "progressDetail": {"current": 10, "total": 40}},
+        {"status": "Downloading", "id": "l2", "progressDetail": {"current": 5, "total": 60}},
+        {"status": "Download complete", "id": "l1"},
+        {"status": "Extracting", "id": "l1", "progressDetail": {"current": 40, "total": 40}},
+        {"status": "Digest: sha256:" + "c" * 64},
+    ]
+    changed = [tally.add(m) for m in messages]
+    assert changed == [False, True, True, True, True, True, False, False]
+    assert (tally.current, tally.total) == (45, 100)
+
+
+def test_image_details_come_one_per_tag_with_the_digest_of_its_own_name() -> None:
+    listed = [
+        {
+            "Id": "sha256:one",
+            "RepoTags": [TOOL_1, "fgpu/tool:copy"],
+            "RepoDigests": [f"{REGISTRY}/fgpu/tool@sha256:d1"],
+            "Size": 123,
+        },
+        {"Id": "sha256:none", "RepoTags": ["<none>:<none>"], "RepoDigests": [], "Size": 1},
+    ]
+    assert image_infos(listed) == [  # by tag
+        ImageInfo(ref="fgpu/tool:copy", id="sha256:one", digest=None, size=123),
+        ImageInfo(ref=TOOL_1, id="sha256:one", digest="sha256:d1", size=123),
+    ]
+
+
+# ---- over a real log, with the dummy runtime ----------------------------------------------
+
+
+def _puller(agent_id: str = "a1") -> AgentConfig:
+    from dataclasses import replace
+
+    # Progress by tenths only: no report is due for time, whatever the machine's speed.
+    return replace(agent_config(agent_id), registry=REGISTRY, pull_report_s=3600.0)
+
+
+async def _ended(client: Client, sid: str) -> ClusterState:
+    with anyio.fail_after(30):
+        return await client.wait_until(
+            lambda s: sid in s.sessions and s.sessions[sid].status in (S.TERMINATED, S.ERROR)
+        )
+
+
+@pytest.mark.anyio
+async def test_an_agent_lacking_the_image_pulls_it_then_runs_it(log: JetStreamLog) -> None:
+    client = Client(log, SystemClock(), "alice")
+    runtime = DummyRuntime(images=(IMAGE,), registry=(TOOL_1, TOOL_2))
+    async with running_cluster(log, [(_puller(), runtime)]):
+        [sid] = await client.create(image=TOOL_2, slots=NEED, command=("sleep", "infinity"))
+        with anyio.fail_after(30):
+            s = await client.wait_until(
+                lambda s: sid in s.sessions and s.sessions[sid].status is S.RUNNING
+            )
+            s = await client.wait_until(lambda s: TOOL_2 in s.agents["a1"].images, s)
+        await client.destroy(sid)
+        s = await _ended(client, sid)
+    v = s.sessions[sid]
+    assert v.status is S.TERMINATED
+    walked = [t.status for t in v.history]
+    assert walked[walked.index(S.PREPARING) :][:3] == [S.PREPARING, S.PULLING, S.RUNNING]
+    reports: list[SessionPulling] = []
+    async for batch in log.read(0):
+        reports += [r.event for r in batch if isinstance(r.event, SessionPulling)]
+    # The first (nothing known yet), then one per tenth of the total: 0% to 100%.
+    assert [(r.current * 10) // max(r.total, 1) for r in reports] == [0, *range(11)]
+    assert reports[-1].current == reports[-1].total > 0
+    held = {i.ref: i for i in s.agents["a1"].image_details}
+    assert held[TOOL_2].digest is not None and held[IMAGE].digest is None
+    assert TOOL_1 not in held  # only what was asked for is pulled
+
+
+@pytest.mark.anyio
+async def test_an_image_the_registry_lacks_ends_the_session_in_error(log: JetStreamLog) -> None:
+    client = Client(log, SystemClock(), "alice")
+    runtime = DummyRuntime(images=(IMAGE,), registry=(TOOL_1,))
+    async with running_cluster(log, [(_puller(), runtime)]):
+        [sid] = await client.create(image=TOOL_2, slots=NEED, command=("true",))
+        s = await _ended(client, sid)
+    v = s.sessions[sid]
+    assert v.status is S.ERROR
+    assert v.reason is not None and f"image '{TOOL_2}' could not be pulled" in v.reason
