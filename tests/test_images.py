@@ -355,3 +355,30 @@ async def test_an_image_the_registry_lacks_ends_the_session_in_error(log: JetStr
     v = s.sessions[sid]
     assert v.status is S.ERROR
     assert v.reason is not None and f"image '{TOOL_2}' could not be pulled" in v.reason
+
+
+def test_a_sessions_story_tells_its_alias_and_its_pull() -> None:
+    from events import SessionAdmitted
+    from projections.story import story
+
+    def pulling(current: int, total: int) -> SessionPulling:
+        return SessionPulling(
+            id=f"p{current}",
+            at=T0,
+            actor="agent:a1",
+            session_id="s1",
+            agent_id="a1",
+            image=TOOL_2,
+            current=current,
+            total=total,
+        )
+
+    admitted = SessionAdmitted(
+        id="adm", at=T0, actor="quota", session_id="s1", owner="alice", image=TOOL_2
+    )
+    lines = story([(1, admitted), (2, pulling(0, 0)), (3, pulling(5 << 20, 10 << 20))], {"adm"})
+    assert [line.text for line in lines] == [
+        f"quota admitted it to run {TOOL_2}: it waits for a place (PENDING)",
+        f"a1 pulls {TOOL_2} from its registry",
+        f"a1 pulled 5M of 10M of {TOOL_2}",
+    ]

@@ -28,6 +28,7 @@ from services.cli.main import app
 from services.client import Client
 from services.domain.state import ClusterState
 from services.domain.status import ENDED, SessionStatus
+from services.ports import ImageNotFound
 from tests.api_stack import read_api
 from tests.cluster import GIB, agent_config, running_cluster
 from tests.docker_env import require_docker, skip_or_fail
@@ -66,6 +67,26 @@ async def runtime(registry: str) -> AsyncIterator[DockerRuntime]:
         await docker.close()
     async with DockerRuntime() as rt:
         yield rt
+
+
+@pytest.mark.anyio
+async def test_a_tag_the_registry_lacks_is_not_found_and_one_it_has_is_told_as_it_comes(
+    registry: str, runtime: DockerRuntime
+) -> None:
+    told: list[tuple[int, int]] = []
+
+    async def progress(current: int, total: int) -> None:
+        told.append((current, total))
+
+    with anyio.fail_after(DEADLINE_S):
+        with pytest.raises(ImageNotFound):
+            await runtime.pull(f"{registry}/fgpu/tool:3", progress)
+        await runtime.pull(f"{registry}/fgpu/tool:1", progress)
+        held = {i.ref: i for i in await runtime.image_details()}
+    pulled = held[f"{registry}/fgpu/tool:1"]
+    assert pulled.digest is not None and pulled.digest.startswith("sha256:")
+    assert told and told[-1][0] == told[-1][1] > 0  # the last says all of it came
+    assert [c for c, _ in told] == sorted(c for c, _ in told)  # never backwards
 
 
 def _running(s: ClusterState, ids: list[str]) -> bool:

@@ -3,8 +3,8 @@
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
-const STATUSES = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING",
-  "TERMINATED", "CANCELLED", "ERROR", "REJECTED"];
+const STATUSES = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING",
+  "TERMINATING", "TERMINATED", "CANCELLED", "ERROR", "REJECTED"];
 const ENDED = new Set(["TERMINATED", "CANCELLED", "ERROR", "REJECTED"]);
 const PAGE = 200;
 const ENVELOPE = new Set(["type", "id", "at", "actor", "causation_id", "correlation_id"]);
