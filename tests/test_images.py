@@ -18,7 +18,9 @@ from events import (
     Role,
     SessionPreparing,
     SessionPulling,
+    SessionRequested,
     SessionRunning,
+    SessionScheduled,
     SessionTerminating,
     SetImageAlias,
     SetImages,
@@ -26,6 +28,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.agent import AgentConfig
+from services.actors.scheduler import SchedulerActor
 from services.adapters.docker_runtime import PullTally, image_infos
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
@@ -38,6 +41,7 @@ from services.domain.state import ClusterState
 from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.domain.tenancy import Tenancy, apply, refusal
+from services.testing.memory_log import MemoryLog
 from tests.cluster import GIB, agent_config, running_cluster
 from tests.test_fold import IMAGE, NEED, T0, Log
 
@@ -145,13 +149,15 @@ def test_a_bad_image_command_is_refused_with_its_reason(command: Any, reason: st
 # ---- placement --------------------------------------------------------------------------
 
 
-def _agent(log: Log, agent_id: str, images: tuple[str, ...], registry: str | None) -> None:
+def _agent(
+    log: Log, agent_id: str, images: tuple[str, ...], registry: str | None, cpu: int = 8000
+) -> None:
     e = AgentRegistered(
         id=log.id("reg"),
         at=T0,
         actor=f"agent:{agent_id}",
         agent_id=agent_id,
-        capacity=Slots(cpu=8000, mem=32 * GIB, fgpu=100),
+        capacity=Slots(cpu=cpu, mem=32 * GIB, fgpu=100),
         gpus=(),
         fgpu_per_gpu=100,
         images=images,
@@ -171,6 +177,42 @@ def test_only_an_agent_pulling_from_the_images_registry_may_take_what_it_lacks()
     elsewhere = never_fits(log.state, cpu, "other.test:5000/fgpu/tool:2")
     assert elsewhere is not None and elsewhere.code == "unknown-image"
     assert place(log.state, cpu, "fgpu/tool:2") is None
+
+
+def _admitted_cpu_session(log: Log, sid: str, image: str, cpu: int) -> None:
+    e = SessionRequested(
+        id=f"req-{sid}",
+        at=T0,
+        actor="alice",
+        session_id=sid,
+        owner="alice",
+        image=image,
+        slots=Slots(cpu=cpu, mem=GIB),
+        cpu_only=True,
+    )
+    log.add(subj.request("alice", sid), e)
+    log.admit(sid)
+
+
+def test_the_scheduler_pulls_only_where_no_agent_holding_the_image_fits() -> None:
+    log = Log()
+    # Best fit alone would take the puller: it has the least CPU free.
+    _agent(log, "puller", (IMAGE,), REGISTRY, cpu=2000)
+    _agent(log, "holder", (IMAGE, TOOL_2), None, cpu=8000)
+    scheduler = SchedulerActor(MemoryLog(), SystemClock())
+    _admitted_cpu_session(log, "s1", TOOL_2, 1000)
+    _admitted_cpu_session(log, "s2", IMAGE, 1000)
+    placed = {e.session_id: e.agent_id for e in scheduler.decide(log.state) if _placed(e)}
+    assert placed == {"s1": "holder", "s2": "puller"}
+    # The holder full, the next goes where it must be pulled.
+    _admitted_cpu_session(log, "s3", TOOL_2, 7000)
+    _admitted_cpu_session(log, "s4", TOOL_2, 1000)
+    placed = {e.session_id: e.agent_id for e in scheduler.decide(log.state) if _placed(e)}
+    assert placed == {"s3": "holder", "s4": "puller"}
+
+
+def _placed(e: object) -> bool:
+    return isinstance(e, SessionScheduled)
 
 
 # ---- the fold ---------------------------------------------------------------------------

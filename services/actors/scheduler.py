@@ -37,7 +37,8 @@ from events import (
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.allocator import Refusal, never_fits
+from services.domain.allocator import Placement, Refusal, never_fits
+from services.domain.images import pullers
 from services.domain.placement import DEFAULT_POLICY
 from services.domain.placement import policy as placement_policy
 from services.domain.resources import format_fgpu, format_slots
@@ -165,6 +166,17 @@ class SchedulerActor(LogActor):
                 out.append(e)
         return out
 
+    def _place_holders_first(
+        self, s: ClusterState, v: SessionView, unheard: frozenset[str], pulling: frozenset[str]
+    ) -> Placement | None:
+        """Where the policy places ``v`` among the agents holding its image; among every
+        agent that may take it (``pulling`` too: they would pull it first) if none fits."""
+        if pulling:
+            held = self.place(s, v.slots, v.image, unheard | pulling, v.gpu_models)
+            if held is not None:
+                return held
+        return self.place(s, v.slots, v.image, unheard, v.gpu_models)
+
     def _unheard(self, s: ClusterState) -> frozenset[str]:
         """Agents not known alive since this scheduler started (no registration nor
         ``agent.heard`` after its rebuild): nothing is placed there. A scheduler that never
@@ -226,6 +238,7 @@ class SchedulerActor(LogActor):
             s.queue, key=lambda sid: (-s.sessions[sid].priority, s.sessions[sid].arrival_seq)
         )
         unheard = self._unheard(s)
+        pulling: dict[str, frozenset[str]] = {}
         for session_id in queue:
             if len(out) >= _MAX_DECISIONS:
                 break
@@ -249,7 +262,9 @@ class SchedulerActor(LogActor):
                 continue
             placement = None
             if shape not in failed and reserved is None:
-                placement = self.place(s, v.slots, v.image, unheard, v.gpu_models)
+                if v.image not in pulling:  # once per image and round: it scans every agent
+                    pulling[v.image] = pullers(s, v.image)
+                placement = self._place_holders_first(s, v, unheard, pulling[v.image])
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (

@@ -9,17 +9,20 @@ at admission (``SessionAdmitted.image``) and checked against the allow-list as r
 
 An agent can start a session of an image it holds; it can also start one of an image it
 lacks when the image's reference names the registry it pulls from (``--registry``): the
-session then goes PULLING before RUNNING. Nothing is ever pulled from anywhere else.
+session then goes PULLING before RUNNING. Nothing is ever pulled from anywhere else. The
+scheduler places on an agent that holds the image when one fits, and on one that must
+pull it only when none does (``pullers``).
 """
 
 from services.domain.image_ref import split_reference
 from services.domain.tenancy import Tenancy
-from services.domain.views import AgentView
+from services.domain.views import AgentView, ClusterState
 
 __all__ = [
     "allowed_by",
     "image_refusal",
     "obtainable",
+    "pullers",
     "pulls_from",
     "resolve_image",
     "via_registry",
@@ -78,3 +81,11 @@ def via_registry(a: AgentView, image: str) -> bool:
 def obtainable(a: AgentView, image: str) -> bool:
     """Whether ``a`` holds ``image`` or can pull it."""
     return image in a.images or via_registry(a, image)
+
+
+def pullers(s: ClusterState, image: str) -> frozenset[str]:
+    """The agents that lack ``image`` and could pull it: the scheduler tries the others
+    first, so a pull happens only where no agent holding the image fits."""
+    return frozenset(
+        a.agent_id for a in s.agents.values() if image not in a.images and via_registry(a, image)
+    )
