@@ -424,3 +424,20 @@ def test_a_sessions_story_tells_its_alias_and_its_pull() -> None:
         f"a1 pulls {TOOL_2} from its registry",
         f"a1 pulled 5M of 10M of {TOOL_2}",
     ]
+
+
+def test_a_pull_report_or_an_image_report_on_anothers_subject_changes_nothing() -> None:
+    """Only the session's agent reports its pull, and only an agent its own images: the
+    same event on a user's subject, or on another agent's, is refused by the fold."""
+    log = Log()
+    _scheduled(log)
+    pull = SessionPulling(
+        id="p", at=T0, actor="mallory", session_id="s1", agent_id="a1", image=IMAGE
+    )
+    forged = ImageInfo(ref=TOOL_2, id="sha256:" + "f" * 64)
+    images = AgentImagesReported(id="i", at=T0, actor="agent:a2", agent_id="a1", images=(forged,))
+    log.add(subj.request("mallory", "s1"), pull)
+    log.add(subj.agent("a2"), images)
+    assert log.state.sessions["s1"].status is S.SCHEDULED
+    assert TOOL_2 not in log.state.agents["a1"].images
+    assert len(log.state.malformed) == 2
