@@ -441,3 +441,18 @@ def test_a_pull_report_or_an_image_report_on_anothers_subject_changes_nothing() 
     assert log.state.sessions["s1"].status is S.SCHEDULED
     assert TOOL_2 not in log.state.agents["a1"].images
     assert len(log.state.malformed) == 2
+
+
+def test_a_pulling_session_shows_how_far_its_pull_got() -> None:
+    from services.api.shapes import session_from_view
+    from services.cli.render import session_lines
+
+    log = Log()
+    _scheduled(log)
+    log.report(SessionPreparing)
+    log.report(SessionPulling, image=IMAGE, current=0, total=0)
+    log.report(SessionPulling, image=IMAGE, current=3 << 20, total=10 << 20)
+    shown = session_from_view(log.state.sessions["s1"]).model_dump(mode="json")
+    assert shown["pull"] == {"current": 3 << 20, "total": 10 << 20}
+    assert shown["times"]["pulling"] is not None
+    assert session_lines(shown)[0] == "[bold]s1[/]  PULLING  (pulling 3M/10M (30%))"
