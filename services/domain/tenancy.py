@@ -166,9 +166,9 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             t.images.pop(d, None)
         case SetImages(domain=d, images=names) if names is not None:
             t.images[d] = names
-        case SetImageAlias(domain=d, alias=alias, image=None):
-            t.aliases.get(d, {}).pop(alias, None)
-            if not t.aliases.get(d, True):
+        case SetImageAlias(domain=d, alias=alias, image=None) if d in t.aliases:
+            t.aliases[d].pop(alias, None)
+            if not t.aliases[d]:  # a domain without aliases has no entry (snapshots alike)
                 del t.aliases[d]
         case SetImageAlias(domain=d, alias=alias, image=image) if image is not None:
             t.aliases.setdefault(d, {})[alias] = image
