@@ -4,7 +4,15 @@ This package imports nothing else of the project; everything else may import it.
 """
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
-from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered, GpuInfo
+from events.agent import (
+    AgentFenced,
+    AgentHeard,
+    AgentImagesReported,
+    AgentLost,
+    AgentRegistered,
+    GpuInfo,
+    ImageInfo,
+)
 from events.archive import LogArchived
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, encode, json_schema
@@ -20,6 +28,7 @@ from events.session import (
     SessionErrored,
     SessionLost,
     SessionPreparing,
+    SessionPulling,
     SessionQueued,
     SessionRejected,
     SessionRequested,
@@ -59,6 +68,8 @@ from events.tenancy import (
     ResourcePolicy,
     RevokeKeypair,
     Role,
+    SetImageAlias,
+    SetImages,
     SetPolicy,
     SetRole,
     UpdateGroup,
@@ -78,6 +89,7 @@ __all__ = [
     "AdminRequested",
     "AgentFenced",
     "AgentHeard",
+    "AgentImagesReported",
     "AgentLost",
     "AgentRegistered",
     "AnyEvent",
@@ -95,6 +107,7 @@ __all__ = [
     "GpuOomRefused",
     "GpuUsageSampled",
     "GroupSettings",
+    "ImageInfo",
     "LogArchived",
     "Malformed",
     "PayloadRejected",
@@ -121,6 +134,7 @@ __all__ = [
     "SessionExecStarted",
     "SessionLost",
     "SessionPreparing",
+    "SessionPulling",
     "SessionQueued",
     "SessionRejected",
     "SessionRequested",
@@ -130,6 +144,8 @@ __all__ = [
     "SessionTerminating",
     "SessionType",
     "SessionUnplaced",
+    "SetImageAlias",
+    "SetImages",
     "SetPolicy",
     "SetRole",
     "Slots",

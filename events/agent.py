@@ -5,7 +5,15 @@ import msgspec
 from events.base import Event
 from events.slots import Slots
 
-__all__ = ["AgentFenced", "AgentLost", "AgentRegistered", "GpuInfo"]
+__all__ = [
+    "AgentFenced",
+    "AgentHeard",
+    "AgentImagesReported",
+    "AgentLost",
+    "AgentRegistered",
+    "GpuInfo",
+    "ImageInfo",
+]
 
 
 class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -18,13 +26,31 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     sm_count: int
 
 
+class ImageInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """One tag of an image an agent holds.
+
+    ``ref`` is ``name:tag`` as the engine lists it; ``id`` the engine's image id (the
+    digest of its configuration, ``sha256:...``), the same for two tags of one image;
+    ``digest`` the registry's manifest digest (``sha256:...``) when the image came from a
+    registry or went to one, else None; ``size`` its bytes on disk.
+    """
+
+    ref: str
+    id: str
+    digest: str | None = None
+    size: int = 0
+
+
 class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1"):
     """An agent announces itself and its whole capacity; a later one replaces the earlier.
 
     ``fgpu_per_gpu`` is the administrator's ratio in quanta: 200 means one physical GPU is
     2 fGPU, so one fGPU is half of its memory and half of its SMs' time. ``images`` are the
-    images the agent can start without a download. ``group``: the resource group it
-    serves (``default`` for agents from before groups); only that group's sessions go there.
+    images the agent can start without a download; ``image_details`` the same with their
+    ids, digests and sizes (empty in registrations from before it). ``registry``: the
+    registry (``host:port``) the agent pulls missing images from, None if it pulls nothing
+    (docs/images.md). ``group``: the resource group it serves (``default`` for agents from
+    before groups); only that group's sessions go there.
     """
 
     agent_id: str
@@ -34,6 +60,16 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
     images: tuple[str, ...] = ()
     runtime: str = "docker"
     group: str = "default"
+    image_details: tuple[ImageInfo, ...] = ()
+    registry: str | None = None
+
+
+class AgentImagesReported(Event, frozen=True, kw_only=True, tag="agent.images-reported.v1"):
+    """The images an agent holds changed since it registered (it pulled one): ``images``
+    is the whole set now, replacing what its registration said."""
+
+    agent_id: str
+    images: tuple[ImageInfo, ...]
 
 
 class AgentLost(Event, frozen=True, kw_only=True, tag="agent.lost.v1"):

@@ -21,6 +21,7 @@ __all__ = [
     "SessionErrored",
     "SessionLost",
     "SessionPreparing",
+    "SessionPulling",
     "SessionQueued",
     "SessionRejected",
     "SessionRequested",
@@ -82,10 +83,15 @@ class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.des
 
 
 class SessionAdmitted(Event, frozen=True, kw_only=True, tag="session.admitted.v1"):
-    """The quota actor found the request within its owner's policy; it now waits to be placed."""
+    """The quota actor found the request within its owner's policy; it now waits to be placed.
+
+    ``image``: the image the session runs, when it is not the one asked for (the request
+    named an alias of its domain, resolved here); None: the one asked for.
+    """
 
     session_id: str
     owner: str
+    image: str | None = None
 
 
 class SessionRejected(Event, frozen=True, kw_only=True, tag="session.rejected.v1"):
@@ -148,6 +154,18 @@ class SessionPreparing(Event, frozen=True, kw_only=True, tag="session.preparing.
 
     session_id: str
     agent_id: str
+
+
+class SessionPulling(Event, frozen=True, kw_only=True, tag="session.pulling.v1"):
+    """The agent lacks the session's image and pulls it from its registry: ``current`` of
+    ``total`` bytes so far (``total`` 0: not known yet). The first makes the session
+    PULLING; later ones, throttled, only say how far it got."""
+
+    session_id: str
+    agent_id: str
+    image: str
+    current: int = 0
+    total: int = 0
 
 
 class SessionRunning(Event, frozen=True, kw_only=True, tag="session.running.v1"):

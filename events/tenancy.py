@@ -38,6 +38,8 @@ __all__ = [
     "ResourcePolicy",
     "RevokeKeypair",
     "Role",
+    "SetImageAlias",
+    "SetImages",
     "SetPolicy",
     "SetRole",
     "UpdateGroup",
@@ -206,6 +208,24 @@ class RemoveGroup(_Command, frozen=True, kw_only=True, tag="remove-group"):
     group: str
 
 
+class SetImages(_Command, frozen=True, kw_only=True, tag="set-images"):
+    """The images sessions of ``domain`` may run: each entry a name (every tag of it) or
+    ``name:tag``. None: no allow-list, every image is allowed (as in a domain that never
+    had one); an empty tuple allows none."""
+
+    domain: str
+    images: tuple[str, ...] | None = None
+
+
+class SetImageAlias(_Command, frozen=True, kw_only=True, tag="set-image-alias"):
+    """In ``domain``, a request for image ``alias`` runs ``image`` (``python`` ->
+    ``fgpu/python:3.11``); resolved at admission. ``image`` None removes the alias."""
+
+    domain: str
+    alias: str
+    image: str | None = None
+
+
 AdminCommand = (
     CreateDomain
     | CreateProject
@@ -222,6 +242,8 @@ AdminCommand = (
     | CreateGroup
     | UpdateGroup
     | RemoveGroup
+    | SetImages
+    | SetImageAlias
 )
 
 

@@ -5,7 +5,13 @@ import typing
 import msgspec
 
 from events.access import AccessGranted, AccessRefused, AccessSuppressed
-from events.agent import AgentFenced, AgentHeard, AgentLost, AgentRegistered
+from events.agent import (
+    AgentFenced,
+    AgentHeard,
+    AgentImagesReported,
+    AgentLost,
+    AgentRegistered,
+)
 from events.archive import LogArchived
 from events.session import (
     DestroyRejected,
@@ -17,6 +23,7 @@ from events.session import (
     SessionErrored,
     SessionLost,
     SessionPreparing,
+    SessionPulling,
     SessionQueued,
     SessionRejected,
     SessionRequested,
@@ -73,6 +80,8 @@ AnyEvent = (
     | SessionExecFinished
     | SessionChannelOpened
     | SessionChannelClosed
+    | SessionPulling
+    | AgentImagesReported
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

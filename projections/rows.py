@@ -109,6 +109,8 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "resource_group": [v.group for v in vs],
         "session_type": [v.session_type.value for v in vs],
         "waiting": [v.waiting for v in vs],
+        "pulled": [v.pulled for v in vs],
+        "pull_total": [v.pull_total for v in vs],
         "invalid": [v.invalid for v in vs],
         "request_id": [v.request_id for v in vs],
         "correlation_id": [v.correlation_id for v in vs],
@@ -164,6 +166,8 @@ def agent_table(agents: Iterable[AgentView]) -> pa.Table:
             ("free_fgpu", free.fgpu),
             ("sessions", len(a.sessions)),
             ("images", _encode(sorted(a.images))),
+            ("image_details", _encode(sorted(a.image_details, key=lambda i: i.ref))),
+            ("registry", a.registry),
         ):
             cols[name].append(value)
         gpus = []

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -42,6 +42,11 @@ _GPU = pa.struct(
         ("free", pa.int64()),
         ("shares", pa.list_(_SHARE)),
     ]
+)
+
+
+_IMAGE = pa.struct(
+    [("ref", pa.string()), ("id", pa.string()), ("digest", pa.string()), ("size", pa.int64())]
 )
 
 
@@ -92,6 +97,8 @@ ARROW: dict[str, pa.Schema] = {
             ("resource_group", pa.string()),  # the resource group it runs in
             ("session_type", pa.string()),  # batch or interactive
             ("waiting", pa.string()),  # why the scheduler could not place it at first
+            ("pulled", pa.int64()),  # bytes of its image its agent pulled so far
+            ("pull_total", pa.int64()),  # of how many (0: not known, or no pull)
             ("invalid", pa.string()),  # why the request can never be accepted as written
             ("request_id", pa.string()),
             ("correlation_id", pa.string()),
@@ -101,6 +108,7 @@ ARROW: dict[str, pa.Schema] = {
             ("admitted_at", _TS),
             ("scheduled_at", _TS),
             ("preparing_at", _TS),
+            ("pulling_at", _TS),
             ("running_at", _TS),
             ("terminating_at", _TS),
             ("ended_at", _TS),
@@ -133,6 +141,9 @@ ARROW: dict[str, pa.Schema] = {
             ("free_fgpu", pa.int64()),
             ("sessions", pa.int32()),  # sessions holding an allocation here
             ("images", pa.list_(pa.string())),
+            # The same with the engine's image id, the registry's digest and the size.
+            ("image_details", pa.list_(_IMAGE)),
+            ("registry", pa.string()),  # where it pulls what it lacks (null: nowhere)
             # Its GPUs, each with its fGPU shares by session (views ``gpus`` and
             # ``gpu_shares`` give them as rows): an agent is one row, written at once.
             ("gpus", pa.list_(_GPU)),
@@ -235,6 +246,7 @@ _SQL_TYPES = {
     _TS: "TIMESTAMP",
     pa.list_(pa.string()): "VARCHAR[]",
     pa.list_(_DEVICE): "STRUCT(gpu_index INTEGER, fgpu BIGINT)[]",
+    pa.list_(_IMAGE): "STRUCT(ref VARCHAR, id VARCHAR, digest VARCHAR, size BIGINT)[]",
     pa.list_(_GPU): (
         "STRUCT(gpu_index INTEGER, uuid VARCHAR, model VARCHAR, mem BIGINT, sm_count INTEGER,"
         " capacity BIGINT, allocated BIGINT, free BIGINT,"
@@ -249,7 +261,7 @@ _SQL_TYPES = {
 # (tens of milliseconds), every few dozen batches. Text columns cost the same every time.
 _AS_JSON: dict[str, tuple[str, ...]] = {
     "sessions": ("command", "devices"),
-    "agents": ("images", "gpus"),
+    "agents": ("images", "image_details", "gpus"),
 }
 
 # The table each kind of row is stored in.

@@ -25,6 +25,7 @@ from events import (
     SessionExecStarted,
     SessionLost,
     SessionPreparing,
+    SessionPulling,
     SessionQueued,
     SessionRejected,
     SessionRequested,
@@ -110,6 +111,8 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             what = f"{format_fgpu(s.fgpu)} fGPU, {format_cpu(s.cpu)} CPU, {format_mem(s.mem)}"
             prio = f", priority {e.priority}" if e.priority else ""
             return f"{e.owner} asked for {what} to run {e.image}{prio}"
+        case SessionAdmitted() if e.image is not None:
+            return f"quota admitted it to run {e.image}: it waits for a place (PENDING)"
         case SessionAdmitted():
             return "quota admitted it: it waits for a place (PENDING)"
         case SessionRejected():
@@ -123,6 +126,11 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             return f"placed on {e.agent_id} ({where or 'no GPU'}){after}"
         case SessionPreparing():
             return f"{e.agent_id} prepares its container"
+        case SessionPulling() if e.current == 0 and e.total == 0:
+            return f"{e.agent_id} pulls {e.image} from its registry"
+        case SessionPulling():
+            of = f" of {format_mem(e.total)}" if e.total else ""
+            return f"{e.agent_id} pulled {format_mem(e.current)}{of} of {e.image}"
         case SessionRunning():
             return f"running on {e.agent_id} in container {e.container_id[:12]}"
         case SessionDestroyRequested():

@@ -76,6 +76,14 @@ class ContainerRuntimeContract:
         assert TEST_IMAGE in await rt.images()
 
     @pytest.mark.anyio
+    async def test_image_details_give_each_tag_its_id_and_size(self, rt: ContainerRuntime) -> None:
+        details = {i.ref: i for i in await rt.image_details()}
+        assert set(details) == set(await rt.images())
+        made = details[TEST_IMAGE]
+        # Made on this host, never pushed nor pulled: no registry digest.
+        assert made.id.startswith("sha256:") and made.size > 0 and made.digest is None
+
+    @pytest.mark.anyio
     async def test_run_starts_the_container(self, rt: ContainerRuntime, tag: str) -> None:
         spec = self.spec(tag, "a", labels={"fgpu.session": "s1"})
         info = await rt.run(spec)

@@ -174,6 +174,9 @@ GETS = (
     "/v1/auth/whoami",
     "/v1/destroys/x",
     "/v1/admin/requests/x",
+    "/v1/images",
+    "/v1/image-policies",
+    "/v1/groups",
 )
 
 

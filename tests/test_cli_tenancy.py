@@ -208,3 +208,73 @@ def test_resource_groups_by_cli_superadmins_change_them_users_see_theirs(
     assert {a["group"] for a in cluster.ok("agents", "ls")["agents"]} == {"default"}
     cluster.ok("admin", "group", "rm", "gpu-a")
     assert "gpu-a" not in {g["group"] for g in cluster.ok("admin", "group", "ls")}
+
+
+def test_a_domain_admin_allows_images_and_names_their_default_versions(
+    cluster: Tenanted,
+) -> None:
+    for domain in ("imgs", "elsewhere"):
+        cluster.ok("admin", "domain", "create", domain)
+        cluster.ok("admin", "project", "create", f"{domain}/p")
+    people = [("ida", "imgs", "domain-admin"), ("ivo", "imgs", "user")]
+    people.append(("eli", "elsewhere", "domain-admin"))
+    keys: dict[str, str] = {}
+    for user, domain, role in people:
+        made = ["admin", "user", "create", user, "--domain", domain, "--project", "p"]
+        cluster.ok(*made, "--role", role)
+        keys[user] = cluster.ok("admin", "keypair", "create", "--user", user)["access_key"]
+    # A user, and another domain's admin, may not; the domain's admin may.
+    allow = ["admin", "images", "allow", "imgs", "fgpu/busybox"]
+    alias = ["admin", "images", "alias", "imgs", "bb", "fgpu/busybox:latest"]
+    for who, role in (("ivo", "user"), ("eli", "domain-admin")):
+        for args in (allow, alias):
+            refused = cluster.run(*args, key=keys[who])
+            assert refused.exit_code == 1
+            what = "set images" if args is allow else "set image alias"
+            assert refused.stderr == f"error: refused (forbidden): {role} {who} may not {what}\n"
+    cluster.ok(*allow, key=keys["ida"])
+    cluster.ok(*alias, key=keys["ida"])
+    shown = {"domain": "imgs", "images": ["fgpu/busybox"], "aliases": {"bb": "fgpu/busybox:latest"}}
+    assert cluster.ok("admin", "images", "ls", key=keys["ivo"]) == [shown]
+    assert shown in cluster.ok("admin", "images", "ls")  # a superadmin sees every domain
+    # Another domain's admin sees only its own domain's (none set: every image).
+    theirs = cluster.ok("admin", "images", "ls", key=keys["eli"])
+    assert theirs == [{"domain": "elsewhere", "images": None, "aliases": {}}]
+    # Ivo's request names the alias: it runs what the alias names; another image is refused.
+    create = ["session", "create", "--fgpu", "0.5"]
+    [ran] = cluster.ok(*create, "--image", "bb", "--wait", "--", "true", key=keys["ivo"])[
+        "sessions"
+    ]
+    assert ran["image"] == "fgpu/busybox:latest" and ran["status"] in ("RUNNING", "TERMINATED")
+    refused = cluster.run(
+        *create, "--image", "fgpu/python:bookworm", "--wait", "--json", "--", "true",
+        key=keys["ivo"],
+    )  # fmt: skip
+    assert refused.exit_code == 1
+    [rejected] = json.loads(refused.stdout)["sessions"]
+    assert rejected["reason"] == (
+        "image fgpu/python:bookworm is not allowed in domain imgs (allowed: fgpu/busybox)"
+    )
+    # Without an allow-list, every image again.
+    cluster.ok("admin", "images", "allow-all", "imgs", key=keys["ida"])
+    again = cluster.ok(
+        *create, "--image", "fgpu/python:bookworm", "--wait", "--", "true", key=keys["ivo"]
+    )
+    assert again["sessions"][0]["status"] in ("RUNNING", "TERMINATED")
+
+
+def test_images_ls_shows_each_tag_and_the_agents_holding_it(cluster: Tenanted) -> None:
+    images = {i["name"]: i for i in cluster.ok("images", "ls")}
+    [latest] = images["fgpu/busybox"]["tags"]
+    assert latest["tag"] == "latest" and latest["ref"] == "fgpu/busybox:latest"
+    assert latest["agents"] == ["a1"] and latest["size"] > 0
+    assert [i.startswith("sha256:") for i in latest["ids"]] == [True]
+    assert latest["digests"] == []  # made here, never pushed or pulled
+    assert images["fgpu/python"]["tags"][0]["ids"] != latest["ids"]
+    table = cluster.run("images", "ls")
+    assert table.exit_code == 0 and "fgpu/busybox" in table.stdout and "a1" in table.stdout
+    # Only a signed-in key reads it.
+    anonymous = CliRunner(env={"FGPU_SECRET_KEY": "wrong"}).invoke(
+        app, ["--api", cluster.api, "--access-key", "AKnobody", "images", "ls"]
+    )
+    assert anonymous.exit_code != 0 and "images" not in anonymous.stdout

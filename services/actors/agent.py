@@ -8,10 +8,16 @@ before acting, so the same code starts a new session and re-adopts one after a r
     status on the log   container found        what the supervisor does
     SCHEDULED/PREPARING none                   report PREPARING, run, report RUNNING
     SCHEDULED/PREPARING running                report RUNNING (it started before a crash)
+    PULLING             none                   pull (again), run, report RUNNING
     RUNNING             running                keep watching (re-adopted)
     any                 exited                 remove it, report TERMINATED with its code
     RUNNING/TERMINATING none                   report TERMINATED: vanished while we were down
     TERMINATING         running                stop it, report TERMINATED
+
+An image the engine lacks is pulled when the agent has a registry (``--registry``) and the
+image's reference names it: the session goes PULLING with its progress (throttled,
+``services.domain.pull_progress``), then RUNNING; the agent then reports the images it
+holds (``agent.images-reported``). Any other missing image ends the session in ERROR.
 
 Running sessions therefore survive a restart of every actor: containers keep running,
 and the new agent process picks them up by their labels.
@@ -32,6 +38,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from events import (
     AgentFenced,
+    AgentImagesReported,
     AgentRegistered,
     AnyEvent,
     GpuInfo,
@@ -40,6 +47,7 @@ from events import (
     SessionCpuSampled,
     SessionErrored,
     SessionPreparing,
+    SessionPulling,
     SessionRunning,
     SessionTerminated,
     Slots,
@@ -55,6 +63,8 @@ from services.domain.container_spec import (
     session_spec,
 )
 from services.domain.gpu_slice import container_order, slices
+from services.domain.images import pulls_from
+from services.domain.pull_progress import PullThrottle
 from services.domain.state import ENDED_STUB, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.ports import (
@@ -76,6 +86,7 @@ __all__ = ["KEPT_OUTPUT_LINES", "AgentActor", "AgentConfig"]
 S = SessionStatus
 log = structlog.get_logger()
 KEPT_OUTPUT_LINES = 10_000  # of an ended session's output, for `fgpu session logs`
+_STARTING = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING})  # placed here, not yet RUNNING
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,8 @@ class AgentConfig:
     usage_interval_s: float = 5.0  # how often usage samples are published per session
     oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
     group: str = "default"  # the resource group it serves
+    registry: str | None = None  # host:port it pulls the images it lacks from
+    pull_report_s: float = 2.0  # a pull's progress on the log at most this often (or 10%)
 
 
 @dataclass
@@ -186,7 +199,7 @@ class AgentActor:
 
     async def register(self) -> None:
         c = self.config
-        images = tuple(sorted(await self.runtime.images()))
+        details = tuple(await self.runtime.image_details())
         e = stamp(
             AgentRegistered,
             Provenance(self.name, self.clock.now()),
@@ -196,9 +209,11 @@ class AgentActor:
             ),
             gpus=c.gpus,
             fgpu_per_gpu=c.fgpu_per_gpu,
-            images=images,
+            images=tuple(sorted(i.ref for i in details)),
             runtime=c.runtime_name,
             group=c.group,
+            image_details=details,
+            registry=c.registry,
         )
         await self.events.append(subj.agent(c.agent_id), e)
 
@@ -346,15 +361,14 @@ class AgentActor:
                 return
             if v.status is S.SCHEDULED:
                 await self._report(session_id, SessionPreparing)
+            spec = self._spec(v, self._create_region(v))
             try:
-                c = await self.runtime.run(self._spec(v, self._create_region(v)))
-            except ImageNotFound:
-                await self._end(
-                    session_id, SessionErrored, reason=f"image {v.image!r} not found on the agent"
-                )
+                c = await self._run_pulling(session_id, spec)
+            except ImageNotFound as e:
+                await self._end(session_id, SessionErrored, reason=str(e))
                 return
         sup.container_id = c.id
-        if c.running and self.state.sessions[session_id].status in (S.SCHEDULED, S.PREPARING):
+        if c.running and self.state.sessions[session_id].status in _STARTING:
             await self._report(session_id, SessionRunning, container_id=c.id)
         if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
             sup.stop_requested = True
@@ -379,6 +393,46 @@ class AgentActor:
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
         reason = "stopped on request" if sup.stop_requested else "exited"
         await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
+
+    async def _run_pulling(self, session_id: str, spec: ContainerSpec) -> ContainerInfo:
+        """Run ``spec``; if the engine lacks its image and our registry has it, pull it
+        first (the session goes PULLING). Raises ImageNotFound with the reason to give."""
+        try:
+            return await self.runtime.run(spec)
+        except ImageNotFound:
+            if not pulls_from(self.config.registry, spec.image):
+                raise ImageNotFound(f"image {spec.image!r} not found on the agent") from None
+        await self._pull(session_id, spec.image)
+        return await self.runtime.run(spec)
+
+    async def _pull(self, session_id: str, image: str) -> None:
+        """Pull ``image`` for the session, its progress on the log (the first report makes
+        it PULLING and must land; later ones are best effort), then say what we hold."""
+        throttle = PullThrottle(every_s=self.config.pull_report_s)
+        throttle.due(self.clock.now().timestamp(), 0, 0)
+        await self._report(session_id, SessionPulling, image=image, current=0, total=0)
+
+        async def progress(current: int, total: int) -> None:
+            if throttle.due(self.clock.now().timestamp(), current, total):
+                try:
+                    await self._report(
+                        session_id, SessionPulling, image=image, current=current, total=total
+                    )
+                except LogError as e:  # the next report, or RUNNING, says more
+                    log.warning("agent.pull_not_reported", session=session_id, error=str(e))
+
+        try:
+            await self.runtime.pull(image, progress)
+        except ImageNotFound as e:
+            raise ImageNotFound(f"image {image!r} could not be pulled: {e}") from e
+        held = stamp(
+            AgentImagesReported,
+            Provenance(self.name, self.clock.now()),
+            agent_id=self.config.agent_id,
+            images=tuple(await self.runtime.image_details()),
+        )
+        with contextlib.suppress(LogError):  # the next registration says it too
+            await self.events.append(subj.agent(self.config.agent_id), held)
 
     async def _keep_output(self, session_id: str, container_id: str) -> None:
         """The container's last ``KEPT_OUTPUT_LINES`` lines, kept before it is removed:

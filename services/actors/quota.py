@@ -1,5 +1,7 @@
 """The quota actor: admits or rejects each request against the policies of its keypair,
-user, project and domain (``services.domain.quota``).
+user, project and domain (``services.domain.quota``), and against its domain's image
+allow-list, an alias of the domain resolved first (``services.domain.images``): the
+image a session runs is recorded on its admission (``SessionAdmitted.image``).
 
 It also answers payloads that are not valid events with ``PayloadRejected``, so bad
 input leaves a trace on the log instead of vanishing or crashing a reader.
@@ -18,6 +20,7 @@ from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.groups import admission_problem
+from services.domain.images import image_refusal, resolve_image
 from services.domain.quota import admission_refusal
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
@@ -47,18 +50,28 @@ class QuotaActor(LogActor):
         now = self.clock.now()
         for session_id in list(islice(s.undecided, 1000)):
             v = s.sessions[session_id]
+            image = resolve_image(s.tenancy, v.domain, v.image)
             why = v.invalid
             code = "invalid"
             if why is None:
                 why = admission_problem(s.tenancy.groups, v.group, v.project, v.lifetime_s)
                 code = "group"
             if why is None:
+                why = image_refusal(s.tenancy, v.domain, image)
+                code = "image"
+            if why is None:
                 why = admission_refusal(s, v)
                 code = "quota"
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             decision: AnyEvent
             if why is None:
-                decision = stamp(SessionAdmitted, prov, session_id=session_id, owner=v.owner)
+                decision = stamp(
+                    SessionAdmitted,
+                    prov,
+                    session_id=session_id,
+                    owner=v.owner,
+                    image=None if image == v.image else image,
+                )
             else:
                 decision = stamp(
                     SessionRejected,

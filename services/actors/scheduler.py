@@ -40,8 +40,9 @@ from events import (
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.allocator import Refusal, never_fits
+from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.groups import DEFAULT_GROUP, lifetime_of, settings_of
+from services.domain.images import pullers
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
 from services.domain.queue_order import queue_order
@@ -331,6 +332,7 @@ class SchedulerActor(LogActor):
         failed: set[tuple[Slots, str, tuple[str, ...]]] = set()
         reserved: str | None = None
         unsatisfiable: dict[tuple[Slots, str, tuple[str, ...]], Refusal | None] = {}
+        pulling: dict[str, frozenset[str]] = {}
         for session_id in order:
             if len(out) >= _MAX_DECISIONS:
                 break
@@ -356,7 +358,9 @@ class SchedulerActor(LogActor):
                 continue
             placement = None
             if shape not in failed and reserved is None:
-                placement = place(s, v.slots, v.image, excluded, v.gpu_models)
+                if v.image not in pulling:  # once per image and round: it scans every agent
+                    pulling[v.image] = pullers(s, v.image)
+                placement = _holders_first(place, s, v, excluded, pulling[v.image])
             if placement is None:
                 failed.add(shape)  # the same shape cannot fit either until something frees
                 if (
@@ -434,6 +438,22 @@ class SchedulerActor(LogActor):
             agent_id=v.agent_id or "",
             reason=f"destroyed by {d.requester}",
         )
+
+
+def _holders_first(
+    place: PlacementPolicy,
+    s: ClusterState,
+    v: SessionView,
+    excluded: AbstractSet[str],
+    pulling: frozenset[str],
+) -> Placement | None:
+    """Where ``place`` puts ``v`` among the agents holding its image; among every agent
+    that may take it (``pulling`` too: they would pull it first) if none fits."""
+    if pulling:
+        held = place(s, v.slots, v.image, excluded | pulling, v.gpu_models)
+        if held is not None:
+            return held
+    return place(s, v.slots, v.image, excluded, v.gpu_models)
 
 
 def _outside(s: ClusterState, group: str) -> frozenset[str]:

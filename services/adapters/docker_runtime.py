@@ -6,9 +6,14 @@ the private engine has no bridge; GPUs are handed over by NVIDIA ``DeviceRequest
 
 Errors are translated here, at the edge (see ``services.ports``)::
 
-    ContainerError          the engine answered and refused (bad spec, failed start, ...)
-     +-- ImageNotFound      the image is not on this engine (nothing is ever pulled)
+    ContainerError          the engine answered and refused (bad spec, failed start, a
+     |                      pull the registry refused or could not serve, ...)
+     +-- ImageNotFound      the image is not on this engine (``run``), or not in the
+     |                      registry (``pull``)
      +-- RuntimeUnavailable no answer, a timeout or a 5xx on a plain call: retry later
+
+Images are pulled only when the agent asks (``pull``), from the registry the image's
+reference names.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from typing import Any, Self
 import aiodocker
 import aiohttp
 import anyio
-from aiodocker.exceptions import DockerError
+from aiodocker.exceptions import DockerError, DockerStreamError
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
 
+from events import ImageInfo
 from services.domain.container_spec import ContainerSpec, container_env, env_from_list
 from services.ports import (
     EXEC_OUTPUT_KEPT,
@@ -35,10 +41,11 @@ from services.ports import (
     ExecChannel,
     ExecResult,
     ImageNotFound,
+    PullProgress,
     RuntimeUnavailable,
 )
 
-__all__ = ["DockerRuntime", "container_config"]
+__all__ = ["DockerRuntime", "PullTally", "container_config", "image_infos"]
 
 _NO_ANSWER = 900  # aiodocker's status for "could not connect"
 _NANO_PER_MILLI_CPU = 1_000_000  # 1 CPU = 1e9 NanoCpus = 1000 millis
@@ -46,6 +53,8 @@ _STDERR = 2  # the stream number of an exec's multiplexed output
 # After an exec's output ends the engine may take a moment to record its exit (a command
 # that closed its streams and runs on): asked again this often, at most this many times.
 _EXIT_POLL_S, _EXIT_POLLS = 0.05, 100
+# What a registry says of an image it does not have, in a pull's error message.
+_NOT_IN_REGISTRY = ("manifest unknown", "not found", "name unknown")
 # Failures below the HTTP status: no socket, a dropped connection, a timeout.
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
@@ -101,6 +110,63 @@ def container_config(
     if spec.command:
         config["Cmd"] = list(spec.command)
     return config
+
+
+def image_infos(listed: list[dict[str, Any]]) -> list[ImageInfo]:
+    """One ImageInfo per tag of ``GET /images/json``'s images, by tag. The digest is the
+    repo digest of the tag's own name (an image pushed to two registries has one each)."""
+    out: list[ImageInfo] = []
+    for image in listed:
+        digests = {
+            d.rpartition("@")[0]: d.rpartition("@")[2] for d in image.get("RepoDigests") or ()
+        }
+        for ref in image.get("RepoTags") or ():
+            if ref == "<none>:<none>":
+                continue
+            name = ref.rpartition(":")[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+            out.append(
+                ImageInfo(
+                    ref=ref,
+                    id=str(image.get("Id", "")),
+                    digest=digests.get(name),
+                    size=int(image.get("Size") or 0),
+                )
+            )
+    return sorted(out, key=lambda i: i.ref)
+
+
+class PullTally:
+    """A pull's bytes so far and in all, from the engine's progress messages: each layer's
+    ``Downloading`` progress, and its whole size once it is complete."""
+
+    def __init__(self) -> None:
+        self._layers: dict[str, tuple[int, int]] = {}  # id -> (current, total)
+
+    def add(self, message: dict[str, Any]) -> bool:
+        """Count one message; whether it changed the tally."""
+        layer, status = message.get("id"), message.get("status", "")
+        if not isinstance(layer, str):
+            return False
+        detail = message.get("progressDetail") or {}
+        current, total = self._layers.get(layer, (0, 0))
+        if status == "Downloading" and detail.get("total"):
+            current, total = int(detail.get("current") or 0), int(detail["total"])
+        elif status in ("Download complete", "Pull complete", "Already exists"):
+            current = total
+        elif status not in ("Pulling fs layer", "Waiting"):
+            return False  # "Pulling from <name>" (its id is the tag), extracting, ...
+        if self._layers.get(layer) == (current, total):
+            return False
+        self._layers[layer] = (current, total)
+        return True
+
+    @property
+    def current(self) -> int:
+        return sum(c for c, _ in self._layers.values())
+
+    @property
+    def total(self) -> int:
+        return sum(t for _, t in self._layers.values())
 
 
 def _translate(e: Exception, what: str) -> ContainerError:
@@ -200,6 +266,34 @@ class DockerRuntime:
         return sorted(
             tag for image in listed for tag in image.get("RepoTags") or () if tag != "<none>:<none>"
         )
+
+    async def image_details(self) -> list[ImageInfo]:
+        with _engine_call("list images"):
+            listed = await self._client().images.list()
+        return image_infos(listed)
+
+    async def pull(self, image: str, progress: PullProgress) -> None:
+        """``POST /images/create`` of ``image``, its progress stream read to the end: each
+        message that changed the tally is told to ``progress``. An error in the stream is
+        the registry's: ImageNotFound for an image it lacks, else ContainerError."""
+        tally = PullTally()
+        with _engine_call(f"pull {image}"):
+            try:
+                async for message in self._client().images.pull(image, stream=True):
+                    if isinstance(message, dict) and tally.add(message):
+                        await progress(tally.current, tally.total)
+            except DockerStreamError as e:
+                text = str(e).lower()
+                if any(words in text for words in _NOT_IN_REGISTRY):
+                    raise ImageNotFound(f"pull {image}: {e}") from e
+                raise ContainerError(f"pull {image}: {e}") from e
+            except DockerError as e:
+                if e.status == 404:
+                    raise ImageNotFound(f"pull {image}: {e}") from e
+                if e.status == _NO_ANSWER:
+                    raise
+                raise ContainerError(f"pull {image}: {e}") from e
+        await progress(tally.current, tally.total)
 
     async def run(self, spec: ContainerSpec) -> ContainerInfo:
         """Create and start; an existing container of that name is returned as it is.

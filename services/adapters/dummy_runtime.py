@@ -17,6 +17,7 @@ containers it started, as it would on a real engine. Time is wall-clock for that
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import shlex
@@ -28,6 +29,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from events import ImageInfo
 from services.domain.container_spec import ContainerSpec
 from services.ports import (
     EXEC_OUTPUT_KEPT,
@@ -36,12 +38,15 @@ from services.ports import (
     ExecChannel,
     ExecResult,
     ImageNotFound,
+    PullProgress,
     RuntimeUnavailable,
 )
 
 __all__ = ["DEFAULT_IMAGES", "DummyRuntime"]
 
 DEFAULT_IMAGES = ("fgpu/busybox:latest", "fgpu/python:bookworm")
+_IMAGE_SIZE = 4 << 20  # bytes of every simulated image
+_PULL_STEPS = 20  # progress reports of a simulated pull
 _SIGTERM_EXIT = 143
 _SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -137,6 +142,10 @@ def _plan(command: tuple[str, ...], env: dict[str, str]) -> _Plan | None:
     return _Plan(lines=lines, duration_s=offset, exit_code=status)
 
 
+def _digest(kind: str, ref: str) -> str:
+    return "sha256:" + hashlib.sha256(f"{kind}:{ref}".encode()).hexdigest()
+
+
 def _is_number(text: str) -> bool:
     try:
         return float(text) >= 0
@@ -147,22 +156,27 @@ def _is_number(text: str) -> bool:
 class DummyRuntime:
     """A ContainerRuntime without an engine (see the module docstring).
 
-    ``images``: the tags that "exist"; others raise ImageNotFound. ``start_delay_s``: how
-    long ``run`` takes. ``available = False`` makes every call raise RuntimeUnavailable,
-    for testing how callers ride out an engine outage.
+    ``images``: the tags that "exist"; others raise ImageNotFound. ``registry``: the tags a
+    ``pull`` finds (as a registry holds them), each told in ``_PULL_STEPS`` steps of
+    progress; a pulled tag then exists. ``start_delay_s``: how long ``run`` takes.
+    ``available = False`` makes every call raise RuntimeUnavailable, for testing how
+    callers ride out an engine outage.
     """
 
     def __init__(
         self,
         *,
         images: Iterable[str] = DEFAULT_IMAGES,
+        registry: Iterable[str] = (),
         start_delay_s: float = 0.0,
         run_duration_s: float | None = None,
         exit_code: int = 0,
         state_file: str | Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._images = frozenset(_canonical(i) for i in images)
+        self._images = {_canonical(i) for i in images}
+        self._registry = frozenset(_canonical(i) for i in registry)
+        self._pulled: set[str] = set()  # came from the registry: they have a digest
         self._start_delay_s = start_delay_s
         self._default = _Plan(lines=[], duration_s=run_duration_s, exit_code=exit_code)
         self._state_file = Path(state_file) if state_file is not None else None
@@ -179,6 +193,29 @@ class DummyRuntime:
     async def images(self) -> list[str]:
         await self._ready()
         return sorted(self._images)
+
+    async def image_details(self) -> list[ImageInfo]:
+        """Ids and digests made from the tag: two tags are two images here."""
+        await self._ready()
+        return [
+            ImageInfo(
+                ref=ref,
+                id=_digest("id", ref),
+                digest=_digest("manifest", ref) if ref in self._pulled else None,
+                size=_IMAGE_SIZE,
+            )
+            for ref in sorted(self._images)
+        ]
+
+    async def pull(self, image: str, progress: PullProgress) -> None:
+        await self._ready()
+        ref = _canonical(image)
+        if ref not in self._registry:
+            raise ImageNotFound(f"pull {image}: manifest unknown")
+        for step in range(_PULL_STEPS + 1):
+            await progress(_IMAGE_SIZE * step // _PULL_STEPS, _IMAGE_SIZE)
+        self._images.add(ref)
+        self._pulled.add(ref)
 
     async def run(self, spec: ContainerSpec) -> ContainerInfo:
         await self._ready()

@@ -25,7 +25,15 @@ from projections import queries
 from projections.replay import seq_at, state_at
 from projections.store import applied_seq
 from projections.story import story, summary
-from services.api import console, export_routes, guard, models, shapes, tenancy_routes
+from services.api import (
+    console,
+    export_routes,
+    guard,
+    image_routes,
+    models,
+    shapes,
+    tenancy_routes,
+)
 from services.api.auth import Authenticator, TokenSigner
 from services.api.guard import AccessRecorder, Guard, Who, WhoStreaming
 from services.api.sse import event_stream
@@ -356,6 +364,7 @@ def create_app(
         return event_stream(source, start, stop, query, viewer.scope, lambda: auth.live(viewer))
 
     tenancy_routes.mount(app, query, source.tenancy)
+    image_routes.mount(app, query, source.tenancy)
     export_routes.mount(app, query, _utc)
     console.mount(app)
     return app

@@ -23,10 +23,15 @@ __all__ = [
     "EventPage",
     "Gpu",
     "GpuUsage",
+    "ImageName",
+    "ImagePolicy",
+    "ImageTag",
+    "Images",
     "KeypairInfo",
     "OwnerUsage",
     "PolicyInfo",
     "Problem",
+    "PullProgress",
     "Session",
     "SessionHistory",
     "SessionPage",
@@ -64,6 +69,7 @@ class Times(BaseModel):
     admitted: datetime | None = None
     scheduled: datetime | None = None
     preparing: datetime | None = None
+    pulling: datetime | None = None
     running: datetime | None = None
     terminating: datetime | None = None
     ended: datetime | None = None
@@ -93,6 +99,14 @@ class Session(BaseModel):
     invalid: str | None
     correlation_id: str
     times: Times
+    pull: "PullProgress | None" = Field(
+        default=None, description="how far its agent got pulling its image (null: no pull)"
+    )
+
+
+class PullProgress(BaseModel):
+    current: int = Field(description="bytes pulled so far")
+    total: int = Field(description="bytes in all (0: not known yet)")
 
 
 class SessionPage(BaseModel):
@@ -329,3 +343,34 @@ class Token(BaseModel):
     token_type: str = "bearer"
     expires_at: datetime
     identity: Identity
+
+
+class ImageTag(BaseModel):
+    """One tag of an image name, as the agents that hold it report it."""
+
+    tag: str = Field(description="the tag; the name and tag together are ``ref``")
+    ref: str
+    ids: list[str] = Field(description="the engines' image ids (one, unless agents differ)")
+    digests: list[str] = Field(description="the registry's manifest digests (none: local)")
+    size: int = Field(description="bytes on disk (the largest any agent reports)")
+    agents: list[str] = Field(description="the agents that hold it")
+
+
+class ImageName(BaseModel):
+    name: str
+    tags: list[ImageTag]
+
+
+class Images(BaseModel):
+    last_seq: int
+    images: list[ImageName]
+
+
+class ImagePolicy(BaseModel):
+    """What sessions of a domain may run, and the aliases its requests may name."""
+
+    domain: str
+    images: list[str] | None = Field(
+        description="the allow-list: names (every tag) or name:tag; null: every image"
+    )
+    aliases: dict[str, str] = Field(description="alias -> the image it runs")

@@ -15,8 +15,11 @@ from services.api.models import (
     DomainInfo,
     Event,
     Gpu,
+    ImageName,
+    ImageTag,
     OwnerUsage,
     PolicyInfo,
+    PullProgress,
     Session,
     Share,
     Times,
@@ -31,6 +34,7 @@ __all__ = [
     "amounts",
     "domains_from_rows",
     "event_from_row",
+    "images_from_agents",
     "owners_from_rows",
     "owners_from_state",
     "policy_from_row",
@@ -78,9 +82,15 @@ def session_from_row(r: Row) -> Session:
             admitted=r["admitted_at"],
             scheduled=r["scheduled_at"],
             preparing=r["preparing_at"],
+            pulling=r["pulling_at"],
             running=r["running_at"],
             terminating=r["terminating_at"],
             ended=r["ended_at"],
+        ),
+        pull=(
+            PullProgress(current=r["pulled"], total=r["pull_total"])
+            if r["pulling_at"] is not None
+            else None
         ),
     )
 
@@ -119,6 +129,8 @@ def _session_row(v: SessionView) -> Row:
         waiting=v.waiting,
         invalid=v.invalid,
         correlation_id=v.correlation_id,
+        pulled=v.pulled,
+        pull_total=v.pull_total,
     )
     return row
 
@@ -283,3 +295,44 @@ def policy_from_row(r: Row) -> PolicyInfo:
         total=maybe("total"),
         max_priority=r["max_priority"],
     )
+
+
+def images_from_agents(agents: Iterable[Row]) -> list[ImageName]:
+    """The images of agent rows, by name and tag: which agents hold each, the engines'
+    ids, the registry's digests and the size. An agent that registered before images had
+    details gives its tags alone."""
+    tags: dict[str, dict[str, Any]] = {}
+    for a in agents:
+        details = a.get("image_details") or [
+            {"ref": ref, "id": None, "digest": None, "size": 0} for ref in a["images"] or ()
+        ]
+        for d in details:
+            t = tags.setdefault(d["ref"], {"ids": set(), "digests": set(), "size": 0, "agents": []})
+            t["ids"].update([d["id"]] if d["id"] else [])
+            t["digests"].update([d["digest"]] if d["digest"] else [])
+            t["size"] = max(t["size"], d["size"] or 0)
+            t["agents"].append(a["agent_id"])
+    names: dict[str, list[ImageTag]] = {}
+    for ref in sorted(tags):
+        name, tag = _name_and_tag(ref)
+        t = tags[ref]
+        names.setdefault(name, []).append(
+            ImageTag(
+                tag=tag,
+                ref=ref,
+                ids=sorted(t["ids"]),
+                digests=sorted(t["digests"]),
+                size=t["size"],
+                agents=sorted(t["agents"]),
+            )
+        )
+    return [ImageName(name=n, tags=names[n]) for n in sorted(names)]
+
+
+def _name_and_tag(ref: str) -> tuple[str, str]:
+    """``host:port/path:tag`` -> (``host:port/path``, ``tag``); no tag: ``latest``."""
+    head, _, last = ref.rpartition("/")
+    if ":" not in last:
+        return ref, "latest"
+    path, _, tag = last.partition(":")
+    return (f"{head}/{path}" if head else path), tag

@@ -41,6 +41,7 @@ class AgentFile(BaseModel):
     mem: str | None = None
     runtime: str | None = None
     group: str | None = None
+    registry: str | None = None  # host:port to pull missing images from
     mock_gpus: list[MockGpuConfig] = []
 
 
@@ -79,6 +80,7 @@ def agent_config(
     runtime: str | None,
     config: Path | None,
     group: str | None = None,
+    registry: str | None = None,
 ) -> AgentConfig:
     """The agent's configuration from its file and options. Raises ValueError."""
     f = AgentFile()
@@ -121,7 +123,22 @@ def agent_config(
         mock_gpus=mock,
         runtime_name=runtime or f.runtime or "docker",
         group=group,
+        registry=_registry(registry or f.registry),
     )
+
+
+def _registry(text: str | None) -> str | None:
+    """``host[:port]`` of a registry, as an image reference starts with it (a host with a
+    dot or a port, or ``localhost``, as Docker tells a registry from a path). Raises
+    ValueError for anything else."""
+    if text is None:
+        return None
+    from services.domain.image_ref import image_reference_problem
+
+    looks_like_host = "." in text or ":" in text or text == "localhost"
+    if "/" in text or not looks_like_host or image_reference_problem(f"{text}/x") is not None:
+        raise ValueError(f"--registry must be host[:port], got {text!r}")
+    return text
 
 
 @asynccontextmanager

@@ -54,6 +54,13 @@ ConfigOpt = Annotated[Path | None, typer.Option(help="Agent configuration file (
 GroupOpt = Annotated[
     str | None, typer.Option(help="The resource group it serves (default: default).")
 ]
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="host:port of a registry to pull missing images from (only images named "
+        "HOST:PORT/...; default: pull nothing)."
+    ),
+]
 ShimOpt = Annotated[
     str | None,
     typer.Option(help="Directory of the built shim (libcuda.so.1); default: gpu_shim/build/lib."),
@@ -82,6 +89,7 @@ class AgentOptions:
     shim_dir: ShimOpt = None
     no_shim: NoShimOpt = False
     regions_dir: RegionsOpt = None
+    registry: RegistryOpt = None
 
     def setup(self) -> "tuple[AgentConfig, SliceRegions | None]":
         """The agent's configuration and regions; a clear error if an option is bad."""
@@ -90,7 +98,7 @@ class AgentOptions:
         try:
             cfg = agent_config(
                 self.agent_id, self.mock_gpus, self.gpu_mem, self.fgpu_per_gpu,
-                self.cpu, self.mem, self.runtime, self.config, self.group,
+                self.cpu, self.mem, self.runtime, self.config, self.group, self.registry,
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))

@@ -16,6 +16,7 @@ from services.cli import (
     daemon_cmd,
     events_cmd,
     group_cmd,
+    images_cmd,
     session_cmd,
     tenancy_cmd,
 )
@@ -88,4 +89,5 @@ app.add_typer(audit_cmd.app, name="audit")
 admin_cmd.register(app)
 group_cmd.register()
 tenancy_cmd.register(app)
+images_cmd.register(app)
 daemon_cmd.register(app)

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "agents_table",
     "event_line",
+    "images_table",
     "session_lines",
     "sessions_table",
     "shares_table",
@@ -24,6 +25,7 @@ Json = Mapping[str, Any]
 _STYLE = {
     "RUNNING": "green",
     "PENDING": "yellow",
+    "PULLING": "cyan",
     "REJECTED": "red",
     "ERROR": "red",
     "TERMINATED": "dim",
@@ -59,8 +61,24 @@ def _table(title: str, *columns: str) -> "Table":
     return t
 
 
+def _pull_note(s: Json) -> str | None:
+    """How far a PULLING session's image has come: ``pulling 3M/10M (30%)``."""
+    pull = s.get("pull")
+    if s["status"] != "PULLING" or not pull:
+        return None
+    if not pull["total"]:
+        return f"pulling {mem(pull['current'])}"
+    share = 100 * pull["current"] // pull["total"]
+    return f"pulling {mem(pull['current'])}/{mem(pull['total'])} ({share}%)"
+
+
 def _note(s: Json) -> str:
-    note: str = s.get("reason") or (s.get("waiting") if s["status"] == "PENDING" else None) or ""
+    note: str = (
+        s.get("reason")
+        or (s.get("waiting") if s["status"] == "PENDING" else None)
+        or _pull_note(s)
+        or ""
+    )
     if s.get("exit_code") is not None:
         note = f"exit {s['exit_code']}" + (f"; {note}" if note else "")
     return _e(note)
@@ -121,6 +139,22 @@ def agents_table(agents: Iterable[Json], title: str = "agents") -> "Table":
             f"{mem(alloc['mem'])}/{mem(cap['mem'])}",
             gpus,
         )
+    return t
+
+
+def images_table(images: Iterable[Json]) -> "Table":
+    """Each tag of each image name: its id and digest (shortened), size and agents."""
+    t = _table("images", "NAME", "TAG", "IMAGE ID", "DIGEST", "SIZE", "AGENTS")
+    for image in images:
+        for tag in image["tags"]:
+            t.add_row(
+                _e(image["name"]),
+                _e(tag["tag"]),
+                " ".join(i.removeprefix("sha256:")[:12] for i in tag["ids"]),
+                " ".join(d.removeprefix("sha256:")[:12] for d in tag["digests"]),
+                mem(tag["size"]),
+                _e(", ".join(tag["agents"])),
+            )
     return t
 
 

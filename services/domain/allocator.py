@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from events import DevicePlacement, Slots
+from services.domain.images import obtainable
 from services.domain.resources import fits, format_slots
 from services.domain.state import AgentView, ClusterState, GpuView
 
@@ -94,8 +95,9 @@ def device_options(a: AgentView, need: int, gpu_models: tuple[str, ...] = ()) ->
 
 def usable(a: AgentView, slots: Slots, image: str, unheard: AbstractSet[str]) -> bool:
     """Whether ``a`` may take a session of ``slots`` and ``image`` now, devices aside: alive,
-    heard from, holding the image, with the CPU, memory and fGPU free in all."""
-    return not a.lost and a.agent_id not in unheard and image in a.images and fits(slots, a.free)
+    heard from, holding the image or able to pull it from its registry
+    (``services.domain.images``), with the CPU, memory and fGPU free in all."""
+    return not a.lost and a.agent_id not in unheard and obtainable(a, image) and fits(slots, a.free)
 
 
 def place(
@@ -184,10 +186,11 @@ def never_fits(
     ]
     if not known:
         return None
-    with_image = [a for a in known if image in a.images]
+    with_image = [a for a in known if obtainable(a, image)]
     if not with_image:
         where = "any agent" if group is None else f"any agent of resource group {group}"
-        return Refusal("unknown-image", f"image {image!r} is not available on {where}")
+        why = f"image {image!r} is not available on {where}, nor from its registry"
+        return Refusal("unknown-image", why)
     for a in with_image:
         devices = (
             sum(1 for g in a.gpus.values() if allowed(g, gpu_models)) if gpu_models else len(a.gpus)

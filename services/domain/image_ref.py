@@ -9,7 +9,7 @@ through is never rejected later as invalid.
 
 import re
 
-__all__ = ["MAX_NAME", "image_reference_problem"]
+__all__ = ["MAX_NAME", "image_reference_problem", "split_reference"]
 
 MAX_NAME = 255  # characters of the name (registry and path), as Docker allows
 
@@ -39,3 +39,12 @@ def image_reference_problem(text: str) -> str | None:
     if len(m.group("name")) > MAX_NAME:
         return f"image name is longer than {MAX_NAME} characters"
     return None
+
+
+def split_reference(text: str) -> tuple[str, str | None, str | None]:
+    """``text``'s name, tag and digest (None where it has none). Raises ValueError if it
+    is no reference (``image_reference_problem`` says why)."""
+    m = _REFERENCE.fullmatch(text)
+    if m is None:
+        raise ValueError(f"image {text!r} is not a reference")
+    return m.group("name"), m.group("tag"), m.group("digest")

@@ -22,6 +22,7 @@ from events import (
     AdminRequested,
     AgentFenced,
     AgentHeard,
+    AgentImagesReported,
     AgentLost,
     AgentRegistered,
     AnyEvent,
@@ -45,6 +46,7 @@ from events import (
     SessionExecStarted,
     SessionLost,
     SessionPreparing,
+    SessionPulling,
     SessionQueued,
     SessionRejected,
     SessionRequested,
@@ -224,6 +226,8 @@ def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
     v = s.sessions.get(e.session_id)
     if v is None or v.status is not S.REQUESTED:
         return
+    if e.image is not None:
+        v.image = e.image  # an alias, resolved: what the scheduler and the agent go by
     _transition(s, v, S.PENDING, seq, e)
     s.undecided.pop(v.session_id, None)
     s.queue[v.session_id] = None
@@ -275,7 +279,7 @@ def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
 
 def _terminating(s: ClusterState, seq: int, e: SessionTerminating) -> None:
     v = s.sessions.get(e.session_id)
-    if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.RUNNING):
+    if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.PULLING, S.RUNNING):
         return
     v.reason = e.reason
     _transition(s, v, S.TERMINATING, seq, e)
@@ -288,9 +292,21 @@ def _preparing(s: ClusterState, seq: int, e: SessionPreparing) -> None:
     _transition(s, v, S.PREPARING, seq, e)
 
 
+def _pulling(s: ClusterState, seq: int, e: SessionPulling) -> None:
+    """The first report makes the session PULLING; later ones only say how far it got."""
+    v = _reported(s, e.session_id, e.agent_id)
+    if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.PULLING):
+        return
+    v.pulled, v.pull_total = e.current, e.total
+    if v.status is S.PULLING:
+        s.changed[v.session_id] = None
+    else:
+        _transition(s, v, S.PULLING, seq, e)
+
+
 def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
     v = _reported(s, e.session_id, e.agent_id)
-    if v is None or v.status not in (S.SCHEDULED, S.PREPARING):
+    if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.PULLING):
         return
     v.container_id = e.container_id
     v.active_at = e.at
@@ -377,6 +393,14 @@ def _registered(s: ClusterState, seq: int, e: AgentRegistered) -> None:
     s.agents[e.agent_id].registered_seq = seq
 
 
+def _images_reported(s: ClusterState, seq: int, e: AgentImagesReported) -> None:
+    a = s.agents.get(e.agent_id)
+    if a is not None:
+        a.images = frozenset(i.ref for i in e.images)
+        a.image_details = e.images
+        s.changed_agents[a.agent_id] = None
+
+
 def _agent_lost(s: ClusterState, seq: int, e: AgentLost) -> None:
     a = s.agents.get(e.agent_id)
     if a is not None and not a.lost:
@@ -432,6 +456,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     SessionScheduled: _scheduled,
     SessionTerminating: _terminating,
     SessionPreparing: _preparing,
+    SessionPulling: _pulling,
     SessionRunning: _running,
     SessionTerminated: _terminated,
     SessionErrored: _errored,
@@ -451,6 +476,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     SessionLost: _errored,
     AgentFenced: _nothing,
     AgentHeard: _agent_heard,
+    AgentImagesReported: _images_reported,
     AccessGranted: _nothing,
     AccessRefused: _nothing,
     AccessSuppressed: _nothing,
@@ -569,6 +595,8 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
         images=frozenset(e.images),
         runtime=e.runtime,
         group=e.group,
+        image_details=e.image_details,
+        registry=e.registry,
     )
     if old is not None:
         a.allocated = old.allocated

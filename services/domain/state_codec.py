@@ -22,6 +22,7 @@ import msgspec
 from events import (
     AdminRequested,
     GroupSettings,
+    ImageInfo,
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
@@ -56,7 +57,10 @@ __all__ = [
 
 # The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
 # it, and every actor snapshot of another version is ignored (full replay).
-FOLD_VERSION = 3  # 2: the workload forecast, the latest placement; 3: resource groups
+# 2: the workload forecast and the latest placement (placement policies); 3: resource
+# groups; 4: agents' image details and registry, sessions' pull progress, domains' image
+# allow-lists and aliases
+FOLD_VERSION = 4
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -73,6 +77,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     registered_seq: int = 0
     heard_seq: int = 0
     group: str = "default"
+    image_details: list[ImageInfo] = []
+    registry: str | None = None
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -90,6 +96,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             registered_seq=a.registered_seq,
             heard_seq=a.heard_seq,
             group=a.group,
+            image_details=list(a.image_details),
+            registry=a.registry,
         )
 
     def view(self) -> AgentView:
@@ -107,6 +115,8 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             registered_seq=self.registered_seq,
             heard_seq=self.heard_seq,
             group=self.group,
+            image_details=tuple(self.image_details),
+            registry=self.registry,
         )
 
 
@@ -116,6 +126,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     keypairs: list[Keypair]
     policies: list[tuple[PolicyLevel, str, ResourcePolicy]]
     groups: list[tuple[str, GroupSettings]] = []
+    images: list[tuple[str, list[str]]] = []  # domain -> its allow-list
+    aliases: list[tuple[str, list[tuple[str, str]]]] = []  # domain -> alias, image
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -127,6 +139,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
                 (level, target, t.policies[level, target]) for level, target in sorted(t.policies)
             ],
             groups=sorted(t.groups.items()),
+            images=[(d, list(t.images[d])) for d in sorted(t.images)],
+            aliases=[(d, sorted(t.aliases[d].items())) for d in sorted(t.aliases)],
         )
 
     def view(self) -> Tenancy:
@@ -136,6 +150,8 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             keypairs={k.access_key: k for k in self.keypairs},
             policies={(level, target): p for level, target, p in self.policies},
             groups=dict(self.groups),
+            images={d: tuple(names) for d, names in self.images},
+            aliases={d: dict(pairs) for d, pairs in self.aliases},
         )
 
 

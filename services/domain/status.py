@@ -10,6 +10,7 @@ class SessionStatus(StrEnum):
     PENDING = "PENDING"  # admitted, waiting in the queue, holding no device
     SCHEDULED = "SCHEDULED"  # placed on an agent, which has not started it yet
     PREPARING = "PREPARING"
+    PULLING = "PULLING"  # its agent pulls its image from a registry (between the two)
     RUNNING = "RUNNING"
     TERMINATING = "TERMINATING"
     TERMINATED = "TERMINATED"
@@ -32,6 +33,7 @@ HOLDS_ALLOCATION = frozenset(
     {
         SessionStatus.SCHEDULED,
         SessionStatus.PREPARING,
+        SessionStatus.PULLING,
         SessionStatus.RUNNING,
         SessionStatus.TERMINATING,
     }
@@ -44,6 +46,7 @@ MOMENT: dict[SessionStatus, str] = {
     SessionStatus.PENDING: "admitted",
     SessionStatus.SCHEDULED: "scheduled",
     SessionStatus.PREPARING: "preparing",
+    SessionStatus.PULLING: "pulling",
     SessionStatus.RUNNING: "running",
     SessionStatus.TERMINATING: "terminating",
     **dict.fromkeys(ENDED, "ended"),

@@ -29,7 +29,11 @@ def _ledger(e: ev.Event) -> str:
 
 
 def _agent_session(
-    e: ev.SessionPreparing | ev.SessionRunning | ev.SessionTerminated | ev.SessionErrored,
+    e: ev.SessionPreparing
+    | ev.SessionPulling
+    | ev.SessionRunning
+    | ev.SessionTerminated
+    | ev.SessionErrored,
 ) -> str:
     return subj.agent_session(e.agent_id, e.session_id)
 
@@ -63,6 +67,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.DestroyRejected, _ledger),
         _rule(ev.AgentLost, _ledger),
         _rule(ev.SessionPreparing, _agent_session),
+        _rule(ev.SessionPulling, _agent_session),
         _rule(ev.SessionRunning, _agent_session),
         _rule(ev.SessionTerminated, _agent_session),
         _rule(ev.SessionErrored, _agent_session),
@@ -77,6 +82,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.SessionUnplaced, _ledger),
         _rule(ev.SessionLost, _ledger),
         _rule(ev.AgentFenced, lambda e: subj.agent(e.agent_id)),
+        _rule(ev.AgentImagesReported, lambda e: subj.agent(e.agent_id)),
         _rule(ev.AgentHeard, _ledger),
         _rule(ev.AccessGranted, lambda e: subj.access(e.via)),
         _rule(ev.AccessRefused, lambda e: subj.access(e.via)),

@@ -29,12 +29,15 @@ from events import (
     ResourcePolicy,
     RevokeKeypair,
     Role,
+    SetImageAlias,
+    SetImages,
     SetPolicy,
     SetRole,
     UpdateGroup,
 )
 from events import subjects as subj
 from services.domain.groups import invalid_group_command
+from services.domain.image_ref import image_reference_problem
 
 __all__ = [
     "DEFAULT",
@@ -96,6 +99,10 @@ class Tenancy:
     keypairs: dict[str, Keypair] = field(default_factory=dict)
     policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
     groups: dict[str, GroupSettings] = field(default_factory=dict)  # resource groups
+    # Per domain: the images its sessions may run (absent: every image), and its aliases
+    # (a name a request may use -> the image it runs). Rules: services.domain.images.
+    images: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    aliases: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def on(self) -> bool:
@@ -167,14 +174,25 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             t.groups[g] = c.settings
         case RemoveGroup(group=g):
             t.groups.pop(g, None)
+        case SetImages(domain=d, images=None):
+            t.images.pop(d, None)
+        case SetImages(domain=d, images=names) if names is not None:
+            t.images[d] = names
+        case SetImageAlias(domain=d, alias=alias, image=None) if d in t.aliases:
+            t.aliases[d].pop(alias, None)
+            if not t.aliases[d]:  # a domain without aliases has no entry (snapshots alike)
+                del t.aliases[d]
+        case SetImageAlias(domain=d, alias=alias, image=image) if image is not None:
+            t.aliases.setdefault(d, {})[alias] = image
 
 
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     """Why ``requester`` (an access key) may not have ``c`` applied now; None if it may.
 
     Roles: a superadmin may do anything; a domain admin manage its own domain's projects,
-    users (not superadmins), their keypairs and the keypair, user and project policies in
-    it; a user create and revoke its own keypairs. Services administer nothing.
+    users (not superadmins), their keypairs, the keypair, user and project policies in it,
+    and its image allow-list and aliases; a user create and revoke its own keypairs.
+    Services administer nothing.
     """
     who = t.user_of(requester)
     if who is None:
@@ -238,6 +256,8 @@ def _domain_of(t: Tenancy, c: AdminCommand) -> str | None:
             return t.users[owner].domain if owner in t.users else None
         case SetPolicy(level=level, target=target):
             return _policy_domain(t, level, target)
+        case SetImages(domain=d) | SetImageAlias(domain=d):
+            return d
         case _:
             return None
 
@@ -313,10 +333,28 @@ def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
         case SetPolicy(level=level, target=target, policy=policy):
             return _invalid_policy(t, level, target, policy)
         case CreateGroup() | UpdateGroup() | RemoveGroup():
-            problem = invalid_group_command(t.groups, t.domains, c)
-            if problem is not None:
-                conflict, reason = problem
+            wrong = invalid_group_command(t.groups, t.domains, c)
+            if wrong is not None:
+                conflict, reason = wrong
                 return taken(reason) if conflict else bad(reason)
+        case SetImages(domain=d, images=names):
+            if d not in t.domains:
+                return bad(f"no domain {d}")
+            for entry in names or ():
+                problem = image_reference_problem(entry)
+                if problem is not None:
+                    return bad(problem)
+        case SetImageAlias(domain=d, alias=alias, image=image):
+            if d not in t.domains:
+                return bad(f"no domain {d}")
+            for ref in (alias, image):
+                problem = None if ref is None else image_reference_problem(ref)
+                if problem is not None:
+                    return bad(problem)
+            if image == alias:
+                return bad(f"alias {alias} would name itself")
+            if image is None and alias not in t.aliases.get(d, {}):
+                return bad(f"no alias {alias} in domain {d}")
     return None
 
 

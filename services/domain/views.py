@@ -12,6 +12,7 @@ from events import (
     AdminRequested,
     DevicePlacement,
     GpuInfo,
+    ImageInfo,
     PolicySet,
     SessionDestroyRequested,
     SessionType,
@@ -79,6 +80,9 @@ class SessionView:
     active_at: datetime | None = None
     launches: dict[int, int] = field(default_factory=dict)  # per device, the latest total
     cpu_ns: int = 0  # the latest total reported
+    # While PULLING: bytes of its image pulled so far, of how many (0: not known yet).
+    pulled: int = 0
+    pull_total: int = 0
 
 
 class _Shares:
@@ -140,6 +144,8 @@ class AgentView:
     registered_seq: int = 0  # the log sequence of its latest registration
     heard_seq: int = 0  # of the latest agent.heard a scheduler wrote of it
     group: str = "default"  # the resource group it serves
+    image_details: tuple[ImageInfo, ...] = ()  # ``images`` with ids, digests, sizes
+    registry: str | None = None  # where it pulls the images it lacks (None: nowhere)
 
     @property
     def free(self) -> Slots:

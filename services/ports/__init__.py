@@ -30,6 +30,7 @@ from services.ports.containers import (
     ContainerRuntime,
     ExecChannel,
     ExecResult,
+    PullProgress,
 )
 from services.ports.errors import (
     AgentUnreachable,
@@ -95,6 +96,7 @@ __all__ = [
     "OomRefusal",
     "OutputStore",
     "Pipe",
+    "PullProgress",
     "RequestFailed",
     "RetainingLog",
     "Retention",

@@ -1,14 +1,25 @@
 """The container engine, as the agent uses it."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 import msgspec
 
+from events import ImageInfo
 from services.domain.container_spec import ContainerSpec
 
-__all__ = ["EXEC_OUTPUT_KEPT", "ContainerInfo", "ContainerRuntime", "ExecChannel", "ExecResult"]
+__all__ = [
+    "EXEC_OUTPUT_KEPT",
+    "ContainerInfo",
+    "ContainerRuntime",
+    "ExecChannel",
+    "ExecResult",
+    "PullProgress",
+]
+
+# Told, while an image is pulled, the bytes come so far and of how many (0: not known yet).
+PullProgress = Callable[[int, int], Awaitable[None]]
 
 EXEC_OUTPUT_KEPT = 256 << 10  # bytes of each stream an exec keeps, unless told otherwise
 
@@ -63,6 +74,21 @@ class ContainerRuntime(Protocol):
 
     async def images(self) -> list[str]:
         """Tags of the images present locally."""
+        ...
+
+    async def image_details(self) -> list[ImageInfo]:
+        """Each tag of the images present locally, with the image's id, the registry's
+        digest for it (None if it never came from or went to a registry) and its size."""
+        ...
+
+    async def pull(self, image: str, progress: PullProgress) -> None:
+        """Pull ``image`` from the registry its reference names, telling ``progress`` how
+        far it got as it goes (not after every byte: as the engine reports).
+
+        Raises ImageNotFound if the registry has no such image, ContainerError if the
+        pull failed otherwise (no such registry, refused), RuntimeUnavailable if the
+        engine does not answer.
+        """
         ...
 
     async def run(self, spec: ContainerSpec) -> ContainerInfo:

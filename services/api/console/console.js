@@ -3,8 +3,8 @@
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
-const STATUSES = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING",
-  "TERMINATED", "CANCELLED", "ERROR", "REJECTED"];
+const STATUSES = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING",
+  "TERMINATING", "TERMINATED", "CANCELLED", "ERROR", "REJECTED"];
 const ENDED = new Set(["TERMINATED", "CANCELLED", "ERROR", "REJECTED"]);
 const PAGE = 200;
 const ENVELOPE = new Set(["type", "id", "at", "actor", "causation_id", "correlation_id"]);
@@ -357,7 +357,7 @@ const CATALOGUE = [
   "session.unplaced.v1", "session.lost.v1", "agent.fenced.v1", "agent.heard.v1",
   "log.archived.v1", "session.exec-started.v1", "session.exec-finished.v1",
   "session.cpu-sampled.v1", "session.channel-opened.v1", "session.channel-closed.v1",
-  "malformed",
+  "session.pulling.v1", "agent.images-reported.v1", "malformed",
 ];
 
 // ---- wiring -----------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""``fgpu images ls``: the images the agents hold; ``fgpu admin images ...``: what each
+domain may run (an allow-list) and the aliases its requests may name.
+
+A change is an admin request the registrar applies or refuses (its domain's admins and
+superadmins may; docs/images.md), said as every ``fgpu admin`` change is.
+"""
+
+from typing import Annotated
+
+import typer
+
+from services.cli.options import Settings, api_errors, out, print_json
+from services.cli.render import images_table
+from services.cli.tenancy_cmd import admin_app, ask
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(help="Images on the agents, by name and tag.", no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Which images a domain may run, and its aliases (its admins, superadmins).",
+    no_args_is_help=True,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
+
+
+def _get(ctx: typer.Context, path: str) -> object:
+    settings: Settings = ctx.obj
+    with api_errors():
+        return settings.read_api().get(path)
+
+
+def _said(answer: dict[str, object], text: str, as_json: bool) -> None:
+    if as_json:
+        print_json(answer)
+    else:
+        out().print(text, highlight=False)
+
+
+@app.command("ls")
+def images_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Each image name with its tags, ids, digests, size and the agents that hold it."""
+    page = _get(ctx, "/v1/images")
+    assert isinstance(page, dict)
+    if as_json:
+        print_json(page["images"])
+    else:
+        out().print(images_table(page["images"]))
+
+
+@policy_app.command("allow")
+def images_allow(
+    ctx: typer.Context,
+    domain: str,
+    images: Annotated[list[str], typer.Argument(help="NAME (every tag) or NAME:TAG.")],
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Let sessions of DOMAIN run only these images (replaces its allow-list)."""
+    from events import SetImages
+
+    answer = ask(ctx, SetImages(domain=domain, images=tuple(images)), timeout)
+    _said(answer, f"domain {domain} may run {', '.join(images)}", as_json)
+
+
+@policy_app.command("allow-all")
+def images_allow_all(
+    ctx: typer.Context, domain: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
+) -> None:
+    """Drop DOMAIN's allow-list: its sessions may run any image again."""
+    from events import SetImages
+
+    answer = ask(ctx, SetImages(domain=domain, images=None), timeout)
+    _said(answer, f"domain {domain} may run any image", as_json)
+
+
+@policy_app.command("alias")
+def images_alias(
+    ctx: typer.Context,
+    domain: str,
+    alias: str,
+    image: str,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """In DOMAIN, a request for ALIAS runs IMAGE (python -> fgpu/python:3.11)."""
+    from events import SetImageAlias
+
+    answer = ask(ctx, SetImageAlias(domain=domain, alias=alias, image=image), timeout)
+    _said(answer, f"in domain {domain}, {alias} runs {image}", as_json)
+
+
+@policy_app.command("unalias")
+def images_unalias(
+    ctx: typer.Context,
+    domain: str,
+    alias: str,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove an alias of DOMAIN."""
+    from events import SetImageAlias
+
+    answer = ask(ctx, SetImageAlias(domain=domain, alias=alias), timeout)
+    _said(answer, f"alias {alias} of domain {domain} removed", as_json)
+
+
+@policy_app.command("ls")
+def images_policies(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Each domain's allow-list and aliases (superadmins: every domain; else one's own)."""
+    found = _get(ctx, "/v1/image-policies")
+    assert isinstance(found, list)
+    if as_json:
+        print_json(found)
+        return
+    for p in found:
+        allowed = "any image" if p["images"] is None else ", ".join(p["images"]) or "no image"
+        aliases = ", ".join(f"{a} -> {i}" for a, i in p["aliases"].items())
+        out().print(
+            f"{p['domain']}: {allowed}" + (f"; aliases {aliases}" if aliases else ""),
+            highlight=False,
+        )
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="images")
+    admin_app.add_typer(policy_app, name="images")
