@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from services.cli.options import Settings, api_errors, fail, out, print_json
-from services.cli.tenancy_cmd import admin_app, ask
+from services.cli.tenancy_cmd import admin_app, ask, said
 
 if TYPE_CHECKING:
     from events import GroupSettings
@@ -111,13 +111,6 @@ def _make(fields: dict[str, Any]) -> "GroupSettings":
         fail(f"bad group settings: {e}")
 
 
-def _done(answer: dict[str, Any], text: str, as_json: bool) -> None:
-    if as_json:
-        print_json(answer)
-    else:
-        out().print(text, highlight=False)
-
-
 @group_app.command("create")
 def group_create(
     ctx: typer.Context,
@@ -142,7 +135,7 @@ def group_create(
     times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
     settings = _make(_given(queue, policy, times, project))
     answer = ask(ctx, CreateGroup(group=group, settings=settings), timeout)
-    _done(answer, f"resource group {group} created", as_json)
+    said(answer, f"resource group {group} created", as_json)
 
 
 @group_app.command("update")
@@ -173,7 +166,7 @@ def group_update(
             fail(f"--clear takes {', '.join(_CLEARABLE)}; not {name!r}")
         fields.pop(_CLEARABLE[name], None)
     answer = ask(ctx, UpdateGroup(group=group, settings=_make(fields)), timeout)
-    _done(answer, f"resource group {group} updated", as_json)
+    said(answer, f"resource group {group} updated", as_json)
 
 
 @group_app.command("rm")
@@ -186,7 +179,7 @@ def group_rm(
     from events import RemoveGroup
 
     answer = ask(ctx, RemoveGroup(group=group), timeout)
-    _done(answer, f"resource group {group} removed", as_json)
+    said(answer, f"resource group {group} removed", as_json)
 
 
 @group_app.command("ls")

@@ -11,7 +11,7 @@ import typer
 
 from services.cli.options import Settings, api_errors, out, print_json
 from services.cli.render import images_table
-from services.cli.tenancy_cmd import admin_app, ask
+from services.cli.tenancy_cmd import admin_app, ask, said
 
 __all__ = ["app", "register"]
 
@@ -29,13 +29,6 @@ def _get(ctx: typer.Context, path: str) -> object:
     settings: Settings = ctx.obj
     with api_errors():
         return settings.read_api().get(path)
-
-
-def _said(answer: dict[str, object], text: str, as_json: bool) -> None:
-    if as_json:
-        print_json(answer)
-    else:
-        out().print(text, highlight=False)
 
 
 @app.command("ls")
@@ -61,7 +54,7 @@ def images_allow(
     from events import SetImages
 
     answer = ask(ctx, SetImages(domain=domain, images=tuple(images)), timeout)
-    _said(answer, f"domain {domain} may run {', '.join(images)}", as_json)
+    said(answer, f"domain {domain} may run {', '.join(images)}", as_json)
 
 
 @policy_app.command("allow-all")
@@ -72,7 +65,7 @@ def images_allow_all(
     from events import SetImages
 
     answer = ask(ctx, SetImages(domain=domain, images=None), timeout)
-    _said(answer, f"domain {domain} may run any image", as_json)
+    said(answer, f"domain {domain} may run any image", as_json)
 
 
 @policy_app.command("alias")
@@ -88,7 +81,7 @@ def images_alias(
     from events import SetImageAlias
 
     answer = ask(ctx, SetImageAlias(domain=domain, alias=alias, image=image), timeout)
-    _said(answer, f"in domain {domain}, {alias} runs {image}", as_json)
+    said(answer, f"in domain {domain}, {alias} runs {image}", as_json)
 
 
 @policy_app.command("unalias")
@@ -103,7 +96,7 @@ def images_unalias(
     from events import SetImageAlias
 
     answer = ask(ctx, SetImageAlias(domain=domain, alias=alias), timeout)
-    _said(answer, f"alias {alias} of domain {domain} removed", as_json)
+    said(answer, f"alias {alias} of domain {domain} removed", as_json)
 
 
 @policy_app.command("ls")

@@ -80,7 +80,8 @@ def ask(ctx: typer.Context, command: "AdminCommand", timeout: float) -> dict[str
     return answer
 
 
-def _done(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> None:
+def said(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> None:
+    """An applied change: its answer as JSON, else ``text``."""
     if as_json:
         print_json({**answer, **extra})
     else:
@@ -109,7 +110,7 @@ def domain_create(
     """Create a domain (superadmins)."""
     from events import CreateDomain
 
-    _done(ask(ctx, CreateDomain(domain=domain), timeout), f"domain {domain} created", as_json)
+    said(ask(ctx, CreateDomain(domain=domain), timeout), f"domain {domain} created", as_json)
 
 
 @domain_app.command("ls")
@@ -135,7 +136,7 @@ def project_create(
 
     domain, name = _split(project)
     answer = ask(ctx, CreateProject(domain=domain, project=name), timeout)
-    _done(answer, f"project {project} created", as_json)
+    said(answer, f"project {project} created", as_json)
 
 
 @project_app.command("rm")
@@ -150,7 +151,7 @@ def project_rm(
 
     domain, name = _split(project)
     answer = ask(ctx, RemoveProject(domain=domain, project=name), timeout)
-    _done(answer, f"project {project} removed", as_json)
+    said(answer, f"project {project} removed", as_json)
 
 
 # ---- users ------------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def user_create(
         projects=tuple(project or ()),
         default_project=default_project,
     )
-    _done(ask(ctx, command, timeout), f"user {user} created", as_json)
+    said(ask(ctx, command, timeout), f"user {user} created", as_json)
 
 
 @user_app.command("rm")
@@ -189,7 +190,7 @@ def user_rm(
     """Remove a user: its keypairs are revoked; its sessions run on."""
     from events import RemoveUser
 
-    _done(ask(ctx, RemoveUser(user=user), timeout), f"user {user} removed", as_json)
+    said(ask(ctx, RemoveUser(user=user), timeout), f"user {user} removed", as_json)
 
 
 @user_app.command("set-role")
@@ -199,7 +200,7 @@ def user_set_role(
     """Give a user another role."""
     from events import SetRole
 
-    _done(ask(ctx, SetRole(user=user, role=_role(role)), timeout), f"{user} is {role}", as_json)
+    said(ask(ctx, SetRole(user=user, role=_role(role)), timeout), f"{user} is {role}", as_json)
 
 
 @user_app.command("join")
@@ -214,7 +215,7 @@ def user_join(
     from events import AddMember
 
     answer = ask(ctx, AddMember(user=user, project=project), timeout)
-    _done(answer, f"{user} joined {project}", as_json)
+    said(answer, f"{user} joined {project}", as_json)
 
 
 @user_app.command("leave")
@@ -229,7 +230,7 @@ def user_leave(
     from events import RemoveMember
 
     answer = ask(ctx, RemoveMember(user=user, project=project), timeout)
-    _done(answer, f"{user} left {project}", as_json)
+    said(answer, f"{user} left {project}", as_json)
 
 
 @user_app.command("ls")
@@ -292,7 +293,7 @@ def keypair_revoke(
     from events import RevokeKeypair
 
     answer = ask(ctx, RevokeKeypair(access_key=access_key), timeout)
-    _done(answer, f"keypair {access_key} revoked", as_json)
+    said(answer, f"keypair {access_key} revoked", as_json)
 
 
 @keypair_app.command("ls")
@@ -359,7 +360,7 @@ def policy_set(
         max_priority,
     )
     answer = ask(ctx, SetPolicy(level=level, target=target, policy=policy), timeout)
-    _done(answer, f"policy of {level} {target} set", as_json)
+    said(answer, f"policy of {level} {target} set", as_json)
 
 
 def _policy(
