@@ -54,9 +54,21 @@ from events.tenancy import (
 )
 from events.union import AnyEvent
 from events.usage import GpuOomRefused, GpuUsageSampled
+from events.vfolder import (
+    Access,
+    CreateVfolder,
+    PurgeVfolders,
+    RemoveVfolder,
+    ShareVfolder,
+    UnshareVfolder,
+    VfolderCommand,
+    VfolderMount,
+    VfolderScanned,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Access",
     "AccessGranted",
     "AccessRefused",
     "AccessSuppressed",
@@ -75,6 +87,7 @@ __all__ = [
     "CreateProject",
     "CreateServiceKey",
     "CreateUser",
+    "CreateVfolder",
     "DestroyRejected",
     "DevicePlacement",
     "Door",
@@ -87,11 +100,13 @@ __all__ = [
     "PayloadRejected",
     "PolicyLevel",
     "PolicySet",
+    "PurgeVfolders",
     "RawBatch",
     "Record",
     "RemoveMember",
     "RemoveProject",
     "RemoveUser",
+    "RemoveVfolder",
     "ResourcePolicy",
     "RevokeKeypair",
     "Role",
@@ -113,7 +128,12 @@ __all__ = [
     "SessionUnplaced",
     "SetPolicy",
     "SetRole",
+    "ShareVfolder",
     "Slots",
+    "UnshareVfolder",
+    "VfolderCommand",
+    "VfolderMount",
+    "VfolderScanned",
     "decode",
     "encode",
     "json_schema",

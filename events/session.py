@@ -7,6 +7,7 @@ import msgspec
 
 from events.base import Event
 from events.slots import Slots
+from events.vfolder import VfolderMount
 
 __all__ = [
     "DestroyRejected",
@@ -39,6 +40,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     ``GpuInfo.model``); empty, as in every request from before the field, means any.
     ``cpu_only``: the session asks for no GPU at all and ``slots.fgpu`` must be 0; without
     it fGPU must be more than zero, so a forgotten amount is never taken for a CPU session.
+    ``mounts``: virtual folders mounted at ``/home/work/<name>``, checked at admission
+    (none in every request from before the field).
     """
 
     session_id: str
@@ -51,6 +54,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     project: str | None = None
     gpu_models: tuple[str, ...] = ()
     cpu_only: bool = False
+    mounts: tuple[VfolderMount, ...] = ()
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

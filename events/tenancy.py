@@ -15,6 +15,13 @@ import msgspec
 
 from events.base import Event
 from events.slots import Slots
+from events.vfolder import (
+    CreateVfolder,
+    PurgeVfolders,
+    RemoveVfolder,
+    ShareVfolder,
+    UnshareVfolder,
+)
 
 __all__ = [
     "AddMember",
@@ -163,6 +170,11 @@ AdminCommand = (
     | CreateServiceKey
     | RevokeKeypair
     | SetPolicy
+    | CreateVfolder
+    | ShareVfolder
+    | UnshareVfolder
+    | RemoveVfolder
+    | PurgeVfolders
 )
 
 

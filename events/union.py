@@ -29,6 +29,7 @@ from events.session import (
 from events.session_exec import SessionExecFinished, SessionExecStarted
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled
+from events.vfolder import VfolderScanned
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
 
@@ -65,6 +66,7 @@ AnyEvent = (
     | LogArchived
     | SessionExecStarted
     | SessionExecFinished
+    | VfolderScanned
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -15,6 +15,7 @@ from events import (
     SessionDestroyRequested,
     SessionRequested,
     Slots,
+    VfolderMount,
 )
 from events import subjects as subj
 from services.domain.provenance import Provenance, new_id, stamp
@@ -48,10 +49,11 @@ class Client:
         project: str | None = None,
         gpu_models: Iterable[str] = (),
         cpu_only: bool = False,
+        mounts: Iterable[VfolderMount] = (),
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
-        GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``); their ids,
-        in order. They share a correlation id."""
+        GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), with the
+        virtual folders ``mounts``; their ids, in order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -70,6 +72,7 @@ class Client:
                 project=project,
                 gpu_models=tuple(gpu_models),
                 cpu_only=cpu_only,
+                mounts=tuple(mounts),
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:

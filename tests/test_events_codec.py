@@ -59,6 +59,7 @@ from events import (
     SessionUnplaced,
     SetPolicy,
     Slots,
+    VfolderScanned,
     decode,
     encode,
     json_schema,
@@ -370,6 +371,15 @@ DECODED_V1: dict[str, AnyEvent] = {
             error="timed out after 60 s: it may still run in the container",
             stdout_bytes=1 << 20,
             stderr_bytes=12,
+            **ENVELOPE,
+        ),
+        VfolderScanned(
+            id="e-vfolder-scanned",
+            actor="storage:local",
+            host="local",
+            vfolder_id="vf-0123456789abcdef",
+            bytes=5 << 30,
+            files=42,
             **ENVELOPE,
         ),
     ]

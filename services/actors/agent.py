@@ -51,11 +51,13 @@ from services.domain.container_spec import (
     LABEL_LOG,
     LABEL_SESSION,
     ContainerSpec,
+    Mount,
     session_spec,
 )
 from services.domain.gpu_slice import container_order, slices
 from services.domain.state import ENDED_STUB, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+from services.domain.vfolders import folder_dir, mount_plan
 from services.ports import (
     Clock,
     ContainerError,
@@ -89,6 +91,9 @@ class AgentConfig:
     shim_lib_dir: str | None = None  # the built shim, mounted into every session's container
     usage_interval_s: float = 5.0  # how often usage samples are published per session
     oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
+    # Where the storage hosts' virtual folders are on this host (<root>/<host>/<id>);
+    # None: this agent mounts none, and a session asking for one ends in error.
+    vfolder_root: str | None = None
 
 
 @dataclass
@@ -342,8 +347,12 @@ class AgentActor:
                 return
             if v.status is S.SCHEDULED:
                 await self._report(session_id, SessionPreparing)
+            folders = await self._vfolders(v)
+            if isinstance(folders, str):
+                await self._end(session_id, SessionErrored, reason=folders)
+                return
             try:
-                c = await self.runtime.run(self._spec(v, self._create_region(v)))
+                c = await self.runtime.run(self._spec(v, self._create_region(v), folders))
             except ImageNotFound:
                 await self._end(
                     session_id, SessionErrored, reason=f"image {v.image!r} not found on the agent"
@@ -416,7 +425,30 @@ class AgentActor:
             v.session_id, [p.mem_limit for p in parts], [p.sm_share_ppm for p in parts]
         )
 
-    def _spec(self, v: SessionView, region_path: str | None) -> ContainerSpec:
+    async def _vfolders(self, v: SessionView) -> tuple[Mount, ...] | str:
+        """The bind mounts of ``v``'s virtual folders, as the tenancy stands now (a folder
+        unshared since admission is not mounted), their directories made if new; or why
+        the session cannot have them."""
+        plan = mount_plan(self.state.tenancy, v.owner, v.mounts)
+        if isinstance(plan, str) or not plan:
+            return f"cannot mount: {plan}" if isinstance(plan, str) else ()
+        root = self.config.vfolder_root
+        if root is None:
+            return f"agent {self.config.agent_id} mounts no virtual folders"
+        mounts = tuple(
+            Mount(source=folder_dir(root, p.vfolder), target=p.target, read_only=p.read_only)
+            for p in plan
+        )
+        try:
+            for m in mounts:
+                await anyio.Path(m.source).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"cannot mount: {e}"
+        return mounts
+
+    def _spec(
+        self, v: SessionView, region_path: str | None, vfolders: tuple[Mount, ...] = ()
+    ) -> ContainerSpec:
         c = self.config
         gpus = {g.index: g for g in c.gpus}
         return session_spec(
@@ -428,6 +460,7 @@ class AgentActor:
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,
             log_identity=self.log_identity,
+            vfolders=vfolders,
         )
 
     # ---- usage from the shim --------------------------------------------------------------

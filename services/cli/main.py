@@ -17,6 +17,7 @@ from services.cli import (
     events_cmd,
     session_cmd,
     tenancy_cmd,
+    vfolder_cmd,
 )
 from services.cli.credentials import resolve
 from services.cli.options import Settings, print_json
@@ -84,6 +85,7 @@ app.add_typer(session_cmd.app, name="session")
 app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
+app.add_typer(vfolder_cmd.app, name="vfolder")
 admin_cmd.register(app)
 tenancy_cmd.register(app)
 daemon_cmd.register(app)

@@ -29,7 +29,7 @@ from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
-    from events import Slots
+    from events import Slots, VfolderMount
     from services.cli.api_client import ReadApi
     from services.ports import ExecReply
 
@@ -119,6 +119,19 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
     return slots
 
 
+def _mounts(given: list[str]) -> "list[VfolderMount]":
+    """``--mount NAME[:ro|:rw]`` as asked; exits 2 with one line for one that is not."""
+    from events import VfolderMount
+
+    mounts = []
+    for m in given:
+        name, _, mode = m.partition(":")
+        if not name or len(name) > 128 or mode not in ("", "ro", "rw"):
+            fail(f"--mount {m!r}: give a folder's name, then :ro for read-only if you like")
+        mounts.append(VfolderMount(name=name, read_only=mode == "ro"))
+    return mounts
+
+
 def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
     """A warning on stderr when no alive agent has ``image`` (the request waits or is
     rejected); silent when no read API is known or it cannot tell: the request is made."""
@@ -165,6 +178,13 @@ def create(
     cpu_only: Annotated[
         bool, typer.Option("--cpu-only", help="No GPU at all (then give no --fgpu).")
     ] = False,
+    mount: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A virtual folder of yours (or shared with you), by name, at "
+            "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -186,6 +206,7 @@ def create(
     models = tuple(m.strip() for given in gpu_model or () for m in given.split(",") if m.strip())
     if cpu_only and models:
         fail("--cpu-only asks for no GPU: give no --gpu-model")
+    mounts = _mounts(mount or [])
     shape = Shape(image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only)
     slots = _checked_request(settings, shape)
     api = _reachable_api(settings) if wait else None
@@ -202,6 +223,7 @@ def create(
                 project=project,
                 gpu_models=models,
                 cpu_only=cpu_only,
+                mounts=mounts,
             )
 
     ids = run_async(publish)

@@ -38,6 +38,7 @@ from services.domain.state import (
 )
 from services.domain.status import ENDED
 from services.domain.tenancy import Keypair, Tenancy, User
+from services.domain.vfolders import Vfolder
 from services.domain.workload import Shape, Workload
 
 __all__ = [
@@ -55,7 +56,9 @@ __all__ = [
 
 # The fold's schema: a change to what the fold keeps, or to how it folds an event, bumps
 # it, and every actor snapshot of another version is ignored (full replay).
-FOLD_VERSION = 2  # 2: the workload forecast and the latest placement (placement policies)
+# 2: the workload forecast and the latest placement (placement policies); 3: virtual
+# folders (the tenancy's, and a session's mounts).
+FOLD_VERSION = 3
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -111,6 +114,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     users: list[User]
     keypairs: list[Keypair]
     policies: list[tuple[PolicyLevel, str, ResourcePolicy]]
+    vfolders: list[Vfolder] = []  # since fold version 3
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -121,6 +125,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             policies=[
                 (level, target, t.policies[level, target]) for level, target in sorted(t.policies)
             ],
+            vfolders=[t.vfolders[k] for k in sorted(t.vfolders)],
         )
 
     def view(self) -> Tenancy:
@@ -129,6 +134,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             users={u.user: u for u in self.users},
             keypairs={k.access_key: k for k in self.keypairs},
             policies={(level, target): p for level, target, p in self.policies},
+            vfolders={f.vfolder_id: f for f in self.vfolders},
         )
 
 

@@ -78,6 +78,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.LogArchived, lambda e: subj.ARCHIVE),
         _rule(ev.SessionExecStarted, _exec),
         _rule(ev.SessionExecFinished, _exec),
+        _rule(ev.VfolderScanned, lambda e: subj.storage(e.host)),
     ]
 )
 

@@ -9,7 +9,6 @@ as sessions from before tenancy are.
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 from events import (
     AddMember,
@@ -28,8 +27,11 @@ from events import (
     Role,
     SetPolicy,
     SetRole,
+    VfolderCommand,
 )
 from events import subjects as subj
+from services.domain.refusal import Refusal
+from services.domain.vfolders import Vfolder, apply_vfolder, vfolder_refusal
 
 __all__ = [
     "DEFAULT",
@@ -90,6 +92,7 @@ class Tenancy:
     users: dict[str, User] = field(default_factory=dict)
     keypairs: dict[str, Keypair] = field(default_factory=dict)
     policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
+    vfolders: dict[str, Vfolder] = field(default_factory=dict)  # by id, trashed ones too
 
     @property
     def on(self) -> bool:
@@ -102,12 +105,6 @@ class Tenancy:
         if kp is None or kp.revoked or kp.user is None:
             return None
         return self.users.get(kp.user)
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    code: Literal["forbidden", "invalid", "conflict"]
-    reason: str
 
 
 def apply(t: Tenancy, c: AdminCommand) -> None:
@@ -155,6 +152,8 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             t.keypairs[key].revoked = True
         case SetPolicy(level=level, target=target, policy=policy):
             t.policies[(level, target)] = policy
+        case _ if isinstance(c, VfolderCommand):
+            apply_vfolder(t, c)
 
 
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
@@ -162,11 +161,14 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
 
     Roles: a superadmin may do anything; a domain admin manage its own domain's projects,
     users (not superadmins), their keypairs and the keypair, user and project policies in
-    it; a user create and revoke its own keypairs. Services administer nothing.
+    it; a user create and revoke its own keypairs. Services administer nothing. Virtual
+    folders have rules of their own (``services.domain.vfolders``).
     """
     who = t.user_of(requester)
     if who is None:
         return Refusal("forbidden", f"access key {requester} may not administer the cluster")
+    if isinstance(c, VfolderCommand):
+        return vfolder_refusal(t, who, c)
     if who.role is Role.USER and not isinstance(c, CreateKeypair | RevokeKeypair):
         return Refusal("forbidden", f"user {who.user} may not {_what(c)}")
     problem = _invalid(t, c)

@@ -15,6 +15,7 @@ from events import (
     PolicySet,
     SessionDestroyRequested,
     Slots,
+    VfolderMount,
 )
 from services.domain.fit_index import FitIndex
 from services.domain.resources import sub
@@ -70,6 +71,7 @@ class SessionView:
     domain: str = "default"
     gpu_models: tuple[str, ...] = ()  # the models it may run on, any of them; empty: any
     cpu_only: bool = False  # it asks for no GPU (its slots hold no fGPU)
+    mounts: tuple[VfolderMount, ...] = ()  # the virtual folders it asked to mount
 
 
 class _Shares:

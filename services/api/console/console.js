@@ -355,7 +355,8 @@ const CATALOGUE = [
   "gpu.usage-sampled.v1", "gpu.oom-refused.v1", "admin.requested.v1", "admin.applied.v1",
   "admin.refused.v1", "access.granted.v1", "access.refused.v1", "access.suppressed.v1",
   "session.unplaced.v1", "session.lost.v1", "agent.fenced.v1", "agent.heard.v1",
-  "log.archived.v1", "session.exec-started.v1", "session.exec-finished.v1", "malformed",
+  "log.archived.v1", "session.exec-started.v1", "session.exec-finished.v1", "vfolder.scanned.v1",
+  "malformed",
 ];
 
 // ---- wiring -----------------------------------------------------------------------------
