@@ -90,6 +90,11 @@ class FolderFiles:
         fh.seek(offset)
         return fh
 
+    def remove(self, f: Vfolder, rel: str) -> None:
+        """Remove file ``rel`` (none there: nothing). Raises FolderError."""
+        if self.size(f, rel) is not None:
+            os.unlink(self.path(f, rel))
+
     def readable(self, f: Vfolder, rel: str) -> str:
         """The real path of file ``rel``, to be sent. Raises FolderError (404: none)."""
         full = self.path(f, rel)

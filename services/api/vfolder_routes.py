@@ -199,7 +199,8 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
         f = _folder(tenancy(), viewer, vfolder_id, "rw")
         async with storage.turn(f.vfolder_id):
             used, _ = await _in_thread(storage.files.scan, f)
-            before = await _in_thread(storage.files.size, f, path) or 0
+            found = await _in_thread(storage.files.size, f, path)
+            before = found or 0
             if offset == 0 and before > 0 and not replace:
                 raise HTTPException(409, f"{path!r} exists ({before} bytes): replace=true")
             room = None if f.quota_bytes is None else f.quota_bytes - (used - before + offset)
@@ -213,6 +214,8 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
                     written += len(chunk)
                     if room is not None and written > room:
                         await anyio.to_thread.run_sync(fh.truncate, offset)
+                        if found is None:  # made by this upload: none is left
+                            await _in_thread(storage.files.remove, f, path)
                         raise HTTPException(413, _over(f, used - before + offset, written))
                     await anyio.to_thread.run_sync(fh.write, chunk)
             finally:

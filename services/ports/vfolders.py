@@ -48,6 +48,10 @@ class FolderStore(Protocol):
         new file, or one replaced: truncated). Raises FolderError."""
         ...
 
+    def remove(self, f: Vfolder, rel: str) -> None:
+        """Remove file ``rel`` (none there: nothing). Raises FolderError."""
+        ...
+
     def readable(self, f: Vfolder, rel: str) -> str:
         """The real path of file ``rel``, to be sent. Raises FolderError (404: none)."""
         ...
