@@ -161,6 +161,18 @@ async def test_the_owner_writes_a_reader_reads_and_others_are_refused(api: _Api)
     assert (await api.client.get(f"{FOLDER}/files")).status_code == 401  # no token at all
 
 
+async def test_a_scan_counts_what_sessions_wrote_and_says_it_on_the_log(
+    api: _Api, tmp_path: Path
+) -> None:
+    assert (await api.put("alice", "up.txt", b"12345")).status_code == 200
+    (tmp_path / "local" / "vf-alice" / "by-a-session.txt").write_bytes(b"x" * 20)
+    r = await api.client.post(f"{FOLDER}/scan", headers=await api.as_("bob"))
+    assert r.status_code == 200 and (r.json()["bytes"], r.json()["files"]) == (25, 2)
+    assert [(e.bytes, e.files) for e in await api.scans()] == [(5, 1), (25, 2)]
+    r = await api.client.post(f"{FOLDER}/scan", headers=await api.as_("eve"))
+    assert r.status_code == 403
+
+
 async def test_an_upload_past_the_quota_is_refused_and_leaves_nothing(api: _Api) -> None:
     assert (await api.put("alice", "a.bin", b"a" * 60)).status_code == 200
     r = await api.put("alice", "b.bin", b"b" * 50)

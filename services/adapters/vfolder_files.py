@@ -28,6 +28,9 @@ class FolderFiles:
     def __init__(self, root: str | Path) -> None:
         self.root = str(Path(root).resolve())
 
+    def where(self, f: Vfolder) -> str:
+        return folder_dir(self.root, f)
+
     def top(self, f: Vfolder) -> Path:
         """The folder's directory, made if it is not there yet."""
         top = Path(folder_dir(self.root, f))

@@ -25,6 +25,7 @@ from services.ports import EventLog, FolderStore
 __all__ = ["ReadApi", "open_store", "serve_read_api"]
 
 log = structlog.get_logger()
+SCAN_EVERY_S = 300.0  # how often the storage service counts what every folder holds
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ async def serve_read_api(
             await tg.start(projector.run)
             if storage is not None:
                 tg.start_soon(storage.reap, projector.tenancy, projector.wait_beyond)
+                tg.start_soon(storage.scan_all, projector.tenancy, SCAN_EVERY_S)
             config.load()
             server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[sock])

@@ -12,8 +12,9 @@ tenancy's, changed only by events; these routes move bytes, and say what a folde
   back to ``N`` and the answer is 413. Uploads into one folder take turns (one process).
 - ``GET /v1/vfolders/{id}/files/{path}``: the file, with ``Range`` for a resumed download.
 
-After an upload the folder is scanned and the scan appended (``VfolderScanned`` on
-``fgpu.storage.<host>``). Files of folders purged from the trash are deleted by
+After an upload, on ``POST /v1/vfolders/{id}/scan`` and every few minutes
+(``Storage.scan_all``), a folder is scanned and what changed appended (``VfolderScanned``
+on ``fgpu.storage.<host>``). Files of folders purged from the trash are deleted by
 ``Storage.reap``, which follows the tenancy.
 """
 
@@ -76,6 +77,18 @@ class Storage:
             except LogError as err:  # the bytes are written; the next scan says so
                 log.warning("storage.scan_not_appended", vfolder=f.vfolder_id, error=str(err))
         return total
+
+    async def scan_all(self, tenancy: Callable[[], Tenancy], every_s: float) -> None:
+        """Scan every live folder with a directory here, every ``every_s``, until cancelled:
+        what sessions wrote is counted, not only uploads."""
+        while True:
+            for f in list(tenancy().vfolders.values()):
+                if f.state == "live" and await anyio.Path(self.files.where(f)).is_dir():
+                    try:
+                        await self.scanned(f)
+                    except OSError as e:
+                        log.warning("storage.scan_failed", vfolder=f.vfolder_id, error=str(e))
+            await anyio.sleep(every_s)  # a period, not a wait for something
 
     async def reap(self, tenancy: Callable[[], Tenancy], wait_beyond: Any) -> None:
         """Delete the files of every folder purged from the trash, as purges come, until
@@ -181,6 +194,16 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
         size = await _in_thread(storage.files.size, f, path)
         used, _ = await _in_thread(storage.files.scan, f)
         return models.FileStat(path=path, size=size, folder_bytes=used, quota_bytes=f.quota_bytes)
+
+    @app.post("/v1/vfolders/{vfolder_id}/scan", tags=["vfolders"], responses=_REFUSED)
+    async def scan(vfolder_id: str, viewer: Who) -> models.VfolderInfo:
+        """Count what the folder holds now (sessions write into it too), and say it on the
+        log; the folder as it then is."""
+        t = tenancy()
+        f = _folder(t, viewer, vfolder_id, "ro")
+        await storage.scanned(f)
+        total, files = await _in_thread(storage.files.scan, f)
+        return _info(t, _user(t, viewer), f).model_copy(update={"bytes": total, "files": files})
 
     @app.put(
         "/v1/vfolders/{vfolder_id}/files/{path:path}",

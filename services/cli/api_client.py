@@ -92,6 +92,17 @@ class ReadApi:
             raise ApiError(status, self._refusal(_detail(body, status), status))
         return self._json(body)
 
+    def post(self, path: str, params: Params | None = None) -> Any:
+        """The JSON body of ``POST path?params`` (no body). Raises ApiError or
+        ApiUnreachable."""
+        target = self._target(path, params)
+        status, body = self._call("POST", target, b"", self._token())
+        if status == 401 and self._may_sign_in():
+            status, body = self._call("POST", target, b"", self.sign_in())
+        if status >= 400:
+            raise ApiError(status, self._refusal(_detail(body, status), status))
+        return self._json(body)
+
     def download(
         self,
         path: str,

@@ -215,6 +215,20 @@ def ls_files(
         out().print(f"{e['size']:>12}  {e['mtime'][:19]}  {shown}", highlight=False)
 
 
+@app.command("scan")
+def scan(ctx: typer.Context, name: str, as_json: JsonOpt = False) -> None:
+    """Count what a folder holds now (sessions write into it too); the storage service
+    also does every few minutes."""
+    api = _api(ctx)
+    f = _folder(api, name)
+    with api_errors():
+        found = api.post(f"/v1/vfolders/{f['id']}/scan")
+    if as_json:
+        print_json(found)
+    else:
+        out().print(f"{found['name']}: {found['bytes']} bytes in {found['files']} files")
+
+
 def _progress(description: str, total: int, done: int) -> Any:
     from rich.progress import (
         BarColumn,

@@ -35,6 +35,10 @@ class Entry:
 class FolderStore(Protocol):
     """The folders of this storage service (``<root>/<host>/<id>``)."""
 
+    def where(self, f: Vfolder) -> str:
+        """The folder's directory here (it may not exist yet)."""
+        ...
+
     def scan(self, f: Vfolder) -> tuple[int, int]:
         """The bytes of the folder's regular files, and how many (links not followed)."""
         ...
