@@ -24,6 +24,7 @@ from events import (
     CreateVfolder,
     PurgeVfolders,
     RemoveVfolder,
+    Role,
     ShareVfolder,
     VfolderScanned,
 )
@@ -219,12 +220,15 @@ async def test_no_path_leads_out_of_the_folder(api: _Api, tmp_path: Path) -> Non
     assert r.status_code == 400
     assert (await api.put("alice", "escape/planted.txt", b"x")).status_code == 403
     assert (await api.put("alice", "link.txt", b"x", replace="true")).status_code == 409
+    os.mkfifo(top / "pipe")  # no reader: opening it to write would block for ever
+    assert (await api.put("alice", "pipe", b"x", replace="true")).status_code == 409
     assert secret.read_text() == "not yours" and not (tmp_path / "planted.txt").exists()
     listed = (await api.get("alice", f"{FOLDER}/files")).json()
     assert {(e["name"], e["kind"]) for e in listed} == {
         ("escape", "link"),
         ("link.txt", "link"),
         ("ok.txt", "file"),
+        ("pipe", "other"),
     }
 
 
@@ -238,12 +242,19 @@ async def test_a_purged_folders_files_are_deleted_and_a_trashed_one_is_closed(
     top = files.path(folder, "")
     (top / "kept.txt").write_text("data")
     apply(t, RemoveVfolder(vfolder_id="vf-alice"))
+    apply(t, CreateUser(user="dan", domain="lab", role=Role.DOMAIN_ADMIN))
+    apply(t, CreateKeypair(access_key="AKdan", user="dan", secret_hash=HASH))
     app = create_app(_Source(t), signer=TokenSigner(b"k" * 32), storage=storage)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://storage") as client:
         api = _Api(client, MemoryLog(), storage)
         r = await api.get("alice", f"{FOLDER}/files/kept.txt")
         assert r.status_code == 404  # in the trash: nobody reads it
+        assert (await api.get("alice", "/v1/vfolders")).json() == []
+        assert (await api.get("dan", "/v1/vfolders")).json() == []
+        [trashed] = (await api.get("dan", "/v1/vfolders", params={"trash": "true"})).json()
+        assert (trashed["id"], trashed["state"], trashed["access"]) == ("vf-alice", "trashed", None)
+        assert (await api.get("bob", "/v1/vfolders", params={"trash": "true"})).json() == []
     assert (top / "kept.txt").exists()  # but its files are kept until the trash is emptied
 
     apply(t, PurgeVfolders(vfolder_ids=("vf-alice",)))

@@ -79,13 +79,19 @@ class FolderFiles:
             raise FolderError(400, "name a file to write")
         full.parent.mkdir(parents=True, exist_ok=True)
         self.path(f, rel)  # the directories just made did not lead out of it
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        # Never through a link, and never blocked on a FIFO a session left there.
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(full, flags, 0o644)
         except OSError as e:
             raise FolderError(409, f"{rel!r} cannot be written: {e.strerror}") from e
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise FolderError(409, f"{rel!r} is not a file")
+        os.set_blocking(fd, True)
         fh = os.fdopen(fd, "r+b")
-        size = os.fstat(fd).st_size
+        size = st.st_size
         if offset not in (0, size):
             fh.close()
             raise FolderError(409, f"{rel!r} holds {size} bytes: resume at {size}, or at 0")

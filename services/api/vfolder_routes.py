@@ -19,7 +19,7 @@ on ``fgpu.storage.<host>``). Files of folders purged from the trash are deleted 
 """
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -90,7 +90,9 @@ class Storage:
                         log.warning("storage.scan_failed", vfolder=f.vfolder_id, error=str(e))
             await anyio.sleep(every_s)  # a period, not a wait for something
 
-    async def reap(self, tenancy: Callable[[], Tenancy], wait_beyond: Any) -> None:
+    async def reap(
+        self, tenancy: Callable[[], Tenancy], wait_beyond: Callable[[int], Awaitable[int]]
+    ) -> None:
         """Delete the files of every folder purged from the trash, as purges come, until
         cancelled. ``wait_beyond(seq)`` returns once the log is folded beyond ``seq``."""
         seq = 0
@@ -163,13 +165,14 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
         """The folders the viewer may use or manage, by name."""
         t = tenancy()
         who = _user(t, viewer)
-        state = "trashed" if trash else "live"
-        seen = [
-            f
-            for f in t.vfolders.values()
-            if f.state == state
-            and (manages(t, who, f) if trash else access_of(who, f) or manages(t, who, f))
-        ]
+        if trash:  # what the viewer may purge or look at before it does
+            seen = [f for f in t.vfolders.values() if f.state == "trashed" and manages(t, who, f)]
+        else:
+            seen = [
+                f
+                for f in t.vfolders.values()
+                if f.state == "live" and (access_of(who, f) or manages(t, who, f))
+            ]
         return [_info(t, who, f) for f in sorted(seen, key=lambda f: (f.name, f.vfolder_id))]
 
     @app.get("/v1/vfolders/{vfolder_id}/files", tags=["vfolders"], responses=_REFUSED)
@@ -227,8 +230,8 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
             if offset == 0 and before > 0 and not replace:
                 raise HTTPException(409, f"{path!r} exists ({before} bytes): replace=true")
             room = None if f.quota_bytes is None else f.quota_bytes - (used - before + offset)
-            declared = request.headers.get("content-length")
-            if room is not None and declared is not None and int(declared) > room:
+            declared = request.headers.get("content-length", "")
+            if room is not None and declared.isdigit() and int(declared) > room:
                 raise HTTPException(413, _over(f, used - before + offset, int(declared)))
             fh = await _in_thread(storage.files.open_at, f, path, offset)
             written = 0

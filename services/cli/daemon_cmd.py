@@ -343,7 +343,7 @@ def up(
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
-                serve = functools.partial(run_read_api, vfolder_root=agent.vfolders)
+                serve = functools.partial(run_read_api, vfolder_root=cfg.vfolder_root)
                 api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
