@@ -182,3 +182,35 @@ def test_folder_commands_round_trip_in_admin_events() -> None:
     ):
         e = AdminApplied(id="x", at=AT, actor="registrar", requester="k", command=command)
         assert decode(encode(e)) == e
+
+
+async def test_folders_and_mounts_survive_a_snapshot() -> None:
+    from services.domain.state_codec import decode_state, encode_state
+
+    async with tenants() as t:
+        await t.people()
+        uma = t.client("AKuma")
+        await t.applied(uma, uma_data(quota_bytes=7))
+        await t.applied(uma, ShareVfolder(vfolder_id="vf-uma", target="project:research/nlp"))
+        sid, s = await t.session(uma, mounts=(VfolderMount(name="data", read_only=True),))
+    restored = decode_state(encode_state(s))
+    assert restored.tenancy.vfolders == s.tenancy.vfolders
+    assert restored.tenancy.vfolders["vf-uma"].shares == {"project:research/nlp": "ro"}
+    assert restored.sessions[sid].mounts == (VfolderMount(name="data", read_only=True),)
+
+
+def test_a_sessions_story_says_what_it_mounts() -> None:
+    from projections.story import story
+
+    e = SessionRequested(
+        id="r",
+        at=AT,
+        actor="k",
+        session_id="s",
+        owner="k",
+        image=IMAGE,
+        slots=HALF,
+        mounts=(VfolderMount(name="data"), VfolderMount(name="refs", read_only=True)),
+    )
+    [line] = story([(1, e)], {"r"})
+    assert line.text.endswith("to run fgpu/busybox:latest, mounting data, refs (read-only)")
