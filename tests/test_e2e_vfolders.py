@@ -1,7 +1,8 @@
 """Virtual folders through the `fgpu` command, on `fgpu up` with real Docker: a folder is
 created, a file uploaded (and a broken upload resumed), a session mounts it, copies the
 file and the copy is downloaded; the quota refuses a file too big; another user neither
-sees nor mounts it; it goes to the trash, which only an administrator empties."""
+sees nor mounts it until it is shared, read-only, then reads it and may not write it; it
+goes to the trash, which only an administrator empties."""
 
 import os
 import time
@@ -78,6 +79,18 @@ def test_a_folder_from_upload_through_a_session_to_download_and_the_trash(
         s = _session(stack, "--mount", vfolder_id, "--", "true", key="mallory")
         assert s["status"] == "REJECTED"
         assert s["reason"] == f"user mallory has no folder '{vfolder_id}' (or may not use it)"
+
+        # Shared read-only: mallory reads it, and may not write it; until unshared.
+        stack.fgpu("vfolder", "share", "data", "--user", "mallory")
+        [seen] = stack.json("vfolder", "ls", key="mallory")
+        assert (seen["id"], seen["access"]) == (vfolder_id, "ro")
+        got = tmp_path / "by-mallory.bin"
+        stack.fgpu("vfolder", "download", "data", "in.bin", str(got), key="mallory")
+        assert got.read_bytes() == payload
+        written = stack.run("vfolder", "upload", "data", str(got), "m.bin", key="mallory")
+        assert written.returncode == 1 and "may not write folder data" in written.stderr
+        stack.fgpu("vfolder", "unshare", "data", "--user", "mallory")
+        assert stack.json("vfolder", "ls", key="mallory") == []
 
         # The trash: its owner moves it there, only an administrator empties it.
         stack.fgpu("vfolder", "rm", "data")

@@ -70,10 +70,15 @@ def _project(api: "ReadApi", project: str) -> str:
     return f"{_whoami(api)['domain']}/{project}"
 
 
-def _target(api: "ReadApi", user: str | None, project: str | None) -> str:
+def _whose(
+    ctx: typer.Context, name: str, user: str | None, project: str | None
+) -> tuple[dict[str, Any], str]:
+    """The folder ``name``, and whom a share names (``user:<name>``, ``project:<d/p>``)."""
     if (user is None) == (project is None):
         fail("give --user NAME or --project PROJECT")
-    return f"user:{user}" if user is not None else f"project:{_project(api, str(project))}"
+    api = _api(ctx)
+    f = _folder(api, name)
+    return f, f"user:{user}" if user is not None else f"project:{_project(api, str(project))}"
 
 
 @app.command("create")
@@ -168,9 +173,7 @@ def share(
     """Share a folder with a user or a project's members, read-only unless --rw."""
     from events import Access, ShareVfolder
 
-    api = _api(ctx)
-    f = _folder(api, name)
-    target = _target(api, user, project)
+    f, target = _whose(ctx, name, user, project)
     access: Access = "rw" if rw else "ro"
     command = ShareVfolder(vfolder_id=f["id"], target=target, access=access)
     _asked(ctx, command, f"folder {f['name']} shared with {target} ({access})", as_json, timeout)
@@ -188,9 +191,7 @@ def unshare(
     """Stop sharing a folder with a user or project (sessions started before keep it)."""
     from events import UnshareVfolder
 
-    api = _api(ctx)
-    f = _folder(api, name)
-    target = _target(api, user, project)
+    f, target = _whose(ctx, name, user, project)
     command = UnshareVfolder(vfolder_id=f["id"], target=target)
     _asked(ctx, command, f"folder {f['name']} no longer shared with {target}", as_json, timeout)
 
