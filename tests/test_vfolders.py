@@ -104,6 +104,10 @@ async def test_a_mount_is_checked_at_admission_and_refused_with_a_reason() -> No
         assert s.sessions[sid].status is not SessionStatus.REJECTED
         sid, s = await t.session(uma, mounts=(*mount, VfolderMount(name="vf-uma")))
         assert s.sessions[sid].reason == f"two folders would be mounted at {MOUNT_ROOT}/data"
+        sid, s = await t.session(uma, mounts=(VfolderMount(name="x" * 129),))
+        assert (
+            s.sessions[sid].reason == "mounts must be at most 16 folder names of 1-128 characters"
+        )
 
 
 class _Recording(DummyRuntime):

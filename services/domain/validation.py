@@ -6,6 +6,7 @@ from events import SessionRequested
 from events import subjects as subj
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
+from services.domain.vfolders import MAX_MOUNTS
 
 __all__ = ["MAX_PRIORITY", "invalid_request", "valid_image"]
 
@@ -59,4 +60,6 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "name is longer than 128 characters"
     if len(e.gpu_models) > 64 or any(not 0 < len(m) <= 128 for m in e.gpu_models):
         return "gpu_models must be at most 64 names of 1-128 characters"
+    if len(e.mounts) > MAX_MOUNTS or any(not 0 < len(m.name) <= 128 for m in e.mounts):
+        return f"mounts must be at most {MAX_MOUNTS} folder names of 1-128 characters"
     return None

@@ -159,14 +159,13 @@ def find(t: "Tenancy", who: "User", name: str) -> Vfolder | str:
 
 def mount_plan(t: "Tenancy", owner: str, mounts: tuple[VfolderMount, ...]) -> list[Placed] | str:
     """Where each folder a session of access key ``owner`` asks for is mounted, and how;
-    or why it may not have them (the reason a user sees)."""
+    or why it may not have them (the reason a user sees). The request's own shape (how
+    many, how long a name) is ``validation.invalid_request``'s to check."""
     if not mounts:
         return []
     who = t.user_of(owner)
     if who is None:
         return f"access key {owner} is not a user's: only users' sessions mount folders"
-    if len(mounts) > MAX_MOUNTS:
-        return f"a session mounts at most {MAX_MOUNTS} folders; asked {len(mounts)}"
     placed: list[Placed] = []
     for m in mounts:
         f = find(t, who, m.name)
