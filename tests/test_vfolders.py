@@ -218,3 +218,24 @@ def test_a_sessions_story_says_what_it_mounts() -> None:
     )
     [line] = story([(1, e)], {"r"})
     assert line.text.endswith("to run fgpu/busybox:latest, mounting data, refs (read-only)")
+
+
+async def test_a_projects_folder_is_its_members_and_made_by_its_domains_admins() -> None:
+    from services.domain.vfolders import access_of, mount_plan
+
+    async with tenants() as t:
+        await t.people()
+        uma, dora = t.client("AKuma"), t.client("AKdora")
+        shared = CreateVfolder(vfolder_id="vf-nlp", name="corpus", project="research/nlp")
+        await refused(t, uma, shared, "forbidden")  # a user makes only its own
+        await t.applied(dora, shared)
+        s = await t.root.state()
+        f = s.tenancy.vfolders["vf-nlp"]
+        assert (f.user, f.project, f.domain) == (None, "research/nlp", "research")
+        users = s.tenancy.users
+        assert access_of(users["vic"], f) == "rw"  # a member of nlp
+        assert access_of(users["uma"], f) is None  # of vision only
+        assert access_of(users["dora"], f) is None  # manages it, does not read it
+        plan = mount_plan(s.tenancy, "AKvic", (VfolderMount(name="corpus"),))
+        assert not isinstance(plan, str)
+        assert [(p.target, p.read_only) for p in plan] == [("/home/work/corpus", False)]
