@@ -59,8 +59,8 @@ class Storage:
     def turn(self, vfolder_id: str) -> anyio.Lock:
         return self._turns.setdefault(vfolder_id, anyio.Lock())
 
-    async def scanned(self, f: Vfolder) -> int:
-        """Scan ``f``, append what was found if it changed; its bytes."""
+    async def scanned(self, f: Vfolder) -> tuple[int, int]:
+        """Scan ``f``, append what was found if it changed; its bytes and files."""
         total, files = await anyio.to_thread.run_sync(self.files.scan, f)
         if self.events is not None and (total, files) != (f.bytes, f.files):
             e = VfolderScanned(
@@ -76,7 +76,7 @@ class Storage:
                 await self.events.append(subj.storage(f.host), e)
             except LogError as err:  # the bytes are written; the next scan says so
                 log.warning("storage.scan_not_appended", vfolder=f.vfolder_id, error=str(err))
-        return total
+        return total, files
 
     async def scan_all(self, tenancy: Callable[[], Tenancy], every_s: float) -> None:
         """Scan every live folder with a directory here, every ``every_s``, until cancelled:
@@ -204,8 +204,7 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
         log; the folder as it then is."""
         t = tenancy()
         f = _folder(t, viewer, vfolder_id, "ro")
-        await storage.scanned(f)
-        total, files = await _in_thread(storage.files.scan, f)
+        total, files = await storage.scanned(f)
         return _info(t, _user(t, viewer), f).model_copy(update={"bytes": total, "files": files})
 
     @app.put(
@@ -246,7 +245,7 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
                     await anyio.to_thread.run_sync(fh.write, chunk)
             finally:
                 await anyio.to_thread.run_sync(fh.close)
-            folder_bytes = await storage.scanned(f)
+            folder_bytes, _ = await storage.scanned(f)
         return models.Uploaded(
             path=path, size=offset + written, folder_bytes=folder_bytes, quota_bytes=f.quota_bytes
         )
