@@ -1,8 +1,8 @@
 """Virtual folders through the `fgpu` command, on `fgpu up` with real Docker: a folder is
-created, a file uploaded (and a broken upload resumed), a session mounts it, copies the
-file and the copy is downloaded; the quota refuses a file too big; another user neither
-sees nor mounts it until it is shared, read-only, then reads it and may not write it; it
-goes to the trash, which only an administrator empties."""
+created, a file uploaded (a broken upload resumed, and a broken download), a session
+mounts it and copies the file, the copy is downloaded; the quota refuses a file too big;
+another user neither sees nor mounts it until it is shared read-only, then reads it and
+may not write it; it goes to the trash, which only an administrator empties."""
 
 import os
 import time
@@ -69,6 +69,15 @@ def test_a_folder_from_upload_through_a_session_to_download_and_the_trash(
         assert (s["status"], s["exit_code"]) == ("TERMINATED", 0), s
         stack.fgpu("vfolder", "download", "data", "copy.bin", str(tmp_path / "copy.bin"))
         assert (tmp_path / "copy.bin").read_bytes() == payload
+        # A download broken off goes on from what arrived (a Range request).
+        part = tmp_path / "part.bin"
+        part.write_bytes(payload[:1000])
+        kept = stack.run("vfolder", "download", "data", "in.bin", str(part))
+        assert kept.returncode == 1 and "--resume" in kept.stderr
+        stack.fgpu("vfolder", "download", "data", "in.bin", str(part), "--resume")
+        assert part.read_bytes() == payload
+        done_already = stack.fgpu("vfolder", "download", "data", "in.bin", str(part), "--resume")
+        assert "complete already" in done_already and part.read_bytes() == payload
         files = {e["name"] for e in stack.json("vfolder", "ls-files", "data")}
         assert files == {"in.bin", "big.bin", "copy.bin"}
 

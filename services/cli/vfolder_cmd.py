@@ -326,6 +326,9 @@ def download(
     offset = have if resume else 0
     if offset > there["size"]:
         fail(f"{target} holds more than {remote} ({there['size']} bytes): not this file")
+    if offset and offset == there["size"]:
+        out().print(f"{target}: {offset} bytes, complete already", highlight=False)
+        return
     bar, task = _progress(remote, there["size"], offset)
     with open(target, "ab" if offset else "wb") as sink, bar, api_errors():
         api.download(
