@@ -76,9 +76,21 @@ from events.tenancy import (
 )
 from events.union import AnyEvent
 from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
+from events.vfolder import (
+    Access,
+    CreateVfolder,
+    PurgeVfolders,
+    RemoveVfolder,
+    ShareVfolder,
+    UnshareVfolder,
+    VfolderCommand,
+    VfolderMount,
+    VfolderScanned,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Access",
     "AccessGranted",
     "AccessRefused",
     "AccessSuppressed",
@@ -99,6 +111,7 @@ __all__ = [
     "CreateProject",
     "CreateServiceKey",
     "CreateUser",
+    "CreateVfolder",
     "DestroyRejected",
     "DevicePlacement",
     "Door",
@@ -113,6 +126,7 @@ __all__ = [
     "PayloadRejected",
     "PolicyLevel",
     "PolicySet",
+    "PurgeVfolders",
     "QueueOrder",
     "RawBatch",
     "Record",
@@ -120,6 +134,7 @@ __all__ = [
     "RemoveMember",
     "RemoveProject",
     "RemoveUser",
+    "RemoveVfolder",
     "ResourcePolicy",
     "RevokeKeypair",
     "Role",
@@ -148,8 +163,13 @@ __all__ = [
     "SetImages",
     "SetPolicy",
     "SetRole",
+    "ShareVfolder",
     "Slots",
+    "UnshareVfolder",
     "UpdateGroup",
+    "VfolderCommand",
+    "VfolderMount",
+    "VfolderScanned",
     "decode",
     "encode",
     "json_schema",

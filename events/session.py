@@ -9,6 +9,7 @@ import msgspec
 
 from events.base import Event
 from events.slots import Slots
+from events.vfolder import VfolderMount
 
 __all__ = [
     "DestroyRejected",
@@ -58,6 +59,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     the group's default lifetime); more than the group's maximum is refused at admission.
     ``session_type``: None (as in every request from before it) means batch when it has a
     command, interactive when it has none.
+    ``mounts``: virtual folders mounted at ``/home/work/<name>``, checked at admission
+    (none in every request from before the field).
     """
 
     session_id: str
@@ -73,6 +76,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     group: str | None = None
     lifetime_s: int | None = None
     session_type: SessionType | None = None
+    mounts: tuple[VfolderMount, ...] = ()
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

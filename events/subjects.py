@@ -20,6 +20,8 @@ fgpu.agent.<agent_id>.exec.<session_id> commands run in one session (fgpu sessio
 fgpu.sys                             refused payloads
 fgpu.access.<door>                   the access audit of one door (nats: the gatekeeper,
                                      api: the read API): sign-ins, refusals
+fgpu.storage.<host>                  what the storage service of one storage host found
+                                     in its virtual folders (scans)
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
 fgpu.rpc.<agent_id>.<access_key>     requests to one agent (logs, exec) by an access
                                      key: core NATS request and reply, not stored in the
@@ -56,6 +58,7 @@ __all__ = [
     "request",
     "snapshot_bucket",
     "snapshot_stream",
+    "storage",
     "usage",
 ]
 
@@ -77,6 +80,7 @@ STREAM_SUBJECTS = (
     ADMISSION,
     "fgpu.access.>",
     ARCHIVE,
+    "fgpu.storage.>",
 )
 # Kept in the stream for good when the past leaves it for the archive: few records, read
 # from the start by those who fold them alone (the gatekeeper folds the tenancy).
@@ -144,6 +148,11 @@ def agent_exec(agent_id: str, session_id: str) -> str:
 
 def usage(agent_id: str, session_id: str) -> str:
     return f"fgpu.usage.{agent_id}.{session_id}"
+
+
+def storage(host: str) -> str:
+    """The subject of the storage service of ``host`` (a storage host of virtual folders)."""
+    return f"fgpu.storage.{host}"
 
 
 def heartbeat(agent_id: str) -> str:

@@ -15,6 +15,13 @@ import msgspec
 
 from events.base import Event
 from events.slots import Slots
+from events.vfolder import (
+    CreateVfolder,
+    PurgeVfolders,
+    RemoveVfolder,
+    ShareVfolder,
+    UnshareVfolder,
+)
 
 __all__ = [
     "AddMember",
@@ -244,6 +251,11 @@ AdminCommand = (
     | RemoveGroup
     | SetImages
     | SetImageAlias
+    | CreateVfolder
+    | ShareVfolder
+    | UnshareVfolder
+    | RemoveVfolder
+    | PurgeVfolders
 )
 
 

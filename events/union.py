@@ -41,6 +41,7 @@ from events.session_exec import (
 )
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
 from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
+from events.vfolder import VfolderScanned
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
 
@@ -82,6 +83,7 @@ AnyEvent = (
     | SessionChannelClosed
     | SessionPulling
     | AgentImagesReported
+    | VfolderScanned
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -110,7 +110,9 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             s = e.slots
             what = f"{format_fgpu(s.fgpu)} fGPU, {format_cpu(s.cpu)} CPU, {format_mem(s.mem)}"
             prio = f", priority {e.priority}" if e.priority else ""
-            return f"{e.owner} asked for {what} to run {e.image}{prio}"
+            mounts = ", ".join(m.name + (" (read-only)" if m.read_only else "") for m in e.mounts)
+            mounting = f", mounting {mounts}" if mounts else ""
+            return f"{e.owner} asked for {what} to run {e.image}{prio}{mounting}"
         case SessionAdmitted() if e.image is not None:
             return f"quota admitted it to run {e.image}: it waits for a place (PENDING)"
         case SessionAdmitted():

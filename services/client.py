@@ -16,6 +16,7 @@ from events import (
     SessionRequested,
     SessionType,
     Slots,
+    VfolderMount,
 )
 from events import subjects as subj
 from services.domain.provenance import Provenance, new_id, stamp
@@ -52,12 +53,14 @@ class Client:
         group: str | None = None,
         lifetime_s: int | None = None,
         session_type: SessionType | None = None,
+        mounts: Iterable[VfolderMount] = (),
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
         GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), in resource
         group ``group`` (None: the default one) for ``lifetime_s`` at most (None: the
         group's default), batch or interactive (``session_type``; None: batch with a
-        command, else interactive); their ids, in order. They share a correlation id."""
+        command, else interactive), with the virtual folders ``mounts``; their ids, in
+        order. They share a correlation id."""
         correlation = new_id()
         prov = Provenance(self.access_key, self.clock.now(), None, correlation)
         items = []
@@ -79,6 +82,7 @@ class Client:
                 group=group,
                 lifetime_s=lifetime_s,
                 session_type=session_type,
+                mounts=tuple(mounts),
             )
             items.append((subj.request(self.access_key, sid), e))
         if count == 1:

@@ -54,6 +54,7 @@ from events import (
     CreateKeypair,
     CreateProject,
     CreateUser,
+    CreateVfolder,
     DestroyRejected,
     Event,
     PayloadRejected,
@@ -70,6 +71,8 @@ from events import (
     SessionTerminating,
     SetPolicy,
     Slots,
+    VfolderMount,
+    VfolderScanned,
     encode,
 )
 from events import subjects as subj
@@ -323,6 +326,8 @@ def _tenancy(keys: dict[str, tuple[str, str]]) -> list[AdminCommand]:
         commands.append(CreateUser(user=name, domain=domain, role=role, projects=(project,)))
         key, secret = keys[name]
         commands.append(CreateKeypair(access_key=key, user=name, secret_hash=hash_secret(secret)))
+    # The victim's folder, shared with nobody.
+    commands.append(CreateVfolder(vfolder_id="vf-vic", name="vic-data", user="vic"))
     return commands
 
 
@@ -720,6 +725,36 @@ async def destroy_anothers(w: World, me: Attacker) -> Outcome:
     return Outcome(stored=[(subject, "SessionDestroyRequested"), (subj.LEDGER, "DestroyRejected")])
 
 
+async def forge_a_scan(w: World, me: Attacker) -> Outcome:
+    """What the victim's folder holds, said as the storage service (its quota checks scan
+    anew; the scan shows in ``fgpu vfolder ls``)."""
+    scan = _event(
+        VfolderScanned, "storage:local", host="local", vfolder_id="vf-vic", bytes=0, files=0
+    )
+    return Outcome(denied=[f"publish {await _publish(me, subj.storage('local'), scan)}"])
+
+
+async def mount_anothers_folder(w: World, me: Attacker) -> Outcome:
+    """A session of one's own mounting the victim's folder: the quota actor refuses."""
+    sid = f"s-mount-{me.who}"
+    ask = _event(
+        SessionRequested,
+        me.key,
+        session_id=sid,
+        owner=me.key,
+        image=IMAGE,
+        slots=SMALL,
+        mounts=(VfolderMount(name="vf-vic"),),
+    )
+    subject = await _publish(me, subj.request(me.key, sid), ask)
+    if not me.person:
+        return Outcome(denied=[f"publish {subject}"])
+    rejected: SessionRejected = await w.answer(SessionRejected, ask.id)
+    assert rejected.code == "vfolder"
+    assert rejected.reason == f"user {me.who} has no folder 'vf-vic' (or may not use it)"
+    return Outcome(stored=[(subject, "SessionRequested"), (subj.ADMISSION, "SessionRejected")])
+
+
 def exceed(level: PolicyLevel) -> Attack:
     """A session over the attacker's ``level`` policy (and within the levels before)."""
 
@@ -848,6 +883,8 @@ ATTACKS: dict[str, Attack] = {
     "exec-in-anothers-session": exec_in_anothers,
     "channel-into-anothers-session": channel_into_anothers,
     "destroy-anothers-session": destroy_anothers,
+    "publish-storage-scan": forge_a_scan,
+    "mount-anothers-folder": mount_anothers_folder,
     **{f"exceed-{level}-policy": exceed(level) for level in PolicyLevel},
     "hide-a-refusal": hide_a_refusal,
     # The read API's rows join here, as attacks of the same roles with the same checks:

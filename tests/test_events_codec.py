@@ -65,6 +65,7 @@ from events import (
     SessionUnplaced,
     SetPolicy,
     Slots,
+    VfolderScanned,
     decode,
     encode,
     json_schema,
@@ -433,6 +434,15 @@ DECODED_V1: dict[str, AnyEvent] = {
                     size=4 << 20,
                 ),
             ),
+            **ENVELOPE,
+        ),
+        VfolderScanned(
+            id="e-vfolder-scanned",
+            actor="storage:local",
+            host="local",
+            vfolder_id="vf-0123456789abcdef",
+            bytes=5 << 30,
+            files=42,
             **ENVELOPE,
         ),
     ]

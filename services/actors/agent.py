@@ -60,6 +60,7 @@ from services.domain.container_spec import (
     LABEL_LOG,
     LABEL_SESSION,
     ContainerSpec,
+    Mount,
     session_spec,
 )
 from services.domain.gpu_slice import container_order, slices
@@ -67,6 +68,7 @@ from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
 from services.domain.state import ENDED_STUB, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
+from services.domain.vfolders import folder_dir, mount_plan
 from services.ports import (
     Clock,
     ContainerError,
@@ -104,6 +106,9 @@ class AgentConfig:
     group: str = "default"  # the resource group it serves
     registry: str | None = None  # host:port it pulls the images it lacks from
     pull_report_s: float = 2.0  # a pull's progress on the log at most this often (or 10%)
+    # Where the storage hosts' virtual folders are on this host (<root>/<host>/<id>);
+    # None: this agent mounts none, and a session asking for one ends in error.
+    vfolder_root: str | None = None
 
 
 @dataclass
@@ -361,7 +366,11 @@ class AgentActor:
                 return
             if v.status is S.SCHEDULED:
                 await self._report(session_id, SessionPreparing)
-            spec = self._spec(v, self._create_region(v))
+            folders = await self._vfolders(v)
+            if isinstance(folders, str):
+                await self._end(session_id, SessionErrored, reason=folders)
+                return
+            spec = self._spec(v, self._create_region(v), folders)
             try:
                 c = await self._run_pulling(session_id, spec)
             except ImageNotFound as e:
@@ -474,7 +483,30 @@ class AgentActor:
             v.session_id, [p.mem_limit for p in parts], [p.sm_share_ppm for p in parts]
         )
 
-    def _spec(self, v: SessionView, region_path: str | None) -> ContainerSpec:
+    async def _vfolders(self, v: SessionView) -> tuple[Mount, ...] | str:
+        """The bind mounts of ``v``'s virtual folders, as the tenancy stands now (a folder
+        unshared since admission is not mounted), their directories made if new; or why
+        the session cannot have them."""
+        plan = mount_plan(self.state.tenancy, v.owner, v.mounts)
+        if isinstance(plan, str) or not plan:
+            return f"cannot mount: {plan}" if isinstance(plan, str) else ()
+        root = self.config.vfolder_root
+        if root is None:
+            return f"agent {self.config.agent_id} mounts no virtual folders"
+        mounts = tuple(
+            Mount(source=folder_dir(root, p.vfolder), target=p.target, read_only=p.read_only)
+            for p in plan
+        )
+        try:
+            for m in mounts:
+                await anyio.Path(m.source).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"cannot mount: {e}"
+        return mounts
+
+    def _spec(
+        self, v: SessionView, region_path: str | None, vfolders: tuple[Mount, ...] = ()
+    ) -> ContainerSpec:
         c = self.config
         gpus = {g.index: g for g in c.gpus}
         return session_spec(
@@ -486,6 +518,7 @@ class AgentActor:
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,
             log_identity=self.log_identity,
+            vfolders=vfolders,
         )
 
     # ---- usage from the shim --------------------------------------------------------------

@@ -21,7 +21,7 @@ from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.groups import admission_problem
 from services.domain.images import image_refusal, resolve_image
-from services.domain.quota import admission_refusal
+from services.domain.quota import admission_refusal, mount_refusal
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
 
@@ -62,6 +62,9 @@ class QuotaActor(LogActor):
             if why is None:
                 why = admission_refusal(s, v)
                 code = "quota"
+            if why is None:
+                why = mount_refusal(s.tenancy, v)
+                code = "vfolder"
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             decision: AnyEvent
             if why is None:

@@ -33,6 +33,7 @@ from services.api import (
     models,
     shapes,
     tenancy_routes,
+    vfolder_routes,
 )
 from services.api.auth import Authenticator, TokenSigner
 from services.api.guard import AccessRecorder, Guard, Who, WhoStreaming
@@ -89,10 +90,12 @@ def create_app(
     closing: anyio.Event | None = None,
     signer: TokenSigner | None = None,
     recorder: AccessRecorder | None = None,
+    storage: vfolder_routes.Storage | None = None,
 ) -> FastAPI:
     """The API over ``source``; ``closing`` (set on shutdown) ends the event streams.
     ``signer`` signs its tokens (a fresh key if None); ``recorder`` hears of sign-ins and
-    refusals, for the audit log."""
+    refusals, for the audit log; ``storage``: the storage service's routes (virtual
+    folders' files) on this host's folders."""
     app = FastAPI(
         title="fgpu read API",
         version="1",
@@ -365,6 +368,8 @@ def create_app(
 
     tenancy_routes.mount(app, query, source.tenancy)
     image_routes.mount(app, query, source.tenancy)
+    if storage is not None:
+        vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, _utc)
     console.mount(app)
     return app

@@ -21,6 +21,8 @@ __all__ = [
     "DomainInfo",
     "Event",
     "EventPage",
+    "FileEntry",
+    "FileStat",
     "Gpu",
     "GpuUsage",
     "ImageName",
@@ -39,8 +41,10 @@ __all__ = [
     "StoryLine",
     "Times",
     "Transition",
+    "Uploaded",
     "Usage",
     "UserInfo",
+    "VfolderInfo",
 ]
 
 
@@ -374,3 +378,49 @@ class ImagePolicy(BaseModel):
         description="the allow-list: names (every tag) or name:tag; null: every image"
     )
     aliases: dict[str, str] = Field(description="alias -> the image it runs")
+
+
+class VfolderInfo(BaseModel):
+    """A virtual folder: whose it is, where, its quota and usage as last scanned, and
+    what the viewer may do with its files (``rw``, ``ro``; null: manage it only)."""
+
+    id: str
+    name: str
+    host: str
+    domain: str
+    user: str | None = Field(description="the owner user; null: a project's folder")
+    project: str | None = Field(description="the owner project (domain/project)")
+    quota_bytes: int | None
+    bytes: int = Field(description="the bytes of its files, as last scanned")
+    files: int
+    state: str = Field(description="live, trashed (until the trash is emptied) or purged")
+    access: str | None
+    shares: dict[str, str] = Field(
+        description="user:<name> or project:<domain/project> -> ro|rw (to those who manage it)"
+    )
+
+
+class FileEntry(BaseModel):
+    name: str
+    kind: str = Field(description="file, dir, link (not followed) or other")
+    size: int
+    mtime: datetime
+
+
+class FileStat(BaseModel):
+    """A file's size, and its folder's bytes (counted now) against its quota: what an
+    upload may add."""
+
+    path: str
+    size: int | None = Field(description="its size; null: no such file (an upload starts at 0)")
+    folder_bytes: int
+    quota_bytes: int | None
+
+
+class Uploaded(BaseModel):
+    """What an upload left: the file's size, and the folder's bytes against its quota."""
+
+    path: str
+    size: int
+    folder_bytes: int
+    quota_bytes: int | None

@@ -19,11 +19,13 @@ from projections import ProjectionStore, Projector, SchemaMismatch
 from services.api.app import create_app
 from services.api.auth import TokenSigner
 from services.api.guard import AccessRecorder
-from services.ports import EventLog
+from services.api.vfolder_routes import Storage
+from services.ports import EventLog, FolderStore
 
 __all__ = ["ReadApi", "open_store", "serve_read_api"]
 
 log = structlog.get_logger()
+SCAN_EVERY_S = 300.0  # how often the storage service counts what every folder holds
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ async def serve_read_api(
     *,
     signer: TokenSigner | None = None,
     recorder: AccessRecorder | None = None,
+    vfolders: FolderStore | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -109,7 +112,9 @@ async def serve_read_api(
     projections have caught up with the log and the server listens.
 
     ``signer`` signs the API's tokens (a fresh key if None); ``recorder`` hears of
-    sign-ins and refusals (the caller runs it: ``AccessAudit``).
+    sign-ins and refusals (the caller runs it: ``AccessAudit``). With ``vfolders`` it is
+    also the storage service of the virtual folders there (their scans appended to
+    ``events``), and deletes the files of folders purged from the trash.
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
@@ -118,7 +123,10 @@ async def serve_read_api(
     try:
         projector = Projector(events, store)
         closing = anyio.Event()
-        app = create_app(projector, closing=closing, signer=signer, recorder=recorder)
+        storage = None if vfolders is None else Storage(vfolders, events)
+        app = create_app(
+            projector, closing=closing, signer=signer, recorder=recorder, storage=storage
+        )
         sock = _listen(host, port)
         bound = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -131,6 +139,9 @@ async def serve_read_api(
         server = _Server(config)
         async with anyio.create_task_group() as tg:
             await tg.start(projector.run)
+            if storage is not None:
+                tg.start_soon(storage.reap, projector.tenancy, projector.wait_beyond)
+                tg.start_soon(storage.scan_all, projector.tenancy, SCAN_EVERY_S)
             config.load()
             server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[sock])

@@ -9,6 +9,7 @@ Errors::
     ApiUnreachable      no answer: not listening, the connection broke, or too slow
 """
 
+import contextlib
 import json
 import time
 import urllib.parse
@@ -91,22 +92,51 @@ class ReadApi:
             raise ApiError(status, self._refusal(_detail(body, status), status))
         return self._json(body)
 
-    def download(self, path: str, params: Params | None, out: "BinaryIO") -> int:
-        """The body of ``GET path?params`` written to ``out`` as it comes; how many bytes.
-        Raises ApiError or ApiUnreachable."""
+    def post(self, path: str, params: Params | None = None) -> Any:
+        """The JSON body of ``POST path?params`` (no body). Raises ApiError or
+        ApiUnreachable."""
         target = self._target(path, params)
-        written = self._download_once(target, self._token(), out)
+        status, body = self._call("POST", target, b"", self._token())
+        if status == 401 and self._may_sign_in():
+            status, body = self._call("POST", target, b"", self.sign_in())
+        if status >= 400:
+            raise ApiError(status, self._refusal(_detail(body, status), status))
+        return self._json(body)
+
+    def download(
+        self,
+        path: str,
+        params: Params | None,
+        out: "BinaryIO",
+        *,
+        offset: int = 0,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """The body of ``GET path?params`` written to ``out`` as it comes; how many bytes.
+        With ``offset``, only the bytes from there (a ``Range`` request). ``progress`` is
+        told of each chunk written. Raises ApiError or ApiUnreachable."""
+        target = self._target(path, params)
+        written = self._download_once(target, self._token(), out, offset, progress)
         if written is None and self._may_sign_in():
-            written = self._download_once(target, self.sign_in(), out)
+            written = self._download_once(target, self.sign_in(), out, offset, progress)
         if written is None:
             raise ApiError(401, self._refusal("the read API refused the token", 401))
         return written
 
-    def _download_once(self, target: str, token: str | None, out: "BinaryIO") -> int | None:
+    def _download_once(
+        self,
+        target: str,
+        token: str | None,
+        out: "BinaryIO",
+        offset: int,
+        progress: Callable[[int], object] | None,
+    ) -> int | None:
         """Bytes written, or None if refused as unauthorized (nothing written then)."""
         import http.client
 
         headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
         conn = self._connection(self._timeout_s)
         try:
             conn.request("GET", target, headers=headers)
@@ -116,15 +146,72 @@ class ReadApi:
                 return None
             if response.status >= 400:
                 raise ApiError(response.status, _detail(response.read(), response.status))
+            if offset and response.status != 206:
+                raise ApiError(response.status, f"asked from byte {offset}, sent the whole")
             written = 0
             while chunk := response.read(1 << 16):
                 out.write(chunk)
                 written += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
             return written
         except (OSError, http.client.HTTPException) as e:
             raise ApiUnreachable(f"the read API at {self.base_url} did not answer: {e}") from e
         finally:
             conn.close()
+
+    def upload(
+        self,
+        path: str,
+        params: Params | None,
+        source: "BinaryIO",
+        length: int,
+        progress: Callable[[int], object] | None = None,
+    ) -> Any:
+        """``PUT path?params`` with ``length`` bytes read from ``source`` as the body; the
+        JSON answer. ``progress`` is told of each chunk sent. Signs in first if it must (a
+        body read from a stream cannot be sent twice). Raises ApiError or ApiUnreachable."""
+        import http.client
+
+        self.get("/v1/auth/whoami")  # a token that holds, got before the body goes
+        token = self._token()
+        conn = self._connection(self._timeout_s)
+        try:
+            conn.putrequest("PUT", self._target(path, params))
+            conn.putheader("Content-Type", "application/octet-stream")
+            conn.putheader("Content-Length", str(length))
+            if token is not None:
+                conn.putheader("Authorization", f"Bearer {token}")
+            conn.endheaders()
+            # Refused before the end (a quota), the server may close: its answer says why.
+            with contextlib.suppress(OSError):
+                self._send(conn, source, length, progress)
+            response = conn.getresponse()
+            status, body = response.status, response.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise ApiUnreachable(f"the read API at {self.base_url} did not answer: {e}") from e
+        finally:
+            conn.close()
+        if status >= 400:
+            raise ApiError(status, self._refusal(_detail(body, status), status))
+        return self._json(body)
+
+    @staticmethod
+    def _send(
+        conn: "http.client.HTTPConnection",
+        source: "BinaryIO",
+        length: int,
+        progress: Callable[[int], object] | None,
+    ) -> None:
+        sent = 0
+        while sent < length:
+            chunk = source.read(min(1 << 20, length - sent))
+            if not chunk:
+                raise ApiUnreachable(f"the file ended after {sent} of {length} bytes")
+            conn.send(chunk)
+            sent += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
 
     def sign_in(self) -> str:
         """A new token for the keypair (kept for the next calls). Raises ApiError (the

@@ -18,6 +18,7 @@ from services.cli import sim_cmd
 from services.cli.options import (
     Settings,
     default_archive_dir,
+    default_vfolder_root,
     fail,
     out,
     resolve_nats,
@@ -71,6 +72,14 @@ RegionsOpt = Annotated[
     typer.Option(help="Where the shim's per-session regions live (default: $FGPU_HOME/regions)."),
 ]
 
+VfolderRootOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Where the virtual folders are on this host, <root>/<storage host>/<id> "
+        "(default: $FGPU_HOME/vfolders; a shared filesystem when agents are on several hosts)."
+    ),
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class AgentOptions:
@@ -90,6 +99,12 @@ class AgentOptions:
     no_shim: NoShimOpt = False
     regions_dir: RegionsOpt = None
     registry: RegistryOpt = None
+    vfolder_root: VfolderRootOpt = None
+
+    @property
+    def vfolders(self) -> str:
+        """The virtual folders' root, the default if none was given."""
+        return str(Path(self.vfolder_root or default_vfolder_root()).resolve())
 
     def setup(self) -> "tuple[AgentConfig, SliceRegions | None]":
         """The agent's configuration and regions; a clear error if an option is bad."""
@@ -102,6 +117,7 @@ class AgentOptions:
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))
+        cfg = dataclasses.replace(cfg, vfolder_root=self.vfolders)
         return with_regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
 
 
@@ -339,7 +355,8 @@ def up(
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
-                api = await tg.start(run_read_api, logs["api"], db, "127.0.0.1", api_port)
+                serve = functools.partial(run_read_api, vfolder_root=cfg.vfolder_root)
+                api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
                 console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -453,8 +470,10 @@ def api(
         typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
     ] = None,
     archive: ArchiveOpt = None,
+    vfolder_root: VfolderRootOpt = None,
 ) -> None:
-    """Run the projector and the read API (with the console) against --nats URL.
+    """Run the projector and the read API (with the console) against --nats URL, and the
+    storage service of the virtual folders under --vfolder-root.
 
     For a deployment where they live apart from the actors; users point --api or
     FGPU_API here. With the log's archive (--archive), a new projection reads the
@@ -467,13 +486,15 @@ def api(
     url = _url(ctx)
     path = db or default_db_path(state_file().parent)
     path.parent.mkdir(parents=True, exist_ok=True)
+    root = str(Path(vfolder_root or default_vfolder_root()).resolve())
 
     async def main() -> None:
         me = _me(ctx, "api")
         async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
             reader = await with_archive(conn.log, archive or default_archive_dir())
-            served = await tg.start(run_read_api, reader, path, host, port)
+            serve = functools.partial(run_read_api, vfolder_root=root)
+            served = await tg.start(serve, reader, path, host, port)
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)

@@ -19,6 +19,7 @@ from services.cli import (
     images_cmd,
     session_cmd,
     tenancy_cmd,
+    vfolder_cmd,
 )
 from services.cli.credentials import resolve
 from services.cli.options import Settings, print_json
@@ -86,6 +87,7 @@ app.add_typer(session_cmd.app, name="session")
 app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
+app.add_typer(vfolder_cmd.app, name="vfolder")
 admin_cmd.register(app)
 group_cmd.register()
 tenancy_cmd.register(app)

@@ -28,6 +28,7 @@ __all__ = [
     "api_errors",
     "connection",
     "default_archive_dir",
+    "default_vfolder_root",
     "fail",
     "out",
     "print_json",
@@ -45,6 +46,12 @@ DEFAULT_NATS = "nats://127.0.0.1:4222"
 def state_file() -> Path:
     """Where ``fgpu up`` says where it is, for the other commands to find it."""
     return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
+
+
+def default_vfolder_root() -> Path:
+    """Where this host's storage hosts' virtual folders are by default: $FGPU_HOME/vfolders
+    (``<root>/<host>/<folder id>``)."""
+    return state_file().parent / "vfolders"
 
 
 def default_archive_dir() -> Path:

@@ -30,7 +30,7 @@ from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
-    from events import SessionType, Slots
+    from events import SessionType, Slots, VfolderMount
     from services.cli.api_client import ReadApi
     from services.ports import ExecReply
 
@@ -137,6 +137,19 @@ def _session_type(kind: str | None) -> "SessionType | None":
         fail(f"--type is batch or interactive, got {kind!r}")
 
 
+def _mounts(given: list[str]) -> "list[VfolderMount]":
+    """``--mount NAME[:ro|:rw]`` as asked; exits 2 with one line for one that is not."""
+    from events import VfolderMount
+
+    mounts = []
+    for m in given:
+        name, _, mode = m.partition(":")
+        if not name or len(name) > 128 or mode not in ("", "ro", "rw"):
+            fail(f"--mount {m!r}: give a folder's name, then :ro for read-only if you like")
+        mounts.append(VfolderMount(name=name, read_only=mode == "ro"))
+    return mounts
+
+
 def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
     """A warning on stderr when no alive agent has ``image`` (the request waits or is
     rejected); silent when no read API is known or it cannot tell: the request is made."""
@@ -201,6 +214,13 @@ def create(
             "[default: batch with a command, else interactive]",
         ),
     ] = None,
+    mount: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A virtual folder of yours (or shared with you), by name, at "
+            "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
@@ -234,6 +254,7 @@ def create(
         lifetime,
         session_type,
     )
+    mounts = _mounts(mount or [])
     slots = _checked_request(settings, shape)
     api = _reachable_api(settings) if wait else None
 
@@ -252,6 +273,7 @@ def create(
                 group=group,
                 lifetime_s=lifetime,
                 session_type=_session_type(session_type),
+                mounts=mounts,
             )
 
     ids = run_async(publish)

@@ -275,14 +275,18 @@ async def run_read_api(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
+    vfolder_root: str | None = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The projector and the read API, its sign-ins and refusals audited on the log."""
+    """The projector and the read API, its sign-ins and refusals audited on the log; the
+    storage service of the virtual folders under ``vfolder_root``, if given."""
+    from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
     audit = AccessAudit(events, SystemClock(), "api", "api")
     async with anyio.create_task_group() as tg:
         await tg.start(audit.run)
-        serve = functools.partial(serve_read_api, recorder=audit)
+        files = None if vfolder_root is None else FolderFiles(vfolder_root)
+        serve = functools.partial(serve_read_api, recorder=audit, vfolders=files)
         api = await tg.start(serve, events, db, host, port)
         task_status.started(api)

@@ -86,6 +86,7 @@ def session_spec(
     shim_lib_dir: str | None = None,
     region_path: str | None = None,
     log_identity: str | None = None,
+    vfolders: tuple[Mount, ...] = (),
 ) -> ContainerSpec:
     """The spec for ``v``'s container on ``agent_id``.
 
@@ -120,6 +121,7 @@ def session_spec(
     if region_path is not None:
         mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
         env["FGPU_REGION"] = REGION_IN_CONTAINER
+    mounts += vfolders
     return ContainerSpec(
         name=container_name(agent_id, v.session_id),
         image=v.image,

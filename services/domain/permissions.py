@@ -151,7 +151,8 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             publish=own + _READS, subscribe=(f"{inbox(access_key)}.>",), deny_publish=deny
         )
     elif service == "api":
-        own = (subj.access("api"),)
+        # The read API's door, and the storage service beside it (its folders' scans).
+        own = (subj.access("api"), subj.storage("*"))
     elif service == "auth":
         own = (subj.access("nats"),)
     elif service == "agent-host":

@@ -10,9 +10,10 @@ lowered below what is held ends nothing, it refuses what comes next.
 from events import PolicyLevel, ResourcePolicy
 from services.domain.resources import add, fits, format_slots
 from services.domain.tenancy import Tenancy, project_key
+from services.domain.vfolders import mount_plan
 from services.domain.views import ClusterState, OwnerUsage, SessionView
 
-__all__ = ["admission_refusal", "keypair_policy"]
+__all__ = ["admission_refusal", "keypair_policy", "mount_refusal"]
 
 
 def keypair_policy(s: ClusterState, access_key: str) -> ResourcePolicy | None:
@@ -65,6 +66,13 @@ def admission_refusal(s: ClusterState, v: SessionView) -> str | None:
         if why is not None:
             return f"{name} {why}"
     return None
+
+
+def mount_refusal(t: Tenancy, v: SessionView) -> str | None:
+    """Why ``v`` may not mount the virtual folders it asks for; None if it may (or asks
+    for none)."""
+    plan = mount_plan(t, v.owner, v.mounts)
+    return plan if isinstance(plan, str) else None
 
 
 def _not_a_tenant(t: Tenancy, v: SessionView) -> str | None:

@@ -56,6 +56,7 @@ from events import (
     SessionTerminating,
     SessionUnplaced,
     Slots,
+    VfolderScanned,
 )
 from events import subjects as subj
 from services.domain.resources import add, sub
@@ -63,6 +64,7 @@ from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.domain.subject_rules import SUBJECT_OF, mismatch
 from services.domain.tenancy import DEFAULT, apply, project_key
 from services.domain.validation import invalid_request, session_type_of
+from services.domain.vfolders import note_scan
 from services.domain.views import (
     AgentView,
     ClusterState,
@@ -202,6 +204,7 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         group=e.group or DEFAULT,
         lifetime_s=e.lifetime_s,
         session_type=session_type_of(e),
+        mounts=e.mounts,
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
@@ -441,6 +444,10 @@ def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
         _count(s.pending.setdefault(v.owner, OwnerUsage()), v, +1)
 
 
+def _vfolder_scanned(s: ClusterState, seq: int, e: VfolderScanned) -> None:
+    note_scan(s.tenancy, e)
+
+
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
     """Events that change no state: a refusal (it only answers its destroy request),
     measurements, the access audit and commands run in sessions (the projections keep
@@ -485,6 +492,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     SessionExecFinished: _nothing,
     SessionChannelOpened: _nothing,
     SessionChannelClosed: _nothing,
+    VfolderScanned: _vfolder_scanned,
 }
 
 

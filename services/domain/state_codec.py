@@ -40,6 +40,7 @@ from services.domain.state import (
 )
 from services.domain.status import ENDED
 from services.domain.tenancy import Keypair, Tenancy, User
+from services.domain.vfolders import Vfolder
 from services.domain.workload import Shape, Workload
 
 __all__ = [
@@ -59,8 +60,8 @@ __all__ = [
 # it, and every actor snapshot of another version is ignored (full replay).
 # 2: the workload forecast and the latest placement (placement policies); 3: resource
 # groups; 4: agents' image details and registry, sessions' pull progress, domains' image
-# allow-lists and aliases
-FOLD_VERSION = 4
+# allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts)
+FOLD_VERSION = 5
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -128,6 +129,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     groups: list[tuple[str, GroupSettings]] = []
     images: list[tuple[str, list[str]]] = []  # domain -> its allow-list
     aliases: list[tuple[str, list[tuple[str, str]]]] = []  # domain -> alias, image
+    vfolders: list[Vfolder] = []  # since fold version 5
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -141,6 +143,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             groups=sorted(t.groups.items()),
             images=[(d, list(t.images[d])) for d in sorted(t.images)],
             aliases=[(d, sorted(t.aliases[d].items())) for d in sorted(t.aliases)],
+            vfolders=[t.vfolders[k] for k in sorted(t.vfolders)],
         )
 
     def view(self) -> Tenancy:
@@ -152,6 +155,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             groups=dict(self.groups),
             images={d: tuple(names) for d, names in self.images},
             aliases={d: dict(pairs) for d, pairs in self.aliases},
+            vfolders={f.vfolder_id: f for f in self.vfolders},
         )
 
 

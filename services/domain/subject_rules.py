@@ -92,6 +92,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.SessionExecFinished, _exec),
         _rule(ev.SessionChannelOpened, _exec),
         _rule(ev.SessionChannelClosed, _exec),
+        _rule(ev.VfolderScanned, lambda e: subj.storage(e.host)),
     ]
 )
 

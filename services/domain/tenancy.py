@@ -9,7 +9,6 @@ as sessions from before tenancy are.
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 from events import (
     AddMember,
@@ -34,10 +33,13 @@ from events import (
     SetPolicy,
     SetRole,
     UpdateGroup,
+    VfolderCommand,
 )
 from events import subjects as subj
 from services.domain.groups import invalid_group_command
 from services.domain.image_ref import image_reference_problem
+from services.domain.refusal import Refusal
+from services.domain.vfolders import Vfolder, apply_vfolder, vfolder_refusal
 
 __all__ = [
     "DEFAULT",
@@ -103,6 +105,7 @@ class Tenancy:
     # (a name a request may use -> the image it runs). Rules: services.domain.images.
     images: dict[str, tuple[str, ...]] = field(default_factory=dict)
     aliases: dict[str, dict[str, str]] = field(default_factory=dict)
+    vfolders: dict[str, Vfolder] = field(default_factory=dict)  # by id, trashed ones too
 
     @property
     def on(self) -> bool:
@@ -115,12 +118,6 @@ class Tenancy:
         if kp is None or kp.revoked or kp.user is None:
             return None
         return self.users.get(kp.user)
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    code: Literal["forbidden", "invalid", "conflict"]
-    reason: str
 
 
 def apply(t: Tenancy, c: AdminCommand) -> None:
@@ -184,6 +181,8 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
                 del t.aliases[d]
         case SetImageAlias(domain=d, alias=alias, image=image) if image is not None:
             t.aliases.setdefault(d, {})[alias] = image
+        case _ if isinstance(c, VfolderCommand):
+            apply_vfolder(t, c)
 
 
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
@@ -193,10 +192,15 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     users (not superadmins), their keypairs, the keypair, user and project policies in it,
     and its image allow-list and aliases; a user create and revoke its own keypairs.
     Services administer nothing.
+    users (not superadmins), their keypairs and the keypair, user and project policies in
+    it; a user create and revoke its own keypairs. Services administer nothing. Virtual
+    folders have rules of their own (``services.domain.vfolders``).
     """
     who = t.user_of(requester)
     if who is None:
         return Refusal("forbidden", f"access key {requester} may not administer the cluster")
+    if isinstance(c, VfolderCommand):
+        return vfolder_refusal(t, who, c)
     if who.role is Role.USER and not isinstance(c, CreateKeypair | RevokeKeypair):
         return Refusal("forbidden", f"user {who.user} may not {_what(c)}")
     problem = _invalid(t, c)

@@ -6,6 +6,7 @@ from events import SessionRequested, SessionType
 from events import subjects as subj
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
+from services.domain.vfolders import MAX_MOUNTS
 
 __all__ = ["MAX_PRIORITY", "invalid_request", "session_type_of", "valid_image"]
 
@@ -73,4 +74,6 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "lifetime must be at least 1 s"
     if e.session_type is SessionType.BATCH and not e.command:
         return "a batch session runs a command: give one"
+    if len(e.mounts) > MAX_MOUNTS or any(not 0 < len(m.name) <= 128 for m in e.mounts):
+        return f"mounts must be at most {MAX_MOUNTS} folder names of 1-128 characters"
     return None

@@ -17,6 +17,7 @@ from events import (
     SessionDestroyRequested,
     SessionType,
     Slots,
+    VfolderMount,
 )
 from services.domain.fit_index import FitIndex
 from services.domain.resources import sub
@@ -83,6 +84,7 @@ class SessionView:
     # While PULLING: bytes of its image pulled so far, of how many (0: not known yet).
     pulled: int = 0
     pull_total: int = 0
+    mounts: tuple[VfolderMount, ...] = ()  # the virtual folders it asked to mount
 
 
 class _Shares:

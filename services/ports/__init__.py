@@ -56,6 +56,7 @@ from services.ports.log import (
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
+from services.ports.vfolders import Entry, FolderError, FolderStore
 
 __all__ = [
     "EXEC_OUTPUT_KEPT",
@@ -78,11 +79,14 @@ __all__ = [
     "ContainerInfo",
     "ContainerRuntime",
     "DeviceUsageSample",
+    "Entry",
     "EventLog",
     "ExecChannel",
     "ExecReply",
     "ExecRequest",
     "ExecResult",
+    "FolderError",
+    "FolderStore",
     "GpuProbe",
     "Grant",
     "Heartbeats",
