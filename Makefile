@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/archive.py
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
+	$(PY) bench/queue_scale.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

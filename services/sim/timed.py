@@ -18,6 +18,7 @@ rejected and cancelled. ``Run`` is also what ``services.sim.whatif`` makes of wh
 log says happened, so both sides are summed up alike.
 """
 
+import bisect
 import heapq
 import itertools
 import math
@@ -121,12 +122,8 @@ class Run:
 
     def at(self, t: float) -> int:
         """The fGPU allocated at ``t`` (after what happened at ``t``)."""
-        held = 0
-        for when, fgpu in self.allocated:  # few enough changes to walk; sampled rarely
-            if when > t:
-                break
-            held = fgpu
-        return held
+        i = bisect.bisect_right(self.allocated, t, key=lambda change: change[0])
+        return self.allocated[i - 1][1] if i else 0
 
     def curve(self, span_s: float, samples: int) -> list[list[float]]:
         if not self.capacity:
