@@ -18,7 +18,11 @@ dummy agent appends, folded at once: it starts a session the moment it is placed
 
 The clock stands still at the admissions' time: nobody has waited past the reservation
 threshold. Prints one JSON line. Usage: python bench/queue_scale.py [--agents 10000]
-[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile]
+[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile] [--heads]
+
+``--heads`` runs the same with ``bench/queue_heads.py``'s sketch of a round that visits
+only each shape's head (the design docs/benchmarks.md proposes), after checking at a
+tenth of the scale that it places as ``SchedulerActor`` does, destroy after destroy.
 
 ``round_parts_ms_pending_big`` says where a round's time goes (``breakdown_ms``), so that
 a change to ``SchedulerActor.decide`` can be judged part by part.
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from queue_heads import HeadsScheduler  # beside this file
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import (
@@ -77,10 +82,10 @@ class _Clock:
 class Cluster:
     """A state and the scheduler deciding on it; records folded in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: type[SchedulerActor] = SchedulerActor) -> None:
         self.s = ClusterState()
         self.seq = 0
-        self.scheduler = SchedulerActor(MemoryLog(), _Clock())
+        self.scheduler = scheduler(MemoryLog(), _Clock())
 
     def fold(self, subject: str, e: AnyEvent) -> None:
         self.seq += 1
@@ -142,10 +147,12 @@ class Cluster:
         return decisions
 
 
-def build(agents: int, pending: int) -> tuple[Cluster, list[str]]:
+def build(
+    agents: int, pending: int, scheduler: type[SchedulerActor] = SchedulerActor
+) -> tuple[Cluster, list[str]]:
     """Every GPU of ``agents`` agents held by a running session (their ids returned, in
     order), and ``pending`` sessions queued behind them, each told why it waits."""
-    c = Cluster()
+    c = Cluster(scheduler)
     for i in range(agents):
         gpus = tuple(
             GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="T4", mem=16 << 30, sm_count=40)
@@ -204,16 +211,23 @@ def round_ms(c: Cluster, rounds: int) -> float:
     return statistics.median(times)
 
 
-def destroy_to_running(c: Cluster, victim: str) -> float:
-    """Ms from ``victim``'s destroy folded to the next pending session RUNNING."""
+def destroy_to_running(
+    c: Cluster, victim: str, placed: list[tuple[str, str]] | None = None
+) -> float:
+    """Ms from ``victim``'s destroy folded to the next pending session RUNNING; the
+    placements made (session, agent) noted in ``placed``."""
     owner = c.s.sessions[victim].owner
     t0 = time.perf_counter()
     d = stamp(SessionDestroyRequested, Provenance(owner, NOW), session_id=victim, requester=owner)
     c.fold(subj.request(owner, victim), d)
     while True:
         decisions = c.round()
-        if any(isinstance(e, SessionScheduled) for e in decisions):
-            return (time.perf_counter() - t0) * 1000
+        done = [(e.session_id, e.agent_id) for e in decisions if isinstance(e, SessionScheduled)]
+        if done:
+            ms = (time.perf_counter() - t0) * 1000
+            if placed is not None:
+                placed += done
+            return ms
         assert decisions, "the destroy freed nothing"
 
 
@@ -253,19 +267,33 @@ def breakdown_ms(c: Cluster) -> dict[str, float]:
     }
 
 
+def same_decisions(agents: int, pending: int, destroys: int) -> int:
+    """How many placements ``HeadsScheduler`` made as ``SchedulerActor`` did, destroy after
+    destroy, on two clusters built alike (AssertionError at the first that differs)."""
+    placed: list[list[tuple[str, str]]] = [[], []]
+    for kind, out in zip((SchedulerActor, HeadsScheduler), placed, strict=True):
+        c, running = build(agents, pending, kind)
+        for k in range(destroys):
+            destroy_to_running(c, running[k * 37 % len(running)], out)
+    assert placed[0] == placed[1], "the sketch placed otherwise"
+    return len(placed[0])
+
+
 def main(args: argparse.Namespace) -> dict[str, object]:
+    kind = HeadsScheduler if args.heads else SchedulerActor
+    checked = same_decisions(args.agents // 10, args.pending // 10, 50) if args.heads else None
     t0 = time.perf_counter()
-    small, _ = build(args.agents, args.small)
+    small, _ = build(args.agents, args.small, kind)
     small_round = round_ms(small, args.rounds)
     del small
-    big, running = build(args.agents, args.pending)
+    big, running = build(args.agents, args.pending, kind)
     built_s = time.perf_counter() - t0
     # As the scheduler's process does: the state it rebuilt kept out of the collector's
     # sight (``services.actors.common``), full collections rare (``tune_gc``).
     gc.freeze()
     tune_gc()
     big_round = round_ms(big, args.rounds)
-    parts = breakdown_ms(big)
+    parts = None if args.heads else breakdown_ms(big)  # the walk the sketch does not do
     profile = None
     if args.profile:
         prof = cProfile.Profile()
@@ -280,17 +308,21 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         profile = text.getvalue()
     result: dict[str, object] = {
         "bench": "queue_scale",
+        "scheduler": "heads sketch (bench/queue_heads.py)" if args.heads else "SchedulerActor",
         "agents": args.agents,
         "pending": args.pending,
         "round_ms_pending_small": round(small_round, 2),
         "small": args.small,
         "round_ms_pending_big": round(big_round, 2),
         "round_ratio": round(big_round / small_round, 2),
-        "round_parts_ms_pending_big": parts,
         "destroy_to_running": {**quantiles_ms(latencies), "n": len(latencies)},
         "still_pending": len(big.s.queue),
         "build_s": round(built_s, 1),
     }
+    if parts is not None:
+        result["round_parts_ms_pending_big"] = parts
+    if checked is not None:
+        result["same_placements_checked"] = checked
     if profile is not None:
         print(profile)
     return result
@@ -304,4 +336,7 @@ if __name__ == "__main__":
     p.add_argument("--destroys", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", action="store_true")
+    p.add_argument(
+        "--heads", action="store_true", help="the per-shape-heads sketch (bench/queue_heads.py)"
+    )
     print(json.dumps(main(p.parse_args())))
