@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from events import AgentRegistered
 from services.cli.main import app
 from services.domain.trace import TraceError, parse_nodes, parse_tasks, parse_timings
 from services.sim.replay import agent_configs, registration, request_of
@@ -37,7 +38,7 @@ def _arrivals(withdraw: dict[str, float] | None = None) -> list[Arrival]:
     ]
 
 
-def _agents() -> list:
+def _agents() -> list[AgentRegistered]:
     return [registration(c) for c in agent_configs(parse_nodes(NODES))]
 
 

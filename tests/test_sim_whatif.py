@@ -275,4 +275,5 @@ async def test_only_an_identity_that_reads_the_log_may_run_whatif(tmp_path: Path
         )
         assert allowed.exit_code == 0, allowed.output
         assert json.loads(allowed.stdout)["group"] == "default"
+        assert "no agent registered in resource group default" in allowed.stderr
         assert await c.stored_since(seq) == []  # the access audit aside: nothing

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import connection, fail, out, print_json, run_async
+from services.cli.options import connection, fail, out, print_json, run_async, warn
 from services.cli.render import timed_table
 
 if TYPE_CHECKING:
@@ -163,6 +163,8 @@ def whatif(
     except ValueError as e:
         fail(str(e))
     result = run_async(lambda: _whatif(ctx.obj, group, policy, start, end, samples))
+    if not result["agents"]:
+        warn(f"no agent registered in resource group {group} is on the log")
     if as_json:
         print_json(result)
         return
