@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
+	$(PY) bench/queue_scale.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from events import AgentRegistered
 from services.cli.main import app
 from services.domain.trace import TraceError, parse_nodes, parse_tasks, parse_timings
 from services.sim.replay import agent_configs, registration, request_of
@@ -37,7 +38,7 @@ def _arrivals(withdraw: dict[str, float] | None = None) -> list[Arrival]:
     ]
 
 
-def _agents() -> list:
+def _agents() -> list[AgentRegistered]:
     return [registration(c) for c in agent_configs(parse_nodes(NODES))]
 
 
@@ -114,14 +115,14 @@ def test_sim_replay_timed_prints_each_policy(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert set(out["policies"]) == {"pack", "spread"}
-    assert out["span_s"] == 200 and out["gpus"] == 1 and out["tasks"] == 6
+    assert out["span_s"] == 160 and out["gpus"] == 1 and out["tasks"] == 6  # f's arrival
     assert out["recorded_wait_s"] == {"p50": 0, "p99": 5}
     for summary in out["policies"].values():
         assert summary["wait_s"]["p99"] == 90.0
         assert len(summary["utilisation_pct"]["curve"]) == 5
     # Twice the load: the same tasks coming in half the time, running as long.
     doubled = CliRunner().invoke(app, [*args, "--load", "2", "--json"])
-    assert json.loads(doubled.stdout)["span_s"] == 125  # e: at 150 / 2, for 50 s
+    assert json.loads(doubled.stdout)["span_s"] == 80
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "wait p99 (s)" in table.stdout and "90" in table.stdout
 

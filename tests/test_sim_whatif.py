@@ -177,10 +177,27 @@ async def test_what_happened_is_read_and_another_policy_replayed() -> None:
     # Under the policy it ran under, the replay gives what happened.
     spread = whatif(recorded, "spread", samples=3)
     assert spread["would_have"] == spread["happened"]
-    # A range: only what was asked for in it.
+    # A range: what was asked for in it, on agents where s1 and s2 (asked for before)
+    # still hold half a GPU each until 100: s3 waits for them under pack too.
     late = await read_group(log, "lab", T0 + timedelta(seconds=10), None)
     assert [a.request.session_id for a in late.arrivals] == ["s3", "s6"]
     assert late.arrivals[0].arrival_s == 10 and late.span_s == 140
+    assert [(h.request.session_id, h.placed.agent_id, h.until_s) for h in late.held] == [
+        ("s1", "a", 90),
+        ("s2", "b", 90),
+    ]
+    assert late.happened.allocated == [(0, 1000), (140, 0)]
+    then = whatif(late, "pack")
+    assert then["held_at_start"] == 2
+    assert (
+        then["would_have"]["wait_s"]
+        == then["happened"]["wait_s"]
+        == {
+            "p50": 80.0,
+            "p99": 80.0,
+            "mean": 80.0,
+        }
+    )
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> Any:
@@ -258,4 +275,5 @@ async def test_only_an_identity_that_reads_the_log_may_run_whatif(tmp_path: Path
         )
         assert allowed.exit_code == 0, allowed.output
         assert json.loads(allowed.stdout)["group"] == "default"
+        assert "no agent registered in resource group default" in allowed.stderr
         assert await c.stored_since(seq) == []  # the access audit aside: nothing

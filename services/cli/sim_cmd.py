@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import connection, fail, out, print_json, run_async
+from services.cli.options import connection, fail, out, print_json, run_async, warn
 from services.cli.render import timed_table
 
 if TYPE_CHECKING:
@@ -132,7 +132,9 @@ def whatif(
         str | None,
         typer.Option(help="Sessions asked for from this instant (ISO 8601, UTC if no offset)."),
     ] = None,
-    until: Annotated[str | None, typer.Option(help="... up to this one (default: now).")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="... up to this one (default: the log's latest event).")
+    ] = None,
     samples: Annotated[
         int, typer.Option(min=1, max=10_000, help="Points of the utilisation curve.")
     ] = 100,
@@ -146,8 +148,9 @@ def whatif(
 
     Who may: it reads the whole log, which a person's keypair may not (the server lets
     users read the cluster only through the read API): an administrator runs it with the
-    services' keypairs (--service-keys services.json, from fgpu admin init), reading as
-    the `api` service, as `fgpu admin projections rebuild` does. A cluster without
+    services' keypairs (fgpu --service-keys services.json sim whatif ..., the file from
+    fgpu admin init), reading as the `api` service, as `fgpu admin projections rebuild`
+    does. A cluster without
     authentication lets anyone read its log."""
     from services.cli.audit_cmd import parse_time
     from services.domain.placement import POLICY_NAMES
@@ -160,6 +163,8 @@ def whatif(
     except ValueError as e:
         fail(str(e))
     result = run_async(lambda: _whatif(ctx.obj, group, policy, start, end, samples))
+    if not result["agents"]:
+        warn(f"no agent registered in resource group {group} is on the log")
     if as_json:
         print_json(result)
         return

@@ -139,17 +139,17 @@ def parse_timings(text: str) -> list[Timing]:
     what = "task list"
     out = []
     for line, row in _rows(text, _TIMES, what):
-        created, deleted = (
-            _int(row, "creation_time", line, what),
-            _int(row, "deletion_time", line, what),
-        )
-        started = created if not row["scheduled_time"] else _int(row, "scheduled_time", line, what)
+        created = _int(row, "creation_time", line, what)
+        deleted = _int(row, "deletion_time", line, what)
+        scheduled = _int(row, "scheduled_time", line, what) if row["scheduled_time"] else None
+        started = created if scheduled is None else scheduled
         if not created <= started <= deleted:
             raise TraceError(
                 f"{what} line {line}: times must run creation <= scheduled <= deletion"
             )
-        waited = None if not row["scheduled_time"] else started - created
-        out.append(Timing(created, deleted - started, waited))
+        out.append(
+            Timing(created, deleted - started, None if scheduled is None else started - created)
+        )
     return out
 
 

@@ -243,13 +243,14 @@ def timed_report(
     ``fgpu sim replay --timed --json`` prints it: each task asked for at its creation
     time divided by ``load`` (``load`` times as many arriving in the same time, each
     holding its share as long as it did), waiting until it fits. Per policy: queue waits,
-    counts, and the allocated share of the GPUs over the trace's span (the last task's
-    end as recorded, divided alike), sampled ``samples`` times. Raises UnknownPolicy."""
+    counts, and the allocated share of the GPUs while the tasks arrive (up to the last
+    arrival: after it every policy only drains the same work), sampled ``samples``
+    times. Raises UnknownPolicy."""
     timed = [
         Arrival(request_of(i, t), w.arrival_s / load, w.duration_s)
         for i, (t, w) in enumerate(zip(tasks, timings, strict=True))
     ]
-    span = max(a.arrival_s + a.duration_s for a in timed)
+    span = max(a.arrival_s for a in timed)
     agents = [registration(c) for c in agent_configs(nodes)]
     recorded = sorted(w.waited_s for w in timings if w.waited_s is not None)
     return {

@@ -18,6 +18,7 @@ rejected and cancelled. ``Run`` is also what ``services.sim.whatif`` makes of wh
 log says happened, so both sides are summed up alike.
 """
 
+import bisect
 import heapq
 import itertools
 import math
@@ -48,7 +49,7 @@ from services.domain.state import ClusterState, evolve
 from services.domain.status import SessionStatus
 from services.testing.memory_log import MemoryLog
 
-__all__ = ["EPOCH", "Arrival", "Outcome", "Run", "nearest_rank", "replay_timed"]
+__all__ = ["EPOCH", "Arrival", "Held", "Outcome", "Run", "nearest_rank", "replay_timed"]
 
 EPOCH = datetime(2023, 7, 10, tzinfo=UTC)  # a replay's time zero, unless given one
 S = SessionStatus
@@ -63,6 +64,15 @@ class Arrival(NamedTuple):
     arrival_s: float
     duration_s: float
     withdraw_s: float | None = None
+
+
+class Held(NamedTuple):
+    """A session already placed at time zero, where ``placed`` put it, holding its share
+    until ``until_s``: what a replay starting in the middle of a cluster's life finds."""
+
+    request: SessionRequested
+    placed: SessionScheduled
+    until_s: float
 
 
 class Outcome(NamedTuple):
@@ -121,12 +131,8 @@ class Run:
 
     def at(self, t: float) -> int:
         """The fGPU allocated at ``t`` (after what happened at ``t``)."""
-        held = 0
-        for when, fgpu in self.allocated:  # few enough changes to walk; sampled rarely
-            if when > t:
-                break
-            held = fgpu
-        return held
+        i = bisect.bisect_right(self.allocated, t, key=lambda change: change[0])
+        return self.allocated[i - 1][1] if i else 0
 
     def curve(self, span_s: float, samples: int) -> list[list[float]]:
         if not self.capacity:
@@ -175,6 +181,7 @@ class _Replay:
         scheduler: SchedulerActor,
         clock: _VirtualClock,
         group: tuple[str, GroupSettings] | None,
+        held: Sequence[Held],
     ) -> None:
         self.s = ClusterState()
         if group is not None:
@@ -184,17 +191,36 @@ class _Replay:
         self.clock = clock
         self.scheduler = scheduler
         self.arrivals = arrivals
+        self.held = held
         self.index = {a.request.session_id: i for i, a in enumerate(arrivals)}
         self.placed_at: dict[int, float] = {}
-        self.due: list[tuple[float, _Kind, int]] = []  # (t, _Kind, arrival index)
+        # (t, _Kind, index): of an arrival, or -1 - of a held session
+        self.due: list[tuple[float, _Kind, int]] = []
         self.allocated = 0
         self.run = Run(capacity=sum(a.capacity.fgpu for a in agents))
         for a in agents:
             self.fold(subj.agent(a.agent_id), msgspec.structs.replace(a, at=clock.now()))
+        for k, h in enumerate(held):
+            self.hold(h)
+            heapq.heappush(self.due, (h.until_s, _Kind.END, -1 - k))
+        if self.allocated:
+            self.run.allocated.append((0.0, self.allocated))
         for i, arrival in enumerate(arrivals):
             heapq.heappush(self.due, (arrival.arrival_s, _Kind.ARRIVE, i))
             if arrival.withdraw_s is not None:
                 heapq.heappush(self.due, (arrival.withdraw_s, _Kind.WITHDRAW, i))
+
+    def hold(self, h: Held) -> None:
+        """``h`` asked for, admitted, placed and started at time zero."""
+        r, now = h.request, self.clock.now()
+        sid = r.session_id
+        self.fold(subj.request(r.owner, sid), msgspec.structs.replace(r, at=now))
+        prov = Provenance("quota", now, r.id, r.correlation_id or r.id)
+        self.fold(subj.ADMISSION, stamp(SessionAdmitted, prov, session_id=sid, owner=r.owner))
+        placed = msgspec.structs.replace(h.placed, at=now)
+        self.fold(subj.LEDGER, placed)
+        self.fold(*_started(placed, now))
+        self.allocated += placed.slots.fgpu
 
     def fold(self, subject: str, e: AnyEvent) -> None:
         self.seq += 1
@@ -213,8 +239,7 @@ class _Replay:
         return self.run
 
     def happen(self, kind: _Kind, i: int) -> None:
-        a = self.arrivals[i]
-        r = a.request
+        r = self.arrivals[i].request if i >= 0 else self.held[-1 - i].request
         sid = r.session_id
         now = self.clock.now()
         if kind is _Kind.ARRIVE:
@@ -258,15 +283,7 @@ class _Replay:
 
     def started(self, d: SessionScheduled) -> None:
         i = self.index[d.session_id]
-        prov = Provenance(f"agent:{d.agent_id}", self.clock.now(), d.id, d.correlation_id)
-        running = stamp(
-            SessionRunning,
-            prov,
-            session_id=d.session_id,
-            agent_id=d.agent_id,
-            container_id=f"dummy-{d.session_id}",
-        )
-        self.fold(subj.agent_session(d.agent_id, d.session_id), running)
+        self.fold(*_started(d, self.clock.now()))
         self.allocated += d.slots.fgpu
         self.placed_at[i] = self.clock.t
         end = self.clock.t + self.arrivals[i].duration_s
@@ -280,6 +297,19 @@ class _Replay:
         return Outcome("waiting" if status is S.PENDING else str(status).lower(), None)
 
 
+def _started(d: SessionScheduled, now: datetime) -> tuple[str, SessionRunning]:
+    """What the dummy agent appends for placement ``d``: the session runs at once."""
+    prov = Provenance(f"agent:{d.agent_id}", now, d.id, d.correlation_id)
+    running = stamp(
+        SessionRunning,
+        prov,
+        session_id=d.session_id,
+        agent_id=d.agent_id,
+        container_id=f"dummy-{d.session_id}",
+    )
+    return subj.agent_session(d.agent_id, d.session_id), running
+
+
 def replay_timed(
     agents: Sequence[AgentRegistered],
     arrivals: Sequence[Arrival],
@@ -288,15 +318,18 @@ def replay_timed(
     pending_timeout_s: int | None = None,
     epoch: datetime = EPOCH,
     group: tuple[str, GroupSettings] | None = None,
+    held: Sequence[Held] = (),
 ) -> Run:
     """``arrivals`` replayed on the agents of ``agents`` (registered at time zero, in
     that order), placed by the scheduler with ``policy`` and ``pending_timeout_s`` (None:
     a session waits until it fits), time zero being ``epoch``. ``group``: a resource
     group's name and settings, folded into the replay's tenancy as the administrator
-    gave them. Session ids must be unique. Raises UnknownPolicy."""
+    gave them. ``held``: sessions already placed at time zero (not among the run's
+    outcomes; their shares are in its allocation). Session ids must be unique. Raises
+    UnknownPolicy."""
     clock = _VirtualClock(epoch)
     # Handed each state to decide on: its log is never appended to.
     scheduler = SchedulerActor(
         MemoryLog(), clock, policy=policy, pending_timeout_s=pending_timeout_s
     )
-    return _Replay(agents, arrivals, scheduler, clock, group).go()
+    return _Replay(agents, arrivals, scheduler, clock, group, held).go()

@@ -17,7 +17,9 @@ admitted, placed, ended, how) and makes an ``Arrival`` of it for ``services.sim.
 settings as the log has them (the default group without settings: no pending timeout),
 and sums up both sides alike (``Run.summary``): waits, placed, rejected, cancelled, the
 group's fGPU allocated over the range. Sessions of the group placed before the range and
-still running in it are in neither side: both start with the group's agents empty.
+still holding their share at its start are on both sides where they were, until they
+ended (``Held``): the replay moves none of them. (Those asked for before the range and
+still waiting at its start are on neither.)
 
 It only reads: nothing is appended, no durable cursor is made. Who may run it is whoever
 may read the whole log (``fgpu sim whatif`` says who).
@@ -30,12 +32,18 @@ from typing import Any
 
 import msgspec
 
-from events import AgentRegistered, GroupSettings, SessionDestroyRequested, SessionRequested
+from events import (
+    AgentRegistered,
+    GroupSettings,
+    SessionDestroyRequested,
+    SessionRequested,
+    SessionScheduled,
+)
 from services.domain.groups import DEFAULT_GROUP
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED, SessionStatus
 from services.ports import EventLog
-from services.sim.timed import Arrival, Outcome, Run, replay_timed
+from services.sim.timed import Arrival, Held, Outcome, Run, replay_timed
 
 __all__ = ["Recorded", "read_group", "whatif"]
 
@@ -46,12 +54,14 @@ S = SessionStatus
 class Recorded:
     """What the log holds of one group in a time range: its agents (latest registration
     of each, in order of registration), its admitted sessions as arrivals (times in
-    seconds from ``epoch``) and what happened to them, the requests refused at
+    seconds from ``epoch``) and what happened to them, those placed before and holding
+    their share at the start, the requests refused at
     admission, the group's settings (None: it has none) and the range's length."""
 
     group: str
     agents: list[AgentRegistered]
     arrivals: list[Arrival]
+    held: list[Held]
     happened: Run
     refused: int
     settings: GroupSettings | None
@@ -77,6 +87,7 @@ class _Reader:
         self.requests: dict[str, SessionRequested] = {}
         self.agents: dict[str, AgentRegistered] = {}
         self.destroyed: dict[str, datetime] = {}  # session id -> its first destroy request
+        self.placed: dict[str, SessionScheduled] = {}  # session id -> its first placement
         self.last_at: datetime | None = None  # the latest time an event says
 
     def take(self, e: object) -> None:
@@ -88,6 +99,8 @@ class _Reader:
                 self.agents[e.agent_id] = e
         elif isinstance(e, SessionDestroyRequested) and e.session_id in self.requests:
             self.destroyed.setdefault(e.session_id, e.at)
+        elif isinstance(e, SessionScheduled) and e.session_id in self.requests:
+            self.placed.setdefault(e.session_id, e)
 
 
 async def read_group(
@@ -140,6 +153,10 @@ async def read_group(
         gave_up = reader.destroyed.get(r.session_id)
         withdraw = None if gave_up is None else _seconds(gave_up, epoch)
         arrivals.append(Arrival(r, came, held, withdraw))
+    carried = _held_at_start(reader, epoch, end) if since is not None else []
+    for h in carried:
+        steps[0.0] = steps.get(0.0, 0) + h.placed.slots.fgpu
+        steps[h.until_s] = steps.get(h.until_s, 0) - h.placed.slots.fgpu
     held_now = 0
     for t in sorted(steps):
         held_now += steps[t]
@@ -149,12 +166,28 @@ async def read_group(
         group=group,
         agents=list(reader.agents.values()),
         arrivals=arrivals,
+        held=carried,
         happened=happened,
         refused=len(asked) - len(kept),
         settings=s.tenancy.groups.get(group),
         epoch=epoch,
         span_s=span,
     )
+
+
+def _held_at_start(reader: _Reader, epoch: datetime, end: datetime) -> list[Held]:
+    """The group's sessions placed (on one of its agents) before ``epoch`` and still
+    holding their share then, each until it ended (or ``end``)."""
+    out = []
+    for sid, placed in reader.placed.items():
+        v = reader.s.sessions[sid]
+        ended = _first(v, ENDED)
+        if placed.at > epoch or (ended is not None and ended <= epoch):
+            continue
+        if placed.agent_id in reader.agents:
+            until = _seconds(ended or end, epoch)
+            out.append(Held(reader.requests[sid], placed, until))
+    return out
 
 
 def whatif(recorded: Recorded, policy: str, samples: int = 100) -> dict[str, Any]:
@@ -172,6 +205,7 @@ def whatif(recorded: Recorded, policy: str, samples: int = 100) -> dict[str, Any
         pending_timeout_s=timeout,
         epoch=recorded.epoch,
         group=group,
+        held=recorded.held,
     )
     span = recorded.span_s
     return {
@@ -183,6 +217,7 @@ def whatif(recorded: Recorded, policy: str, samples: int = 100) -> dict[str, Any
         "agents": len(recorded.agents),
         "fgpu": recorded.happened.capacity,
         "refused_at_admission": recorded.refused,
+        "held_at_start": len(recorded.held),
         "happened": recorded.happened.summary(span, samples),
         "would_have": would.summary(span, samples),
     }

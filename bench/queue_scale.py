@@ -1,0 +1,342 @@
+"""Queue scale: 10,000 agents, 100,000 PENDING sessions, and one destroy freeing a share.
+
+In process, through the scheduler actor's own ``decide`` on a state folded as the actors
+fold the log (``services.domain.state.evolve``), agents on the dummy runtime (what a
+dummy agent appends, folded at once: it starts a session the moment it is placed):
+
+1. a cluster of ``--agents`` agents of 4 GPUs, every GPU held whole by a running session,
+   and ``--pending`` sessions queued behind them (a whole GPU, half and a quarter of one,
+   in turn), each already told why it waits (``session.queued``), so a round has nothing
+   to say until something frees;
+2. round cost: ``decide`` on that state, nothing having changed (the round every batch
+   of records wakes), median of ``--rounds``; the same with ``--small`` pending (1,000),
+   and the ratio;
+3. destroy to RUNNING: a running session's owner destroys it; the rounds the log would
+   wake follow (the stop order, the agent's end of it, the placement of the queue's head,
+   the agent's start), each record folded as it would come back; time from the destroy
+   folded to the next pending session RUNNING, ``--destroys`` times; p50, p99.
+
+The clock stands still at the admissions' time: nobody has waited past the reservation
+threshold. Prints one JSON line. Usage: python bench/queue_scale.py [--agents 10000]
+[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile] [--heads]
+
+``--heads`` runs the same with ``bench/queue_heads.py``'s sketch of a round that visits
+only each shape's head (the design docs/benchmarks.md proposes), after checking at a
+tenth of the scale that it places as ``SchedulerActor`` does, destroy after destroy.
+
+``round_parts_ms_pending_big`` says where a round's time goes (``breakdown_ms``), so that
+a change to ``SchedulerActor.decide`` can be judged part by part.
+"""
+
+import argparse
+import cProfile
+import gc
+import io
+import json
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from queue_heads import HeadsScheduler  # beside this file
+from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
+
+from events import (
+    AgentRegistered,
+    AnyEvent,
+    DevicePlacement,
+    GpuInfo,
+    Record,
+    SessionAdmitted,
+    SessionDestroyRequested,
+    SessionQueued,
+    SessionRequested,
+    SessionRunning,
+    SessionScheduled,
+    SessionTerminated,
+    SessionTerminating,
+    Slots,
+)
+from events import subjects as subj
+from services.actors.scheduler import SchedulerActor, _admitted_at
+from services.cli.daemon_cmd import tune_gc
+from services.domain.allocator import never_fits
+from services.domain.provenance import Provenance, stamp
+from services.domain.state import ClusterState, evolve
+from services.testing.memory_log import MemoryLog
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+IMAGE = "fgpu/busybox:latest"
+GPUS = 4
+PER_GPU = 1000
+SLOTS = Slots(cpu=1000, mem=1 << 30, fgpu=PER_GPU)
+PENDING_SHAPES = (PER_GPU, PER_GPU // 2, PER_GPU // 4)
+
+
+class _Clock:
+    def now(self) -> datetime:
+        return NOW
+
+
+class Cluster:
+    """A state and the scheduler deciding on it; records folded in order."""
+
+    def __init__(self, scheduler: type[SchedulerActor] = SchedulerActor) -> None:
+        self.s = ClusterState()
+        self.seq = 0
+        self.scheduler = scheduler(MemoryLog(), _Clock())
+
+    def fold(self, subject: str, e: AnyEvent) -> None:
+        self.seq += 1
+        evolve(self.s, Record(seq=self.seq, subject=subject, event=e))
+
+    def ask(self, sid: str, owner: str, slots: Slots) -> SessionRequested:
+        r = stamp(
+            SessionRequested,
+            Provenance(owner, NOW),
+            session_id=sid,
+            owner=owner,
+            image=IMAGE,
+            slots=slots,
+        )
+        self.fold(subj.request(owner, sid), r)
+        admitted = stamp(
+            SessionAdmitted, Provenance("quota", NOW, r.id, r.id), session_id=sid, owner=owner
+        )
+        self.fold(subj.ADMISSION, admitted)
+        return r
+
+    def agent_reports(self, decisions: list[AnyEvent]) -> list[tuple[str, AnyEvent]]:
+        """What the dummy agents append for ``decisions``: a placed session started, a
+        stopped one ended (at once)."""
+        out: list[tuple[str, AnyEvent]] = []
+        for d in decisions:
+            prov = Provenance("agent", NOW, d.id, d.correlation_id)
+            if isinstance(d, SessionScheduled):
+                running = stamp(
+                    SessionRunning,
+                    prov,
+                    session_id=d.session_id,
+                    agent_id=d.agent_id,
+                    container_id=d.session_id,
+                )
+                out.append((subj.agent_session(d.agent_id, d.session_id), running))
+            elif isinstance(d, SessionTerminating):
+                ended = stamp(
+                    SessionTerminated,
+                    prov,
+                    session_id=d.session_id,
+                    agent_id=d.agent_id,
+                    exit_code=0,
+                    reason="destroyed",
+                )
+                out.append((subj.agent_session(d.agent_id, d.session_id), ended))
+        return out
+
+    def round(self) -> list[AnyEvent]:
+        """One round as the log wakes it: decide, the decisions folded back, the agents'
+        reports to them folded."""
+        decisions = self.scheduler.decide(self.s)
+        for d in decisions:
+            self.fold(subj.LEDGER, d)
+        for subject, e in self.agent_reports(decisions):
+            self.fold(subject, e)
+        self.s.changed.clear()
+        self.s.changed_agents.clear()
+        return decisions
+
+
+def build(
+    agents: int, pending: int, scheduler: type[SchedulerActor] = SchedulerActor
+) -> tuple[Cluster, list[str]]:
+    """Every GPU of ``agents`` agents held by a running session (their ids returned, in
+    order), and ``pending`` sessions queued behind them, each told why it waits."""
+    c = Cluster(scheduler)
+    for i in range(agents):
+        gpus = tuple(
+            GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="T4", mem=16 << 30, sm_count=40)
+            for g in range(GPUS)
+        )
+        reg = stamp(
+            AgentRegistered,
+            Provenance(f"agent:a{i}", NOW),
+            agent_id=f"a{i}",
+            capacity=Slots(cpu=64_000, mem=256 << 30, fgpu=GPUS * PER_GPU),
+            gpus=gpus,
+            fgpu_per_gpu=PER_GPU,
+            images=(IMAGE,),
+            runtime="dummy",
+        )
+        c.fold(subj.agent(f"a{i}"), reg)
+    running = []
+    for i in range(agents):
+        for g in range(GPUS):
+            sid = f"r{i}-{g}"
+            r = c.ask(sid, f"u{i % 100}", SLOTS)
+            placed = stamp(
+                SessionScheduled,
+                Provenance("scheduler", NOW, r.id, r.id),
+                session_id=sid,
+                owner=r.owner,
+                agent_id=f"a{i}",
+                slots=SLOTS,
+                devices=(DevicePlacement(gpu_index=g, fgpu=PER_GPU),),
+            )
+            c.fold(subj.LEDGER, placed)
+            c.fold(*c.agent_reports([placed])[0])
+            running.append(sid)
+    for j in range(pending):
+        sid = f"p{j}"
+        fgpu = PENDING_SHAPES[j % len(PENDING_SHAPES)]
+        c.ask(sid, f"u{j % 100}", Slots(cpu=1000, mem=1 << 30, fgpu=fgpu))
+        c.fold(
+            subj.LEDGER,
+            stamp(SessionQueued, Provenance("scheduler", NOW), session_id=sid, reason="full"),
+        )
+    c.s.changed.clear()
+    c.s.changed_agents.clear()
+    assert not c.round(), "a full cluster has nothing to decide"
+    return c, running
+
+
+def round_ms(c: Cluster, rounds: int) -> float:
+    """The median cost of a round with nothing to say."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        decisions = c.scheduler.decide(c.s)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert not decisions
+    return statistics.median(times)
+
+
+def destroy_to_running(
+    c: Cluster, victim: str, placed: list[tuple[str, str]] | None = None
+) -> float:
+    """Ms from ``victim``'s destroy folded to the next pending session RUNNING; the
+    placements made (session, agent) noted in ``placed``."""
+    owner = c.s.sessions[victim].owner
+    t0 = time.perf_counter()
+    d = stamp(SessionDestroyRequested, Provenance(owner, NOW), session_id=victim, requester=owner)
+    c.fold(subj.request(owner, victim), d)
+    while True:
+        decisions = c.round()
+        done = [(e.session_id, e.agent_id) for e in decisions if isinstance(e, SessionScheduled)]
+        if done:
+            ms = (time.perf_counter() - t0) * 1000
+            if placed is not None:
+                placed += done
+            return ms
+        assert decisions, "the destroy freed nothing"
+
+
+def breakdown_ms(c: Cluster) -> dict[str, float]:
+    """What one round's walk over the queue pays per part, each over the whole queue as
+    ``SchedulerActor.decide`` does it (medians of 3): the queue's sort, a Provenance built
+    for every queued session, the reservation check's walk of every failing session's
+    history (``_admitted_at``), the loop's lookups and shape key; and ``never_fits`` (a
+    scan of every agent) once, as each shape pays it each round."""
+    s = c.s
+    queue = list(s.queue)
+    sessions = [s.sessions[sid] for sid in queue]
+
+    def median_ms(f: Callable[[], object]) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            f()
+            times.append((time.perf_counter() - t0) * 1000)
+        return round(statistics.median(times), 1)
+
+    def key(sid: str) -> tuple[int, int]:
+        return -s.sessions[sid].priority, s.sessions[sid].arrival_seq
+
+    return {
+        "sort_queue": median_ms(lambda: sorted(s.queue, key=key)),
+        "provenance_per_session": median_ms(
+            lambda: [Provenance("scheduler", NOW, v.request_id, v.correlation_id) for v in sessions]
+        ),
+        "admitted_at_per_session": median_ms(
+            lambda: [(NOW - _admitted_at(v)).total_seconds() for v in sessions]
+        ),
+        "lookup_and_shape_per_session": median_ms(
+            lambda: [(v.slots, v.image, v.gpu_models) for v in map(s.sessions.__getitem__, queue)]
+        ),
+        "never_fits_per_shape": median_ms(lambda: never_fits(s, SLOTS, IMAGE)),
+    }
+
+
+def same_decisions(agents: int, pending: int, destroys: int) -> int:
+    """How many placements ``HeadsScheduler`` made as ``SchedulerActor`` did, destroy after
+    destroy, on two clusters built alike (AssertionError at the first that differs)."""
+    placed: list[list[tuple[str, str]]] = [[], []]
+    for kind, out in zip((SchedulerActor, HeadsScheduler), placed, strict=True):
+        c, running = build(agents, pending, kind)
+        for k in range(destroys):
+            destroy_to_running(c, running[k * 37 % len(running)], out)
+    assert placed[0] == placed[1], "the sketch placed otherwise"
+    return len(placed[0])
+
+
+def main(args: argparse.Namespace) -> dict[str, object]:
+    kind = HeadsScheduler if args.heads else SchedulerActor
+    checked = same_decisions(args.agents // 10, args.pending // 10, 50) if args.heads else None
+    t0 = time.perf_counter()
+    small, _ = build(args.agents, args.small, kind)
+    small_round = round_ms(small, args.rounds)
+    del small
+    big, running = build(args.agents, args.pending, kind)
+    built_s = time.perf_counter() - t0
+    # As the scheduler's process does: the state it rebuilt kept out of the collector's
+    # sight (``services.actors.common``), full collections rare (``tune_gc``).
+    gc.freeze()
+    tune_gc()
+    big_round = round_ms(big, args.rounds)
+    parts = None if args.heads else breakdown_ms(big)  # the walk the sketch does not do
+    profile = None
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+    latencies = [
+        destroy_to_running(big, running[k * 37 % len(running)]) for k in range(args.destroys)
+    ]
+    if args.profile:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(12)
+        profile = text.getvalue()
+    result: dict[str, object] = {
+        "bench": "queue_scale",
+        "scheduler": "heads sketch (bench/queue_heads.py)" if args.heads else "SchedulerActor",
+        "agents": args.agents,
+        "pending": args.pending,
+        "round_ms_pending_small": round(small_round, 2),
+        "small": args.small,
+        "round_ms_pending_big": round(big_round, 2),
+        "round_ratio": round(big_round / small_round, 2),
+        "destroy_to_running": {**quantiles_ms(latencies), "n": len(latencies)},
+        "still_pending": len(big.s.queue),
+        "build_s": round(built_s, 1),
+    }
+    if parts is not None:
+        result["round_parts_ms_pending_big"] = parts
+    if checked is not None:
+        result["same_placements_checked"] = checked
+    if profile is not None:
+        print(profile)
+    return result
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--agents", type=int, default=10_000)
+    p.add_argument("--pending", type=int, default=100_000)
+    p.add_argument("--small", type=int, default=1_000)
+    p.add_argument("--destroys", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--profile", action="store_true")
+    p.add_argument(
+        "--heads", action="store_true", help="the per-shape-heads sketch (bench/queue_heads.py)"
+    )
+    print(json.dumps(main(p.parse_args())))
