@@ -18,14 +18,7 @@ dummy agent appends, folded at once: it starts a session the moment it is placed
 
 The clock stands still at the admissions' time: nobody has waited past the reservation
 threshold. Prints one JSON line. Usage: python bench/queue_scale.py [--agents 10000]
-[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile] [--heads]
-
-``--heads`` runs the same with ``bench/queue_heads.py``'s sketch of a round that visits
-only each shape's head (the design docs/benchmarks.md proposes), after checking at a
-tenth of the scale that it places as ``SchedulerActor`` does, destroy after destroy.
-
-``round_parts_ms_pending_big`` says where a round's time goes (``breakdown_ms``), so that
-a change to ``SchedulerActor.decide`` can be judged part by part.
+[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile]
 """
 
 import argparse
@@ -36,10 +29,8 @@ import json
 import pstats
 import statistics
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
-from queue_heads import HeadsScheduler  # beside this file
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import (
@@ -59,9 +50,8 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.actors.scheduler import SchedulerActor, _admitted_at
+from services.actors.scheduler import SchedulerActor
 from services.cli.daemon_cmd import tune_gc
-from services.domain.allocator import never_fits
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState, evolve
 from services.testing.memory_log import MemoryLog
@@ -231,57 +221,8 @@ def destroy_to_running(
         assert decisions, "the destroy freed nothing"
 
 
-def breakdown_ms(c: Cluster) -> dict[str, float]:
-    """What one round's walk over the queue pays per part, each over the whole queue as
-    ``SchedulerActor.decide`` does it (medians of 3): the queue's sort, a Provenance built
-    for every queued session, the reservation check's walk of every failing session's
-    history (``_admitted_at``), the loop's lookups and shape key; and ``never_fits`` (a
-    scan of every agent) once, as each shape pays it each round."""
-    s = c.s
-    queue = list(s.queue)
-    sessions = [s.sessions[sid] for sid in queue]
-
-    def median_ms(f: Callable[[], object]) -> float:
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f()
-            times.append((time.perf_counter() - t0) * 1000)
-        return round(statistics.median(times), 1)
-
-    def key(sid: str) -> tuple[int, int]:
-        return -s.sessions[sid].priority, s.sessions[sid].arrival_seq
-
-    return {
-        "sort_queue": median_ms(lambda: sorted(s.queue, key=key)),
-        "provenance_per_session": median_ms(
-            lambda: [Provenance("scheduler", NOW, v.request_id, v.correlation_id) for v in sessions]
-        ),
-        "admitted_at_per_session": median_ms(
-            lambda: [(NOW - _admitted_at(v)).total_seconds() for v in sessions]
-        ),
-        "lookup_and_shape_per_session": median_ms(
-            lambda: [(v.slots, v.image, v.gpu_models) for v in map(s.sessions.__getitem__, queue)]
-        ),
-        "never_fits_per_shape": median_ms(lambda: never_fits(s, SLOTS, IMAGE)),
-    }
-
-
-def same_decisions(agents: int, pending: int, destroys: int) -> int:
-    """How many placements ``HeadsScheduler`` made as ``SchedulerActor`` did, destroy after
-    destroy, on two clusters built alike (AssertionError at the first that differs)."""
-    placed: list[list[tuple[str, str]]] = [[], []]
-    for kind, out in zip((SchedulerActor, HeadsScheduler), placed, strict=True):
-        c, running = build(agents, pending, kind)
-        for k in range(destroys):
-            destroy_to_running(c, running[k * 37 % len(running)], out)
-    assert placed[0] == placed[1], "the sketch placed otherwise"
-    return len(placed[0])
-
-
 def main(args: argparse.Namespace) -> dict[str, object]:
-    kind = HeadsScheduler if args.heads else SchedulerActor
-    checked = same_decisions(args.agents // 10, args.pending // 10, 50) if args.heads else None
+    kind = SchedulerActor
     t0 = time.perf_counter()
     small, _ = build(args.agents, args.small, kind)
     small_round = round_ms(small, args.rounds)
@@ -293,7 +234,6 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     gc.freeze()
     tune_gc()
     big_round = round_ms(big, args.rounds)
-    parts = None if args.heads else breakdown_ms(big)  # the walk the sketch does not do
     profile = None
     if args.profile:
         prof = cProfile.Profile()
@@ -308,7 +248,6 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         profile = text.getvalue()
     result: dict[str, object] = {
         "bench": "queue_scale",
-        "scheduler": "heads sketch (bench/queue_heads.py)" if args.heads else "SchedulerActor",
         "agents": args.agents,
         "pending": args.pending,
         "round_ms_pending_small": round(small_round, 2),
@@ -319,10 +258,6 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         "still_pending": len(big.s.queue),
         "build_s": round(built_s, 1),
     }
-    if parts is not None:
-        result["round_parts_ms_pending_big"] = parts
-    if checked is not None:
-        result["same_placements_checked"] = checked
     if profile is not None:
         print(profile)
     return result
@@ -336,7 +271,4 @@ if __name__ == "__main__":
     p.add_argument("--destroys", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", action="store_true")
-    p.add_argument(
-        "--heads", action="store_true", help="the per-shape-heads sketch (bench/queue_heads.py)"
-    )
     print(json.dumps(main(p.parse_args())))

@@ -51,6 +51,7 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import never_fits, place
+from services.domain.pending import queue_shape
 from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
@@ -135,9 +136,16 @@ def check_invariants(s: ClusterState) -> None:
             assert all(sid not in a.sessions for a in s.agents.values())
         assert (v.status is S.REQUESTED) == (sid in s.undecided)
         assert (v.status is S.PENDING) == (sid in s.queue)
+        if v.status is S.PENDING:  # filed by group and shape, told or not
+            assert sid in s.queue.shapes(v.group)[queue_shape(v)]
+            assert (sid in s.queue.untold(v.group)) == (v.waiting is None)
         # Quota is held from admission until the end, and only then.
         assert v.quota_held == (v.status is S.PENDING or v.status in HOLDS_ALLOCATION)
 
+    for group in s.queue.groups():  # each shape's queue in arrival order, nothing stale
+        for queue in s.queue.shapes(group).values():
+            assert list(queue.values()) == sorted(queue.values())
+            assert all(s.sessions[sid].status is S.PENDING for sid in queue)
     for agent_id, a in s.agents.items():
         # A session holds at most one allocation, on the agent its view names.
         assert set(a.sessions) == holding[agent_id]

@@ -26,6 +26,7 @@ from events import (
     SessionScheduled,
     SessionTerminating,
     SessionType,
+    SessionUnplaced,
     Slots,
 )
 from events import subjects as subj
@@ -101,6 +102,7 @@ class Cluster:
         lifetime_s: int | None = None,
         cpu: int = 100,
         command: tuple[str, ...] = (),
+        priority: int = 0,
     ) -> str:
         self.n += 1
         sid = f"s{self.n}"
@@ -115,6 +117,7 @@ class Cluster:
             group=group,
             lifetime_s=lifetime_s,
             command=command,
+            priority=priority,
         )
         self.add(subj.request(owner, sid), e)
         admitted = SessionAdmitted(id=f"a-{sid}", at=at, actor="quota", session_id=sid, owner=owner)
@@ -381,3 +384,99 @@ def _could_be_served(s: ClusterState, user: str) -> bool:
         for v in (s.sessions[sid] for sid in s.queue)
         if v.owner == user
     )
+
+
+# ---- a round by shape heads places as a walk of the whole queue does ---------------------
+
+
+def _walk(c: Cluster, lifo: bool) -> list[tuple[str, str]]:
+    """The reference: every pending session in queue order, a shape skipped once it
+    failed, each placement applied before the next (what a round decides)."""
+    s = c.s
+    sign = -1 if lifo else 1
+    order = sorted(
+        s.queue, key=lambda sid: (-s.sessions[sid].priority, sign * s.sessions[sid].arrival_seq)
+    )
+    failed: set[tuple[object, ...]] = set()
+    placed: list[tuple[str, str]] = []
+    policy = _scheduler()._policy("q", "best-fit")
+    for sid in order:
+        v = s.sessions[sid]
+        shape = (v.priority, v.slots, v.image, v.gpu_models)
+        if shape in failed:
+            continue
+        found = policy(s, v.slots, v.image, frozenset(), v.gpu_models)
+        if found is None:
+            failed.add(shape)
+            continue
+        agent_id, devices = found
+        e = SessionScheduled(
+            id=f"ref-{sid}",
+            at=T0,
+            actor="scheduler",
+            session_id=sid,
+            owner=v.owner,
+            agent_id=agent_id,
+            slots=v.slots,
+            devices=devices,
+        )
+        c.add(subj.LEDGER, e)
+        placed.append((sid, agent_id))
+    return placed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    agents=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    asks=st.lists(
+        st.tuples(st.sampled_from([25, 50, 100, 200, 300]), st.integers(0, 2)),
+        min_size=1,
+        max_size=40,
+    ),
+    lifo=st.booleans(),
+)
+def test_a_round_by_shape_heads_places_as_a_walk_of_the_whole_queue(
+    agents: list[int], asks: list[tuple[int, int]], lifo: bool
+) -> None:
+    built = []
+    for _ in range(2):
+        c = Cluster()
+        for i, gpus in enumerate(agents):
+            c.agent(f"a{i}", group="q", gpus=gpus)
+        order = QueueOrder.LIFO if lifo else QueueOrder.FIFO
+        c.group("q", GroupSettings(queue=order, policy="best-fit"))
+        for n, (fgpu, priority) in enumerate(asks):
+            c.ask(f"u{n % 3}", fgpu, group="q", priority=priority)
+        built.append(c)
+    decided = [
+        (d.session_id, d.agent_id)
+        for d in _scheduler().decide(built[0].s)
+        if isinstance(d, SessionScheduled)
+    ]
+    assert decided == _walk(built[1], lifo)
+
+
+def test_a_placement_taken_back_goes_back_to_its_place_in_its_shape_s_queue() -> None:
+    c = Cluster()
+    c.agent("a", group="q")
+    c.group("q", GroupSettings())
+    first, second, third = (c.ask("u", 100, group="q") for _ in range(3))
+    decisions = _scheduler().decide(c.s)
+    assert _placed(decisions) == {first: "a"}
+    for d in decisions:  # folded back; its agent never starts it
+        c.add(subj.LEDGER, d)
+    assert first not in c.s.queue
+    unplaced = SessionUnplaced(
+        id="un",
+        at=T0,
+        actor="scheduler",
+        session_id=first,
+        owner="u",
+        agent_id="a",
+        reason="agent a was lost before it started the session",
+    )
+    c.add(subj.LEDGER, unplaced)
+    [queue] = c.s.queue.shapes("q").values()
+    assert list(queue) == [first, second, third]
+    assert list(c.s.queue.untold("q")) == [first]
+    assert _placed(_scheduler().decide(c.s)) == {first: "a"}

@@ -1,10 +1,13 @@
 """The scheduler actor: keeps the PENDING queue, places sessions, answers destroys.
 
-Queue order is priority (higher first), then arrival on the log. Each round tries every
-queued session in that order against the state folded from the log, so a session is
-re-tried whenever capacity frees, with nobody doing anything. A session that does not fit
-now is skipped (backfill), and the rest of the queue still gets its chance: one big
-session never blocks small ones behind it, and a failure of one never skips the others.
+Each resource group's queue is taken in its order (priority, then FIFO, LIFO or DRF) and
+placed on its agents only, under its policy (``services.domain.schedule_round``). A round
+runs whenever the log moves, so a session is re-tried whenever capacity frees, with
+nobody doing anything. A session that does not fit now is skipped (backfill), and the
+rest of the queue still gets its chance: one big session never blocks small ones behind
+it. Since nothing frees within a round, a round looks at the head of each shape's queue
+only: its cost is the shapes and the placements, not the queue's length. Time limits
+(pending timeouts, lifetimes, idleness) are also looked at as time passes.
 
 Only one scheduler acts, even if two run by mistake: every decision is appended to the
 one ledger subject ``fgpu.sched`` in an atomic batch that expects the ledger's last
@@ -13,8 +16,7 @@ state from the log and decides again; it can never place on a share another took
 """
 
 import time
-from collections.abc import Callable, Iterable
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable
 from datetime import datetime
 
 import anyio
@@ -29,24 +31,17 @@ from events import (
     SessionCancelled,
     SessionDestroyRequested,
     SessionLost,
-    SessionQueued,
-    SessionRejected,
-    SessionScheduled,
     SessionTerminating,
     SessionType,
     SessionUnplaced,
-    Slots,
 )
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.groups import DEFAULT_GROUP, lifetime_of, settings_of
-from services.domain.images import pullers
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
-from services.domain.queue_order import queue_order
-from services.domain.resources import format_fgpu, format_slots
+from services.domain.schedule_round import GroupRound, admitted_at, cancel_pending
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
@@ -185,9 +180,9 @@ class SchedulerActor(LogActor):
             for session_id in s.queue:
                 v = s.sessions[session_id]
                 limit = self.settings(s, v.group).pending_timeout_s
-                if limit is not None and (now - _admitted_at(v)).total_seconds() >= limit:
+                if limit is not None and (now - admitted_at(v)).total_seconds() >= limit:
                     prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-                    out.append(self._cancel_pending(s, v, limit, prov))
+                    out.append(cancel_pending(s, v, limit, prov))
         timed = (
             g.default_lifetime_s or g.max_lifetime_s or g.idle_timeout_s for g in settings.values()
         )
@@ -285,22 +280,23 @@ class SchedulerActor(LogActor):
                 return out
             emit(self._answer_destroy(s, request))
         unheard = self._unheard(s)
-        for group, queue in self._queues(s).items():
+        for group in s.queue.groups():
             if len(out) >= _MAX_DECISIONS:
                 break
             settings = self.settings(s, group)
-            excluded = unheard | _outside(s, group)
-            order = queue_order(s, group, queue, settings.queue)
-            self._decide_group(s, group, settings, order, excluded, now, emit, out)
+            GroupRound(
+                s=s,
+                group=group,
+                settings=settings,
+                place=self._policy(group, settings.policy),
+                excluded=unheard | _outside(s, group),
+                now=now,
+                emit=emit,
+                out=out,
+                budget=_MAX_DECISIONS,
+                reserve_after_s=self.reserve_after_s,
+            ).run()
         return out
-
-    def _queues(self, s: ClusterState) -> dict[str, list[str]]:
-        """The pending sessions of each group, groups by name (every scheduler of one log
-        goes through them alike)."""
-        queues: dict[str, list[str]] = {}
-        for session_id in s.queue:
-            queues.setdefault(s.sessions[session_id].group, []).append(session_id)
-        return dict(sorted(queues.items()))
 
     def settings(self, s: ClusterState, group: str) -> GroupSettings:
         """What ``group``'s sessions run under (the scheduler's own for a default group
@@ -314,92 +310,6 @@ class SchedulerActor(LogActor):
         if found is None:
             found = self._policies[key] = placement_policy(name)
         return found
-
-    def _decide_group(
-        self,
-        s: ClusterState,
-        group: str,
-        settings: GroupSettings,
-        order: Iterable[str],
-        excluded: AbstractSet[str],
-        now: datetime,
-        emit: Callable[[AnyEvent], None],
-        out: list[AnyEvent],
-    ) -> None:
-        """Place what fits of one group's queue, taken in ``order``, on its agents only
-        (every agent in ``excluded`` is another group's, or not heard from yet)."""
-        place = self._policy(group, settings.policy)
-        failed: set[tuple[Slots, str, tuple[str, ...]]] = set()
-        reserved: str | None = None
-        unsatisfiable: dict[tuple[Slots, str, tuple[str, ...]], Refusal | None] = {}
-        pulling: dict[str, frozenset[str]] = {}
-        for session_id in order:
-            if len(out) >= _MAX_DECISIONS:
-                break
-            v = s.sessions[session_id]
-            prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-            shape = (v.slots, v.image, v.gpu_models)
-            if shape not in unsatisfiable:  # once per shape and round: it scans every agent
-                unsatisfiable[shape] = never_fits(
-                    s, v.slots, v.image, gpu_models=v.gpu_models, group=group
-                )
-            why = unsatisfiable[shape]
-            if why is not None:
-                emit(
-                    stamp(
-                        SessionRejected,
-                        prov,
-                        session_id=session_id,
-                        owner=v.owner,
-                        code=why.code,
-                        reason=why.reason,
-                    )
-                )
-                continue
-            placement = None
-            if shape not in failed and reserved is None:
-                if v.image not in pulling:  # once per image and round: it scans every agent
-                    pulling[v.image] = pullers(s, v.image)
-                placement = _holders_first(place, s, v, excluded, pulling[v.image])
-            if placement is None:
-                failed.add(shape)  # the same shape cannot fit either until something frees
-                if (
-                    reserved is None
-                    and (now - _admitted_at(v)).total_seconds() > self.reserve_after_s
-                    and never_fits(
-                        s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=group
-                    )
-                    is None
-                ):
-                    # It waited too long behind smaller sessions that kept fitting: nothing
-                    # after it is placed until it fits (no starvation; Backend.AI #13706).
-                    reserved = session_id
-                limit = settings.pending_timeout_s
-                if limit is not None and (now - _admitted_at(v)).total_seconds() >= limit:
-                    emit(self._cancel_pending(s, v, limit, prov))
-                elif v.waiting is None:
-                    reason = _waiting_reason(s, v.slots)
-                    emit(stamp(SessionQueued, prov, session_id=session_id, reason=reason))
-                continue
-            agent_id, devices = placement
-            emit(
-                stamp(
-                    SessionScheduled,
-                    prov,
-                    session_id=session_id,
-                    owner=v.owner,
-                    agent_id=agent_id,
-                    slots=v.slots,
-                    devices=devices,
-                )
-            )
-
-    def _cancel_pending(
-        self, s: ClusterState, v: SessionView, limit: int, prov: Provenance
-    ) -> AnyEvent:
-        waiting = _waiting_reason(s, v.slots)
-        reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
-        return stamp(SessionCancelled, prov, session_id=v.session_id, owner=v.owner, reason=reason)
 
     def _answer_destroy(self, s: ClusterState, d: SessionDestroyRequested) -> AnyEvent:
         v = s.sessions.get(d.session_id)
@@ -440,46 +350,14 @@ class SchedulerActor(LogActor):
         )
 
 
-def _holders_first(
-    place: PlacementPolicy,
-    s: ClusterState,
-    v: SessionView,
-    excluded: AbstractSet[str],
-    pulling: frozenset[str],
-) -> Placement | None:
-    """Where ``place`` puts ``v`` among the agents holding its image; among every agent
-    that may take it (``pulling`` too: they would pull it first) if none fits."""
-    if pulling:
-        held = place(s, v.slots, v.image, excluded | pulling, v.gpu_models)
-        if held is not None:
-            return held
-    return place(s, v.slots, v.image, excluded, v.gpu_models)
-
-
 def _outside(s: ClusterState, group: str) -> frozenset[str]:
     """The agents of every other group: nothing of ``group`` goes there."""
     return frozenset(agent_id for agent_id, a in s.agents.items() if a.group != group)
-
-
-def _waiting_reason(s: ClusterState, need: Slots) -> str:
-    largest = s.fit.largest()
-    return (
-        f"waiting for {format_slots(need)}; largest free share on a device: "
-        f"{format_fgpu(largest)} fGPU"
-    )
 
 
 def _running_at(v: SessionView) -> datetime:
     """When it started running (the agent's report's time)."""
     for t in reversed(v.history):
         if t.status is S.RUNNING:
-            return t.at
-    return v.requested_at
-
-
-def _admitted_at(v: SessionView) -> datetime:
-    """When the quota actor admitted it: our own clock's time, not the client's."""
-    for t in v.history:
-        if t.status is S.PENDING:
             return t.at
     return v.requested_at

@@ -233,7 +233,7 @@ def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
         v.image = e.image  # an alias, resolved: what the scheduler and the agent go by
     _transition(s, v, S.PENDING, seq, e)
     s.undecided.pop(v.session_id, None)
-    s.queue[v.session_id] = None
+    s.queue.add(v)
     _hold_quota(s, v)
     s.workload.note(Shape(v.slots.fgpu, v.slots.cpu, v.slots.mem, v.gpu_models))
 
@@ -263,6 +263,7 @@ def _queued(s: ClusterState, seq: int, e: SessionQueued) -> None:
     if v is None or v.status is not S.PENDING or v.waiting is not None:
         return
     v.waiting = e.reason
+    s.queue.told(v)
     s.changed[v.session_id] = None
 
 
@@ -271,7 +272,7 @@ def _scheduled(s: ClusterState, seq: int, e: SessionScheduled) -> None:
     a = s.agents.get(e.agent_id)
     if v is None or v.status is not S.PENDING or a is None:
         return
-    s.queue.pop(v.session_id, None)
+    s.queue.remove(v)
     _unpend(s, v)
     v.agent_id = e.agent_id
     v.devices = e.devices
@@ -439,7 +440,7 @@ def _unplaced(s: ClusterState, seq: int, e: SessionUnplaced) -> None:
     _take_back(s, v)
     v.agent_id, v.devices, v.waiting = None, (), None
     _transition(s, v, S.PENDING, seq, e)
-    s.queue[v.session_id] = None
+    s.queue.add(v)
     if v.quota_held:
         _count(s.pending.setdefault(v.owner, OwnerUsage()), v, +1)
 
@@ -513,7 +514,7 @@ def _holding(s: ClusterState, session_id: str, agent_id: str) -> SessionView | N
 def _end(s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: AnyEvent) -> None:
     assert status in ENDED
     s.undecided.pop(v.session_id, None)
-    s.queue.pop(v.session_id, None)
+    s.queue.remove(v)
     _transition(s, v, status, seq, e)
 
 

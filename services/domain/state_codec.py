@@ -242,7 +242,8 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.policies = {p.owner: p for p in snap.policies}
     s.usage = dict(snap.usage)
     s.undecided = dict.fromkeys(snap.undecided)
-    s.queue = dict.fromkeys(snap.queue)
+    for sid in snap.queue:
+        s.queue.add(s.sessions[sid])
     s.destroys = {d.id: d for d in snap.destroys}
     s.malformed = {seq: (subject, error) for seq, subject, error in snap.malformed}
     s.held = dict(snap.held)

@@ -20,6 +20,7 @@ from events import (
     VfolderMount,
 )
 from services.domain.fit_index import FitIndex
+from services.domain.pending import PendingQueue
 from services.domain.resources import sub
 from services.domain.status import SessionStatus
 from services.domain.tenancy import Tenancy
@@ -188,7 +189,7 @@ class ClusterState:
     subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
     # Work waiting for an actor, kept by the fold so no actor scans every session:
     undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
-    queue: dict[str, None] = field(default_factory=dict)  # PENDING, for the scheduler
+    queue: PendingQueue = field(default_factory=PendingQueue)  # PENDING, for the scheduler
     destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
     # destroy request id -> None if carried out, else why it was refused
     destroy_answers: dict[str, str | None] = field(default_factory=dict)

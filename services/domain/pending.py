@@ -1,0 +1,115 @@
+"""The PENDING sessions, kept by the fold, indexed as the scheduler walks them.
+
+Within one scheduling round nothing frees, so once a session of some shape (priority,
+slots, image, GPU models) does not fit, no later one of that shape can: a round need
+only look at the head of each shape's queue, and drop the shape at its first failure.
+So the fold files each pending session by its group and shape, in arrival order, and
+keeps apart those the scheduler has not yet told why they wait (``untold``): a round
+costs the shapes and the placements it makes, not the length of the queue.
+"""
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from events import Slots
+
+if TYPE_CHECKING:
+    from services.domain.views import SessionView
+
+__all__ = ["PendingQueue", "QueueShape", "queue_shape"]
+
+# What makes two pending sessions of one group interchangeable for placement.
+QueueShape = tuple[int, Slots, str, tuple[str, ...]]
+
+
+def queue_shape(v: "SessionView") -> QueueShape:
+    return (v.priority, v.slots, v.image, v.gpu_models)
+
+
+class PendingQueue:
+    """Every PENDING session (iterated in the order they joined), and per group: each
+    shape's sessions in arrival order, and those not told why they wait yet.
+
+    Invariant: a session is in ``shapes(g)`` under its shape exactly when it is in the
+    queue, and in ``untold(g)`` exactly when it is queued and its ``waiting`` is None."""
+
+    __slots__ = ("_all", "_shapes", "_untold")
+
+    def __init__(self) -> None:
+        self._all: dict[str, str] = {}  # session id -> group
+        # group -> shape -> session id -> its arrival on the log, in that order
+        self._shapes: dict[str, dict[QueueShape, dict[str, int]]] = {}
+        self._untold: dict[str, dict[str, None]] = {}
+
+    def add(self, v: "SessionView") -> None:
+        """``v`` joins (or joins again: a placement taken back), in its arrival's place."""
+        if v.session_id in self._all:
+            return
+        self._all[v.session_id] = v.group
+        shapes = self._shapes.setdefault(v.group, {})
+        key = queue_shape(v)
+        queue = shapes.get(key)
+        if queue is None:
+            shapes[key] = {v.session_id: v.arrival_seq}
+        else:
+            before = queue[next(reversed(queue))]
+            queue[v.session_id] = v.arrival_seq
+            if before > v.arrival_seq:  # rare: it goes back to its place
+                shapes[key] = dict(sorted(queue.items(), key=lambda item: item[1]))
+        if v.waiting is None:
+            self._untold.setdefault(v.group, {})[v.session_id] = None
+
+    def remove(self, v: "SessionView") -> None:
+        group = self._all.pop(v.session_id, None)
+        if group is None:
+            return
+        shapes = self._shapes[group]
+        key = queue_shape(v)
+        queue = shapes[key]
+        del queue[v.session_id]
+        if not queue:
+            del shapes[key]
+            if not shapes:
+                del self._shapes[group]
+        self.told(v)
+
+    def told(self, v: "SessionView") -> None:
+        """``v`` was told why it waits (or left)."""
+        untold = self._untold.get(v.group)
+        if untold is not None and untold.pop(v.session_id, 0) is None and not untold:
+            del self._untold[v.group]
+
+    def groups(self) -> list[str]:
+        """The groups with sessions waiting, by name."""
+        return sorted(self._shapes.keys() | self._untold.keys())
+
+    def shapes(self, group: str) -> dict[QueueShape, dict[str, int]]:
+        """``group``'s sessions by shape, each in arrival order, with their arrival on the
+        log (read only)."""
+        return self._shapes.get(group, {})
+
+    def untold(self, group: str) -> dict[str, None]:
+        """``group``'s sessions not told why they wait, in the order they joined."""
+        return self._untold.get(group, {})
+
+    def of_group(self, group: str) -> list[str]:
+        return [sid for queue in self.shapes(group).values() for sid in queue]
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all)
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PendingQueue):
+            return NotImplemented
+        return self._all == other._all and self._shapes == other._shapes
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"PendingQueue({list(self._all)})"

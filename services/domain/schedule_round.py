@@ -1,0 +1,249 @@
+"""One group's part of a scheduling round: what to place, reject, cancel and tell.
+
+Pure: decisions are handed to ``emit``, which applies each to the state at once (two
+placements of one round must not take the same share). Nothing frees within a round, so
+once a session of some shape does not fit, no later one of that shape can: FIFO and LIFO
+rounds look only at the head of each shape's queue (``PendingQueue.shapes``), merged in
+queue order, and drop a shape at its first failure; a round costs the shapes and the
+placements, not the length of the queue. DRF's order changes with every placement, so a
+DRF round walks its queue in that order (``queue_order``), a shape that failed skipped.
+
+After the placing, sessions not yet told why they wait are told (or cancelled by a
+pending timeout of 0), and with a positive pending timeout those waiting past it are
+cancelled. Each is an event with its reason.
+"""
+
+import heapq
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from events import (
+    AnyEvent,
+    GroupSettings,
+    QueueOrder,
+    SessionCancelled,
+    SessionQueued,
+    SessionRejected,
+    SessionScheduled,
+)
+from services.domain.allocator import Placement, Refusal, never_fits
+from services.domain.images import pullers
+from services.domain.pending import QueueShape
+from services.domain.placement import PlacementPolicy
+from services.domain.provenance import Provenance, stamp
+from services.domain.queue_order import queue_order
+from services.domain.resources import format_fgpu, format_slots
+from services.domain.status import SessionStatus
+from services.domain.views import ClusterState, SessionView
+
+__all__ = ["GroupRound", "admitted_at", "cancel_pending", "waiting_reason"]
+
+NAME = "scheduler"
+
+
+@dataclass
+class GroupRound:
+    """One group's part of a round. ``excluded``: agents of other groups and those not
+    heard from yet; ``budget``: how many decisions the round may still make in all (the
+    server's largest atomic batch), shared through ``out``."""
+
+    s: ClusterState
+    group: str
+    settings: GroupSettings
+    place: PlacementPolicy
+    excluded: AbstractSet[str]
+    now: datetime
+    emit: Callable[[AnyEvent], None]
+    out: list[AnyEvent]
+    budget: int
+    reserve_after_s: float
+    _never: dict[QueueShape, Refusal | None] = field(default_factory=dict)
+    _pulling: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def run(self) -> None:
+        if self.settings.queue is QueueOrder.DRF:
+            self._place_in_order()
+        else:
+            self._place_heads(lifo=self.settings.queue is QueueOrder.LIFO)
+        if self._full():
+            return  # the next round carries on where this one stopped
+        self._tell_untold()
+        self._time_out()
+
+    def _full(self) -> bool:
+        return len(self.out) >= self.budget
+
+    def _prov(self, v: SessionView) -> Provenance:
+        return Provenance(NAME, self.now, v.request_id, v.correlation_id)
+
+    # ---- placing -------------------------------------------------------------------------
+
+    def _place_heads(self, *, lifo: bool) -> None:
+        s = self.s
+        shapes = s.queue.shapes(self.group)
+        heads = [(_head_key(key, queue, lifo), key) for key, queue in shapes.items()]
+        heapq.heapify(heads)
+        while heads and not self._full():
+            _, key = heapq.heappop(heads)
+            queue = shapes.get(key)
+            if not queue:
+                continue
+            v = s.sessions[_head(queue, lifo)]
+            why = self._never_fits(key, v)
+            if why is not None:
+                self._reject_all(list(queue), why)
+                continue
+            placement = self._placement(v)
+            if placement is None:
+                if self._reserves(v):
+                    return  # nothing after it is placed until it fits
+                continue  # the rest of its shape cannot fit either, this round
+            self._scheduled(v, placement)
+            queue = shapes.get(key)
+            if queue:
+                heapq.heappush(heads, (_head_key(key, queue, lifo), key))
+
+    def _place_in_order(self) -> None:
+        s = self.s
+        failed: set[QueueShape] = set()
+        pending = s.queue.of_group(self.group)
+        for session_id in queue_order(s, self.group, pending, self.settings.queue):
+            if self._full():
+                return
+            v = s.sessions[session_id]
+            if v.status is not SessionStatus.PENDING:
+                continue  # rejected with its shape this round
+            key = (v.priority, v.slots, v.image, v.gpu_models)
+            why = self._never_fits(key, v)
+            if why is not None:
+                self._reject_all([session_id], why)
+                continue
+            if key in failed:
+                continue
+            placement = self._placement(v)
+            if placement is None:
+                failed.add(key)
+                if self._reserves(v):
+                    return
+                continue
+            self._scheduled(v, placement)
+
+    def _never_fits(self, key: QueueShape, v: SessionView) -> Refusal | None:
+        """Once per shape and round: it scans every agent."""
+        if key not in self._never:
+            self._never[key] = never_fits(
+                self.s, v.slots, v.image, gpu_models=v.gpu_models, group=self.group
+            )
+        return self._never[key]
+
+    def _placement(self, v: SessionView) -> Placement | None:
+        """Among the agents holding its image first; those that would pull it after."""
+        image = v.image
+        if image not in self._pulling:  # once per image and round: it scans every agent
+            self._pulling[image] = pullers(self.s, image)
+        pulling = self._pulling[image]
+        if pulling:
+            held = self.place(self.s, v.slots, image, self.excluded | pulling, v.gpu_models)
+            if held is not None:
+                return held
+        return self.place(self.s, v.slots, image, self.excluded, v.gpu_models)
+
+    def _reserves(self, v: SessionView) -> bool:
+        """Whether ``v``, which does not fit, waited so long that nothing after it may be
+        placed until it fits (no starvation behind smaller sessions; Backend.AI #13706)."""
+        return (self.now - admitted_at(v)).total_seconds() > self.reserve_after_s and (
+            never_fits(
+                self.s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=self.group
+            )
+            is None
+        )
+
+    def _scheduled(self, v: SessionView, placement: Placement) -> None:
+        agent_id, devices = placement
+        self.emit(
+            stamp(
+                SessionScheduled,
+                self._prov(v),
+                session_id=v.session_id,
+                owner=v.owner,
+                agent_id=agent_id,
+                slots=v.slots,
+                devices=devices,
+            )
+        )
+
+    def _reject_all(self, session_ids: Iterable[str], why: Refusal) -> None:
+        for session_id in session_ids:
+            if self._full():
+                return
+            v = self.s.sessions[session_id]
+            e = stamp(
+                SessionRejected,
+                self._prov(v),
+                session_id=session_id,
+                owner=v.owner,
+                code=why.code,
+                reason=why.reason,
+            )
+            self.emit(e)
+
+    # ---- telling and timing out ------------------------------------------------------------
+
+    def _tell_untold(self) -> None:
+        """Each session still waiting that was never told why: told, or cancelled when its
+        group's pending timeout is 0 (it fails the first time it does not fit)."""
+        limit = self.settings.pending_timeout_s
+        for session_id in list(self.s.queue.untold(self.group)):
+            if self._full():
+                return
+            v = self.s.sessions[session_id]
+            if limit == 0:
+                self.emit(cancel_pending(self.s, v, 0, self._prov(v)))
+            else:
+                reason = waiting_reason(self.s, v)
+                self.emit(stamp(SessionQueued, self._prov(v), session_id=session_id, reason=reason))
+
+    def _time_out(self) -> None:
+        """Sessions waiting past the group's pending timeout, cancelled."""
+        limit = self.settings.pending_timeout_s
+        if limit is None:
+            return
+        for session_id in self.s.queue.of_group(self.group):
+            if self._full():
+                return
+            v = self.s.sessions[session_id]
+            if (self.now - admitted_at(v)).total_seconds() >= limit:
+                self.emit(cancel_pending(self.s, v, limit, self._prov(v)))
+
+
+def cancel_pending(s: ClusterState, v: SessionView, limit: int, prov: Provenance) -> AnyEvent:
+    waiting = waiting_reason(s, v)
+    reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
+    return stamp(SessionCancelled, prov, session_id=v.session_id, owner=v.owner, reason=reason)
+
+
+def waiting_reason(s: ClusterState, v: SessionView) -> str:
+    largest = s.fit.largest()
+    return (
+        f"waiting for {format_slots(v.slots)}; largest free share on a device: "
+        f"{format_fgpu(largest)} fGPU"
+    )
+
+
+def admitted_at(v: SessionView) -> datetime:
+    """When the quota actor admitted it: our own clock's time, not the client's."""
+    for t in v.history:
+        if t.status is SessionStatus.PENDING:
+            return t.at
+    return v.requested_at
+
+
+def _head(queue: dict[str, int], lifo: bool) -> str:
+    return next(reversed(queue)) if lifo else next(iter(queue))
+
+
+def _head_key(key: QueueShape, queue: dict[str, int], lifo: bool) -> tuple[int, int]:
+    arrival = queue[_head(queue, lifo)]
+    return (-key[0], -arrival if lifo else arrival)
