@@ -124,6 +124,9 @@ class Channels:
                     ping_s=self.ping_s,
                     idle_s=self.idle_s,
                 )
+            except Exception as e:  # one channel's failure ends it alone, never the agent
+                log.exception("agent.channel_failed", session=o.session_id, channel=o.channel)
+                closing = Closing(reason=f"error: {type(e).__name__}: {e}")
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._closed(o, opened, closing)
