@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
-from schedule import FGPU, wait_ready  # bench/schedule.py, beside this file
+from schedule import ready, spawn  # bench/schedule.py, beside this file
 
 from events import (
     AnyEvent,
@@ -158,41 +157,27 @@ async def session_start_ms(
     return sid, ms, body
 
 
-def spawn_stack(url: str, work: Path) -> dict[str, subprocess.Popen[bytes]]:
-    """Quota, scheduler and the agent as processes of their own, logging into ``work``."""
-    shim = shim_lib_dir()
-    if shim is None:  # the same mount as the built shim's: a directory with the library
-        shim = str(work / "shim")
-        os.makedirs(shim)
-        Path(shim, "libcuda.so.1").touch()
+def stand_in_shim(where: Path) -> str:
+    """A directory with a libcuda.so.1: mounted as the built shim's would be."""
+    where.mkdir()
+    (where / "libcuda.so.1").touch()
+    return str(where)
+
+
+@asynccontextmanager
+async def stack(url: str, work: Path) -> AsyncIterator[None]:
+    """Quota, scheduler and the agent as processes of their own, ready, until the block
+    ends; they log into ``work``."""
+    shim = shim_lib_dir() or stand_in_shim(work / "shim")
     agent = (
         *("agent", "--agent-id", AGENT, "--mock-gpus", "1", "--runtime", "docker"),
         *("--shim-dir", shim, "--regions-dir", str(work / "regions")),
     )
     env = {**os.environ, "FGPU_HOME": str(work / "home")}
     parts = {"quota": ("quota",), "scheduler": ("scheduler",), "agent": agent}
-    procs = {}
-    for name, argv in parts.items():
-        with open(work / f"{name}.log", "wb") as out:
-            procs[name] = subprocess.Popen(
-                [FGPU, "--nats", url, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
-            )
-    return procs
-
-
-@asynccontextmanager
-async def stack(url: str, work: Path) -> AsyncIterator[None]:
-    """The stack's processes, ready, until the block ends."""
-    procs = spawn_stack(url, work)
-    try:
-        for name, p in procs.items():
-            await wait_ready(str(work / f"{name}.log"), p)
+    procs = {n: spawn(url, *a, log_dir=str(work), name=n, env=env) for n, a in parts.items()}
+    async with ready(procs, str(work)):
         yield
-    finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.wait(30)
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
