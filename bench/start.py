@@ -12,12 +12,14 @@ built shim if there is one, else a stand-in directory) on the engine of ``DOCKER
    limits, mounts, init, log driver, network mode), from the first call to the answer of
    the start.
 
-Each session is destroyed, and each direct container removed, before the next round: the
-engine runs nothing else while it starts one.
-The medians, their ratio ``ratio_start_to_docker`` (goal <= 1.2), and the median of each
-step of the stack, from the stamps of its events (requested -> admitted -> scheduled ->
-preparing -> running: the quota, the scheduler, the agent before and after its work with
-the engine). Prints one JSON line.
+Each round then times a third start, ``docker_bare``: the same image and command and
+nothing else (no mounts, limits, init or environment), which tells what the session's
+configuration costs the engine itself. Each session is destroyed, and each direct
+container removed, before the next start: the engine runs nothing else while it starts
+one. Prints one JSON line: the medians, ``ratio_start_to_docker`` (goal <= 1.2), and the
+median of each step of the stack, from the stamps of its events (requested -> admitted
+-> scheduled -> preparing -> running: the quota, the scheduler, the agent before and
+after its work with the engine).
 Usage: python bench/start.py [--runs 15] [--image fgpu/busybox:latest]
 """
 
@@ -131,6 +133,12 @@ def direct_body(inspected: dict[str, Any], round_no: int, copies: Path) -> dict[
     }
 
 
+def bare_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``'s image, command and labels alone: no mounts, limits, init or environment."""
+    keep = ("Image", "Cmd", "Labels")
+    return {**{k: body[k] for k in keep}, "HostConfig": {"NetworkMode": "none"}}
+
+
 async def direct_start_ms(docker: aiodocker.Docker, body: dict[str, Any], name: str) -> float:
     """Create and start ``body`` as ``name``; the milliseconds it took. Removed after."""
     t0 = time.perf_counter()
@@ -184,6 +192,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="fgpu-bench-start-"))
     stack_ms: list[float] = []
     docker_ms: list[float] = []
+    bare_ms: list[float] = []
     steps: list[dict[str, float]] = []
     with nats_server.nats_server() as server:
         events = await connect(server.url, name="bench-start")
@@ -204,9 +213,11 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                     )
                     if not i % 2:
                         direct = await direct_start_ms(docker, body, f"fgpu-bench-direct-{i}")
+                    bare = await direct_start_ms(docker, bare_body(body), f"fgpu-bench-bare-{i}")
                     if i >= args.warmup:
                         stack_ms.append(ms)
                         docker_ms.append(direct)
+                        bare_ms.append(bare)
                         steps.append(seen.steps_ms(sid))
         finally:
             follow.cancel()
@@ -220,6 +231,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "start_ms_p50": round(start, 1),
         "docker_ms_p50": round(direct, 1),
         "ratio_start_to_docker": round(start / direct, 3),
+        "docker_bare_ms_p50": round(statistics.median(bare_ms), 1),
         "steps_ms_p50": {
             name: round(statistics.median(s[name] for s in steps), 1) for name, _ in STEPS
         },
