@@ -141,3 +141,31 @@ async def test_no_engine_is_runtime_unavailable(tmp_path: Path) -> None:
             await rt.run(ContainerSpec(name="x", image=TEST_IMAGE))
         with pytest.raises(RuntimeUnavailable):
             await rt.remove("x")
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_open_exec_reads_what_it_is_given_and_ends_with_its_exit_code(
+    rt: DockerRuntime,
+) -> None:
+    info = await rt.run(_spec("open-exec", "sleep 600"))
+    script = "read x; echo got-$x; echo complaint >&2; exit 4"
+    with anyio.fail_after(DEADLINE_S):
+        async with rt.open_exec(info.id, ("sh", "-c", script)) as program:
+            await program.write(b"hi\n")
+            shown = b""
+            while (data := await program.read()) is not None:
+                shown += data
+            # Without a terminal, stdout alone: stderr never mixes into what it carries.
+            assert (shown, await program.exit_code()) == (b"got-hi\n", 4)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_open_exec_in_a_container_not_running_raises(rt: DockerRuntime) -> None:
+    info = await rt.run(_spec("open-exec-ended", "exit 0"))
+    with anyio.fail_after(DEADLINE_S):
+        assert await rt.wait(info.id) == 0
+        with pytest.raises(ContainerError):
+            async with rt.open_exec(info.id, ("true",)):
+                pass
