@@ -5,10 +5,12 @@ one container is killed meanwhile, then a new agent process (a new AgentActor) s
 """
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 from cli_stack import docker, remove_agent_containers
 from docker_env import require_docker
 
@@ -35,16 +37,24 @@ async def runtime() -> AsyncIterator[DockerRuntime]:
     remove_agent_containers(AGENT)
 
 
+@asynccontextmanager
+async def _scheduling(log: JetStreamLog) -> AsyncIterator[TaskGroup]:
+    """Quota and scheduler running until the block ends; their task group, for agents."""
+    clock = SystemClock()
+    async with anyio.create_task_group() as tg:
+        await tg.start(QuotaActor(log, clock).run)
+        await tg.start(SchedulerActor(log, clock).run)
+        yield tg
+        tg.cancel_scope.cancel()
+
+
 async def test_restarted_agent_readopts_running_and_reports_dead_containers(
     log: JetStreamLog, runtime: DockerRuntime
 ) -> None:
     clock = SystemClock()
     client = Client(log, clock, "alice")
     config = agent_config(AGENT, gpus=1)
-    async with anyio.create_task_group() as tg:
-        await tg.start(QuotaActor(log, clock).run)
-        await tg.start(SchedulerActor(log, clock).run)
-
+    async with _scheduling(log) as tg:
         with anyio.CancelScope() as agent_scope:
             async with anyio.create_task_group() as agent_tg:
                 await agent_tg.start(AgentActor(log, runtime, clock, config).run)
@@ -80,7 +90,6 @@ async def test_restarted_agent_readopts_running_and_reports_dead_containers(
         with anyio.fail_after(30):
             s = await client.wait_until(lambda s: statuses(s, [survivor]) == ["TERMINATED"])
         assert s.agents[AGENT].allocated.fgpu == 0
-        tg.cancel_scope.cancel()
 
 
 async def test_a_container_created_and_never_started_is_started_not_taken_for_ended(
@@ -91,9 +100,7 @@ async def test_a_container_created_and_never_started_is_started_not_taken_for_en
     clock = SystemClock()
     client = Client(log, clock, "alice")
     config = agent_config(AGENT, gpus=1)
-    async with anyio.create_task_group() as tg:
-        await tg.start(QuotaActor(log, clock).run)
-        await tg.start(SchedulerActor(log, clock).run)
+    async with _scheduling(log) as tg:
         with anyio.CancelScope() as agent_scope:
             async with anyio.create_task_group() as agent_tg:
                 await agent_tg.start(AgentActor(log, runtime, clock, config).run)
@@ -126,7 +133,6 @@ async def test_a_container_created_and_never_started_is_started_not_taken_for_en
         assert (
             docker("inspect", "--format", "{{.State.Running}}", created.strip()).strip() == "true"
         )
-        tg.cancel_scope.cancel()
 
 
 def _labels(body: dict[str, Any]) -> list[str]:
