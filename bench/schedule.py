@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -82,9 +83,28 @@ class Observer:
                 await asyncio.wait_for(self.event.wait(), remaining)
 
 
-def spawn(url: str, *args: str, log_dir: str, name: str) -> subprocess.Popen[bytes]:
+def spawn(
+    url: str, *args: str, log_dir: str, name: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     out = open(os.path.join(log_dir, f"{name}.log"), "wb")  # noqa: SIM115 - lives with the process
-    return subprocess.Popen([FGPU, "--nats", url, *args], stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [FGPU, "--nats", url, *args], stdout=out, stderr=subprocess.STDOUT, env=env
+    )
+
+
+@contextlib.asynccontextmanager
+async def ready(procs: dict[str, subprocess.Popen[bytes]], log_dir: str) -> AsyncIterator[None]:
+    """``procs`` (by the name ``spawn`` logged each under), each ready, until the block
+    ends; then terminated."""
+    try:
+        for name, p in procs.items():
+            await wait_ready(os.path.join(log_dir, f"{name}.log"), p)
+        yield
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(30)
 
 
 async def wait_ready(path: str, p: subprocess.Popen[bytes], deadline_s: float = 120) -> None:

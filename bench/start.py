@@ -12,12 +12,14 @@ built shim if there is one, else a stand-in directory) on the engine of ``DOCKER
    limits, mounts, init, log driver, network mode), from the first call to the answer of
    the start.
 
-Each session is destroyed, and each direct container removed, before the next round: the
-engine runs nothing else while it starts one.
-The medians, their ratio ``ratio_start_to_docker`` (goal <= 1.2), and the median of each
-step of the stack, from the stamps of its events (requested -> admitted -> scheduled ->
-preparing -> running: the quota, the scheduler, the agent before and after its work with
-the engine). Prints one JSON line.
+Each round then times a third start, ``docker_bare``: the same image and command and
+nothing else (no mounts, limits, init or environment), which tells what the session's
+configuration costs the engine itself. Each session is destroyed, and each direct
+container removed, before the next start: the engine runs nothing else while it starts
+one. Prints one JSON line: the medians, ``ratio_start_to_docker`` (goal <= 1.2), and the
+median of each step of the stack, from the stamps of its events (requested -> admitted
+-> scheduled -> preparing -> running: the quota, the scheduler, the agent before and
+after its work with the engine).
 Usage: python bench/start.py [--runs 15] [--image fgpu/busybox:latest]
 """
 
@@ -27,7 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
-from schedule import FGPU, wait_ready  # bench/schedule.py, beside this file
+from schedule import ready, spawn  # bench/schedule.py, beside this file
 
 from events import (
     AnyEvent,
@@ -132,6 +133,12 @@ def direct_body(inspected: dict[str, Any], round_no: int, copies: Path) -> dict[
     }
 
 
+def bare_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``body``'s image, command and labels alone: no mounts, limits, init or environment."""
+    keep = ("Image", "Cmd", "Labels")
+    return {**{k: body[k] for k in keep}, "HostConfig": {"NetworkMode": "none"}}
+
+
 async def direct_start_ms(docker: aiodocker.Docker, body: dict[str, Any], name: str) -> float:
     """Create and start ``body`` as ``name``; the milliseconds it took. Removed after."""
     t0 = time.perf_counter()
@@ -158,47 +165,34 @@ async def session_start_ms(
     return sid, ms, body
 
 
-def spawn_stack(url: str, work: Path) -> dict[str, subprocess.Popen[bytes]]:
-    """Quota, scheduler and the agent as processes of their own, logging into ``work``."""
-    shim = shim_lib_dir()
-    if shim is None:  # the same mount as the built shim's: a directory with the library
-        shim = str(work / "shim")
-        os.makedirs(shim)
-        Path(shim, "libcuda.so.1").touch()
+def stand_in_shim(where: Path) -> str:
+    """A directory with a libcuda.so.1: mounted as the built shim's would be."""
+    where.mkdir()
+    (where / "libcuda.so.1").touch()
+    return str(where)
+
+
+@asynccontextmanager
+async def stack(url: str, work: Path) -> AsyncIterator[None]:
+    """Quota, scheduler and the agent as processes of their own, ready, until the block
+    ends; they log into ``work``."""
+    shim = shim_lib_dir() or stand_in_shim(work / "shim")
     agent = (
         *("agent", "--agent-id", AGENT, "--mock-gpus", "1", "--runtime", "docker"),
         *("--shim-dir", shim, "--regions-dir", str(work / "regions")),
     )
     env = {**os.environ, "FGPU_HOME": str(work / "home")}
     parts = {"quota": ("quota",), "scheduler": ("scheduler",), "agent": agent}
-    procs = {}
-    for name, argv in parts.items():
-        with open(work / f"{name}.log", "wb") as out:
-            procs[name] = subprocess.Popen(
-                [FGPU, "--nats", url, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
-            )
-    return procs
-
-
-@asynccontextmanager
-async def stack(url: str, work: Path) -> AsyncIterator[None]:
-    """The stack's processes, ready, until the block ends."""
-    procs = spawn_stack(url, work)
-    try:
-        for name, p in procs.items():
-            await wait_ready(str(work / f"{name}.log"), p)
+    procs = {n: spawn(url, *a, log_dir=str(work), name=n, env=env) for n, a in parts.items()}
+    async with ready(procs, str(work)):
         yield
-    finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.wait(30)
 
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="fgpu-bench-start-"))
     stack_ms: list[float] = []
     docker_ms: list[float] = []
+    bare_ms: list[float] = []
     steps: list[dict[str, float]] = []
     with nats_server.nats_server() as server:
         events = await connect(server.url, name="bench-start")
@@ -219,9 +213,11 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
                     )
                     if not i % 2:
                         direct = await direct_start_ms(docker, body, f"fgpu-bench-direct-{i}")
+                    bare = await direct_start_ms(docker, bare_body(body), f"fgpu-bench-bare-{i}")
                     if i >= args.warmup:
                         stack_ms.append(ms)
                         docker_ms.append(direct)
+                        bare_ms.append(bare)
                         steps.append(seen.steps_ms(sid))
         finally:
             follow.cancel()
@@ -235,6 +231,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "start_ms_p50": round(start, 1),
         "docker_ms_p50": round(direct, 1),
         "ratio_start_to_docker": round(start / direct, 3),
+        "docker_bare_ms_p50": round(statistics.median(bare_ms), 1),
         "steps_ms_p50": {
             name: round(statistics.median(s[name] for s in steps), 1) for name, _ in STEPS
         },

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nats
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
-from schedule import FGPU_PER_GPU, GPUS_PER_AGENT, Observer, spawn, wait_ready
+from schedule import FGPU_PER_GPU, GPUS_PER_AGENT, Observer, ready, spawn, wait_ready
 
 from events import (
     AdminCommand,
@@ -166,15 +166,8 @@ async def _actors(
     sim += ["--fgpu-per-gpu", str(FGPU_PER_GPU)]
     names = {f"{run}-quota": ["quota"], f"{run}-scheduler": ["scheduler"], f"{run}-agents": sim}
     procs = {n: spawn(c.url, *extra, *args, log_dir=log_dir, name=n) for n, args in names.items()}
-    try:
-        for n, p in procs.items():
-            await wait_ready(os.path.join(log_dir, f"{n}.log"), p)
+    async with ready(procs, log_dir):
         yield
-    finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            p.wait(30)
 
 
 async def throughput(c: Cluster, sessions: int) -> float:

@@ -143,10 +143,11 @@ class BusContract:
             for i in range(200):
                 await user.send(b"%d" % i)
             await agent.send(b"back")
+            at_agent, at_user = aiter(agent), aiter(user)
             with anyio.fail_after(DEADLINE_S):
-                heard = [await anext(aiter(agent)) for _ in range(200)]
+                heard = [await anext(at_agent) for _ in range(200)]
                 assert heard == [b"%d" % i for i in range(200)]
-                assert await anext(aiter(user)) == b"back"
+                assert await anext(at_user) == b"back"
 
     async def test_what_nobody_hears_is_lost_and_no_error(self, bus: Bus) -> None:
         up, down = "fgpu.tty.a1.k.c2.up", "fgpu.tty.a1.k.c2.down"

@@ -54,6 +54,10 @@ class Stack:
         i = args.index("--") if "--" in args else len(args)
         return json.loads(self.fgpu(*args[:i], "--json", *args[i:], key=key))
 
+    def popen(self, *args: str, key: str | None = None, **kw: Any) -> subprocess.Popen[bytes]:
+        """``fgpu ARGS`` started, as ``key``'s user; ``kw`` as Popen's."""
+        return subprocess.Popen([FGPU, *args], env=self._env(key), **kw)
+
     def run(self, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
         env = self._env(key)
         return subprocess.run(

@@ -5,11 +5,21 @@ two become RUNNING in real containers, the third stays PENDING holding nothing; 
 a running one lets the PENDING one run, with nobody doing anything.
 """
 
+import fcntl
 import json
+import os
+import pty
+import select
+import signal
+import socket
+import struct
+import subprocess
+import termios
+import time
 from pathlib import Path
 
 import pytest
-from cli_stack import docker, fgpu_up
+from cli_stack import Stack, docker, fgpu_up
 from docker_env import require_docker
 
 from tests.shim.shim_kit import build_shim
@@ -83,6 +93,19 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         told = stack.fgpu("audit", "session", running[0]["id"])
         assert f"ran sh -c '{script}' in it" in told and "exited 3" in told
 
+        # A terminal, as a person at a keyboard: `fgpu session shell` under a pty. What is
+        # typed runs in the container, a resize reaches its terminal, the exit status is
+        # the shell's; another user is refused. And a port of the container, forwarded.
+        assert _shell_session(stack, running[0]["id"]) == 5
+        refused = stack.run("session", "shell", running[0]["id"], key="mallory")
+        # (The read API shows her no such session; the agent's own refusal, asked over NATS
+        # with her credentials, is a row of test_adversarial.py.)
+        assert refused.returncode not in (0, 5) and refused.stdout == ""
+        assert _http_through_app(stack, running[0]["id"]).endswith(b"served-by-busybox\n")
+        told = stack.fgpu("audit", "session", running[0]["id"])
+        assert "opened a terminal" in told and "exit 5" in told
+        assert "opened port 8080 into it" in told
+
         agents = stack.json("agents", "ls")["agents"]
         gpu = agents[0]["gpus"][0]
         assert gpu["allocated"] == "2"
@@ -108,3 +131,76 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         info = stack.json("session", "info", pending["id"])
         reached = [moment for moment, at in info["times"].items() if at is not None]
         assert reached == ["requested", "admitted", "scheduled", "preparing", "running"]
+
+
+def _shell_session(stack: Stack, session_id: str) -> int:
+    """Type into ``fgpu session shell`` on a pty of 30 x 100, resize it to 40 x 120, exit 5;
+    its exit status."""
+    master, slave = pty.openpty()
+    _set_size(slave, 30, 100)
+    shell = stack.popen("session", "shell", session_id, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    screen = _Screen(master)
+    try:
+        # Typed again until it shows: keys typed while the shell starts may be eaten (ash
+        # asks the terminal where its cursor is, and reads what comes as the answer).
+        screen.ask("echo sum-$((6*7)); stty size\r", b"sum-42", b"30 100")
+        _set_size(master, 40, 120)
+        shell.send_signal(signal.SIGWINCH)
+        # The resize and the keys travel apart, too.
+        screen.ask("stty size\r", b"40 120")
+        screen.type("exit 5\r")
+        return shell.wait(20)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(master)
+
+
+def _set_size(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class _Screen:
+    def __init__(self, master: int) -> None:
+        self.master, self.seen = master, b""
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def ask(self, keys: str, *texts: bytes) -> None:
+        """Type ``keys`` until all of ``texts`` have been shown since (20 s at most)."""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            start = len(self.seen)
+            self.type(keys)
+            until = min(deadline, time.monotonic() + 1)
+            while (left := until - time.monotonic()) > 0:
+                if all(t in self.seen[start:] for t in texts):
+                    return
+                if select.select([self.master], [], [], left)[0]:
+                    self.seen += os.read(self.master, 4096)
+        raise AssertionError((keys, texts, self.seen[-500:]))
+
+
+def _http_through_app(stack: Stack, session_id: str) -> bytes:
+    """busybox's httpd started in the session (through exec), reached on a local port that
+    ``fgpu session app ID 8080`` forwards; its answer to ``GET /``."""
+    serve = "mkdir -p /tmp/www && echo served-by-busybox > /tmp/www/index.html"
+    started = stack.run(
+        "session", "exec", session_id, "--", "sh", "-c", f"{serve} && httpd -p 8080 -h /tmp/www"
+    )
+    assert started.returncode == 0, started.stderr
+    with stack.popen("session", "app", session_id, "8080", stdout=subprocess.PIPE) as app:
+        try:
+            assert app.stdout is not None
+            line = app.stdout.readline().decode()  # 127.0.0.1:PORT -> 8080 in session ...
+            port = int(line.split()[0].rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as conn:
+                conn.sendall(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
+                answer = b""
+                while chunk := conn.recv(4096):
+                    answer += chunk
+            return answer
+        finally:
+            app.terminate()

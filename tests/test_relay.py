@@ -118,3 +118,26 @@ async def test_a_silent_other_side_is_given_up_on() -> None:
         with anyio.fail_after(DEADLINE_S):
             closing = await relay(agent, program, exit_code=program.exit_code, idle_s=0.1)
     assert closing.reason == "nothing heard for 0.1 s" and closing.exit_code is None
+
+
+async def test_a_side_cancelled_tells_the_other_which_closes_at_once() -> None:
+    program = Program([], 0, wait_for=b"never")  # a server that says nothing first
+    async with channel() as (agent, user):
+        with anyio.fail_after(DEADLINE_S):
+            async with anyio.create_task_group() as tg:
+                closed: list[Closing] = []
+
+                async def agent_side() -> None:
+                    closed.append(await relay(agent, program, exit_code=program.exit_code))
+
+                tg.start_soon(agent_side)
+                with anyio.CancelScope() as user_side:
+                    tg.start_soon(lambda: _cancelled_after_blocked(user_side))
+                    await relay(user, Keyboard([b"GET /"]))
+    assert program.given == b"GET /"
+    assert closed[0].peer_ended and closed[0].reason == "closed by the other side's process"
+
+
+async def _cancelled_after_blocked(scope: anyio.CancelScope) -> None:
+    await anyio.wait_all_tasks_blocked()
+    scope.cancel()

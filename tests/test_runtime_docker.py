@@ -157,3 +157,31 @@ async def test_a_busy_container_s_cpu_time_grows_and_a_sleeping_one_s_does_not(
             used = (await rt.cpu_ns(busy.id) or 0) - first[0]
     grown = (await rt.cpu_ns(idle.id) or 0) - first[1]
     assert grown < 50_000_000
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_open_exec_reads_what_it_is_given_and_ends_with_its_exit_code(
+    rt: DockerRuntime,
+) -> None:
+    info = await rt.run(_spec("open-exec", "sleep 600"))
+    script = "read x; echo got-$x; echo complaint >&2; exit 4"
+    with anyio.fail_after(DEADLINE_S):
+        async with rt.open_exec(info.id, ("sh", "-c", script)) as program:
+            await program.write(b"hi\n")
+            shown = b""
+            while (data := await program.read()) is not None:
+                shown += data
+            # Without a terminal, stdout alone: stderr never mixes into what it carries.
+            assert (shown, await program.exit_code()) == (b"got-hi\n", 4)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_open_exec_in_a_container_not_running_raises(rt: DockerRuntime) -> None:
+    info = await rt.run(_spec("open-exec-ended", "exit 0"))
+    with anyio.fail_after(DEADLINE_S):
+        assert await rt.wait(info.id) == 0
+        with pytest.raises(ContainerError):
+            async with rt.open_exec(info.id, ("true",)):
+                pass

@@ -9,6 +9,7 @@ before acting, so the same code starts a new session and re-adopts one after a r
     SCHEDULED/PREPARING none                   report PREPARING, run, report RUNNING
     SCHEDULED/PREPARING running                report RUNNING (it started before a crash)
     PULLING             none                   pull (again), run, report RUNNING
+    SCHEDULED..PULLING  created, never started start it, report RUNNING
     RUNNING             running                keep watching (re-adopted)
     any                 exited                 remove it, report TERMINATED with its code
     RUNNING/TERMINATING none                   report TERMINATED: vanished while we were down
@@ -347,6 +348,12 @@ class AgentActor:
             # may be reported as vanished.
             listed = self._of_this_log(await self.runtime.list({LABEL_SESSION: session_id}))
             c = listed[0] if listed else None
+        never_started = c is not None and not c.running and c.exit_code is None
+        if never_started and v.status in _STARTING and not sup.stop_requested:
+            # Created and never started (the agent stopped between the engine's create and
+            # start): waiting on it would answer at once, exit 0, as if its command had
+            # run. ``run`` starts it.
+            c = None
         if c is None:
             if v.status in (S.RUNNING, S.TERMINATING) and v.container_id is not None:
                 await self._end(

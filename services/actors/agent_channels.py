@@ -35,9 +35,10 @@ from services.ports import (
     LogError,
 )
 
-__all__ = ["Channels", "Opening"]
+__all__ = ["MAX_OPEN", "Channels", "Opening"]
 
 log = structlog.get_logger()
+MAX_OPEN = 256  # channels an agent holds open at once (each an exec in a container)
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,12 @@ class Channels:
         *,
         ping_s: float = PING_S,
         idle_s: float = IDLE_S,
+        max_open: int = MAX_OPEN,
     ) -> None:
         self.agent_id, self.runtime, self.bus = agent_id, runtime, bus
         self.events, self.clock = events, clock
-        self.ping_s, self.idle_s = ping_s, idle_s
+        self.ping_s, self.idle_s, self.max_open = ping_s, idle_s, max_open
+        self.open_now = 0  # channels opening or open
         self._tg: TaskGroup | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -83,6 +86,19 @@ class Channels:
         None once it is open, else why not (then its closing is written too)."""
         if self._tg is None:
             return "this agent opens no channels"
+        if self.open_now >= self.max_open:
+            return f"agent {self.agent_id} has {self.open_now} channels open, its most: later"
+        self.open_now += 1  # given back when it closes (``_serve``), or here if it did not open
+        error: str | None = "cancelled"
+        try:
+            error = await self._open(o)
+        finally:
+            if error is not None:
+                self.open_now -= 1
+        return error
+
+    async def _open(self, o: Opening) -> str | None:
+        assert self._tg is not None
         try:
             opened = await self._write(
                 SessionChannelOpened,
@@ -124,7 +140,11 @@ class Channels:
                     ping_s=self.ping_s,
                     idle_s=self.idle_s,
                 )
+            except Exception as e:  # one channel's failure ends it alone, never the agent
+                log.exception("agent.channel_failed", session=o.session_id, channel=o.channel)
+                closing = Closing(reason=f"error: {type(e).__name__}: {e}")
             finally:
+                self.open_now -= 1
                 with anyio.CancelScope(shield=True):
                     await self._closed(o, opened, closing)
 

@@ -47,6 +47,9 @@ _GONE = (
 )
 
 
+_LAST_WORD_S = 2.0  # the End a closing side sends, at most this long
+
+
 class ByteEnd(Protocol):
     """The local end of a relay: a program, a terminal, a TCP connection."""
 
@@ -183,11 +186,20 @@ async def relay(
     """
     r = _Relay(pipe, end, exit_code, on_resize, window)
     frames = aiter(pipe)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(r.outward, tg)
-        tg.start_soon(r.inward, tg, frames, idle_s)
-        tg.start_soon(r.ping, ping_s)
-    if not r.closing.peer_ended:
-        with anyio.CancelScope(shield=True), contextlib.suppress(AgentUnreachable):
-            await r.send(End(exit_code=r.closing.exit_code, reason=r.closing.reason))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(r.outward, tg)
+            tg.start_soon(r.inward, tg, frames, idle_s)
+            tg.start_soon(r.ping, ping_s)
+    finally:
+        # Said to the other side however it ends, cancelled too (the user's Ctrl-C of
+        # `fgpu session app`): else it would wait out its idle limit.
+        if not r.closing.peer_ended:
+            reason = r.closing.reason or "closed by the other side's process"
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(_LAST_WORD_S),
+                contextlib.suppress(AgentUnreachable),
+            ):
+                await r.send(End(exit_code=r.closing.exit_code, reason=reason))
     return r.closing

@@ -471,8 +471,10 @@ class DockerRuntime:
         container = self._client().containers.container(container_id)
         what = f"exec in {container_id}"
         with _engine_call(what):
+            # Without a terminal, stdout alone: a relay's complaints must not go into the
+            # bytes it carries.
             execution = await container.exec(
-                list(argv), stdin=True, stdout=True, stderr=True, tty=tty, environment=env
+                list(argv), stdin=True, stdout=True, stderr=tty, tty=tty, environment=env
             )
             stream = execution.start(detach=False)
             await stream.__aenter__()

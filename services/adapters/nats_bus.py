@@ -49,6 +49,7 @@ __all__ = ["ANONYMOUS", "NatsBus"]
 
 ANONYMOUS = "anonymous"  # who asks over a connection that gave no access key
 _IN_FLIGHT = 64  # requests an agent answers at once; more wait their turn
+_PIPE_QUEUED_BYTES = 8 << 20  # a channel's bytes heard and not yet read, at most
 
 
 def _log() -> Any:
@@ -157,18 +158,24 @@ class NatsBus:
 
     @contextlib.asynccontextmanager
     async def pipe(self, listen: str, speak: str) -> AsyncIterator["_NatsPipe"]:
-        """Messages on ``listen`` queued as they come (the relay above bounds them: its
-        window of unacknowledged bytes), sent on ``speak``."""
+        """Messages on ``listen`` queued as they come, sent on ``speak``. The relay above
+        keeps a cooperating sender within its window; one that sends past
+        ``_PIPE_QUEUED_BYTES`` not yet read has its pipe closed (what was queued is still
+        read), rather than this process's memory filled."""
         send, received = anyio.create_memory_object_stream[bytes](math.inf)
+        pipe = _NatsPipe(self._client, speak, received)
 
         async def on_message(msg: Msg) -> None:
-            with contextlib.suppress(anyio.ClosedResourceError):  # the block has ended
+            pipe.queued += len(msg.data)
+            if pipe.queued > _PIPE_QUEUED_BYTES:
+                send.close()
+            with contextlib.suppress(anyio.ClosedResourceError):  # ended, or overflowed
                 send.send_nowait(msg.data)
 
         with send, received:
             sub = await self._subscribe(f"listen on {listen}", listen, on_message)
             try:
-                yield _NatsPipe(self._client, speak, received)
+                yield pipe
             finally:
                 await self._unsubscribe(sub)
 
@@ -189,12 +196,14 @@ class NatsBus:
 
 
 class _NatsPipe:
-    """A Pipe: publishes on ``speak``, yields what the subscription queued."""
+    """A Pipe: publishes on ``speak``, yields what the subscription queued (``queued``
+    bytes of it not yet read)."""
 
     def __init__(
         self, client: NatsClient, speak: str, received: MemoryObjectReceiveStream[bytes]
     ) -> None:
         self._client, self._speak, self._received = client, speak, received
+        self.queued = 0
 
     async def send(self, data: bytes) -> None:
         try:
@@ -203,8 +212,16 @@ class _NatsPipe:
         except LogError as e:
             raise AgentUnreachable(str(e)) from e
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._received.__aiter__()
+    def __aiter__(self) -> "_NatsPipe":
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            data = await self._received.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+        self.queued -= len(data)
+        return data
 
 
 async def _answer(agent_id: str, handler: AgentHandler, subject: str, data: bytes) -> AgentReply:

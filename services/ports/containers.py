@@ -49,8 +49,8 @@ class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ExecChannel(Protocol):
-    """A program running in a container with its input open: what it writes (stdout and
-    stderr as one stream; a terminal's output as it is), what it reads."""
+    """A program running in a container with its input open: what it writes (its
+    terminal's output; without a terminal, its stdout alone), what it reads."""
 
     async def read(self) -> bytes | None:
         """The next bytes it wrote; None once its output has ended."""
