@@ -15,9 +15,10 @@ IDLE_S = 12
 def test_lifetime_and_idle_end_sessions_and_cpu_use_keeps_one_alive(tmp_path: Path) -> None:
     require_docker()
     with fgpu_up(tmp_path, "--no-shim") as stack:
-        stack.fgpu(
-            "admin", "group", "update", "default", "--idle-timeout", str(IDLE_S), key="admin"
-        )
+        update = ["admin", "group", "update", "default", "--idle-timeout", str(IDLE_S)]
+        refused = stack.run(*update, key="admin")  # the scheduler's settings: give them whole
+        assert refused.returncode == 2 and "--policy first" in refused.stderr
+        stack.fgpu(*update, "--policy", "best-fit", key="admin")
         create = ["session", "create", "--image", "fgpu/busybox:latest", "--fgpu", "0.5"]
         create += ["--cpu", "0.5", "--mem", "128m", "--wait"]
 

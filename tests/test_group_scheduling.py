@@ -5,11 +5,13 @@ import random
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import (
     AdminApplied,
+    AgentLost,
     AgentRegistered,
     AnyEvent,
     CreateGroup,
@@ -21,6 +23,7 @@ from events import (
     SessionAdmitted,
     SessionCancelled,
     SessionCpuSampled,
+    SessionRejected,
     SessionRequested,
     SessionRunning,
     SessionScheduled,
@@ -34,6 +37,7 @@ from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import place
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.state import ClusterState, evolve
+from services.ports.log import check_batch
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
@@ -480,3 +484,116 @@ def test_a_placement_taken_back_goes_back_to_its_place_in_its_shape_s_queue() ->
     assert list(queue) == [first, second, third]
     assert list(c.s.queue.untold("q")) == [first]
     assert _placed(_scheduler().decide(c.s)) == {first: "a"}
+
+
+# ---- what the review found -------------------------------------------------------------
+
+
+def test_a_session_s_own_lifetime_ends_it_though_no_group_sets_a_limit() -> None:
+    c = Cluster()
+    c.agent("a")
+    sid = c.ask("u", 100, lifetime_s=60)
+    c.run_placed(_scheduler().decide(c.s))
+    assert _limits(c, T0 + timedelta(seconds=59)) == []
+    [stop] = _limits(c, T0 + timedelta(seconds=60))
+    assert isinstance(stop, SessionTerminating) and stop.session_id == sid
+
+
+def test_sessions_on_a_lost_agent_are_not_ended_by_their_limits() -> None:
+    c = Cluster()
+    c.agent("a", group="lab")
+    c.group("lab", GroupSettings(default_lifetime_s=60, idle_timeout_s=60))
+    c.ask("u", 100, group="lab")
+    c.run_placed(_scheduler().decide(c.s))
+    c.add(subj.LEDGER, AgentLost(id="lost", at=T0, actor="scheduler", agent_id="a", reason="x"))
+    assert _limits(c, T0 + timedelta(hours=1)) == []
+
+
+class _Ledger:
+    """An EventLog that takes what the scheduler appends (at most one batch's worth)."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    async def append_batch(self, items: Sequence[tuple[str, AnyEvent]], **expect: object) -> int:
+        check_batch(items, subj.LEDGER)
+        self.batches.append(len(items))
+        return len(items)
+
+
+@pytest.mark.anyio
+async def test_more_than_a_batch_past_their_time_are_ended_a_batch_at_a_time() -> None:
+    c = Cluster()
+    c.agent("a", group="q")
+    c.group("q", GroupSettings(pending_timeout_s=60))
+    c.ask("u", 100, group="q")
+    for _ in range(1200):
+        c.ask("u", 100, group="q")
+    c.run_placed(_scheduler().decide(c.s))  # one placed, 1,200 told why they wait
+    ledger = _Ledger()
+    actor = SchedulerActor(ledger, Clock(T0 + timedelta(seconds=61)))  # type: ignore[arg-type]
+    actor.state = c.s
+    actor.since = actor.monotonic()  # every agent just heard: none is lost
+    actor.heard("a")
+    await actor.check_liveness()
+    await actor.check_liveness()
+    assert ledger.batches == [1000, 200]
+    assert len(c.s.queue) == 0
+
+
+def test_after_a_reservation_what_can_never_fit_is_still_rejected() -> None:
+    c = Cluster()
+    c.agent("a", group="q")  # one device: 100
+    c.group("q", GroupSettings())
+    c.ask("u", 60, group="q")
+    c.run_placed(_scheduler().decide(c.s))
+    old = c.ask("u", 100, group="q")  # waits for the whole device
+    huge = c.ask("u", 300, group="q", at=T0 + timedelta(seconds=500))
+    decisions = _scheduler(T0 + timedelta(seconds=600), reserve_after_s=300).decide(c.s)
+    rejected = [d.session_id for d in decisions if isinstance(d, SessionRejected)]
+    assert rejected == [huge]
+    assert c.s.sessions[old].status.value == "PENDING"
+
+
+def test_in_lifo_the_longest_waiting_of_a_shape_reserves() -> None:
+    c = Cluster()
+    c.agent("a", group="stack")  # one device: 100
+    c.group("stack", GroupSettings(queue=QueueOrder.LIFO))
+    c.ask("u", 60, group="stack")
+    c.run_placed(_scheduler().decide(c.s))  # 40 free
+    old = c.ask("u", 100, group="stack", priority=1)
+    c.ask("u", 100, group="stack", priority=1, at=T0 + timedelta(seconds=590))  # young
+    small = c.ask("u", 30, group="stack", at=T0 + timedelta(seconds=595))
+    decisions = _scheduler(T0 + timedelta(seconds=600), reserve_after_s=300).decide(c.s)
+    # The young one fails first (LIFO), but the old one of its shape waited past the
+    # reservation delay: the small one behind them waits.
+    assert _placed(decisions) == {}
+    assert c.s.sessions[small].status.value == "PENDING"
+    assert c.s.sessions[old].status.value == "PENDING"
+
+
+def test_a_waiting_reason_counts_the_group_s_agents_only() -> None:
+    c = Cluster()
+    c.agent("full", group="fast")
+    c.agent("free", group="slow")
+    c.group("fast", GroupSettings())
+    c.group("slow", GroupSettings())
+    c.ask("u", 100, group="fast")
+    c.run_placed(_scheduler().decide(c.s))
+    waiting = c.ask("u", 100, group="fast")
+    _scheduler().decide(c.s)
+    assert c.s.sessions[waiting].waiting is not None
+    assert c.s.sessions[waiting].waiting.endswith("largest free share on a device: 0 fGPU")
+
+
+def test_an_untold_session_past_its_timeout_is_cancelled_not_told() -> None:
+    c = Cluster()
+    c.agent("a", group="q")
+    c.group("q", GroupSettings(pending_timeout_s=60))
+    c.ask("u", 100, group="q")
+    c.run_placed(_scheduler().decide(c.s))
+    late = c.ask("u", 100, group="q")
+    decisions = _scheduler(T0 + timedelta(seconds=61)).decide(c.s)
+    assert [type(d).__name__ for d in decisions if getattr(d, "session_id", None) == late] == [
+        "SessionCancelled"
+    ]

@@ -51,6 +51,7 @@ from events import (
     SessionPulling,
     SessionRunning,
     SessionTerminated,
+    SessionType,
     Slots,
 )
 from events import subjects as subj
@@ -552,28 +553,38 @@ class AgentActor:
                     log.warning("agent.usage_not_published", session=session_id, error=str(e))
 
     async def _sample_cpu(self) -> None:
-        """Report each session's CPU time, every usage interval, when it grew by at least
-        a hundredth of a core over it: a session idle on the CPU reports nothing, which is
-        what its group's idle timeout goes by."""
+        """Report the CPU time of each interactive session whose group has an idle
+        timeout, every usage interval in which it grew by at least a hundredth of a core:
+        a session idle on the CPU reports nothing, which is what the idle timeout goes by.
+        Others are not sampled: nothing reads it of them."""
         c = self.config
         least = int(c.usage_interval_s * 10_000_000)
-        reported: dict[str, int] = {}
+        sampled: dict[str, int] = {}  # the previous interval's reading, per session
         while True:
             await anyio.sleep(c.usage_interval_s)
             for session_id, sup in list(self.local.supervised.items()):
                 v = self.state.sessions.get(session_id)
-                if sup.container_id is None or sup.done or v is None:
+                if sup.container_id is None or sup.done or v is None or not self._idle_limited(v):
                     continue
                 try:
                     used = await self.runtime.cpu_ns(sup.container_id)
-                    if used is None or used - reported.get(session_id, 0) < least:
+                    if used is None:
                         continue
+                    before = sampled.get(session_id)
+                    sampled[session_id] = used
+                    if before is not None and used - before < least:
+                        continue  # a trickle: idle this interval
                     await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
-                    reported[session_id] = used
                 except (ContainerError, LogError) as e:  # best effort: the next tick tries
                     log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
-            for gone in reported.keys() - self.local.supervised.keys():
-                del reported[gone]
+            for gone in sampled.keys() - self.local.supervised.keys():
+                del sampled[gone]
+
+    def _idle_limited(self, v: SessionView) -> bool:
+        """Whether ``v`` may end by idleness: interactive, its group with an idle timeout."""
+        settings = self.state.tenancy.groups.get(v.group)
+        interactive = v.session_type is SessionType.INTERACTIVE
+        return interactive and settings is not None and settings.idle_timeout_s is not None
 
     async def _publish_ooms(self, regions: SliceRegions, session_id: str) -> None:
         v = self.state.sessions.get(session_id)

@@ -41,14 +41,19 @@ from services.actors.snapshots import Snapshots
 from services.domain.groups import DEFAULT_GROUP, lifetime_of, settings_of
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
-from services.domain.schedule_round import GroupRound, admitted_at, cancel_pending
+from services.domain.schedule_round import (
+    NAME,
+    GroupRound,
+    admitted_at,
+    cancel_pending,
+    largest_free,
+)
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
 
 __all__ = ["SchedulerActor"]
 
-NAME = "scheduler"
 log = structlog.get_logger()
 _MAX_DECISIONS = 1000  # the server's largest atomic batch
 
@@ -127,6 +132,8 @@ class SchedulerActor(LogActor):
             out += self._of_lost_agents(s)
             out += self._newly_heard(s)
             out += self._over_time(s)
+            # One atomic batch at most: what is left over is decided again next check.
+            out = out[:_MAX_DECISIONS]
             if not out:
                 return
             try:
@@ -174,21 +181,25 @@ class SchedulerActor(LogActor):
         idle timeout stopped, each with its reason. A round looks at pending timeouts only
         when the log moves; this looks at every limit as time passes."""
         now = self.clock.now()
-        settings = {g: self.settings(s, g) for g in {*s.tenancy.groups, DEFAULT_GROUP}}
+        # A removed group's sessions run under the fallback: it counts too.
+        every = [self.fallback, *(self.settings(s, g) for g in {*s.tenancy.groups, DEFAULT_GROUP})]
         out: list[AnyEvent] = []
-        if any(g.pending_timeout_s for g in settings.values()):
+        if any(g.pending_timeout_s for g in every):
+            largest: dict[str, int] = {}
             for session_id in s.queue:
                 v = s.sessions[session_id]
                 limit = self.settings(s, v.group).pending_timeout_s
                 if limit is not None and (now - admitted_at(v)).total_seconds() >= limit:
+                    if v.group not in largest:
+                        largest[v.group] = largest_free(s, _outside(s, v.group))
                     prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-                    out.append(cancel_pending(s, v, limit, prov))
-        timed = (
-            g.default_lifetime_s or g.max_lifetime_s or g.idle_timeout_s for g in settings.values()
-        )
-        if not any(timed):
-            return out
+                    out.append(cancel_pending(v, limit, largest[v.group], prov))
+                    if len(out) >= _MAX_DECISIONS:
+                        return out
+        # Every running session is looked at: one may have asked for its own lifetime.
         for a in s.agents.values():
+            if a.lost:  # its sessions end by the lost agent's grace, not by their limits
+                continue
             for session_id in a.sessions:
                 v = s.sessions[session_id]
                 why = (

@@ -159,6 +159,13 @@ def group_update(
     from events import UpdateGroup
 
     fields = _current(ctx, group)
+    if not fields and policy is None:
+        # Its settings are the scheduler's own (--policy, --pending-timeout), which the
+        # log does not hold: what is not given here would not be kept but replaced.
+        fail(
+            f"resource group {group} runs under the scheduler's settings until given its own: "
+            "give them whole, --policy first (and --pending-timeout if the scheduler has one)"
+        )
     times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
     fields.update(_given(queue, policy, times, project))
     for name in clear or ():

@@ -4,8 +4,9 @@ Within one scheduling round nothing frees, so once a session of some shape (prio
 slots, image, GPU models) does not fit, no later one of that shape can: a round need
 only look at the head of each shape's queue, and drop the shape at its first failure.
 So the fold files each pending session by its group and shape, in arrival order, and
-keeps apart those the scheduler has not yet told why they wait (``untold``): a round
-costs the shapes and the placements it makes, not the length of the queue.
+keeps apart those the scheduler has not yet told why they wait (``untold``): a FIFO or
+LIFO round costs the shapes and the placements it makes, not the length of the queue
+(a DRF round, or one of a group with a pending timeout, walks the group's queue).
 """
 
 from collections.abc import Iterator
@@ -76,7 +77,10 @@ class PendingQueue:
     def told(self, v: "SessionView") -> None:
         """``v`` was told why it waits (or left)."""
         untold = self._untold.get(v.group)
-        if untold is not None and untold.pop(v.session_id, 0) is None and not untold:
+        if untold is None:
+            return
+        untold.pop(v.session_id, None)
+        if not untold:
             del self._untold[v.group]
 
     def groups(self) -> list[str]:
@@ -107,7 +111,11 @@ class PendingQueue:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PendingQueue):
             return NotImplemented
-        return self._all == other._all and self._shapes == other._shapes
+        return (
+            self._all == other._all
+            and self._shapes == other._shapes
+            and self._untold == other._untold
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 

@@ -1,9 +1,7 @@
-"""The order in which a group's pending sessions are tried: priority first, then the
-group's queue order (``QueueOrder``).
+"""DRF order: which of a group's pending sessions is tried next (FIFO and LIFO need no
+more than the fold's ``PendingQueue``; see ``schedule_round``).
 
-- FIFO: the earliest asked for (its arrival on the log) first.
-- LIFO: the latest first.
-- DRF (dominant resource fairness, Ghodsi et al., NSDI '11): among sessions of one
+- DRF (dominant resource fairness, Ghodsi et al., NSDI '11): priority first; among sessions of one
   priority, the next is the earliest of the user whose dominant share is least. A user's
   dominant share is the largest of its CPU, memory and fGPU held in the group (by
   sessions placed on the group's agents) over the group's capacity of each. The order is
@@ -17,24 +15,20 @@ cluster without tenancy).
 
 import heapq
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from fractions import Fraction
 
-from events import QueueOrder, Slots
+from events import Slots
 from services.domain.resources import add
 from services.domain.status import HOLDS_ALLOCATION
 from services.domain.views import AgentView, ClusterState, SessionView
 
-__all__ = ["dominant_share", "group_capacity", "held_by_user", "queue_order", "user_of"]
+__all__ = ["dominant_share", "drf_order", "group_capacity", "held_by_user", "user_of"]
 
 
-def queue_order(s: ClusterState, group: str, queue: list[str], order: QueueOrder) -> Iterable[str]:
-    """``queue`` (pending sessions of ``group``) in the order to try them."""
-    views = s.sessions
-    if order is QueueOrder.DRF:
-        return _drf(s, group, queue)
-    sign = -1 if order is QueueOrder.LIFO else 1
-    return sorted(queue, key=lambda sid: (-views[sid].priority, sign * views[sid].arrival_seq))
+def drf_order(s: ClusterState, group: str, queue: list[str]) -> Iterator[str]:
+    """``queue`` (pending sessions of ``group``) in DRF order, lazily (see above)."""
+    return _drf(s, group, queue)
 
 
 def user_of(v: SessionView) -> str:

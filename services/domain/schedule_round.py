@@ -6,11 +6,14 @@ once a session of some shape does not fit, no later one of that shape can: FIFO 
 rounds look only at the head of each shape's queue (``PendingQueue.shapes``), merged in
 queue order, and drop a shape at its first failure; a round costs the shapes and the
 placements, not the length of the queue. DRF's order changes with every placement, so a
-DRF round walks its queue in that order (``queue_order``), a shape that failed skipped.
+DRF round walks its queue in that order (``queue_order``), a shape that failed skipped;
+so does a round of a group with a pending timeout, looking for those waiting past it.
 
-After the placing, sessions not yet told why they wait are told (or cancelled by a
-pending timeout of 0), and with a positive pending timeout those waiting past it are
-cancelled. Each is an event with its reason.
+A session that waited past ``reserve_after_s`` and does not fit reserves: nothing after it
+is placed until it fits (no starvation behind smaller sessions; Backend.AI #13706). The
+rest of the round still rejects what can never fit. After the placing, sessions not yet
+told why they wait are told (or cancelled, when past the pending timeout), and those
+waiting past the pending timeout are cancelled. Each is an event with its reason.
 """
 
 import heapq
@@ -30,17 +33,24 @@ from events import (
 )
 from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.images import pullers
-from services.domain.pending import QueueShape
+from services.domain.pending import QueueShape, queue_shape
 from services.domain.placement import PlacementPolicy
 from services.domain.provenance import Provenance, stamp
-from services.domain.queue_order import queue_order
+from services.domain.queue_order import drf_order
 from services.domain.resources import format_fgpu, format_slots
 from services.domain.status import SessionStatus
 from services.domain.views import ClusterState, SessionView
 
-__all__ = ["GroupRound", "admitted_at", "cancel_pending", "waiting_reason"]
+__all__ = [
+    "NAME",
+    "GroupRound",
+    "admitted_at",
+    "cancel_pending",
+    "largest_free",
+    "waiting_reason",
+]
 
-NAME = "scheduler"
+NAME = "scheduler"  # the actor whose decisions these are
 
 
 @dataclass
@@ -61,6 +71,8 @@ class GroupRound:
     reserve_after_s: float
     _never: dict[QueueShape, Refusal | None] = field(default_factory=dict)
     _pulling: dict[str, frozenset[str]] = field(default_factory=dict)
+    _largest: int | None = None  # the largest free share on the group's agents, once asked
+    _reserved: bool = False  # a session reserves: nothing more is placed this round
 
     def run(self) -> None:
         if self.settings.queue is QueueOrder.DRF:
@@ -95,11 +107,13 @@ class GroupRound:
             if why is not None:
                 self._reject_all(list(queue), why)
                 continue
-            placement = self._placement(v)
+            placement = None if self._reserved else self._placement(v)
             if placement is None:
-                if self._reserves(v):
-                    return  # nothing after it is placed until it fits
-                continue  # the rest of its shape cannot fit either, this round
+                # The rest of its shape cannot fit either, this round; the one of them
+                # that waited longest (the first to arrive) may reserve.
+                if not self._reserved:
+                    self._reserved = self._reserves(s.sessions[next(iter(queue))])
+                continue
             self._scheduled(v, placement)
             queue = shapes.get(key)
             if queue:
@@ -109,24 +123,22 @@ class GroupRound:
         s = self.s
         failed: set[QueueShape] = set()
         pending = s.queue.of_group(self.group)
-        for session_id in queue_order(s, self.group, pending, self.settings.queue):
+        for session_id in drf_order(s, self.group, pending):
             if self._full():
                 return
             v = s.sessions[session_id]
-            if v.status is not SessionStatus.PENDING:
-                continue  # rejected with its shape this round
-            key = (v.priority, v.slots, v.image, v.gpu_models)
+            key = queue_shape(v)
             why = self._never_fits(key, v)
             if why is not None:
                 self._reject_all([session_id], why)
                 continue
-            if key in failed:
-                continue
-            placement = self._placement(v)
+            placement = None
+            if key not in failed and not self._reserved:
+                placement = self._placement(v)
             if placement is None:
                 failed.add(key)
-                if self._reserves(v):
-                    return
+                if not self._reserved:
+                    self._reserved = self._reserves(v)
                 continue
             self._scheduled(v, placement)
 
@@ -191,18 +203,23 @@ class GroupRound:
 
     # ---- telling and timing out ------------------------------------------------------------
 
+    def _largest_free(self) -> int:
+        if self._largest is None:
+            self._largest = largest_free(self.s, self.excluded)
+        return self._largest
+
     def _tell_untold(self) -> None:
-        """Each session still waiting that was never told why: told, or cancelled when its
-        group's pending timeout is 0 (it fails the first time it does not fit)."""
+        """Each session still waiting that was never told why: told, or cancelled when it
+        waited past its group's pending timeout (0: the first time it does not fit)."""
         limit = self.settings.pending_timeout_s
         for session_id in list(self.s.queue.untold(self.group)):
             if self._full():
                 return
             v = self.s.sessions[session_id]
-            if limit == 0:
-                self.emit(cancel_pending(self.s, v, 0, self._prov(v)))
+            if limit is not None and (self.now - admitted_at(v)).total_seconds() >= limit:
+                self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
             else:
-                reason = waiting_reason(self.s, v)
+                reason = waiting_reason(v, self._largest_free())
                 self.emit(stamp(SessionQueued, self._prov(v), session_id=session_id, reason=reason))
 
     def _time_out(self) -> None:
@@ -215,20 +232,35 @@ class GroupRound:
                 return
             v = self.s.sessions[session_id]
             if (self.now - admitted_at(v)).total_seconds() >= limit:
-                self.emit(cancel_pending(self.s, v, limit, self._prov(v)))
+                self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
 
 
-def cancel_pending(s: ClusterState, v: SessionView, limit: int, prov: Provenance) -> AnyEvent:
-    waiting = waiting_reason(s, v)
+def cancel_pending(v: SessionView, limit: int, largest: int, prov: Provenance) -> AnyEvent:
+    """``v`` cancelled: it waited past its pending timeout of ``limit`` s."""
+    waiting = waiting_reason(v, largest)
     reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
     return stamp(SessionCancelled, prov, session_id=v.session_id, owner=v.owner, reason=reason)
 
 
-def waiting_reason(s: ClusterState, v: SessionView) -> str:
-    largest = s.fit.largest()
+def waiting_reason(v: SessionView, largest: int) -> str:
+    """Why ``v`` waits, ``largest`` being the largest free share on its group's agents."""
     return (
         f"waiting for {format_slots(v.slots)}; largest free share on a device: "
         f"{format_fgpu(largest)} fGPU"
+    )
+
+
+def largest_free(s: ClusterState, excluded: AbstractSet[str]) -> int:
+    """The largest free share of one device on the agents not ``excluded`` (another
+    group's, or not heard from), lost ones aside."""
+    return max(
+        (
+            g.free
+            for a in s.agents.values()
+            if not a.lost and a.agent_id not in excluded
+            for g in a.gpus.values()
+        ),
+        default=0,
     )
 
 

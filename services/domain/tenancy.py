@@ -188,13 +188,11 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     """Why ``requester`` (an access key) may not have ``c`` applied now; None if it may.
 
-    Roles: a superadmin may do anything; a domain admin manage its own domain's projects,
-    users (not superadmins), their keypairs, the keypair, user and project policies in it,
-    and its image allow-list and aliases; a user create and revoke its own keypairs.
-    Services administer nothing.
-    users (not superadmins), their keypairs and the keypair, user and project policies in
-    it; a user create and revoke its own keypairs. Services administer nothing. Virtual
-    folders have rules of their own (``services.domain.vfolders``).
+    Roles: a superadmin may do anything (resource groups and domains are its alone); a
+    domain admin manage its own domain's projects, users (not superadmins), their
+    keypairs, the keypair, user and project policies in it, and its image allow-list and
+    aliases; a user create and revoke its own keypairs. Services administer nothing.
+    Virtual folders have rules of their own (``services.domain.vfolders``).
     """
     who = t.user_of(requester)
     if who is None:
