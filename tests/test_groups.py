@@ -120,3 +120,41 @@ def _fgpu(quanta: int) -> object:
     from tests.cluster import GIB
 
     return Slots(cpu=1000, mem=GIB, fgpu=quanta)
+
+
+def test_who_sees_a_group_open_to_some_projects() -> None:
+    """A superadmin every group; a domain admin those open to a project of its domain; a
+    user those open to one of its projects."""
+    from events import CreateDomain, CreateKeypair, CreateProject, CreateUser, Role
+    from services.domain.tenancy import Tenancy, apply
+    from services.domain.visibility import sees_group, viewer_of
+
+    t = Tenancy()
+    made = [
+        CreateDomain(domain="lab"),
+        CreateProject(domain="lab", project="p1"),
+        CreateProject(domain="lab", project="p2"),
+        CreateDomain(domain="ops"),
+        CreateUser(user="root", domain="lab", role=Role.SUPERADMIN),
+        CreateUser(user="dora", domain="lab", role=Role.DOMAIN_ADMIN),
+        CreateUser(user="oscar", domain="ops", role=Role.DOMAIN_ADMIN),
+        CreateUser(user="uma", domain="lab", projects=("p1",)),
+        CreateUser(user="vic", domain="lab", projects=("p2",)),
+    ]
+    for c in made:
+        apply(t, c)
+    for user in ("root", "dora", "oscar", "uma", "vic"):
+        apply(t, CreateKeypair(access_key=f"AK{user}", user=user, secret_hash="x"))
+    open_to = ("lab/p1",)
+    seen = {}
+    for user in ("root", "dora", "oscar", "uma", "vic"):
+        viewer = viewer_of(t, f"AK{user}")
+        assert not isinstance(viewer, str), viewer
+        seen[user] = (sees_group(t, viewer, open_to), sees_group(t, viewer, None))
+    assert seen == {
+        "root": (True, True),
+        "dora": (True, True),
+        "oscar": (False, True),
+        "uma": (True, True),
+        "vic": (False, True),
+    }
