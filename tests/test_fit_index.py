@@ -2,7 +2,8 @@
 
 The model: an agent's key is its largest free device share when it last changed (0 if it
 is lost or has no GPU); ``candidates(need)`` are the agents with a key of at least
-``need``, by key and then by the order of their last change; ``largest()`` the top key.
+``need``, by key, then by the fGPU free on all their devices, then by the order of their
+last change; ``largest()`` the top key.
 The index notes changes and files them only when read: what it answers must not tell.
 """
 
@@ -62,13 +63,13 @@ steps = st.lists(
 def test_reads_answer_as_if_every_change_were_filed_at_once(plan: list[tuple[object, ...]]) -> None:
     agents = [_agent(n) for n in range(AGENTS)]
     index = FitIndex()
-    model: dict[str, tuple[int, int]] = {}  # agent -> (key, when it last changed)
+    model: dict[str, tuple[int, int, int]] = {}  # agent -> (key, free in all, when changed)
     clock = 0
 
     def changed(a: AgentView) -> None:
         nonlocal clock
         clock += 1
-        model[a.agent_id] = (_key(a), clock)
+        model[a.agent_id] = (_key(a), sum(g.free for g in a.gpus.values()), clock)
         index.update(a)
 
     for a in agents:
@@ -92,12 +93,12 @@ def test_reads_answer_as_if_every_change_were_filed_at_once(plan: list[tuple[obj
             case ("touch", int(n)):  # noted with nothing changed: it still moves last
                 changed(agents[n])
             case ("read", int(need)):
-                filed = sorted((k, when, aid) for aid, (k, when) in model.items() if k > 0)
-                expect = [aid for k, _, aid in filed if k >= need]
+                filed = sorted((k, f, when, aid) for aid, (k, f, when) in model.items() if k > 0)
+                expect = [aid for k, _, _, aid in filed if k >= need]
                 assert list(index.candidates(need)) == expect
                 assert index.largest() == (filed[-1][0] if filed else 0)
-    filed = sorted((k, when, aid) for aid, (k, when) in model.items() if k > 0)
-    assert list(index.candidates(1)) == [aid for _, _, aid in filed]
+    filed = sorted((k, f, when, aid) for aid, (k, f, when) in model.items() if k > 0)
+    assert list(index.candidates(1)) == [aid for _, _, _, aid in filed]
 
 
 def test_a_change_noted_while_candidates_are_consumed_is_filed_at_the_next_read() -> None:

@@ -116,21 +116,16 @@ def place(
     smallest = s.fit.smallest_device()
     if smallest is not None and slots.fgpu <= smallest:
         # Every agent could take it on one device: the index walks the agents tightest
-        # first, grouped by their largest free share; in the first group where it fits,
-        # the fullest agent takes it (the index keeps a group in order of change, so
-        # its first would spread whole-device requests over every agent).
-        found: tuple[int, str, tuple[DevicePlacement, ...]] | None = None
-        group = -1
+        # first (their largest free share), the fullest of those first (their fGPU free
+        # in all: best fit packs, and does not spread whole-device requests over every
+        # agent), so the first that can take it is the best fit.
         for agent_id in s.fit.candidates(slots.fgpu):
             a = agents[agent_id]
-            largest = max(g.free for g in a.gpus.values())
-            if found is not None and largest != group:
-                break
             if usable(a, slots, image, unheard):
                 devices = _devices(a, slots.fgpu, gpu_models)
-                if devices is not None and (found is None or a.free.fgpu < found[0]):
-                    found, group = (a.free.fgpu, agent_id, devices), largest
-        return None if found is None else (found[1], found[2])
+                if devices is not None:
+                    return agent_id, devices
+        return None
     best: tuple[int, str, tuple[DevicePlacement, ...]] | None = None
     for agent_id, a in agents.items():
         if not usable(a, slots, image, unheard):

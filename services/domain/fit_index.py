@@ -1,7 +1,9 @@
-"""An index of agents by the largest fGPU share one of their devices can still give.
+"""An index of agents by the largest fGPU share one of their devices can still give, and
+then by the fGPU they have free in all.
 
 It lets the allocator find a best-fit agent for a fractional request without scanning
-every agent: at 1,000 agents and 10,000 requests a scan per request is 10 million checks.
+every agent: the tightest device first, the fullest agent of those (best fit packs),
+found by walking the index until the first agent that can take it.
 """
 
 from bisect import bisect_left, insort
@@ -15,15 +17,18 @@ __all__ = ["FitIndex"]
 
 
 class FitIndex:
-    """Buckets of usable agents keyed by their largest free device share, in quanta.
+    """Buckets of usable agents keyed by their largest free device share, in quanta, each
+    split by the agents' free fGPU in all.
 
     An agent changed is only noted (``update``) and re-filed when the index is next read:
     a fold that never places anything (the projections') pays a dict entry per change,
-    not a re-filing. Within a bucket agents stand in the order of their last change.
+    not a re-filing. Within a bucket agents stand by their free fGPU, least first, and
+    then in the order of their last change.
     """
 
     __slots__ = (
         "_buckets",
+        "_frees",
         "_key_of",
         "_keys",
         "_per_gpu",
@@ -33,9 +38,11 @@ class FitIndex:
     )
 
     def __init__(self) -> None:
-        self._buckets: dict[int, dict[str, None]] = {}
+        # key -> free fGPU in all -> agents in the order of their last change
+        self._buckets: dict[int, dict[int, dict[str, None]]] = {}
+        self._frees: dict[int, list[int]] = {}  # key -> sorted free amounts of its bucket
         self._keys: list[int] = []  # sorted keys of non-empty buckets
-        self._key_of: dict[str, int] = {}
+        self._key_of: dict[str, tuple[int, int]] = {}  # agent -> (key, free in all)
         # Agents changed since the index was last read, in the order of their last change.
         self._stale: dict[str, AgentView] = {}
         # Every agent's device size (fGPU quanta a whole device is worth), lost ones too,
@@ -67,29 +74,45 @@ class FitIndex:
 
     def _refile(self, a: "AgentView") -> None:
         self._note_size(a.agent_id, a.fgpu_per_gpu)
-        key = 0 if a.lost or not a.gpus else max([g.free for g in a.gpus.values()])
+        frees = [g.free for g in a.gpus.values()]
+        key = 0 if a.lost or not frees else max(frees)
+        place = (key, sum(frees))
         agent_id = a.agent_id
-        old = self._key_of.get(agent_id, 0)
-        if key == old:
-            if key > 0:  # re-filed last in its bucket, as a removal and insertion would
-                bucket = self._buckets[key]
-                del bucket[agent_id]
-                bucket[agent_id] = None
-            return
-        if old > 0:
-            bucket = self._buckets[old]
-            del bucket[agent_id]
-            if not bucket:
-                del self._buckets[old]
-                del self._keys[bisect_left(self._keys, old)]
-        if key <= 0:
-            self._key_of.pop(agent_id, None)
-            return
-        if key not in self._buckets:
-            self._buckets[key] = {}
+        old = self._key_of.pop(agent_id, None)
+        if old is not None:  # out of its place; back in last, as a removal and insertion
+            self._unfile(agent_id, old)
+        if key > 0:
+            self._file(agent_id, place)
+            self._key_of[agent_id] = place
+
+    def _file(self, agent_id: str, place: tuple[int, int]) -> None:
+        key, free = place
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = {}
+            self._frees[key] = []
             insort(self._keys, key)
-        self._buckets[key][agent_id] = None
-        self._key_of[agent_id] = key
+        same = bucket.get(free)
+        if same is None:
+            same = bucket[free] = {}
+            insort(self._frees[key], free)
+        same[agent_id] = None
+
+    def _unfile(self, agent_id: str, place: tuple[int, int]) -> None:
+        key, free = place
+        bucket = self._buckets[key]
+        same = bucket[free]
+        del same[agent_id]
+        if same:
+            return
+        del bucket[free]
+        frees = self._frees[key]
+        del frees[bisect_left(frees, free)]
+        if bucket:
+            return
+        del self._buckets[key]
+        del self._frees[key]
+        del self._keys[bisect_left(self._keys, key)]
 
     def _note_size(self, agent_id: str, size: int) -> None:
         old = self._per_gpu.get(agent_id)
@@ -115,7 +138,8 @@ class FitIndex:
         return self._keys[-1] if self._keys else 0
 
     def candidates(self, need: int) -> Iterator[str]:
-        """Agents with a device of at least ``need`` free quanta, tightest first.
+        """Agents with a device of at least ``need`` free quanta, tightest first, then the
+        fullest (least fGPU free in all), then in the order of their last change.
 
         Lazy, and as the agents were when the first is taken: changes noted while it is
         consumed are filed at the next read. Read nothing else from the index (another
@@ -124,4 +148,6 @@ class FitIndex:
         """
         self._refile_stale()
         for key in self._keys[bisect_left(self._keys, need) :]:
-            yield from self._buckets[key]
+            bucket = self._buckets[key]
+            for free in self._frees[key]:
+                yield from bucket[free]
