@@ -51,7 +51,7 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import never_fits, place
-from services.domain.pending import queue_shape
+from services.domain.pending import admitted_at, queue_shape
 from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
@@ -146,6 +146,11 @@ def check_invariants(s: ClusterState) -> None:
         for queue in s.queue.shapes(group).values():
             assert list(queue.values()) == sorted(queue.values())
             assert all(s.sessions[sid].status is S.PENDING for sid in queue)
+        # By admission, the longest waiting first: every queued session of the group.
+        admitted = s.queue.admitted_by(group, datetime.max.replace(tzinfo=UTC))
+        assert sorted(admitted) == sorted(s.queue.of_group(group))
+        times = [admitted_at(s.sessions[sid]) for sid in admitted]
+        assert times == sorted(times)
     for agent_id, a in s.agents.items():
         # A session holds at most one allocation, on the agent its view names.
         assert set(a.sessions) == holding[agent_id]

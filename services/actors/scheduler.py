@@ -17,7 +17,7 @@ state from the log and decides again; it can never place on a share another took
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import anyio
 import structlog
@@ -38,13 +38,12 @@ from events import (
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.groups import DEFAULT_GROUP, lifetime_of, settings_of
+from services.domain.groups import lifetime_of, settings_of
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
 from services.domain.schedule_round import (
     NAME,
     GroupRound,
-    admitted_at,
     cancel_pending,
     largest_free,
 )
@@ -181,21 +180,19 @@ class SchedulerActor(LogActor):
         idle timeout stopped, each with its reason. A round looks at pending timeouts only
         when the log moves; this looks at every limit as time passes."""
         now = self.clock.now()
-        # A removed group's sessions run under the fallback: it counts too.
-        every = [self.fallback, *(self.settings(s, g) for g in {*s.tenancy.groups, DEFAULT_GROUP})]
         out: list[AnyEvent] = []
-        if any(g.pending_timeout_s for g in every):
-            largest: dict[str, int] = {}
-            for session_id in s.queue:
+        for group in s.queue.groups():
+            limit = self.settings(s, group).pending_timeout_s
+            if limit is None:
+                continue
+            due = s.queue.admitted_by(group, now - timedelta(seconds=limit))
+            largest = largest_free(s, _outside(s, group)) if due else 0
+            for session_id in due:
                 v = s.sessions[session_id]
-                limit = self.settings(s, v.group).pending_timeout_s
-                if limit is not None and (now - admitted_at(v)).total_seconds() >= limit:
-                    if v.group not in largest:
-                        largest[v.group] = largest_free(s, _outside(s, v.group))
-                    prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-                    out.append(cancel_pending(v, limit, largest[v.group], prov))
-                    if len(out) >= _MAX_DECISIONS:
-                        return out
+                prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+                out.append(cancel_pending(v, limit, largest, prov))
+                if len(out) >= _MAX_DECISIONS:
+                    return out
         # Every running session is looked at: one may have asked for its own lifetime.
         for a in s.agents.values():
             if a.lost:  # its sessions end by the lost agent's grace, not by their limits

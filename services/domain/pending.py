@@ -5,11 +5,14 @@ slots, image, GPU models) does not fit, no later one of that shape can: a round 
 only look at the head of each shape's queue, and drop the shape at its first failure.
 So the fold files each pending session by its group and shape, in arrival order, and
 keeps apart those the scheduler has not yet told why they wait (``untold``): a FIFO or
-LIFO round costs the shapes and the placements it makes, not the length of the queue
-(a DRF round, or one of a group with a pending timeout, walks the group's queue).
+LIFO round costs the shapes and the placements it makes, not the length of the queue (a
+DRF round walks the group's queue). The sessions of each group are also kept by when
+they were admitted, so those past a pending timeout are found without a walk.
 """
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from events import Slots
@@ -17,7 +20,7 @@ from events import Slots
 if TYPE_CHECKING:
     from services.domain.views import SessionView
 
-__all__ = ["PendingQueue", "QueueShape", "queue_shape"]
+__all__ = ["PendingQueue", "QueueShape", "admitted_at", "queue_shape"]
 
 # What makes two pending sessions of one group interchangeable for placement.
 QueueShape = tuple[int, Slots, str, tuple[str, ...]]
@@ -27,6 +30,15 @@ def queue_shape(v: "SessionView") -> QueueShape:
     return (v.priority, v.slots, v.image, v.gpu_models)
 
 
+def admitted_at(v: "SessionView") -> datetime:
+    """When the quota actor admitted it (its first PENDING): our own clock's time, not the
+    client's. A placement taken back keeps it."""
+    for t in v.history:
+        if t.status.value == "PENDING":
+            return t.at
+    return v.requested_at
+
+
 class PendingQueue:
     """Every PENDING session (iterated in the order they joined), and per group: each
     shape's sessions in arrival order, and those not told why they wait yet.
@@ -34,13 +46,15 @@ class PendingQueue:
     Invariant: a session is in ``shapes(g)`` under its shape exactly when it is in the
     queue, and in ``untold(g)`` exactly when it is queued and its ``waiting`` is None."""
 
-    __slots__ = ("_all", "_shapes", "_untold")
+    __slots__ = ("_all", "_shapes", "_since", "_untold")
 
     def __init__(self) -> None:
         self._all: dict[str, str] = {}  # session id -> group
         # group -> shape -> session id -> its arrival on the log, in that order
         self._shapes: dict[str, dict[QueueShape, dict[str, int]]] = {}
         self._untold: dict[str, dict[str, None]] = {}
+        # group -> (admitted at, session id), oldest first: pending timeouts fall due here
+        self._since: dict[str, list[tuple[datetime, str]]] = {}
 
     def add(self, v: "SessionView") -> None:
         """``v`` joins (or joins again: a placement taken back), in its arrival's place."""
@@ -59,6 +73,7 @@ class PendingQueue:
                 shapes[key] = dict(sorted(queue.items(), key=lambda item: item[1]))
         if v.waiting is None:
             self._untold.setdefault(v.group, {})[v.session_id] = None
+        insort(self._since.setdefault(v.group, []), (admitted_at(v), v.session_id))
 
     def remove(self, v: "SessionView") -> None:
         group = self._all.pop(v.session_id, None)
@@ -72,6 +87,10 @@ class PendingQueue:
             del shapes[key]
             if not shapes:
                 del self._shapes[group]
+        since = self._since[group]
+        del since[bisect_left(since, (admitted_at(v), v.session_id))]
+        if not since:
+            del self._since[group]
         self.told(v)
 
     def told(self, v: "SessionView") -> None:
@@ -96,6 +115,13 @@ class PendingQueue:
         """``group``'s sessions not told why they wait, in the order they joined."""
         return self._untold.get(group, {})
 
+    def admitted_by(self, group: str, until: datetime) -> list[str]:
+        """``group``'s sessions admitted at ``until`` or before, the longest waiting first:
+        those a pending timeout has fallen due for, without a walk of the queue."""
+        since = self._since.get(group, [])
+        end = bisect_right(since, until, key=lambda item: item[0])
+        return [session_id for _, session_id in since[:end]]
+
     def of_group(self, group: str) -> list[str]:
         return [sid for queue in self.shapes(group).values() for sid in queue]
 
@@ -115,6 +141,7 @@ class PendingQueue:
             self._all == other._all
             and self._shapes == other._shapes
             and self._untold == other._untold
+            and self._since == other._since
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable

@@ -6,8 +6,7 @@ once a session of some shape does not fit, no later one of that shape can: FIFO 
 rounds look only at the head of each shape's queue (``PendingQueue.shapes``), merged in
 queue order, and drop a shape at its first failure; a round costs the shapes and the
 placements, not the length of the queue. DRF's order changes with every placement, so a
-DRF round walks its queue in that order (``queue_order``), a shape that failed skipped;
-so does a round of a group with a pending timeout, looking for those waiting past it.
+DRF round walks its queue in that order (``queue_order``), a shape that failed skipped.
 
 A session that waited past ``reserve_after_s`` and does not fit reserves: nothing after it
 is placed until it fits (no starvation behind smaller sessions; Backend.AI #13706). The
@@ -20,7 +19,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from events import (
     AnyEvent,
@@ -33,12 +32,11 @@ from events import (
 )
 from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.images import pullers
-from services.domain.pending import QueueShape, queue_shape
+from services.domain.pending import QueueShape, admitted_at, queue_shape
 from services.domain.placement import PlacementPolicy
 from services.domain.provenance import Provenance, stamp
 from services.domain.queue_order import drf_order
 from services.domain.resources import format_fgpu, format_slots
-from services.domain.status import SessionStatus
 from services.domain.views import ClusterState, SessionView
 
 __all__ = [
@@ -227,12 +225,12 @@ class GroupRound:
         limit = self.settings.pending_timeout_s
         if limit is None:
             return
-        for session_id in self.s.queue.of_group(self.group):
+        until = self.now - timedelta(seconds=limit)
+        for session_id in self.s.queue.admitted_by(self.group, until):
             if self._full():
                 return
             v = self.s.sessions[session_id]
-            if (self.now - admitted_at(v)).total_seconds() >= limit:
-                self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
+            self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
 
 
 def cancel_pending(v: SessionView, limit: int, largest: int, prov: Provenance) -> AnyEvent:
@@ -262,14 +260,6 @@ def largest_free(s: ClusterState, excluded: AbstractSet[str]) -> int:
         ),
         default=0,
     )
-
-
-def admitted_at(v: SessionView) -> datetime:
-    """When the quota actor admitted it: our own clock's time, not the client's."""
-    for t in v.history:
-        if t.status is SessionStatus.PENDING:
-            return t.at
-    return v.requested_at
 
 
 def _head(queue: dict[str, int], lifo: bool) -> str:
