@@ -38,25 +38,11 @@ from services.domain.allocator import place
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.state import ClusterState, evolve
 from services.ports.log import check_batch
+from tests.test_scheduler_reservation import Clock, NoLog
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
 GIB = 1 << 30
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now_ = now
-
-    def now(self) -> datetime:
-        return self.now_
-
-
-class NoLog:
-    """decide() is pure: it must never touch the log."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"decide() used the log: {name}")
 
 
 class Cluster:

@@ -560,23 +560,30 @@ class AgentActor:
         c = self.config
         least = int(c.usage_interval_s * 10_000_000)
         sampled: dict[str, int] = {}  # the previous interval's reading, per session
+
+        async def sample(session_id: str, container_id: str, v: SessionView) -> None:
+            try:
+                used = await self.runtime.cpu_ns(container_id)
+                if used is None:
+                    return
+                before = sampled.get(session_id)
+                sampled[session_id] = used
+                if before is not None and used - before < least:
+                    return  # a trickle: idle this interval
+                await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
+            except (ContainerError, LogError) as e:  # best effort: the next tick tries
+                log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
+
         while True:
             await anyio.sleep(c.usage_interval_s)
-            for session_id, sup in list(self.local.supervised.items()):
-                v = self.state.sessions.get(session_id)
-                if sup.container_id is None or sup.done or v is None or not self._idle_limited(v):
-                    continue
-                try:
-                    used = await self.runtime.cpu_ns(sup.container_id)
-                    if used is None:
+            # At once: the engine answers a one-shot stats call about a second late.
+            async with anyio.create_task_group() as tg:
+                for session_id, sup in list(self.local.supervised.items()):
+                    v = self.state.sessions.get(session_id)
+                    if sup.container_id is None or sup.done or v is None:
                         continue
-                    before = sampled.get(session_id)
-                    sampled[session_id] = used
-                    if before is not None and used - before < least:
-                        continue  # a trickle: idle this interval
-                    await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
-                except (ContainerError, LogError) as e:  # best effort: the next tick tries
-                    log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
+                    if self._idle_limited(v):
+                        tg.start_soon(sample, session_id, sup.container_id, v)
             for gone in sampled.keys() - self.local.supervised.keys():
                 del sampled[gone]
 

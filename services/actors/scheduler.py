@@ -17,7 +17,7 @@ state from the log and decides again; it can never place on a share another took
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import anyio
 import structlog
@@ -41,12 +41,7 @@ from services.actors.snapshots import Snapshots
 from services.domain.groups import lifetime_of, settings_of
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
-from services.domain.schedule_round import (
-    NAME,
-    GroupRound,
-    cancel_pending,
-    largest_free,
-)
+from services.domain.schedule_round import NAME, GroupRound, overdue
 from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
@@ -185,12 +180,8 @@ class SchedulerActor(LogActor):
             limit = self.settings(s, group).pending_timeout_s
             if limit is None:
                 continue
-            due = s.queue.admitted_by(group, now - timedelta(seconds=limit))
-            largest = largest_free(s, _outside(s, group)) if due else 0
-            for session_id in due:
-                v = s.sessions[session_id]
-                prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-                out.append(cancel_pending(v, limit, largest, prov))
+            for e in overdue(s, group, limit, now, _outside(s, group)):
+                out.append(e)
                 if len(out) >= _MAX_DECISIONS:
                     return out
         # Every running session is looked at: one may have asked for its own lifetime.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from services.cli.options import Settings, api_errors, fail, out, print_json
-from services.cli.tenancy_cmd import admin_app, ask, said
+from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, said
 
 if TYPE_CHECKING:
     from events import GroupSettings
@@ -22,8 +22,6 @@ group_app = typer.Typer(
     help="Resource groups: agents serve one; sessions ask for one.", no_args_is_help=True
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
 QueueOpt = Annotated[
     str | None, typer.Option(help="fifo, lifo or drf (after priority). [default: fifo]")
 ]

@@ -11,7 +11,7 @@ import typer
 
 from services.cli.options import Settings, api_errors, out, print_json
 from services.cli.render import images_table
-from services.cli.tenancy_cmd import admin_app, ask, said
+from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, said
 
 __all__ = ["app", "register"]
 
@@ -20,9 +20,6 @@ policy_app = typer.Typer(
     help="Which images a domain may run, and its aliases (its admins, superadmins).",
     no_args_is_help=True,
 )
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
 
 
 def _get(ctx: typer.Context, path: str) -> object:

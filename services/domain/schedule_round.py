@@ -16,7 +16,7 @@ waiting past the pending timeout are cancelled. Each is an event with its reason
 """
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,6 +45,7 @@ __all__ = [
     "admitted_at",
     "cancel_pending",
     "largest_free",
+    "overdue",
     "waiting_reason",
 ]
 
@@ -225,12 +226,23 @@ class GroupRound:
         limit = self.settings.pending_timeout_s
         if limit is None:
             return
-        until = self.now - timedelta(seconds=limit)
-        for session_id in self.s.queue.admitted_by(self.group, until):
+        for e in overdue(self.s, self.group, limit, self.now, self.excluded):
             if self._full():
                 return
-            v = self.s.sessions[session_id]
-            self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
+            self.emit(e)
+
+
+def overdue(
+    s: ClusterState, group: str, limit: int, now: datetime, excluded: AbstractSet[str]
+) -> Iterator[AnyEvent]:
+    """The cancellations of ``group``'s sessions waiting past ``limit`` s at ``now``, the
+    longest waiting first (``excluded``: the agents not the group's, for the reason)."""
+    due = s.queue.admitted_by(group, now - timedelta(seconds=limit))
+    largest = largest_free(s, excluded) if due else 0
+    for session_id in due:
+        v = s.sessions[session_id]
+        prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+        yield cancel_pending(v, limit, largest, prov)
 
 
 def cancel_pending(v: SessionView, limit: int, largest: int, prov: Provenance) -> AnyEvent:
