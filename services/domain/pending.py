@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from events import Slots
+from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
     from services.domain.views import SessionView
@@ -34,7 +35,7 @@ def admitted_at(v: "SessionView") -> datetime:
     """When the quota actor admitted it (its first PENDING): our own clock's time, not the
     client's. A placement taken back keeps it."""
     for t in v.history:
-        if t.status.value == "PENDING":
+        if t.status is SessionStatus.PENDING:
             return t.at
     return v.requested_at
 
