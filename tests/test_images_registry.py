@@ -34,6 +34,7 @@ from tests.cluster import GIB, agent_config, running_cluster
 from tests.docker_env import require_docker, skip_or_fail
 
 S = SessionStatus
+TOOL = "fgpu/tool"  # the name scripts/registry-up pushes, under two tags
 DEADLINE_S = 120.0  # a pull and a start on a loaded machine; a healthy one takes seconds
 
 
@@ -54,15 +55,20 @@ def registry() -> str:
 
 @pytest.fixture
 async def runtime(registry: str) -> AsyncIterator[DockerRuntime]:
-    """The engine, holding neither tag: the agent must pull them."""
+    """The engine, holding neither tag under any registry's name: the agent must pull them.
+
+    Deleting only this registry's tags is not enough: the same image kept under another
+    name (a registry of an earlier run, on another port) makes the pull a no-op that
+    downloads nothing."""
     docker = aiodocker.Docker()
     try:
-        for tag in ("1", "2"):
-            try:
-                await docker.images.delete(f"{registry}/fgpu/tool:{tag}", force=True)
-            except DockerError as e:
-                if e.status != 404:
-                    raise
+        for image in await docker.images.list():
+            if any(f"/{TOOL}:" in tag for tag in image.get("RepoTags") or ()):
+                try:
+                    await docker.images.delete(image["Id"], force=True)
+                except DockerError as e:
+                    if e.status != 404:
+                        raise
     finally:
         await docker.close()
     async with DockerRuntime() as rt:
