@@ -17,8 +17,10 @@ dummy agent appends, folded at once: it starts a session the moment it is placed
    folded to the next pending session RUNNING, ``--destroys`` times; p50, p99.
 
 The clock stands still at the admissions' time: nobody has waited past the reservation
-threshold. Prints one JSON line. Usage: python bench/queue_scale.py [--agents 10000]
-[--pending 100000] [--small 1000] [--destroys 200] [--rounds 5] [--profile]
+threshold. ``--queue drf`` (or lifo) gives the default group that queue order (100
+users share the queue, in turn): a DRF round takes the users' heads. Prints one JSON
+line. Usage: python bench/queue_scale.py [--agents 10000] [--pending 100000]
+[--small 1000] [--destroys 200] [--rounds 5] [--queue fifo|lifo|drf] [--profile]
 """
 
 import argparse
@@ -34,10 +36,13 @@ from datetime import UTC, datetime
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
 
 from events import (
+    AdminApplied,
     AgentRegistered,
     AnyEvent,
     DevicePlacement,
     GpuInfo,
+    GroupSettings,
+    QueueOrder,
     Record,
     SessionAdmitted,
     SessionDestroyRequested,
@@ -48,6 +53,7 @@ from events import (
     SessionTerminated,
     SessionTerminating,
     Slots,
+    UpdateGroup,
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
@@ -138,11 +144,21 @@ class Cluster:
 
 
 def build(
-    agents: int, pending: int, scheduler: type[SchedulerActor] = SchedulerActor
+    agents: int,
+    pending: int,
+    scheduler: type[SchedulerActor] = SchedulerActor,
+    queue: QueueOrder = QueueOrder.FIFO,
 ) -> tuple[Cluster, list[str]]:
     """Every GPU of ``agents`` agents held by a running session (their ids returned, in
-    order), and ``pending`` sessions queued behind them, each told why it waits."""
+    order), and ``pending`` sessions queued behind them, each told why it waits; the
+    default group in ``queue`` order."""
     c = Cluster(scheduler)
+    if queue is not QueueOrder.FIFO:
+        order = UpdateGroup(group="default", settings=GroupSettings(queue=queue, policy="best-fit"))
+        c.fold(
+            subj.TENANCY,
+            stamp(AdminApplied, Provenance("registrar", NOW), requester="root", command=order),
+        )
     for i in range(agents):
         gpus = tuple(
             GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="T4", mem=16 << 30, sm_count=40)
@@ -224,10 +240,11 @@ def destroy_to_running(
 def main(args: argparse.Namespace) -> dict[str, object]:
     kind = SchedulerActor
     t0 = time.perf_counter()
-    small, _ = build(args.agents, args.small, kind)
+    queue = QueueOrder(args.queue)
+    small, _ = build(args.agents, args.small, kind, queue)
     small_round = round_ms(small, args.rounds)
     del small
-    big, running = build(args.agents, args.pending, kind)
+    big, running = build(args.agents, args.pending, kind, queue)
     built_s = time.perf_counter() - t0
     # As the scheduler's process does: the state it rebuilt kept out of the collector's
     # sight (``services.actors.common``), full collections rare (``tune_gc``).
@@ -250,6 +267,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         "bench": "queue_scale",
         "agents": args.agents,
         "pending": args.pending,
+        "queue": queue.value,
         "round_ms_pending_small": round(small_round, 2),
         "small": args.small,
         "round_ms_pending_big": round(big_round, 2),
@@ -270,5 +288,6 @@ if __name__ == "__main__":
     p.add_argument("--small", type=int, default=1_000)
     p.add_argument("--destroys", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--queue", choices=[q.value for q in QueueOrder], default="fifo")
     p.add_argument("--profile", action="store_true")
     print(json.dumps(main(p.parse_args())))

@@ -25,10 +25,11 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
+_MOUNT = pa.struct([("name", pa.string()), ("read_only", pa.bool_())])
 _SHARE = pa.struct([("session_id", pa.string()), ("fgpu", pa.int64())])
 _GPU = pa.struct(
     [
@@ -88,6 +89,7 @@ ARROW: dict[str, pa.Schema] = {
             ("holds_allocation", pa.bool_()),  # SCHEDULED, PREPARING, RUNNING, TERMINATING
             ("agent_id", pa.string()),
             ("devices", pa.list_(_DEVICE)),  # fGPU quanta per GPU index of ``agent_id``
+            ("mounts", pa.list_(_MOUNT)),  # the virtual folders it asked to mount
             ("container_id", pa.string()),
             ("exit_code", pa.int32()),
             ("reason", pa.string()),  # rejection, cancellation, stop or error reason
@@ -246,6 +248,7 @@ _SQL_TYPES = {
     _TS: "TIMESTAMP",
     pa.list_(pa.string()): "VARCHAR[]",
     pa.list_(_DEVICE): "STRUCT(gpu_index INTEGER, fgpu BIGINT)[]",
+    pa.list_(_MOUNT): "STRUCT(name VARCHAR, read_only BOOLEAN)[]",
     pa.list_(_IMAGE): "STRUCT(ref VARCHAR, id VARCHAR, digest VARCHAR, size BIGINT)[]",
     pa.list_(_GPU): (
         "STRUCT(gpu_index INTEGER, uuid VARCHAR, model VARCHAR, mem BIGINT, sm_count INTEGER,"
@@ -260,7 +263,7 @@ _SQL_TYPES = {
 # about 8 KB to every batch after the last, so the log filled, and forced a checkpoint
 # (tens of milliseconds), every few dozen batches. Text columns cost the same every time.
 _AS_JSON: dict[str, tuple[str, ...]] = {
-    "sessions": ("command", "devices"),
+    "sessions": ("command", "devices", "mounts"),
     "agents": ("images", "image_details", "gpus"),
 }
 

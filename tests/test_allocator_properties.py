@@ -51,7 +51,9 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import never_fits, place
-from services.domain.pending import admitted_at, queue_shape
+from services.domain.group_shares import GroupShares, agent_capacity
+from services.domain.pending import admitted_at, queue_shape, user_of
+from services.domain.resources import add
 from services.domain.state import ClusterState, evolve, fold
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
@@ -136,8 +138,9 @@ def check_invariants(s: ClusterState) -> None:
             assert all(sid not in a.sessions for a in s.agents.values())
         assert (v.status is S.REQUESTED) == (sid in s.undecided)
         assert (v.status is S.PENDING) == (sid in s.queue)
-        if v.status is S.PENDING:  # filed by group and shape, told or not
+        if v.status is S.PENDING:  # filed by group and shape, and by user, told or not
             assert sid in s.queue.shapes(v.group)[queue_shape(v)]
+            assert sid in s.queue.of_users(v.group)[(v.priority, user_of(v))][queue_shape(v)]
             assert (sid in s.queue.untold(v.group)) == (v.waiting is None)
         # Quota is held from admission until the end, and only then.
         assert v.quota_held == (v.status is S.PENDING or v.status in HOLDS_ALLOCATION)
@@ -149,8 +152,30 @@ def check_invariants(s: ClusterState) -> None:
         # By admission, the longest waiting first: every queued session of the group.
         admitted = s.queue.admitted_by(group, datetime.max.replace(tzinfo=UTC))
         assert sorted(admitted) == sorted(s.queue.of_group(group))
+        by_user = [
+            sid for shapes in s.queue.of_users(group).values() for q in shapes.values() for sid in q
+        ]
+        assert sorted(by_user) == sorted(admitted)
         times = [admitted_at(s.sessions[sid]) for sid in admitted]
         assert times == sorted(times)
+    # What DRF weighs, as the fold keeps it: a walk of the agents and their sessions.
+    capacity: dict[str, Slots] = {}
+    held_in: dict[str, dict[str, Slots]] = {}
+    for a in s.agents.values():
+        capacity[a.group] = add(capacity.get(a.group, Slots()), agent_capacity(a))
+        for sid in a.sessions:
+            v = s.sessions[sid]
+            users = held_in.setdefault(a.group, {})
+            users[user_of(v)] = add(users.get(user_of(v), Slots()), v.slots)
+    rebuilt = GroupShares()  # as a snapshot's decoding builds it: nothing stale kept
+    for a in s.agents.values():
+        rebuilt.agent(None, a, s.sessions)
+        for sid in a.sessions:
+            rebuilt.allocated(a.group, s.sessions[sid])
+    assert s.shares == rebuilt
+    for group in {*capacity, *held_in}:
+        assert s.shares.capacity(group) == capacity.get(group, Slots())
+        assert dict(s.shares.held(group)) == held_in.get(group, {})
     for agent_id, a in s.agents.items():
         # A session holds at most one allocation, on the agent its view names.
         assert set(a.sessions) == holding[agent_id]

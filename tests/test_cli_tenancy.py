@@ -203,7 +203,7 @@ def test_resource_groups_by_cli_superadmins_change_them_users_see_theirs(
     [rejected] = json.loads(wrong.stdout)["sessions"]
     assert (rejected["group"], rejected["reason"]) == (
         "gpu-a",
-        "project grp/p2 may not use resource group gpu-a",
+        "no resource group gpu-a open to project grp/p2",
     )
     assert {a["group"] for a in cluster.ok("agents", "ls")["agents"]} == {"default"}
     cluster.ok("admin", "group", "rm", "gpu-a")

@@ -1,9 +1,12 @@
 """Resource groups in the scheduler: each group's sessions go to its agents only, in its
 queue order, under its placement policy and time limits (folded states, no bus)."""
 
+import heapq
 import random
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +30,7 @@ from events import (
     SessionRequested,
     SessionRunning,
     SessionScheduled,
+    SessionTerminated,
     SessionTerminating,
     SessionType,
     SessionUnplaced,
@@ -36,7 +40,10 @@ from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import place
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.resources import add
 from services.domain.state import ClusterState, evolve
+from services.domain.state_codec import decode_state, encode_state
+from services.domain.status import HOLDS_ALLOCATION
 from services.ports.log import check_batch
 from tests.test_scheduler_reservation import Clock, NoLog
 
@@ -379,14 +386,50 @@ def _could_be_served(s: ClusterState, user: str) -> bool:
 # ---- a round by shape heads places as a walk of the whole queue does ---------------------
 
 
-def _walk(c: Cluster, lifo: bool) -> list[tuple[str, str]]:
-    """The reference: every pending session in queue order, a shape skipped once it
-    failed, each placement applied before the next (what a round decides)."""
+def _in_order(c: Cluster, lifo: bool) -> list[str]:
     s = c.s
     sign = -1 if lifo else 1
-    order = sorted(
+    return sorted(
         s.queue, key=lambda sid: (-s.sessions[sid].priority, sign * s.sessions[sid].arrival_seq)
     )
+
+
+def _in_drf_order(c: Cluster, group: str) -> Iterator[str]:
+    """Every pending session in DRF order, lazily (each placement the walk makes counts
+    before the next is chosen): priority first, then the user whose dominant share is
+    least, its earliest session first."""
+    s = c.s
+    capacity = group_capacity(s, group)
+    held = held_by_user(s, group)
+    levels: dict[int, dict[str, deque[str]]] = {}
+    for sid in sorted(s.queue, key=lambda sid: s.sessions[sid].arrival_seq):
+        v = s.sessions[sid]
+        levels.setdefault(v.priority, {}).setdefault(v.owner, deque()).append(sid)
+
+    def entry(user: str, waiting: deque[str]) -> tuple[Fraction, int, str]:
+        share = dominant_share(held.get(user, Slots()), capacity)
+        return (share, s.sessions[waiting[0]].arrival_seq, user)
+
+    for priority in sorted(levels, reverse=True):
+        users = levels[priority]
+        heap = [entry(user, waiting) for user, waiting in users.items()]
+        heapq.heapify(heap)
+        while heap:
+            user = heapq.heappop(heap)[2]
+            sid = users[user].popleft()
+            yield sid
+            v = s.sessions[sid]
+            if v.status in HOLDS_ALLOCATION:
+                held[user] = add(held.get(user, Slots()), v.slots)
+            if users[user]:
+                heapq.heappush(heap, entry(user, users[user]))
+
+
+def _walk(c: Cluster, order: Iterable[str]) -> list[tuple[str, str]]:
+    """The reference: every pending session in queue ``order`` (taken lazily), a shape
+    skipped once it failed, each placement applied before the next (what a round
+    decides)."""
+    s = c.s
     failed: set[tuple[object, ...]] = set()
     placed: list[tuple[str, str]] = []
     policy = _scheduler()._policy("q", "best-fit")
@@ -443,7 +486,107 @@ def test_a_round_by_shape_heads_places_as_a_walk_of_the_whole_queue(
         for d in _scheduler().decide(built[0].s)
         if isinstance(d, SessionScheduled)
     ]
-    assert decided == _walk(built[1], lifo)
+    assert decided == _walk(built[1], _in_order(built[1], lifo))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    agents=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    held=st.lists(st.tuples(st.integers(0, 3), st.sampled_from([25, 50, 100])), max_size=6),
+    asks=st.lists(
+        st.tuples(st.integers(0, 3), st.sampled_from([25, 50, 100, 200, 300]), st.integers(0, 1)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_a_drf_round_by_users_heads_places_as_a_walk_of_the_whole_queue(
+    agents: list[int], held: list[tuple[int, int]], asks: list[tuple[int, int, int]]
+) -> None:
+    """Users start with some sessions already placed (so shares differ), and ask for
+    sessions of a few shapes and two priorities; the round by each user's shape heads
+    places the same sessions on the same agents as the lazy DRF walk of every session."""
+    built = []
+    for _ in range(2):
+        c = Cluster()
+        for i, gpus in enumerate(agents):
+            c.agent(f"a{i}", group="q", gpus=gpus)
+        c.group("q", GroupSettings(queue=QueueOrder.DRF, policy="best-fit"))
+        for user, fgpu in held:
+            c.ask(f"u{user}", fgpu, group="q")
+        c.run_placed(_scheduler().decide(c.s))
+        for user, fgpu, priority in asks:
+            c.ask(f"u{user}", fgpu, group="q", priority=priority)
+        built.append(c)
+    decided = [
+        (d.session_id, d.agent_id)
+        for d in _scheduler().decide(built[0].s)
+        if isinstance(d, SessionScheduled)
+    ]
+    assert decided == _walk(built[1], _in_drf_order(built[1], "q"))
+
+
+def test_a_user_whose_earliest_shape_failed_for_another_waits_its_next_turn() -> None:
+    """``a``'s 2 fGPU does not fit: that shape fails for ``b`` too, so ``b``'s turn is
+    that of its 0.5 fGPU, which came after ``c``'s: ``c``, with the same share (none),
+    goes first."""
+    c = Cluster()
+    c.agent("a0", group="q", gpus=2)
+    c.group("q", GroupSettings(queue=QueueOrder.DRF, policy="best-fit"))
+    c.ask("d", 100, group="q")
+    c.run_placed(_scheduler().decide(c.s))  # one device left
+    c.ask("a", 200, group="q")
+    c.ask("b", 200, group="q")
+    first = c.ask("c", 50, group="q")
+    then = c.ask("b", 50, group="q")
+    placed = [d.session_id for d in _scheduler().decide(c.s) if isinstance(d, SessionScheduled)]
+    assert placed == [first, then]
+
+
+def test_an_agent_moved_to_another_group_takes_its_capacity_and_sessions_shares() -> None:
+    """DRF's inputs, kept by the fold: an agent re-registered into another group takes
+    its capacity there, and what its sessions hold; a snapshot rebuilds the same."""
+    c = Cluster()
+    c.agent("a0", group="q", gpus=2)
+    c.agent("a1", group="q", gpus=1)
+    c.group("q", GroupSettings(queue=QueueOrder.DRF, policy="pack"))
+    ann, bob = c.ask("ann", 200, group="q"), c.ask("bob", 50, group="q")
+    c.run_placed(_scheduler().decide(c.s))
+    assert (c.s.sessions[ann].agent_id, c.s.sessions[bob].agent_id) == ("a0", "a1")
+    one_gpu = Slots(cpu=64_000, mem=256 * GIB, fgpu=100)
+    assert group_capacity(c.s, "q") == Slots(cpu=128_000, mem=512 * GIB, fgpu=300)
+    assert held_by_user(c.s, "q") == {
+        "ann": Slots(cpu=100, mem=GIB, fgpu=200),
+        "bob": Slots(cpu=100, mem=GIB, fgpu=50),
+    }
+    a0 = c.s.agents["a0"]
+    moved = AgentRegistered(
+        id="r-a0-again",
+        at=T0,
+        actor="agent:a0",
+        agent_id="a0",
+        capacity=Slots(cpu=64_000, mem=256 * GIB, fgpu=200),
+        gpus=tuple(g.info for g in a0.gpus.values()),
+        fgpu_per_gpu=100,
+        images=(IMAGE,),
+        group="r",
+    )
+    c.add(subj.agent("a0"), moved)
+    assert group_capacity(c.s, "q") == one_gpu
+    assert group_capacity(c.s, "r") == Slots(cpu=64_000, mem=256 * GIB, fgpu=200)
+    assert held_by_user(c.s, "q") == {"bob": Slots(cpu=100, mem=GIB, fgpu=50)}
+    assert held_by_user(c.s, "r") == {"ann": Slots(cpu=100, mem=GIB, fgpu=200)}
+    assert decode_state(encode_state(c.s)).shares == c.s.shares
+    ended = SessionTerminated(
+        id="end-ann",
+        at=T0,
+        actor="agent:a0",
+        session_id=ann,
+        agent_id="a0",
+        exit_code=0,
+        reason="exited",
+    )
+    c.add(subj.agent_session("a0", ann), ended)
+    assert held_by_user(c.s, "r") == {}
 
 
 def test_a_placement_taken_back_goes_back_to_its_place_in_its_shape_s_queue() -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "ImageTag",
     "Images",
     "KeypairInfo",
+    "Mount",
     "OwnerUsage",
     "PolicyInfo",
     "Problem",
@@ -66,6 +67,11 @@ class Device(BaseModel):
     fgpu: str
 
 
+class Mount(BaseModel):
+    name: str = Field(description="the folder's name (or id) as its user gave it")
+    read_only: bool
+
+
 class Times(BaseModel):
     """When the session entered each status (null: it never did)."""
 
@@ -96,6 +102,9 @@ class Session(BaseModel):
     holds_allocation: bool = Field(description="placed and not yet ended")
     agent: str | None
     devices: list[Device]
+    mounts: list[Mount] = Field(
+        default_factory=list, description="the virtual folders it mounts at /home/work/NAME"
+    )
     container: str | None
     exit_code: int | None
     reason: str | None = Field(description="why it was rejected, cancelled, stopped or failed")

@@ -113,7 +113,14 @@ def session_lines(s: Json) -> list[str]:
         f"  image     {_e(s['image'])}  command {command}",
         f"  requested {s['requested']['fgpu']} fGPU, {s['requested']['cpu']} cpu, "
         f"{mem(s['requested']['mem'])} mem, priority {s['priority']}",
+        f"  group     {_e(s['group'])}  type {s['type']}",
     ]
+    if s.get("mounts"):
+        mounts = ", ".join(
+            f"{_e(m['name'])} at /home/work/{_e(m['name'])} ({'ro' if m['read_only'] else 'rw'})"
+            for m in s["mounts"]
+        )
+        lines.append(f"  mounts    {mounts}")
     if s.get("agent"):
         devices = ", ".join(f"gpu{d['gpu']}: {d['fgpu']} fGPU" for d in s["devices"])
         lines.append(f"  agent     {_e(s['agent'])}  {devices}")

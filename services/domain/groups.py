@@ -61,14 +61,17 @@ def admission_problem(
 ) -> str | None:
     """Why a session of ``project`` (``domain/project``) may not ask for ``group`` with
     ``lifetime_s``; None if it may. The default group takes every project unless given
-    settings that say otherwise."""
+    settings that say otherwise.
+
+    A group closed to the project is refused in the same words as one that does not
+    exist: the reason reaches the requester, who must not learn of groups it cannot see
+    (``visibility.sees_group``)."""
     settings = groups.get(group)
+    closed = f"no resource group {group} open to project {project}"
     if settings is None:
-        if group != DEFAULT_GROUP:
-            return f"no resource group {group}"
-        return None
+        return closed if group != DEFAULT_GROUP else None
     if settings.projects is not None and project not in settings.projects:
-        return f"project {project} may not use resource group {group}"
+        return closed
     most = settings.max_lifetime_s
     if lifetime_s is not None and most is not None and lifetime_s > most:
         return f"a lifetime of {lifetime_s} s is over resource group {group}'s maximum of {most} s"

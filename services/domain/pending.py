@@ -5,15 +5,16 @@ slots, image, GPU models) does not fit, no later one of that shape can: a round 
 only look at the head of each shape's queue, and drop the shape at its first failure.
 So the fold files each pending session by its group and shape, in arrival order, and
 keeps apart those the scheduler has not yet told why they wait (``untold``): a FIFO or
-LIFO round costs the shapes and the placements it makes, not the length of the queue (a
-DRF round walks the group's queue). The sessions of each group are also kept by when
-they were admitted, so those past a pending timeout are found without a walk.
+LIFO round costs the shapes and the placements it makes, not the length of the queue. A
+DRF round takes its users' heads: each (priority, user)'s sessions are filed by shape
+too (``of_users``). The sessions of each group are also kept by when they were admitted,
+so those past a pending timeout are found without a walk.
 """
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from events import Slots
 from services.domain.status import SessionStatus
@@ -21,14 +22,25 @@ from services.domain.status import SessionStatus
 if TYPE_CHECKING:
     from services.domain.views import SessionView
 
-__all__ = ["PendingQueue", "QueueShape", "admitted_at", "queue_shape"]
+__all__ = ["PendingQueue", "QueueShape", "UserKey", "admitted_at", "queue_shape", "user_of"]
+
+_K = TypeVar("_K")
 
 # What makes two pending sessions of one group interchangeable for placement.
 QueueShape = tuple[int, Slots, str, tuple[str, ...]]
 
 
+# A DRF round's unit: the sessions of one priority and one user.
+UserKey = tuple[int, str]
+
+
 def queue_shape(v: "SessionView") -> QueueShape:
     return (v.priority, v.slots, v.image, v.gpu_models)
+
+
+def user_of(v: "SessionView") -> str:
+    """Whose share a session counts in (DRF): its user, else its access key."""
+    return v.user if v.user is not None else v.owner
 
 
 def admitted_at(v: "SessionView") -> datetime:
@@ -44,15 +56,18 @@ class PendingQueue:
     """Every PENDING session (iterated in the order they joined), and per group: each
     shape's sessions in arrival order, and those not told why they wait yet.
 
-    Invariant: a session is in ``shapes(g)`` under its shape exactly when it is in the
-    queue, and in ``untold(g)`` exactly when it is queued and its ``waiting`` is None."""
+    Invariant: a session is in ``shapes(g)`` under its shape, and in ``of_users(g)``
+    under its priority and user and its shape, exactly when it is in the queue; and in
+    ``untold(g)`` exactly when it is queued and its ``waiting`` is None."""
 
-    __slots__ = ("_all", "_shapes", "_since", "_untold")
+    __slots__ = ("_all", "_shapes", "_since", "_untold", "_users")
 
     def __init__(self) -> None:
         self._all: dict[str, str] = {}  # session id -> group
         # group -> shape -> session id -> its arrival on the log, in that order
         self._shapes: dict[str, dict[QueueShape, dict[str, int]]] = {}
+        # group -> (priority, user) -> shape -> session id -> arrival, in that order
+        self._users: dict[str, dict[UserKey, dict[QueueShape, dict[str, int]]]] = {}
         self._untold: dict[str, dict[str, None]] = {}
         # group -> (admitted at, session id), oldest first: pending timeouts fall due here
         self._since: dict[str, list[tuple[datetime, str]]] = {}
@@ -62,16 +77,10 @@ class PendingQueue:
         if v.session_id in self._all:
             return
         self._all[v.session_id] = v.group
-        shapes = self._shapes.setdefault(v.group, {})
         key = queue_shape(v)
-        queue = shapes.get(key)
-        if queue is None:
-            shapes[key] = {v.session_id: v.arrival_seq}
-        else:
-            before = queue[next(reversed(queue))]
-            queue[v.session_id] = v.arrival_seq
-            if before > v.arrival_seq:  # rare: it goes back to its place
-                shapes[key] = dict(sorted(queue.items(), key=lambda item: item[1]))
+        _file(self._shapes.setdefault(v.group, {}), key, v)
+        users = self._users.setdefault(v.group, {})
+        _file(users.setdefault((v.priority, user_of(v)), {}), key, v)
         if v.waiting is None:
             self._untold.setdefault(v.group, {})[v.session_id] = None
         insort(self._since.setdefault(v.group, []), (admitted_at(v), v.session_id))
@@ -80,14 +89,12 @@ class PendingQueue:
         group = self._all.pop(v.session_id, None)
         if group is None:
             return
-        shapes = self._shapes[group]
         key = queue_shape(v)
-        queue = shapes[key]
-        del queue[v.session_id]
-        if not queue:
-            del shapes[key]
-            if not shapes:
-                del self._shapes[group]
+        _unfile(self._shapes, group, key, v.session_id)
+        users = self._users[group]
+        _unfile(users, (v.priority, user_of(v)), key, v.session_id)
+        if not users:
+            del self._users[group]
         since = self._since[group]
         del since[bisect_left(since, (admitted_at(v), v.session_id))]
         if not since:
@@ -111,6 +118,11 @@ class PendingQueue:
         """``group``'s sessions by shape, each in arrival order, with their arrival on the
         log (read only)."""
         return self._shapes.get(group, {})
+
+    def of_users(self, group: str) -> dict[UserKey, dict[QueueShape, dict[str, int]]]:
+        """``group``'s sessions by priority and user, then by shape, each in arrival
+        order (read only): the heads a DRF round takes."""
+        return self._users.get(group, {})
 
     def untold(self, group: str) -> dict[str, None]:
         """``group``'s sessions not told why they wait, in the order they joined."""
@@ -141,6 +153,7 @@ class PendingQueue:
         return (
             self._all == other._all
             and self._shapes == other._shapes
+            and self._users == other._users
             and self._untold == other._untold
             and self._since == other._since
         )
@@ -149,3 +162,28 @@ class PendingQueue:
 
     def __repr__(self) -> str:
         return f"PendingQueue({list(self._all)})"
+
+
+def _file(shapes: dict[QueueShape, dict[str, int]], key: QueueShape, v: "SessionView") -> None:
+    """``v`` into its shape's queue, in arrival order."""
+    queue = shapes.get(key)
+    if queue is None:
+        shapes[key] = {v.session_id: v.arrival_seq}
+        return
+    before = queue[next(reversed(queue))]
+    queue[v.session_id] = v.arrival_seq
+    if before > v.arrival_seq:  # rare: it goes back to its place
+        shapes[key] = dict(sorted(queue.items(), key=lambda item: item[1]))
+
+
+def _unfile(
+    index: dict[_K, dict[QueueShape, dict[str, int]]], outer: _K, key: QueueShape, session_id: str
+) -> None:
+    """``session_id`` out of ``index[outer][key]``, emptied levels dropped."""
+    shapes = index[outer]
+    queue = shapes[key]
+    del queue[session_id]
+    if not queue:
+        del shapes[key]
+        if not shapes:
+            del index[outer]

@@ -5,8 +5,10 @@ placements of one round must not take the same share). Nothing frees within a ro
 once a session of some shape does not fit, no later one of that shape can: FIFO and LIFO
 rounds look only at the head of each shape's queue (``PendingQueue.shapes``), merged in
 queue order, and drop a shape at its first failure; a round costs the shapes and the
-placements, not the length of the queue. DRF's order changes with every placement, so a
-DRF round walks its queue in that order (``queue_order``), a shape that failed skipped.
+placements, not the length of the queue. DRF's order changes with every placement: a
+DRF round takes, priority first, the user whose dominant share is least
+(``queue_order``), and from it the earliest head of its shapes not failed yet; a user
+none of whose shapes is left drops out. It too costs the users, shapes and placements.
 
 A session that waited past ``reserve_after_s`` and does not fit reserves: nothing after it
 is placed until it fits (no starvation behind smaller sessions; Backend.AI #13706). The
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 from events import (
     AnyEvent,
@@ -29,14 +32,15 @@ from events import (
     SessionQueued,
     SessionRejected,
     SessionScheduled,
+    Slots,
 )
 from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.images import pullers
-from services.domain.pending import QueueShape, admitted_at, queue_shape
+from services.domain.pending import QueueShape, UserKey, admitted_at
 from services.domain.placement import PlacementPolicy
 from services.domain.provenance import Provenance, stamp
-from services.domain.queue_order import drf_order
-from services.domain.resources import format_fgpu, format_slots
+from services.domain.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.resources import add, format_fgpu, format_slots
 from services.domain.views import ClusterState, SessionView
 
 __all__ = [
@@ -75,7 +79,7 @@ class GroupRound:
 
     def run(self) -> None:
         if self.settings.queue is QueueOrder.DRF:
-            self._place_in_order()
+            self._place_fairly()
         else:
             self._place_heads(lifo=self.settings.queue is QueueOrder.LIFO)
         if self._full():
@@ -118,28 +122,70 @@ class GroupRound:
             if queue:
                 heapq.heappush(heads, (_head_key(key, queue, lifo), key))
 
-    def _place_in_order(self) -> None:
+    def _place_fairly(self) -> None:
         s = self.s
+        users = s.queue.of_users(self.group)  # live: each placement leaves it at once
+        capacity = group_capacity(s, self.group)
+        held = held_by_user(s, self.group)
         failed: set[QueueShape] = set()
-        pending = s.queue.of_group(self.group)
-        for session_id in drf_order(s, self.group, pending):
-            if self._full():
-                return
-            v = s.sessions[session_id]
-            key = queue_shape(v)
-            why = self._never_fits(key, v)
-            if why is not None:
-                self._reject_all([session_id], why)
-                continue
-            placement = None
-            if key not in failed and not self._reserved:
-                placement = self._placement(v)
-            if placement is None:
-                failed.add(key)
-                if not self._reserved:
-                    self._reserved = self._reserves(v)
-                continue
-            self._scheduled(v, placement)
+
+        def entry(who: UserKey) -> tuple[Fraction, int, str] | None:
+            """``who``'s place in the heap, by its share, then its earliest head left."""
+            heads = [
+                next(iter(q.values())) for k, q in users.get(who, {}).items() if k not in failed
+            ]
+            if not heads:
+                return None
+            return (dominant_share(held.get(who[1], Slots()), capacity), min(heads), who[1])
+
+        levels: dict[int, list[str]] = {}
+        for priority, user in users:
+            levels.setdefault(priority, []).append(user)
+        for priority in sorted(levels, reverse=True):
+            heap = [e for e in (entry((priority, u)) for u in levels[priority]) if e is not None]
+            heapq.heapify(heap)
+            while heap and not self._full():
+                popped = heapq.heappop(heap)
+                who = (priority, popped[2])
+                now = entry(who)
+                if now != popped:
+                    # Another user's failure failed this one's earliest shape too: its
+                    # place is later now (a share changes only when its own is placed).
+                    if now is not None:
+                        heapq.heappush(heap, now)
+                    continue
+                self._place_head(who, users[who], failed, held)
+                again = entry(who)
+                if again is not None:
+                    heapq.heappush(heap, again)
+
+    def _place_head(
+        self,
+        who: UserKey,
+        shapes: dict[QueueShape, dict[str, int]],
+        failed: set[QueueShape],
+        held: dict[str, Slots],
+    ) -> None:
+        """The earliest of ``who``'s sessions of a shape not ``failed``: placed (``held``
+        counts it), else its shape fails, or its shape's sessions are rejected."""
+        key, queue = min(
+            ((k, q) for k, q in shapes.items() if k not in failed),
+            key=lambda item: next(iter(item[1].values())),
+        )
+        v = self.s.sessions[next(iter(queue))]
+        why = self._never_fits(key, v)
+        if why is not None:
+            self._reject_all(list(queue), why)
+            return
+        placement = None if self._reserved else self._placement(v)
+        if placement is None:
+            failed.add(key)
+            if not self._reserved:  # the shape's longest waiting, whoever's it is
+                first = next(iter(self.s.queue.shapes(self.group)[key]))
+                self._reserved = self._reserves(self.s.sessions[first])
+            return
+        self._scheduled(v, placement)
+        held[who[1]] = add(held.get(who[1], Slots()), v.slots)
 
     def _never_fits(self, key: QueueShape, v: SessionView) -> Refusal | None:
         """Once per shape and round: it scans every agent."""

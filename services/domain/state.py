@@ -559,6 +559,7 @@ def _release_quota(s: ClusterState, v: SessionView) -> None:
 def _allocate(s: ClusterState, a: AgentView, v: SessionView) -> None:
     a.allocated = add(a.allocated, v.slots)
     a.sessions[v.session_id] = None
+    s.shares.allocated(a.group, v)
     for d in v.devices:
         g = a.gpus.get(d.gpu_index)
         if g is not None:
@@ -579,6 +580,7 @@ def _take_back(s: ClusterState, v: SessionView) -> None:
         return
     del a.sessions[v.session_id]
     a.allocated = sub(a.allocated, v.slots)
+    s.shares.taken_back(a.group, v)
     for g in a.gpus.values():
         g.take_back(v.session_id)
     s.fit.update(a)
@@ -610,6 +612,7 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
     if old is not None:
         a.allocated = old.allocated
         a.sessions = old.sessions
+    s.shares.agent(old, a, s.sessions)
     s.agents[e.agent_id] = a
     s.fit.update(a)
     s.changed_agents[e.agent_id] = None

@@ -239,6 +239,9 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
         a = snap_agent.view()
         s.agents[a.agent_id] = a
         s.fit.update(a)
+        s.shares.agent(None, a, s.sessions)
+        for sid in a.sessions:
+            s.shares.allocated(a.group, s.sessions[sid])
     s.policies = {p.owner: p for p in snap.policies}
     s.usage = dict(snap.usage)
     s.undecided = dict.fromkeys(snap.undecided)

@@ -20,6 +20,7 @@ from events import (
     VfolderMount,
 )
 from services.domain.fit_index import FitIndex
+from services.domain.group_shares import GroupShares
 from services.domain.pending import PendingQueue
 from services.domain.resources import sub
 from services.domain.status import SessionStatus
@@ -200,6 +201,7 @@ class ClusterState:
     )
     malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
     fit: FitIndex = field(default_factory=FitIndex)
+    shares: GroupShares = field(default_factory=GroupShares)  # what DRF weighs, per group
     # The shapes of recent admitted requests (the fragmentation-aware placement weighs
     # against them) and the agent of the latest placement (round-robin goes on from it).
     workload: Workload = field(default_factory=Workload)
