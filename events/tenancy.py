@@ -203,10 +203,14 @@ class CreateGroup(_Command, frozen=True, kw_only=True, tag="create-group"):
 
 class UpdateGroup(_Command, frozen=True, kw_only=True, tag="update-group"):
     """A group's settings replaced whole; they act on the sessions it holds from now on.
-    The ``default`` group may be given settings this way without being created."""
+    The ``default`` group may be given settings this way without being created.
+    ``expected``: the settings the change was made from (a read, then a few fields
+    changed); refused as a conflict if the group's are no longer these, so two changes
+    made at once cannot undo each other. None: replace whatever they are."""
 
     group: str
     settings: GroupSettings
+    expected: GroupSettings | None = None
 
 
 class RemoveGroup(_Command, frozen=True, kw_only=True, tag="remove-group"):

@@ -240,6 +240,22 @@ def test_a_domain_admin_allows_images_and_names_their_default_versions(
     # Another domain's admin sees only its own domain's (none set: every image).
     theirs = cluster.ok("admin", "images", "ls", key=keys["eli"])
     assert theirs == [{"domain": "elsewhere", "images": None, "aliases": {}}]
+
+    # `images ls` marks what the viewer's domain may run; another domain's is a
+    # superadmin's to ask for (it would show that domain's allow-list).
+    def allowed(key: str | None, *args: str) -> dict[str, bool | None]:
+        listed = cluster.ok("images", "ls", *args, key=key)
+        return {t["ref"]: t["allowed"] for i in listed for t in i["tags"]}
+
+    marks = allowed(keys["ivo"])
+    assert (marks["fgpu/busybox:latest"], marks["fgpu/python:bookworm"]) == (True, False)
+    assert set(allowed(keys["eli"]).values()) == {True}  # no allow-list: every image
+    assert allowed(None, "--domain", "imgs") == marks
+    table = cluster.run("images", "ls", key=keys["ivo"])
+    assert "ALLOWED" in table.stdout and "domain imgs" in table.stdout
+    nosy = cluster.run("images", "ls", "--domain", "imgs", key=keys["eli"])
+    assert nosy.exit_code == 1
+    assert "only a superadmin may list images for domain imgs" in nosy.stderr
     # Ivo's request names the alias: it runs what the alias names; another image is refused.
     create = ["session", "create", "--fgpu", "0.5"]
     [ran] = cluster.ok(*create, "--image", "bb", "--wait", "--", "true", key=keys["ivo"])[

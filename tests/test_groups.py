@@ -61,6 +61,26 @@ async def test_only_a_superadmin_changes_groups() -> None:
         assert s.tenancy.groups["fast"] == GroupSettings()
 
 
+async def test_an_update_made_from_settings_since_changed_is_refused_as_a_conflict() -> None:
+    """Two admins read the group, each changes one field: the second change, made from
+    what it read, would undo the first, so it is refused; made again from the group as
+    it now is, it keeps both."""
+    async with grouped() as t:
+        read = GroupSettings(projects=("research/nlp",))
+        await t.applied(t.root, CreateGroup(group="fast", settings=read))
+        idle = GroupSettings(projects=("research/nlp",), idle_timeout_s=600)
+        await t.applied(t.root, UpdateGroup(group="fast", settings=idle, expected=read))
+        drf = GroupSettings(projects=("research/nlp",), queue=QueueOrder.DRF)
+        answer = await t.ask(t.root, UpdateGroup(group="fast", settings=drf, expected=read))
+        assert isinstance(answer, AdminRefused) and answer.code == "conflict"
+        assert answer.reason == "resource group fast changed since it was read"
+        assert (await t.root.state()).tenancy.groups["fast"] == idle
+        both = GroupSettings(projects=("research/nlp",), idle_timeout_s=600, queue=QueueOrder.DRF)
+        await t.applied(t.root, UpdateGroup(group="fast", settings=both, expected=idle))
+        await t.applied(t.root, UpdateGroup(group="fast", settings=read))  # no expectation
+        assert (await t.root.state()).tenancy.groups["fast"] == read
+
+
 async def test_bad_group_settings_are_refused_with_the_reason() -> None:
     async with grouped() as t:
         bad = {

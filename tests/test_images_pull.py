@@ -118,6 +118,28 @@ async def test_an_agent_lacking_the_image_pulls_it_then_runs_it(log: JetStreamLo
 
 
 @pytest.mark.anyio
+async def test_a_destroy_during_a_pull_cuts_it_short(log: JetStreamLog) -> None:
+    """A pull that would take an hour: the destroy ends the session at once, never
+    started, and the image is not left half-held."""
+    client = Client(log, SystemClock(), "alice")
+    runtime = DummyRuntime(images=(IMAGE,), registry=(TOOL_2,), pull_delay_s=3600.0)
+    async with running_cluster(log, [(_puller(), runtime)]):
+        [sid] = await client.create(image=TOOL_2, slots=NEED, command=("true",))
+        with anyio.fail_after(30):
+            await client.wait_until(
+                lambda s: sid in s.sessions and s.sessions[sid].status is S.PULLING
+            )
+        await client.destroy(sid)
+        s = await _ended(client, sid)
+        assert await runtime.list({}) == []
+    v = s.sessions[sid]
+    assert (v.status, v.exit_code) == (S.TERMINATED, None)
+    assert v.reason == "destroyed by alice; stopped while its image was being pulled"
+    assert S.RUNNING not in [t.status for t in v.history]
+    assert TOOL_2 not in await runtime.images()
+
+
+@pytest.mark.anyio
 async def test_an_image_the_registry_lacks_ends_the_session_in_error(log: JetStreamLog) -> None:
     client = Client(log, SystemClock(), "alice")
     runtime = DummyRuntime(images=(IMAGE,), registry=(TOOL_1,))

@@ -118,6 +118,9 @@ class _Supervised:
     container_id: str | None = None
     stop_requested: bool = False
     stopping: bool = False
+    # Its image's pull, while one runs: a stop order cancels it (a destroy must not wait
+    # for gigabytes to arrive before the session ends).
+    pulling: anyio.CancelScope | None = None
     # Its last report is appended but perhaps not folded yet: kept until the session
     # holds nothing here, so an older report folded late cannot start a second one.
     done: bool = False
@@ -294,6 +297,8 @@ class AgentActor:
                 await self.events.append(subj.agent(self.config.agent_id), e)
 
     async def _stop(self, session_id: str, sup: _Supervised) -> None:
+        if sup.pulling is not None:
+            sup.pulling.cancel()  # its supervisor then ends it, never started
         if sup.container_id is not None and not sup.stopping:
             sup.stopping = True
             await self._keep_output(session_id, sup.container_id)
@@ -380,9 +385,13 @@ class AgentActor:
                 return
             spec = self._spec(v, self._create_region(v), folders)
             try:
-                c = await self._run_pulling(session_id, spec)
+                c = await self._run_pulling(session_id, spec, sup)
             except ImageNotFound as e:
                 await self._end(session_id, SessionErrored, reason=str(e))
+                return
+            if c is None:
+                reason = "stopped while its image was being pulled"
+                await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
                 return
         sup.container_id = c.id
         if c.running and self.state.sessions[session_id].status in _STARTING:
@@ -411,15 +420,25 @@ class AgentActor:
         reason = "stopped on request" if sup.stop_requested else "exited"
         await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
 
-    async def _run_pulling(self, session_id: str, spec: ContainerSpec) -> ContainerInfo:
+    async def _run_pulling(
+        self, session_id: str, spec: ContainerSpec, sup: _Supervised
+    ) -> ContainerInfo | None:
         """Run ``spec``; if the engine lacks its image and our registry has it, pull it
-        first (the session goes PULLING). Raises ImageNotFound with the reason to give."""
+        first (the session goes PULLING). None: a stop order came during the pull, which
+        it cut short; nothing was started. Raises ImageNotFound with the reason to give."""
         try:
             return await self.runtime.run(spec)
         except ImageNotFound:
             if not pulls_from(self.config.registry, spec.image):
                 raise ImageNotFound(f"image {spec.image!r} not found on the agent") from None
-        await self._pull(session_id, spec.image)
+        scope = sup.pulling = anyio.CancelScope()
+        with scope:
+            if sup.stop_requested:
+                scope.cancel()
+            await self._pull(session_id, spec.image)
+        sup.pulling = None
+        if sup.stop_requested:
+            return None
         return await self.runtime.run(spec)
 
     async def _pull(self, session_id: str, image: str) -> None:

@@ -158,7 +158,8 @@ class DummyRuntime:
 
     ``images``: the tags that "exist"; others raise ImageNotFound. ``registry``: the tags a
     ``pull`` finds (as a registry holds them), each told in ``_PULL_STEPS`` steps of
-    progress; a pulled tag then exists. ``start_delay_s``: how long ``run`` takes.
+    progress; a pulled tag then exists. ``start_delay_s``: how long ``run`` takes;
+    ``pull_delay_s``: how long a ``pull`` takes (spread over its steps).
     ``available = False`` makes every call raise RuntimeUnavailable, for testing how
     callers ride out an engine outage.
     """
@@ -169,6 +170,7 @@ class DummyRuntime:
         images: Iterable[str] = DEFAULT_IMAGES,
         registry: Iterable[str] = (),
         start_delay_s: float = 0.0,
+        pull_delay_s: float = 0.0,
         run_duration_s: float | None = None,
         exit_code: int = 0,
         state_file: str | Path | None = None,
@@ -178,6 +180,7 @@ class DummyRuntime:
         self._registry = frozenset(_canonical(i) for i in registry)
         self._pulled: set[str] = set()  # came from the registry: they have a digest
         self._start_delay_s = start_delay_s
+        self._pull_delay_s = pull_delay_s
         self._default = _Plan(lines=[], duration_s=run_duration_s, exit_code=exit_code)
         self._state_file = Path(state_file) if state_file is not None else None
         self._clock = clock
@@ -213,6 +216,8 @@ class DummyRuntime:
         if ref not in self._registry:
             raise ImageNotFound(f"pull {image}: manifest unknown")
         for step in range(_PULL_STEPS + 1):
+            if step and self._pull_delay_s > 0:
+                await anyio.sleep(self._pull_delay_s / _PULL_STEPS)
             await progress(_IMAGE_SIZE * step // _PULL_STEPS, _IMAGE_SIZE)
         self._images.add(ref)
         self._pulled.add(ref)

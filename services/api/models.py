@@ -367,6 +367,11 @@ class ImageTag(BaseModel):
     digests: list[str] = Field(description="the registry's manifest digests (none: local)")
     size: int = Field(description="bytes on disk (the largest any agent reports)")
     agents: list[str] = Field(description="the agents that hold it")
+    allowed: bool | None = Field(
+        default=None,
+        description="whether sessions of the listing's domain may run it (its allow-list);"
+        " null: the listing is for no domain (a reader without one)",
+    )
 
 
 class ImageName(BaseModel):
@@ -376,6 +381,9 @@ class ImageName(BaseModel):
 
 class Images(BaseModel):
     last_seq: int
+    domain: str | None = Field(
+        default=None, description="the domain ``allowed`` is said for (null: none)"
+    )
     images: list[ImageName]
 
 

@@ -6,12 +6,13 @@ A change is an admin request the registrar applies or refuses, as every tenancy 
 the read API's list.
 """
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from services.cli.options import Settings, api_errors, fail, out, print_json
-from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, said
+from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, refused, said
 
 if TYPE_CHECKING:
     from events import GroupSettings
@@ -42,6 +43,9 @@ ClearOpt = Annotated[
         "max-lifetime, idle-timeout, projects.",
     ),
 ]
+# Tries of an update whose group someone else changed meanwhile (each reads it again).
+_UPDATE_ATTEMPTS = 5
+
 _CLEARABLE = {
     "pending-timeout": "pending_timeout_s",
     "default-lifetime": "default_lifetime_s",
@@ -153,25 +157,40 @@ def group_update(
 ) -> None:
     """Change a group's settings (superadmins).
 
-    Those given change, the rest are kept; they act on the sessions it holds from now on."""
+    Those given change, the rest are kept; they act on the sessions it holds from now on.
+    The change names the settings it was made from: one made at the same time by someone
+    else is not undone but read again, and this one made on top of it."""
     from events import UpdateGroup
 
-    fields = _current(ctx, group)
-    if not fields and policy is None:
-        # Its settings are the scheduler's own (--policy, --pending-timeout), which the
-        # log does not hold: what is not given here would not be kept but replaced.
-        fail(
-            f"resource group {group} runs under the scheduler's settings until given its own: "
-            "give them whole, --policy first (and --pending-timeout if the scheduler has one)"
-        )
-    times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
-    fields.update(_given(queue, policy, times, project))
     for name in clear or ():
         if name not in _CLEARABLE:
             fail(f"--clear takes {', '.join(_CLEARABLE)}; not {name!r}")
-        fields.pop(_CLEARABLE[name], None)
-    answer = ask(ctx, UpdateGroup(group=group, settings=_make(fields)), timeout)
-    said(answer, f"resource group {group} updated", as_json)
+    times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
+    given = _given(queue, policy, times, project)
+    for attempt in range(_UPDATE_ATTEMPTS):
+        before = _current(ctx, group)
+        if not before and policy is None:
+            # Its settings are the scheduler's own (--policy, --pending-timeout), which
+            # the log does not hold: what is not given here would not be kept but replaced.
+            fail(
+                f"resource group {group} runs under the scheduler's settings until given its "
+                "own: give them whole, --policy first (and --pending-timeout if the scheduler "
+                "has one)"
+            )
+        fields = {**before, **given}
+        for name in clear or ():
+            fields.pop(_CLEARABLE[name], None)
+        change = UpdateGroup(
+            group=group, settings=_make(fields), expected=_make(before) if before else None
+        )
+        answer = ask(ctx, change, timeout, refusal=True)
+        if answer["applied"]:
+            said(answer, f"resource group {group} updated", as_json)
+            return
+        if answer["code"] != "conflict" or "changed since it was read" not in answer["reason"]:
+            refused(answer)
+        time.sleep(0.2 * (attempt + 1))  # someone else's change: read it, then try again
+    fail(f"resource group {group} kept changing while this change was made; try again", code=1)
 
 
 @group_app.command("rm")

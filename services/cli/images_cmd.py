@@ -22,21 +22,29 @@ policy_app = typer.Typer(
 )
 
 
-def _get(ctx: typer.Context, path: str) -> object:
+def _get(ctx: typer.Context, path: str, params: dict[str, str] | None = None) -> object:
     settings: Settings = ctx.obj
     with api_errors():
-        return settings.read_api().get(path)
+        return settings.read_api().get(path, params)
 
 
 @app.command("ls")
-def images_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """Each image name with its tags, ids, digests, size and the agents that hold it."""
-    page = _get(ctx, "/v1/images")
+def images_ls(
+    ctx: typer.Context,
+    domain: Annotated[
+        str | None,
+        typer.Option(help="Say what this domain may run (a superadmin's); default: your own."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Each image name with its tags, ids, digests, size, the agents that hold it, and
+    whether your domain (or DOMAIN) may run it."""
+    page = _get(ctx, "/v1/images", {"domain": domain} if domain else None)
     assert isinstance(page, dict)
     if as_json:
         print_json(page["images"])
     else:
-        out().print(images_table(page["images"]))
+        out().print(images_table(page["images"], page.get("domain")))
 
 
 @policy_app.command("allow")

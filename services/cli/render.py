@@ -149,19 +149,25 @@ def agents_table(agents: Iterable[Json], title: str = "agents") -> "Table":
     return t
 
 
-def images_table(images: Iterable[Json]) -> "Table":
-    """Each tag of each image name: its id and digest (shortened), size and agents."""
-    t = _table("images", "NAME", "TAG", "IMAGE ID", "DIGEST", "SIZE", "AGENTS")
+def images_table(images: Iterable[Json], domain: str | None = None) -> "Table":
+    """Each tag of each image name: its id and digest (shortened), size, agents, and
+    whether ``domain`` may run it (no such column without a domain)."""
+    title = f"images (allowed: in domain {_e(domain)})" if domain else "images"
+    columns = ["NAME", "TAG", "IMAGE ID", "DIGEST", "SIZE", "AGENTS"]
+    t = _table(title, *columns, *(["ALLOWED"] if domain else []))
     for image in images:
         for tag in image["tags"]:
-            t.add_row(
+            row = [
                 _e(image["name"]),
                 _e(tag["tag"]),
                 " ".join(i.removeprefix("sha256:")[:12] for i in tag["ids"]),
                 " ".join(d.removeprefix("sha256:")[:12] for d in tag["digests"]),
                 mem(tag["size"]),
                 _e(", ".join(tag["agents"])),
-            )
+            ]
+            if domain:
+                row.append("yes" if tag.get("allowed") else "[red]no[/]")
+            t.add_row(*row)
     return t
 
 

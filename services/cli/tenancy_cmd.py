@@ -9,7 +9,7 @@ leaves this process.
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -55,8 +55,11 @@ def _settings(ctx: typer.Context) -> Settings:
     return s
 
 
-def ask(ctx: typer.Context, command: "AdminCommand", timeout: float) -> dict[str, Any]:
-    """Ask the registrar for ``command``; its answer (exits 1 with the refusal's reason)."""
+def ask(
+    ctx: typer.Context, command: "AdminCommand", timeout: float, *, refusal: bool = False
+) -> dict[str, Any]:
+    """Ask the registrar for ``command``; its answer (a refusal exits 1 with its reason,
+    unless ``refusal``: then it is returned too)."""
     from services.cli.watch import answers
 
     settings = _settings(ctx)
@@ -75,9 +78,13 @@ def ask(ctx: typer.Context, command: "AdminCommand", timeout: float) -> dict[str
     answer: dict[str, Any] | None = found.get(path)
     if answer is None:
         fail(f"no answer within {timeout:g} s (request {request_id}); is a registrar running?", 3)
-    if not answer["applied"]:
-        fail(f"refused ({answer['code']}): {answer['reason']}", code=1)
+    if not answer["applied"] and not refusal:
+        refused(answer)
     return answer
+
+
+def refused(answer: dict[str, Any]) -> NoReturn:
+    fail(f"refused ({answer['code']}): {answer['reason']}", code=1)
 
 
 def said(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> None:

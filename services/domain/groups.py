@@ -95,6 +95,8 @@ def invalid_group_command(
         case UpdateGroup():
             if g not in groups and g != DEFAULT_GROUP:
                 return False, f"no resource group {g}"
+            if c.expected is not None and groups.get(g) != c.expected:
+                return True, f"resource group {g} changed since it was read"
         case RemoveGroup():
             if g == DEFAULT_GROUP:
                 return False, "the default resource group cannot be removed"
