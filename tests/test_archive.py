@@ -2,6 +2,7 @@
 and the archive and the stream read as one history."""
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
@@ -25,6 +26,7 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.domain.state_codec import encode_actor_state, live_sessions
 from services.ports import HistoryMissing, LogError, Retention
+from services.sim.whatif import read_group, whatif
 from services.testing import MemoryLog, MemorySnapshots
 from tests.cluster import GIB, agent_config
 
@@ -109,6 +111,28 @@ async def test_the_past_leaves_the_stream_archived_and_the_two_read_as_one(
     assert again.agents == full.agents
     with pytest.raises(HistoryMissing, match="archived out of the stream"):
         await rebuild(log)
+
+
+async def test_whatif_reads_the_archive_with_the_stream_and_not_part_of_the_past(
+    ran: tuple[MemoryLog, Archiver, Archive, list[Record]],
+) -> None:
+    """``fgpu sim whatif`` on a log whose past was archived: with the archive it reads the
+    same requests as before the pass; from the stream alone it refuses rather than tell
+    what part of the history would have done as if it were all of it."""
+    log, archiver, archive, records = ran
+    # Up to the history's last event: the pass appends its own after it.
+    end = max(r.event.at for r in records) + timedelta(microseconds=1)
+    before = await read_group(log, "default", None, end)
+    done = await archiver.pass_once()
+    assert done is not None and done.written
+    after = await read_group(ArchivedLog(log, archive), "default", None, end)
+    assert [a.request.session_id for a in after.arrivals] == [
+        a.request.session_id for a in before.arrivals
+    ]
+    assert len(after.arrivals) == 8
+    assert whatif(after, "pack") == whatif(before, "pack")
+    with pytest.raises(HistoryMissing, match="not in the archive"):
+        await read_group(log, "default", None, None)
 
 
 async def test_passes_again_archive_nothing_twice(

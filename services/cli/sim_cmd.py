@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import connection, fail, out, print_json, run_async, warn
+from services.cli.options import (
+    connection,
+    default_archive_dir,
+    fail,
+    out,
+    print_json,
+    run_async,
+    warn,
+)
 from services.cli.render import timed_table
 
 if TYPE_CHECKING:
@@ -138,13 +146,20 @@ def whatif(
     samples: Annotated[
         int, typer.Option(min=1, max=10_000, help="Points of the utilisation curve.")
     ] = 100,
+    archive: Annotated[
+        Path | None,
+        typer.Option(
+            "--archive",
+            help="The log's archive directory (default: beside the store of `fgpu up`).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """What happened to resource group GROUP's sessions, and what would have under
     POLICY: the requests the cluster's log holds (asked for in the range, admitted),
     replayed on the group's agents through the scheduler in time (a virtual clock), side
-    by side with the log's own waits, rejections and utilisation. It reads the log and
-    changes nothing.
+    by side with the log's own waits, rejections and utilisation. It reads the log (its
+    archive, then its stream, as a projections rebuild does) and changes nothing.
 
     Who may: it reads the whole log, which a person's keypair may not (the server lets
     users read the cluster only through the read API): an administrator runs it with the
@@ -162,7 +177,7 @@ def whatif(
         end = parse_time(until) if until is not None else None
     except ValueError as e:
         fail(str(e))
-    result = run_async(lambda: _whatif(ctx.obj, group, policy, start, end, samples))
+    result = run_async(lambda: _whatif(ctx.obj, group, policy, (start, end), samples, archive))
     if not result["agents"]:
         warn(f"no agent registered in resource group {group} is on the log")
     if as_json:
@@ -185,16 +200,22 @@ async def _whatif(
     settings: "Settings",
     group: str,
     policy: str,
-    since: "datetime | None",
-    until: "datetime | None",
+    span: "tuple[datetime | None, datetime | None]",
     samples: int,
+    archive: Path | None,
 ) -> dict[str, Any]:
-    from services.ports import LogError
+    from projections.archive import Archive, ArchivedLog  # DuckDB: only when asked
+    from services.ports import HistoryMissing, LogError
     from services.sim.whatif import read_group, whatif
 
+    since, until = span
     async with connection(settings, "api") as conn:
+        root = archive or default_archive_dir()
+        whole = ArchivedLog(conn.log, Archive(root, await conn.log.identity()))
         try:
-            recorded = await read_group(conn.log, group, since, until)
+            recorded = await read_group(whole, group, since, until)
+        except HistoryMissing as e:
+            fail(f"{e}: give the archive's directory with --archive (it holds the rest)", code=1)
         except LogError as e:
             told = conn.client.last_error or ""
             if "permissions violation" in told.lower():

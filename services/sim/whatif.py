@@ -42,7 +42,7 @@ from events import (
 from services.domain.groups import DEFAULT_GROUP
 from services.domain.state import ClusterState, SessionView, evolve
 from services.domain.status import ENDED, SessionStatus
-from services.ports import EventLog
+from services.ports import EventLog, HistoryMissing
 from services.sim.timed import Arrival, Held, Outcome, Run, replay_timed
 
 __all__ = ["Recorded", "read_group", "whatif"]
@@ -108,7 +108,9 @@ async def read_group(
 ) -> Recorded:
     """Group ``group``'s agents and the sessions asked for in it from ``since`` (None:
     its first) to ``until`` (None: the log's last event), read from ``events``, which is
-    only read. Raises LogError."""
+    only read (an ``ArchivedLog`` for a stream whose past was archived). Raises LogError;
+    HistoryMissing if part of the log's past is in neither: what-if on part of the history
+    would be told as if it were all of it."""
     reader = _Reader(group)
     async for batch in events.read(0):
         for record in batch:
@@ -118,6 +120,11 @@ async def read_group(
             if at is not None and (reader.last_at is None or at > reader.last_at):
                 reader.last_at = at
     s = reader.s
+    if s.folded < s.last_seq:
+        raise HistoryMissing(
+            f"{s.last_seq - s.folded} records of the log up to {s.last_seq} were archived "
+            "out of the stream and are not in the archive read with it"
+        )
     asked = [
         r
         for r in reader.requests.values()
