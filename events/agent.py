@@ -50,7 +50,9 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
     ids, digests and sizes (empty in registrations from before it). ``registry``: the
     registry (``host:port``) the agent pulls missing images from, None if it pulls nothing
     (docs/images.md). ``group``: the resource group it serves (``default`` for agents from
-    before groups); only that group's sessions go there.
+    before groups); only that group's sessions go there. ``storage_hosts``: the storage
+    hosts whose virtual folders it mounts; None: every one (and an agent from before this
+    said nothing); empty: none, so no session that mounts a folder goes there.
     """
 
     agent_id: str
@@ -62,6 +64,7 @@ class AgentRegistered(Event, frozen=True, kw_only=True, tag="agent.registered.v1
     group: str = "default"
     image_details: tuple[ImageInfo, ...] = ()
     registry: str | None = None
+    storage_hosts: tuple[str, ...] | None = None
 
 
 class AgentImagesReported(Event, frozen=True, kw_only=True, tag="agent.images-reported.v1"):

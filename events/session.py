@@ -91,11 +91,14 @@ class SessionAdmitted(Event, frozen=True, kw_only=True, tag="session.admitted.v1
 
     ``image``: the image the session runs, when it is not the one asked for (the request
     named an alias of its domain, resolved here); None: the one asked for.
+    ``storage_hosts``: the storage hosts of the virtual folders it mounts, sorted (only an
+    agent that mounts them all may take it); empty: it mounts none.
     """
 
     session_id: str
     owner: str
     image: str | None = None
+    storage_hosts: tuple[str, ...] = ()
 
 
 class SessionRejected(Event, frozen=True, kw_only=True, tag="session.rejected.v1"):

@@ -386,6 +386,23 @@ def test_up_and_agent_take_every_agent_option() -> None:
     }
 
 
+def test_an_agent_mounts_every_storage_host_unless_told_which(tmp_path: Path) -> None:
+    def hosts(**given: Any) -> tuple[str, ...] | None:
+        cfg, _ = AgentOptions(mock_gpus=1, no_shim=True, **given).setup()
+        assert cfg.vfolder_root is not None
+        return cfg.storage_hosts
+
+    assert hosts() is None  # every host's folders under its root
+    assert hosts(storage_host=["nfs", "local", "nfs"]) == ("nfs", "local")
+    toml = tmp_path / "agent.toml"
+    toml.write_text('storage_hosts = ["ceph"]\n')
+    assert hosts(config=toml) == ("ceph",)
+    assert hosts(config=toml, storage_host=["nfs"]) == ("nfs",)  # the option wins
+    with pytest.raises(SystemExit) as refused:
+        hosts(storage_host=["a/b"])
+    assert refused.value.code == 2
+
+
 @pytest.mark.parametrize("command", ["up", "agent"])
 def test_a_bad_agent_option_is_a_clear_error(command: str) -> None:
     result = CliRunner().invoke(app, [command, "--mock-gpus", "1", "--gpu-mem", "lots"])

@@ -65,7 +65,12 @@ class Cluster:
         evolve(self.s, Record(seq=self.seq, subject=subject, event=e))
 
     def agent(
-        self, agent_id: str, group: str = "default", gpus: int = 1, cpu: int = 64_000
+        self,
+        agent_id: str,
+        group: str = "default",
+        gpus: int = 1,
+        cpu: int = 64_000,
+        storage_hosts: tuple[str, ...] | None = None,
     ) -> None:
         devices = tuple(
             GpuInfo(index=i, uuid=f"{agent_id}-{i}", model="m", mem=16 * GIB, sm_count=80)
@@ -81,6 +86,7 @@ class Cluster:
             fgpu_per_gpu=100,
             images=(IMAGE,),
             group=group,
+            storage_hosts=storage_hosts,
         )
         self.add(subj.agent(agent_id), e)
 
@@ -100,6 +106,7 @@ class Cluster:
         cpu: int = 100,
         command: tuple[str, ...] = (),
         priority: int = 0,
+        storage_hosts: tuple[str, ...] = (),
     ) -> str:
         self.n += 1
         sid = f"s{self.n}"
@@ -117,7 +124,14 @@ class Cluster:
             priority=priority,
         )
         self.add(subj.request(owner, sid), e)
-        admitted = SessionAdmitted(id=f"a-{sid}", at=at, actor="quota", session_id=sid, owner=owner)
+        admitted = SessionAdmitted(
+            id=f"a-{sid}",
+            at=at,
+            actor="quota",
+            session_id=sid,
+            owner=owner,
+            storage_hosts=storage_hosts,
+        )
         self.add(subj.ADMISSION, admitted)
         return sid
 
@@ -587,6 +601,27 @@ def test_an_agent_moved_to_another_group_takes_its_capacity_and_sessions_shares(
     )
     c.add(subj.agent_session("a0", ann), ended)
     assert held_by_user(c.s, "r") == {}
+
+
+def test_a_session_mounting_folders_goes_only_where_their_storage_hosts_are_mounted() -> None:
+    """Best fit would take the fuller agent, which mounts no folders: a session mounting
+    folders of storage host ``nfs`` goes to the one that mounts them, whatever it costs;
+    one whose host no agent of the group mounts is rejected with the reason; one that
+    mounts nothing goes where best fit says."""
+    c = Cluster()
+    c.agent("none", storage_hosts=())  # one device: the tighter fit
+    c.agent("nfs", gpus=2, storage_hosts=("nfs", "local"))
+    c.agent("every", group="other")  # storage_hosts None: every host, but another group's
+    on_nfs = c.ask("u", 25, storage_hosts=("nfs",))
+    on_tape = c.ask("u", 25, storage_hosts=("local", "tape"))
+    plain = c.ask("u", 25)
+    decided = _scheduler().decide(c.s)
+    assert _placed(decided) == {on_nfs: "nfs", plain: "none"}
+    [rejected] = [d for d in decided if isinstance(d, SessionRejected)]
+    assert (rejected.session_id, rejected.code) == (on_tape, "vfolder")
+    assert rejected.reason == (
+        "no agent of resource group default mounts the virtual folders of storage host local, tape"
+    )
 
 
 def test_a_placement_taken_back_goes_back_to_its_place_in_its_shape_s_queue() -> None:

@@ -12,6 +12,7 @@ import pytest
 from events import (
     AdminApplied,
     AdminRefused,
+    AgentRegistered,
     CreateVfolder,
     PurgeVfolders,
     RemoveVfolder,
@@ -24,6 +25,7 @@ from events import (
     decode,
     encode,
 )
+from services.actors.agent import AgentActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
@@ -102,6 +104,7 @@ async def test_a_mount_is_checked_at_admission_and_refused_with_a_reason() -> No
         await t.applied(uma, ShareVfolder(vfolder_id="vf-uma", target="user:vic", access="ro"))
         sid, s = await t.session(vic, mounts=mount)
         assert s.sessions[sid].status is not SessionStatus.REJECTED
+        assert s.sessions[sid].storage_hosts == ("local",)  # agents must mount its host
         sid, s = await t.session(uma, mounts=(*mount, VfolderMount(name="vf-uma")))
         assert s.sessions[sid].reason == f"two folders would be mounted at {MOUNT_ROOT}/data"
         sid, s = await t.session(uma, mounts=(VfolderMount(name="x" * 129),))
@@ -239,3 +242,22 @@ async def test_a_projects_folder_is_its_members_and_made_by_its_domains_admins()
         plan = mount_plan(s.tenancy, "AKvic", (VfolderMount(name="corpus"),))
         assert not isinstance(plan, str)
         assert [(p.target, p.read_only) for p in plan] == [("/home/work/corpus", False)]
+
+
+@pytest.mark.parametrize(
+    ("root", "hosts", "said"),
+    [
+        (None, ("nfs",), ()),  # no folders here: whatever the hosts, it mounts none
+        ("/srv/vf", None, None),  # every host's folders are under the root
+        ("/srv/vf", ("nfs", "local"), ("nfs", "local")),
+    ],
+)
+async def test_an_agent_says_whose_folders_it_mounts(
+    root: str | None, hosts: tuple[str, ...] | None, said: tuple[str, ...] | None
+) -> None:
+    log = MemoryLog()
+    config = dataclasses.replace(agent_config("a1"), vfolder_root=root, storage_hosts=hosts)
+    await AgentActor(log, DummyRuntime(), SystemClock(), config).register()
+    [registered] = [r.event async for batch in log.read(0) for r in batch]
+    assert isinstance(registered, AgentRegistered)
+    assert registered.storage_hosts == said

@@ -109,8 +109,10 @@ class AgentConfig:
     registry: str | None = None  # host:port it pulls the images it lacks from
     pull_report_s: float = 2.0  # a pull's progress on the log at most this often (or 10%)
     # Where the storage hosts' virtual folders are on this host (<root>/<host>/<id>);
-    # None: this agent mounts none, and a session asking for one ends in error.
+    # None: this agent mounts none (no session that mounts one is placed here).
     vfolder_root: str | None = None
+    # The storage hosts whose folders are under ``vfolder_root`` here; None: every one.
+    storage_hosts: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -224,6 +226,7 @@ class AgentActor:
             group=c.group,
             image_details=details,
             registry=c.registry,
+            storage_hosts=() if c.vfolder_root is None else c.storage_hosts,
         )
         await self.events.append(subj.agent(c.agent_id), e)
 

@@ -21,7 +21,7 @@ from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.groups import admission_problem
 from services.domain.images import image_refusal, resolve_image
-from services.domain.quota import admission_refusal, mount_refusal
+from services.domain.quota import admission_refusal, mount_refusal, storage_hosts
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
 
@@ -74,6 +74,7 @@ class QuotaActor(LogActor):
                     session_id=session_id,
                     owner=v.owner,
                     image=None if image == v.image else image,
+                    storage_hosts=storage_hosts(s.tenancy, v),
                 )
             else:
                 decision = stamp(

@@ -42,6 +42,7 @@ class AgentFile(BaseModel):
     runtime: str | None = None
     group: str | None = None
     registry: str | None = None  # host:port to pull missing images from
+    storage_hosts: list[str] | None = None  # whose folders it mounts (default: every one)
     mock_gpus: list[MockGpuConfig] = []
 
 
@@ -124,6 +125,7 @@ def agent_config(
         runtime_name=runtime or f.runtime or "docker",
         group=group,
         registry=_registry(registry or f.registry),
+        storage_hosts=tuple(f.storage_hosts) if f.storage_hosts else None,
     )
 
 

@@ -79,6 +79,14 @@ VfolderRootOpt = Annotated[
         "(default: $FGPU_HOME/vfolders; a shared filesystem when agents are on several hosts)."
     ),
 ]
+StorageHostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--storage-host",
+        help="A storage host whose folders are under the root here (again for more; "
+        "default: every one). Sessions mounting folders of other hosts go to other agents.",
+    ),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +108,7 @@ class AgentOptions:
     regions_dir: RegionsOpt = None
     registry: RegistryOpt = None
     vfolder_root: VfolderRootOpt = None
+    storage_host: StorageHostOpt = None
 
     @property
     def vfolders(self) -> str:
@@ -117,7 +126,17 @@ class AgentOptions:
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))
-        cfg = dataclasses.replace(cfg, vfolder_root=self.vfolders)
+        from events import subjects as subj
+
+        hosts = self.storage_host or cfg.storage_hosts  # the option, else the file's
+        for host in hosts or ():
+            if not subj.is_token(host):
+                fail(f"--storage-host {host!r} must be 1-64 letters, digits, '-' or '_'")
+        cfg = dataclasses.replace(
+            cfg,
+            vfolder_root=self.vfolders,
+            storage_hosts=tuple(dict.fromkeys(hosts)) if hosts else None,
+        )
         return with_regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
 
 

@@ -26,8 +26,9 @@ __all__ = ["PendingQueue", "QueueShape", "UserKey", "admitted_at", "queue_shape"
 
 _K = TypeVar("_K")
 
-# What makes two pending sessions of one group interchangeable for placement.
-QueueShape = tuple[int, Slots, str, tuple[str, ...]]
+# What makes two pending sessions of one group interchangeable for placement: priority,
+# slots, image, GPU models, storage hosts.
+QueueShape = tuple[int, Slots, str, tuple[str, ...], tuple[str, ...]]
 
 
 # A DRF round's unit: the sessions of one priority and one user.
@@ -35,7 +36,7 @@ UserKey = tuple[int, str]
 
 
 def queue_shape(v: "SessionView") -> QueueShape:
-    return (v.priority, v.slots, v.image, v.gpu_models)
+    return (v.priority, v.slots, v.image, v.gpu_models, v.storage_hosts)
 
 
 def user_of(v: "SessionView") -> str:

@@ -13,7 +13,7 @@ from services.domain.tenancy import Tenancy, project_key
 from services.domain.vfolders import mount_plan
 from services.domain.views import ClusterState, OwnerUsage, SessionView
 
-__all__ = ["admission_refusal", "keypair_policy", "mount_refusal"]
+__all__ = ["admission_refusal", "keypair_policy", "mount_refusal", "storage_hosts"]
 
 
 def keypair_policy(s: ClusterState, access_key: str) -> ResourcePolicy | None:
@@ -73,6 +73,13 @@ def mount_refusal(t: Tenancy, v: SessionView) -> str | None:
     for none)."""
     plan = mount_plan(t, v.owner, v.mounts)
     return plan if isinstance(plan, str) else None
+
+
+def storage_hosts(t: Tenancy, v: SessionView) -> tuple[str, ...]:
+    """The storage hosts of the folders ``v`` mounts, sorted (none if it may not mount
+    them: it is refused then)."""
+    plan = mount_plan(t, v.owner, v.mounts)
+    return () if isinstance(plan, str) else tuple(sorted({p.vfolder.host for p in plan}))
 
 
 def _not_a_tenant(t: Tenancy, v: SessionView) -> str | None:

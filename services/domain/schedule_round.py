@@ -41,6 +41,7 @@ from services.domain.placement import PlacementPolicy
 from services.domain.provenance import Provenance, stamp
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.resources import add, format_fgpu, format_slots
+from services.domain.vfolders import mounts_all
 from services.domain.views import ClusterState, SessionView
 
 __all__ = [
@@ -74,6 +75,8 @@ class GroupRound:
     reserve_after_s: float
     _never: dict[QueueShape, Refusal | None] = field(default_factory=dict)
     _pulling: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Per set of storage hosts: the group's agents that do not mount them all.
+    _unmounting: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
     _largest: int | None = None  # the largest free share on the group's agents, once asked
     _reserved: bool = False  # a session reserves: nothing more is placed this round
 
@@ -190,22 +193,47 @@ class GroupRound:
     def _never_fits(self, key: QueueShape, v: SessionView) -> Refusal | None:
         """Once per shape and round: it scans every agent."""
         if key not in self._never:
-            self._never[key] = never_fits(
-                self.s, v.slots, v.image, gpu_models=v.gpu_models, group=self.group
-            )
+            why = never_fits(self.s, v.slots, v.image, gpu_models=v.gpu_models, group=self.group)
+            hosts = v.storage_hosts
+            if (
+                why is None
+                and hosts
+                and not any(
+                    a.group == self.group and mounts_all(a, hosts) for a in self.s.agents.values()
+                )
+            ):
+                named = ", ".join(hosts)
+                why = Refusal(
+                    "vfolder",
+                    f"no agent of resource group {self.group} mounts the virtual folders of "
+                    f"storage host {named}",
+                )
+            self._never[key] = why
         return self._never[key]
 
     def _placement(self, v: SessionView) -> Placement | None:
-        """Among the agents holding its image first; those that would pull it after."""
+        """Among the agents holding its image first; those that would pull it after. Only
+        agents that mount its folders' storage hosts."""
         image = v.image
         if image not in self._pulling:  # once per image and round: it scans every agent
             self._pulling[image] = pullers(self.s, image)
         pulling = self._pulling[image]
+        excluded = self.excluded
+        if v.storage_hosts:
+            excluded = excluded | self._not_mounting(v.storage_hosts)
         if pulling:
-            held = self.place(self.s, v.slots, image, self.excluded | pulling, v.gpu_models)
+            held = self.place(self.s, v.slots, image, excluded | pulling, v.gpu_models)
             if held is not None:
                 return held
-        return self.place(self.s, v.slots, image, self.excluded, v.gpu_models)
+        return self.place(self.s, v.slots, image, excluded, v.gpu_models)
+
+    def _not_mounting(self, hosts: tuple[str, ...]) -> frozenset[str]:
+        """Once per set of hosts and round: it scans every agent."""
+        if hosts not in self._unmounting:
+            self._unmounting[hosts] = frozenset(
+                a.agent_id for a in self.s.agents.values() if not mounts_all(a, hosts)
+            )
+        return self._unmounting[hosts]
 
     def _reserves(self, v: SessionView) -> bool:
         """Whether ``v``, which does not fit, waited so long that nothing after it may be

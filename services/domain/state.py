@@ -231,6 +231,7 @@ def _admitted(s: ClusterState, seq: int, e: SessionAdmitted) -> None:
         return
     if e.image is not None:
         v.image = e.image  # an alias, resolved: what the scheduler and the agent go by
+    v.storage_hosts = e.storage_hosts  # before it is queued: its shape says them
     _transition(s, v, S.PENDING, seq, e)
     s.undecided.pop(v.session_id, None)
     s.queue.add(v)
@@ -608,6 +609,7 @@ def _register(s: ClusterState, e: AgentRegistered) -> None:
         group=e.group,
         image_details=e.image_details,
         registry=e.registry,
+        storage_hosts=e.storage_hosts,
     )
     if old is not None:
         a.allocated = old.allocated

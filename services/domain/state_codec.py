@@ -60,8 +60,9 @@ __all__ = [
 # it, and every actor snapshot of another version is ignored (full replay).
 # 2: the workload forecast and the latest placement (placement policies); 3: resource
 # groups; 4: agents' image details and registry, sessions' pull progress, domains' image
-# allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts)
-FOLD_VERSION = 5
+# allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts);
+# 6: the storage hosts agents mount and admitted sessions need
+FOLD_VERSION = 6
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -80,6 +81,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
     group: str = "default"
     image_details: list[ImageInfo] = []
     registry: str | None = None
+    storage_hosts: list[str] | None = None
 
     @classmethod
     def of(cls, a: AgentView) -> "_Agent":
@@ -99,6 +101,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             group=a.group,
             image_details=list(a.image_details),
             registry=a.registry,
+            storage_hosts=None if a.storage_hosts is None else list(a.storage_hosts),
         )
 
     def view(self) -> AgentView:
@@ -118,6 +121,7 @@ class _Agent(msgspec.Struct, array_like=True, frozen=True):
             group=self.group,
             image_details=tuple(self.image_details),
             registry=self.registry,
+            storage_hosts=None if self.storage_hosts is None else tuple(self.storage_hosts),
         )
 
 

@@ -34,6 +34,7 @@ from services.domain.refusal import Refusal
 
 if TYPE_CHECKING:
     from services.domain.tenancy import Tenancy, User
+    from services.domain.views import AgentView
 
 __all__ = [
     "MAX_MOUNTS",
@@ -46,6 +47,7 @@ __all__ = [
     "folder_dir",
     "manages",
     "mount_plan",
+    "mounts_all",
     "note_scan",
     "vfolder_refusal",
 ]
@@ -79,6 +81,11 @@ class Placed:
     vfolder: Vfolder
     target: str  # in the container
     read_only: bool
+
+
+def mounts_all(a: "AgentView", hosts: tuple[str, ...]) -> bool:
+    """Whether agent ``a`` mounts the folders of every storage host in ``hosts``."""
+    return a.storage_hosts is None or all(h in a.storage_hosts for h in hosts)
 
 
 def folder_dir(root: str, f: Vfolder) -> str:

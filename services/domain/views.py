@@ -87,6 +87,7 @@ class SessionView:
     pulled: int = 0
     pull_total: int = 0
     mounts: tuple[VfolderMount, ...] = ()  # the virtual folders it asked to mount
+    storage_hosts: tuple[str, ...] = ()  # of those folders, as admitted: agents must mount them
 
 
 class _Shares:
@@ -150,6 +151,7 @@ class AgentView:
     group: str = "default"  # the resource group it serves
     image_details: tuple[ImageInfo, ...] = ()  # ``images`` with ids, digests, sizes
     registry: str | None = None  # where it pulls the images it lacks (None: nowhere)
+    storage_hosts: tuple[str, ...] | None = None  # whose folders it mounts (None: every)
 
     @property
     def free(self) -> Slots:
