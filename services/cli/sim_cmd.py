@@ -210,9 +210,9 @@ async def _whatif(
 
     since, until = span
     async with connection(settings, "api") as conn:
-        root = archive or default_archive_dir()
-        whole = ArchivedLog(conn.log, Archive(root, await conn.log.identity()))
         try:
+            identity = await conn.log.identity()  # the archive's directory is named by it
+            whole = ArchivedLog(conn.log, Archive(archive or default_archive_dir(), identity))
             recorded = await read_group(whole, group, since, until)
         except HistoryMissing as e:
             fail(f"{e}: give the archive's directory with --archive (it holds the rest)", code=1)
