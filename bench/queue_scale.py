@@ -18,9 +18,11 @@ dummy agent appends, folded at once: it starts a session the moment it is placed
 
 The clock stands still at the admissions' time: nobody has waited past the reservation
 threshold. ``--queue drf`` (or lifo) gives the default group that queue order (100
-users share the queue, in turn): a DRF round takes the users' heads. Prints one JSON
-line. Usage: python bench/queue_scale.py [--agents 10000] [--pending 100000]
-[--small 1000] [--destroys 200] [--rounds 5] [--queue fifo|lifo|drf] [--profile]
+users share the queue, in turn): a DRF round takes the users' heads. Also the cost of the
+scheduler's time-limits check (every 2 s) with the 40,000 running sessions under a
+lifetime of a day (``limits_check_ms``). Prints one JSON line. Usage:
+python bench/queue_scale.py [--agents 10000] [--pending 100000] [--small 1000]
+[--destroys 200] [--rounds 5] [--queue fifo|lifo|drf] [--profile]
 """
 
 import argparse
@@ -151,14 +153,15 @@ def build(
 ) -> tuple[Cluster, list[str]]:
     """Every GPU of ``agents`` agents held by a running session (their ids returned, in
     order), and ``pending`` sessions queued behind them, each told why it waits; the
-    default group in ``queue`` order."""
+    default group in ``queue`` order, best fit, sessions living a day at most."""
     c = Cluster(scheduler)
-    if queue is not QueueOrder.FIFO:
-        order = UpdateGroup(group="default", settings=GroupSettings(queue=queue, policy="best-fit"))
-        c.fold(
-            subj.TENANCY,
-            stamp(AdminApplied, Provenance("registrar", NOW), requester="root", command=order),
-        )
+    # Sessions live a day at most: the limits check has every running session to watch.
+    day = GroupSettings(queue=queue, policy="best-fit", default_lifetime_s=86_400)
+    order = UpdateGroup(group="default", settings=day)
+    c.fold(
+        subj.TENANCY,
+        stamp(AdminApplied, Provenance("registrar", NOW), requester="root", command=order),
+    )
     for i in range(agents):
         gpus = tuple(
             GpuInfo(index=g, uuid=f"GPU-{i}-{g}", model="T4", mem=16 << 30, sm_count=40)
@@ -217,6 +220,18 @@ def round_ms(c: Cluster, rounds: int) -> float:
     return statistics.median(times)
 
 
+def limits_check_ms(c: Cluster, rounds: int) -> float:
+    """The median cost of the scheduler's check of time limits (every 2 s, however quiet
+    the log) with every running session under a lifetime none has reached."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        decisions = c.scheduler._over_time(c.s)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert not decisions
+    return statistics.median(times)
+
+
 def destroy_to_running(
     c: Cluster, victim: str, placed: list[tuple[str, str]] | None = None
 ) -> float:
@@ -251,6 +266,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     gc.freeze()
     tune_gc()
     big_round = round_ms(big, args.rounds)
+    limits = limits_check_ms(big, args.rounds)
     profile = None
     if args.profile:
         prof = cProfile.Profile()
@@ -272,6 +288,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         "small": args.small,
         "round_ms_pending_big": round(big_round, 2),
         "round_ratio": round(big_round / small_round, 2),
+        "running": len(running),
+        "limits_check_ms": round(limits, 3),
         "destroy_to_running": {**quantiles_ms(latencies), "n": len(latencies)},
         "still_pending": len(big.s.queue),
         "build_s": round(built_s, 1),

@@ -39,6 +39,7 @@ from events import (
     Record,
     SessionAdmitted,
     SessionCancelled,
+    SessionCpuSampled,
     SessionDestroyRequested,
     SessionErrored,
     SessionPreparing,
@@ -54,7 +55,8 @@ from services.domain.allocator import never_fits, place
 from services.domain.group_shares import GroupShares, agent_capacity
 from services.domain.pending import admitted_at, queue_shape, user_of
 from services.domain.resources import add
-from services.domain.state import ClusterState, evolve, fold
+from services.domain.running_index import RunningIndex
+from services.domain.state import ClusterState, evolve, fold, running_at
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
 
@@ -167,6 +169,12 @@ def check_invariants(s: ClusterState) -> None:
             v = s.sessions[sid]
             users = held_in.setdefault(a.group, {})
             users[user_of(v)] = add(users.get(user_of(v), Slots()), v.slots)
+    # The running sessions, by when their time limits count from: as built from scratch.
+    running = RunningIndex()
+    for v in s.sessions.values():
+        if v.status is S.RUNNING:
+            running.add(v, running_at(v))
+    assert s.running == running
     rebuilt = GroupShares()  # as a snapshot's decoding builds it: nothing stale kept
     for a in s.agents.values():
         rebuilt.agent(None, a, s.sessions)
@@ -358,6 +366,10 @@ class SchedulerMachine(RuleBasedStateMachine):
             image=image,
             slots=Slots(cpu=cpu, mem=mem, fgpu=fgpu),
             priority=priority,
+            # Some batch, some interactive; some with a lifetime of their own (the running
+            # index files each kind apart).
+            command=("true",) if self.n % 2 else (),
+            lifetime_s=60 * (self.n % 3) or None,
         )
         self._log(subj.request(owner, sid), req)
         admit = SessionAdmitted(
@@ -413,6 +425,23 @@ class SchedulerMachine(RuleBasedStateMachine):
             before.pop(key)
             after.pop(key)
         assert before == after
+
+    @precondition(lambda self: bool(self._sessions(S.RUNNING)))
+    @rule(data=st.data(), later_s=st.integers(0, 3))
+    def busy(self, data: st.DataObject, later_s: int) -> None:
+        """A running session used CPU: active again, perhaps later than it last was."""
+        sid = data.draw(st.sampled_from(self._sessions(S.RUNNING)))
+        v = self.state.sessions[sid]
+        assert v.agent_id is not None
+        e = SessionCpuSampled(
+            id=self._next_id("cpu"),
+            at=T0 + timedelta(seconds=later_s),
+            actor=f"agent:{v.agent_id}",
+            session_id=sid,
+            agent_id=v.agent_id,
+            cpu_ns=v.cpu_ns + 1,
+        )
+        self._log(subj.usage(v.agent_id, sid), e)
 
     def _report(self, how: str, sid: str, agent_id: str) -> AnyEvent:
         common: dict[str, Any] = {

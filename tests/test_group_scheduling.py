@@ -41,6 +41,7 @@ from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import place
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.resources import add
+from services.domain.running_index import RunningIndex
 from services.domain.state import ClusterState, evolve
 from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION
@@ -278,6 +279,18 @@ def test_an_idle_session_is_stopped_and_activity_keeps_one_alive() -> None:
     c.add(subj.usage("a", gpu_busy), again)
     stopped = {e.session_id for e in _limits(c, T0 + timedelta(seconds=1100))}
     assert stopped == {idle, gpu_busy, cpu_busy}
+    # The fold keeps them by their last activity, so a check takes only those past the
+    # timeout; a session that ends leaves the index, whenever it was last active.
+    running = c.s.running
+    assert running.idle_since("lab", T0 + timedelta(seconds=499)) == [idle]
+    assert running.idle_since("lab", T0 + timedelta(seconds=500)) == [idle, gpu_busy, cpu_busy]
+    for sid in (gpu_busy, cpu_busy, idle):
+        ended = SessionTerminated(
+            id=f"end-{sid}", at=at, actor="agent:a", session_id=sid, agent_id="a",
+            exit_code=0, reason="exited",
+        )  # fmt: skip
+        c.add(subj.agent_session("a", sid), ended)
+    assert running == RunningIndex() and running.groups() == []
 
 
 def test_idleness_ends_interactive_sessions_only() -> None:

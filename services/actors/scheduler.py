@@ -17,7 +17,7 @@ state from the log and decides again; it can never place on a share another took
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import anyio
 import structlog
@@ -42,7 +42,13 @@ from services.domain.groups import lifetime_of, settings_of
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
 from services.domain.schedule_round import NAME, GroupRound, overdue
-from services.domain.state import ENDED_STUB, ClusterState, SessionView, apply_decision
+from services.domain.state import (
+    ENDED_STUB,
+    ClusterState,
+    SessionView,
+    apply_decision,
+    running_at,
+)
 from services.domain.status import ENDED, SessionStatus
 from services.ports import Clock, EventLog, LogError
 
@@ -184,34 +190,40 @@ class SchedulerActor(LogActor):
                 out.append(e)
                 if len(out) >= _MAX_DECISIONS:
                     return out
-        # Every running session is looked at: one may have asked for its own lifetime.
-        for a in s.agents.values():
-            if a.lost:  # its sessions end by the lost agent's grace, not by their limits
+        # Running sessions: only those a limit may have fallen due for, as the fold keeps
+        # them by when their limits count from (``running_index``), not every one.
+        due: dict[str, None] = dict.fromkeys(s.running.own_lifetime_out(now))
+        for group in s.running.groups():
+            settings = self.settings(s, group)
+            lifetime = lifetime_of(settings, None)
+            if lifetime is not None:
+                due.update(dict.fromkeys(s.running.started_by(group, _ago(now, lifetime))))
+            idle = settings.idle_timeout_s
+            if idle is not None:
+                due.update(dict.fromkeys(s.running.idle_since(group, _ago(now, idle))))
+        for session_id in sorted(due, key=lambda sid: s.sessions[sid].arrival_seq):
+            v = s.sessions[session_id]
+            a = s.agents.get(v.agent_id or "")
+            if a is None or a.lost:  # its sessions end by the lost agent's grace
                 continue
-            for session_id in a.sessions:
-                v = s.sessions[session_id]
-                why = (
-                    self._why_stop(v, self.settings(s, v.group), now)
-                    if v.status is S.RUNNING
-                    else None
+            why = self._why_stop(v, self.settings(s, v.group), now)
+            if why is not None:
+                prov = Provenance(NAME, now, v.request_id, v.correlation_id)
+                e = stamp(
+                    SessionTerminating,
+                    prov,
+                    session_id=session_id,
+                    agent_id=a.agent_id,
+                    reason=why,
                 )
-                if why is not None:
-                    prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-                    e = stamp(
-                        SessionTerminating,
-                        prov,
-                        session_id=session_id,
-                        agent_id=a.agent_id,
-                        reason=why,
-                    )
-                    out.append(e)
+                out.append(e)
         return out
 
     @staticmethod
     def _why_stop(v: SessionView, settings: GroupSettings, now: datetime) -> str | None:
         """Why a running session must stop now (its lifetime, or idle), if it must."""
         lifetime = lifetime_of(settings, v.lifetime_s)
-        started = _running_at(v)
+        started = running_at(v)
         if lifetime is not None and (now - started).total_seconds() >= lifetime:
             return f"lifetime of {lifetime} s reached"
         idle = settings.idle_timeout_s
@@ -354,9 +366,5 @@ def _outside(s: ClusterState, group: str) -> frozenset[str]:
     return frozenset(agent_id for agent_id, a in s.agents.items() if a.group != group)
 
 
-def _running_at(v: SessionView) -> datetime:
-    """When it started running (the agent's report's time)."""
-    for t in reversed(v.history):
-        if t.status is S.RUNNING:
-            return t.at
-    return v.requested_at
+def _ago(now: datetime, seconds: int) -> datetime:
+    return now - timedelta(seconds=seconds)

@@ -88,6 +88,7 @@ __all__ = [
     "fold",
     "forget_ended",
     "own_subjects",
+    "running_at",
 ]
 
 S = SessionStatus
@@ -161,9 +162,31 @@ def apply_decision(s: ClusterState, e: AnyEvent) -> ClusterState:
 def _transition(
     s: ClusterState, v: SessionView, status: SessionStatus, seq: int, e: AnyEvent
 ) -> None:
+    if v.status is S.RUNNING:
+        s.running.remove(v, running_at(v))
     v.status = status
     v.history.append(Transition(status, e.at, seq, e.id))
     s.changed[v.session_id] = None
+    if status is S.RUNNING:
+        s.running.add(v, e.at)
+
+
+def running_at(v: SessionView) -> datetime:
+    """When it started running (the agent's report's time; its request's if it never
+    did)."""
+    for t in reversed(v.history):
+        if t.status is S.RUNNING:
+            return t.at
+    return v.requested_at
+
+
+def _was_active(s: ClusterState, v: SessionView, at: datetime) -> None:
+    """``v``, RUNNING, showed activity at ``at``."""
+    before = v.active_at
+    if before is not None and before >= at:
+        return
+    v.active_at = at
+    s.running.active(v, before, running_at(v))
 
 
 def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
@@ -324,7 +347,7 @@ def _gpu_sampled(s: ClusterState, seq: int, e: GpuUsageSampled) -> None:
     if v is None or v is ENDED_STUB or v.status is not S.RUNNING:
         return
     if e.mem_used > 0 or e.launches > v.launches.get(e.gpu_index, 0):
-        v.active_at = e.at if v.active_at is None else max(v.active_at, e.at)
+        _was_active(s, v, e.at)
     v.launches[e.gpu_index] = max(e.launches, v.launches.get(e.gpu_index, 0))
 
 
@@ -334,7 +357,7 @@ def _cpu_sampled(s: ClusterState, seq: int, e: SessionCpuSampled) -> None:
         return
     if e.cpu_ns > v.cpu_ns:
         v.cpu_ns = e.cpu_ns
-        v.active_at = e.at if v.active_at is None else max(v.active_at, e.at)
+        _was_active(s, v, e.at)
 
 
 def _terminated(s: ClusterState, seq: int, e: SessionTerminated) -> None:

@@ -37,8 +37,9 @@ from services.domain.state import (
     OwnerUsage,
     SessionView,
     own_subjects,
+    running_at,
 )
-from services.domain.status import ENDED
+from services.domain.status import ENDED, SessionStatus
 from services.domain.tenancy import Keypair, Tenancy, User
 from services.domain.vfolders import Vfolder
 from services.domain.workload import Shape, Workload
@@ -251,6 +252,9 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.undecided = dict.fromkeys(snap.undecided)
     for sid in snap.queue:
         s.queue.add(s.sessions[sid])
+    for v in snap.sessions:
+        if v.status is SessionStatus.RUNNING:
+            s.running.add(v, running_at(v))
     s.destroys = {d.id: d for d in snap.destroys}
     s.malformed = {seq: (subject, error) for seq, subject, error in snap.malformed}
     s.held = dict(snap.held)

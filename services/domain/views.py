@@ -23,6 +23,7 @@ from services.domain.fit_index import FitIndex
 from services.domain.group_shares import GroupShares
 from services.domain.pending import PendingQueue
 from services.domain.resources import sub
+from services.domain.running_index import RunningIndex
 from services.domain.status import SessionStatus
 from services.domain.tenancy import Tenancy
 from services.domain.workload import Workload
@@ -193,6 +194,7 @@ class ClusterState:
     # Work waiting for an actor, kept by the fold so no actor scans every session:
     undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
     queue: PendingQueue = field(default_factory=PendingQueue)  # PENDING, for the scheduler
+    running: RunningIndex = field(default_factory=RunningIndex)  # RUNNING, by time limits
     destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
     # destroy request id -> None if carried out, else why it was refused
     destroy_answers: dict[str, str | None] = field(default_factory=dict)
