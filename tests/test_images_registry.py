@@ -9,7 +9,7 @@ FGPU_REQUIRE_DOCKER=1 (scripts/test, CI), where a missing registry fails.
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from pathlib import Path
 
@@ -58,21 +58,33 @@ async def runtime(registry: str) -> AsyncIterator[DockerRuntime]:
     """The engine, holding neither tag under any registry's name: the agent must pull them.
 
     Deleting only this registry's tags is not enough: the same image kept under another
-    name (a registry of an earlier run, on another port) makes the pull a no-op that
-    downloads nothing."""
+    name (a registry of an earlier run, on another port), or its layers kept by a
+    container left from one, make the pull find everything there and download nothing."""
     docker = aiodocker.Docker()
     try:
-        for image in await docker.images.list():
-            if any(f"/{TOOL}:" in tag for tag in image.get("RepoTags") or ()):
-                try:
-                    await docker.images.delete(image["Id"], force=True)
-                except DockerError as e:
-                    if e.status != 404:
-                        raise
+        tools = {
+            image["Id"]
+            for image in await docker.images.list()
+            if any(f"/{TOOL}:" in tag for tag in image.get("RepoTags") or ())
+        }
+        for c in await docker.containers.list(all=True):
+            if c["ImageID"] in tools or f"/{TOOL}:" in c["Image"]:
+                await _gone(c.delete(force=True))
+        for image_id in tools:
+            await _gone(docker.images.delete(image_id, force=True))
     finally:
         await docker.close()
     async with DockerRuntime() as rt:
         yield rt
+
+
+async def _gone(deleting: Awaitable[object]) -> None:
+    """Delete; already gone is as good."""
+    try:
+        await deleting
+    except DockerError as e:
+        if e.status != 404:
+            raise
 
 
 @pytest.mark.anyio
