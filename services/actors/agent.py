@@ -21,7 +21,8 @@ image's reference names it: the session goes PULLING with its progress (throttle
 holds (``agent.images-reported``). Any other missing image ends the session in ERROR.
 
 Running sessions therefore survive a restart of every actor: containers keep running,
-and the new agent process picks them up by their labels.
+and the new agent process picks them up by their labels. What the agent measures of its
+sessions (GPU usage, out-of-memory refusals, CPU time) is ``agent_usage.UsageMeter``'s.
 
 A container is labelled with the identity of the log its session is on (``fgpu.log``).
 An agent started on another log (a new store, a stream made anew and empty) finds
@@ -43,18 +44,15 @@ from events import (
     AgentRegistered,
     AnyEvent,
     GpuInfo,
-    GpuOomRefused,
-    GpuUsageSampled,
-    SessionCpuSampled,
     SessionErrored,
     SessionPreparing,
     SessionPulling,
     SessionRunning,
     SessionTerminated,
-    SessionType,
     Slots,
 )
 from events import subjects as subj
+from services.actors.agent_usage import UsageMeter
 from services.actors.common import Provenance, follow_log, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.container_spec import (
@@ -65,7 +63,7 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
-from services.domain.gpu_slice import container_order, slices
+from services.domain.gpu_slice import slices
 from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
 from services.domain.state import ENDED_STUB, ClusterState, SessionView
@@ -161,14 +159,17 @@ class AgentActor:
         self.state = ClusterState()
         self._tg: TaskGroup | None = None
         self._reannounced = False
+        self.meter = UsageMeter(
+            events, runtime, clock, config, regions, state=lambda: self.state, running=self._running
+        )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self.attach(tg)
             await tg.start(self._follow)
             if self.regions is not None:
-                tg.start_soon(self._meter, self.regions)
-            tg.start_soon(self._sample_cpu)
+                tg.start_soon(self.meter.meter, self.regions)
+            tg.start_soon(self.meter.sample_cpu)
             task_status.started()
 
     def attach(self, tg: TaskGroup) -> None:
@@ -202,6 +203,14 @@ class AgentActor:
             )
         self.local.found = {c.labels[LABEL_SESSION]: c for c in ours if LABEL_SESSION in c.labels}
         await self.register()
+
+    def _running(self) -> dict[str, str]:
+        """The sessions supervised here that have a container: its id, by session."""
+        return {
+            session_id: sup.container_id
+            for session_id, sup in self.local.supervised.items()
+            if sup.container_id is not None and not sup.done
+        }
 
     def _of_this_log(self, containers: list[ContainerInfo]) -> list[ContainerInfo]:
         """Those of ``containers`` this agent may act on: of this log (or labelled with
@@ -417,7 +426,7 @@ class AgentActor:
         if self.regions is not None:
             self.regions.reclaim(session_id)  # its processes are all gone now
         try:
-            await self._publish_usage(session_id)
+            await self.meter.publish_usage(session_id)
         except LogError as e:  # best effort: the exit must be reported whatever happens here
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
         reason = "stopped on request" if sup.stop_requested else "exited"
@@ -553,118 +562,6 @@ class AgentActor:
 
     # ---- usage from the shim --------------------------------------------------------------
 
-    async def _meter(self, regions: SliceRegions) -> None:
-        """Publish out-of-memory refusals at once and usage samples every few seconds; give
-        back the bytes of processes that died in a container (kill -9 frees no memory in
-        the shared budget by itself)."""
-        c = self.config
-        every = max(1, round(c.usage_interval_s / c.oom_poll_s))
-        tick = 0
-        while True:
-            await anyio.sleep(c.oom_poll_s)
-            tick += 1
-            for session_id, sup in list(self.local.supervised.items()):
-                if sup.container_id is None or sup.done:
-                    continue
-                try:
-                    regions.reclaim(session_id)
-                    await self._publish_ooms(regions, session_id)
-                    if tick % every == 0:
-                        await self._publish_usage(session_id)
-                except LogError as e:  # measurements are best effort: the next tick tries
-                    log.warning("agent.usage_not_published", session=session_id, error=str(e))
-
-    async def _sample_cpu(self) -> None:
-        """Report the CPU time of each interactive session whose group has an idle
-        timeout, every usage interval in which it grew by at least a hundredth of a core:
-        a session idle on the CPU reports nothing, which is what the idle timeout goes by.
-        Others are not sampled: nothing reads it of them."""
-        c = self.config
-        least = int(c.usage_interval_s * 10_000_000)
-        sampled: dict[str, int] = {}  # the previous interval's reading, per session
-
-        async def sample(session_id: str, container_id: str, v: SessionView) -> None:
-            try:
-                used = await self.runtime.cpu_ns(container_id)
-                if used is None:
-                    return
-                before = sampled.get(session_id)
-                sampled[session_id] = used
-                if before is not None and used - before < least:
-                    return  # a trickle: idle this interval
-                await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
-            except (ContainerError, LogError) as e:  # best effort: the next tick tries
-                log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
-
-        while True:
-            await anyio.sleep(c.usage_interval_s)
-            # At once: the engine answers a one-shot stats call about a second late.
-            async with anyio.create_task_group() as tg:
-                for session_id, sup in list(self.local.supervised.items()):
-                    v = self.state.sessions.get(session_id)
-                    if sup.container_id is None or sup.done or v is None:
-                        continue
-                    if self._idle_limited(v):
-                        tg.start_soon(sample, session_id, sup.container_id, v)
-            for gone in sampled.keys() - self.local.supervised.keys():
-                del sampled[gone]
-
-    def _idle_limited(self, v: SessionView) -> bool:
-        """Whether ``v`` may end by idleness: interactive, its group with an idle timeout."""
-        settings = self.state.tenancy.groups.get(v.group)
-        interactive = v.session_type is SessionType.INTERACTIVE
-        return interactive and settings is not None and settings.idle_timeout_s is not None
-
-    async def _publish_ooms(self, regions: SliceRegions, session_id: str) -> None:
-        v = self.state.sessions.get(session_id)
-        ooms = regions.drain_ooms(session_id)
-        if v is None or not ooms:
-            return
-        limits = {d.index: d.mem_limit for d in regions.sample(session_id)}
-        rows = [
-            {
-                "gpu_index": _host_index(v, o.index),
-                "pid": o.pid,
-                "requested": o.requested,
-                "mem_used": o.mem_used,
-                "mem_limit": limits.get(o.index, 0),
-            }
-            for o in ooms
-        ]
-        await self._publish_measured(v, GpuOomRefused, rows)
-
-    async def _publish_usage(self, session_id: str) -> None:
-        """One sample per device of the session."""
-        v = self.state.sessions.get(session_id)
-        if self.regions is None or v is None:
-            return
-        rows = [
-            {
-                "gpu_index": _host_index(v, d.index),
-                "mem_used": d.mem_used,
-                "mem_peak": d.mem_peak,
-                "mem_limit": d.mem_limit,
-                "launches": d.launches,
-                "throttled_ns": d.throttled_ns,
-                "oom_refusals": d.refusals,
-            }
-            for d in self.regions.sample(session_id)
-        ]
-        await self._publish_measured(v, GpuUsageSampled, rows)
-
-    async def _publish_measured(
-        self, v: SessionView, cls: type[AnyEvent], rows: list[dict[str, int]]
-    ) -> None:
-        """Events of ``cls`` on the session's usage subject (measurements: no concurrency)."""
-        if not rows:
-            return
-        prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
-        subject = subj.usage(self.config.agent_id, v.session_id)
-        fields = {"session_id": v.session_id, "agent_id": self.config.agent_id}
-        await self.events.append_many(
-            [(subject, stamp(cls, prov, **fields, **row)) for row in rows]
-        )
-
     async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
         """Append one report on the session's subject, expecting its last sequence."""
         v = self.state.sessions[session_id]
@@ -675,11 +572,3 @@ class AgentActor:
             subject, e, expected_last_subject_seq=self.state.subject_seq.get(subject, 0)
         )
         self.state.subject_seq[subject] = seq
-
-
-def _host_index(v: SessionView, container_index: int) -> int:
-    """The agent's GPU index of the session's ``container_index``-th visible device."""
-    ordered = container_order(v.devices)
-    if 0 <= container_index < len(ordered):
-        return ordered[container_index].gpu_index
-    return container_index
