@@ -54,6 +54,10 @@ class Stack:
         i = args.index("--") if "--" in args else len(args)
         return json.loads(self.fgpu(*args[:i], "--json", *args[i:], key=key))
 
+    def command_env(self, key: str | None = None) -> dict[str, str]:
+        """The environment ``fgpu`` runs in as ``key``'s user (default: the researcher)."""
+        return self._env(key)
+
     def popen(self, *args: str, key: str | None = None, **kw: Any) -> subprocess.Popen[bytes]:
         """``fgpu ARGS`` started, as ``key``'s user; ``kw`` as Popen's."""
         return subprocess.Popen([FGPU, *args], env=self._env(key), **kw)

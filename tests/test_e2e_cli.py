@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -19,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_stack import Stack, docker, fgpu_up
-from docker_env import require_docker
+from cli_stack import FGPU, Stack, docker, fgpu_up
+from docker_env import require_docker, skip_or_fail
 
 from tests.shim.shim_kit import build_shim
 
@@ -155,6 +156,74 @@ def _shell_session(stack: Stack, session_id: str) -> int:
         if shell.poll() is None:
             shell.kill()
         os.close(master)
+
+
+def test_a_terminal_under_tmux_runs_what_is_typed_and_follows_a_resize(tmp_path: Path) -> None:
+    """``fgpu session shell`` in a tmux pane, as a person in tmux uses it: keys sent to
+    the pane run in the container, the pane's resize reaches the container's terminal,
+    and the shell's exit status comes back to the pane."""
+    require_docker()
+    if shutil.which("tmux") is None:
+        skip_or_fail("no tmux: scripts/test-deps installs it")
+    with fgpu_up(tmp_path / "home") as stack:
+        ask = ["session", "create", "--image", "fgpu/busybox:latest", "--cpu-only"]
+        [s] = stack.json(*ask, "--cpu", "0.5", "--mem", "64m", "--wait")["sessions"]
+        assert (s["status"], s["type"]) == ("RUNNING", "interactive")  # its shell waits
+        tmux = _Tmux(tmp_path / "tmux.sock", stack.command_env())
+        try:
+            shell = f"{FGPU} session shell {s['id']}; echo exited-$?; sleep 60"
+            tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", shell)
+            tmux.ask("echo sum-$((6*7)); stty size", "sum-42", "30 100")
+            tmux("resize-window", "-t", "t", "-x", "120", "-y", "40")
+            tmux.ask("stty size", "40 120")
+            tmux("send-keys", "-t", "t", "exit 5", "Enter")
+            tmux.shows("exited-5")
+        finally:
+            tmux("kill-server", check=False)
+
+
+class _Tmux:
+    """A tmux server of its own (``socket``), started with ``env``: its panes run
+    ``fgpu`` as the stack's user."""
+
+    def __init__(self, socket: Path, env: dict[str, str]) -> None:
+        self.socket, self.env = socket, env
+
+    def __call__(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run(
+            ["tmux", "-f", "/dev/null", "-S", str(self.socket), *args],
+            env=self.env, capture_output=True, text=True, timeout=20, check=check,
+        )  # fmt: skip
+        return done.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-J", "-t", "t", "-S", "-")
+
+    def shows(self, *texts: str, within_s: float = 20) -> str:
+        deadline = time.monotonic() + within_s
+        while True:
+            seen = self.screen()
+            if all(t in seen for t in texts):
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError((texts, seen[-800:]))
+            time.sleep(0.1)  # polling a terminal we do not own, bounded by the deadline
+
+    def ask(self, keys: str, *texts: str) -> None:
+        """Send ``keys`` and Enter until all of ``texts`` show after them (20 s at most):
+        keys sent while the shell starts may be eaten, as under a pty."""
+        deadline = time.monotonic() + 20
+        while True:
+            before = self.screen()
+            self("send-keys", "-t", "t", keys, "Enter")
+            try:
+                seen = self.shows(*texts, within_s=1)
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                continue
+            if seen.count(texts[-1]) > before.count(texts[-1]):
+                return
 
 
 def _set_size(fd: int, rows: int, cols: int) -> None:
