@@ -398,6 +398,8 @@ def test_an_agent_mounts_every_storage_host_unless_told_which(tmp_path: Path) ->
     toml.write_text('storage_hosts = ["ceph"]\n')
     assert hosts(config=toml) == ("ceph",)
     assert hosts(config=toml, storage_host=["nfs"]) == ("nfs",)  # the option wins
+    toml.write_text("storage_hosts = []\n")
+    assert hosts(config=toml) == ()  # none: no session that mounts a folder comes here
     with pytest.raises(SystemExit) as refused:
         hosts(storage_host=["a/b"])
     assert refused.value.code == 2

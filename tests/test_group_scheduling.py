@@ -39,12 +39,15 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.allocator import place
+from services.domain.durations import LONGEST_S
+from services.domain.groups import invalid_group_command
 from services.domain.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.resources import add
 from services.domain.running_index import RunningIndex
 from services.domain.state import ClusterState, evolve
 from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION
+from services.domain.validation import invalid_request
 from services.ports.log import check_batch
 from tests.test_scheduler_reservation import Clock, NoLog
 
@@ -635,6 +638,67 @@ def test_a_session_mounting_folders_goes_only_where_their_storage_hosts_are_moun
     assert rejected.reason == (
         "no agent of resource group default mounts the virtual folders of storage host local, tape"
     )
+
+
+def test_absurd_durations_are_refused_where_given_and_never_break_the_fold() -> None:
+    """A lifetime past the year 9999 is refused in a request and in a group's settings;
+    one already on a log (folded as it is) neither breaks the fold nor the limits check."""
+    huge = 10**12
+    request = SessionRequested(
+        id="r", at=T0, actor="u", session_id="s", owner="u", image=IMAGE,
+        slots=Slots(cpu=100, mem=GIB, fgpu=50), lifetime_s=huge,
+    )  # fmt: skip
+    assert invalid_request(request) == (
+        f"lifetime must be 1 s to {LONGEST_S} s (a century; for ever: leave it out)"
+    )
+    for field in ("default_lifetime_s", "max_lifetime_s", "idle_timeout_s", "pending_timeout_s"):
+        bad = invalid_group_command(
+            {}, {}, CreateGroup(group="g", settings=GroupSettings(**{field: huge}))
+        )
+        assert bad is not None and f"at most {LONGEST_S} s" in bad[1]
+    # As a log from before the bound holds them: admitted, placed, running, checked.
+    c = Cluster()
+    c.agent("a", group="forever", gpus=2)
+    settings = GroupSettings(default_lifetime_s=huge, idle_timeout_s=huge, pending_timeout_s=huge)
+    c.group("forever", settings)
+    own = c.ask("u", 100, group="forever", lifetime_s=huge)
+    theirs = c.ask("u", 100, group="forever")
+    waits = c.ask("u", 100, group="forever")
+    c.run_placed(_scheduler().decide(c.s))
+    assert {c.s.sessions[i].status.value for i in (own, theirs)} == {"RUNNING"}
+    assert c.s.sessions[waits].status.value == "PENDING"
+    assert _limits(c, T0 + timedelta(days=365 * 100)) == []
+
+
+def test_a_session_whose_folders_fit_only_where_they_are_not_mounted_is_rejected() -> None:
+    """The agent that mounts its folders is too small for it, the one big enough mounts
+    others: it can never run, so it is rejected, and never holds up the group."""
+    c = Cluster()
+    c.agent("small", storage_hosts=("h1",))  # one device
+    c.agent("big", gpus=8, storage_hosts=("h2",))
+    never = c.ask("u", 400, storage_hosts=("h1",))
+    decided = _scheduler().decide(c.s)
+    [rejected] = [d for d in decided if isinstance(d, SessionRejected)]
+    assert (rejected.session_id, rejected.code) == (never, "unsatisfiable")
+    assert rejected.reason.startswith(
+        "of the agents that mount the virtual folders of storage host h1: no agent can ever hold"
+    )
+
+
+def test_a_session_waiting_for_lost_agents_that_mount_its_folders_reserves_nothing() -> None:
+    """Its folders' only agent is lost: past the reservation time it does not hold up
+    the rest of the group, for which the live agent is worth nothing to it."""
+    c = Cluster()
+    c.agent("h1-node", storage_hosts=("h1",))
+    c.agent("other", gpus=2, storage_hosts=())
+    c.add(
+        subj.LEDGER, AgentLost(id="lost", at=T0, actor="scheduler", agent_id="h1-node", reason="t")
+    )
+    stuck = c.ask("u", 100, storage_hosts=("h1",))
+    later = T0 + timedelta(seconds=3600)
+    plain = c.ask("u", 100, at=later)
+    placed = _placed(_scheduler(later, reserve_after_s=60).decide(c.s))
+    assert placed == {plain: "other"} and c.s.sessions[stuck].status.value == "PENDING"
 
 
 def test_a_placement_taken_back_goes_back_to_its_place_in_its_shape_s_queue() -> None:

@@ -261,3 +261,28 @@ async def test_an_agent_says_whose_folders_it_mounts(
     [registered] = [r.event async for batch in log.read(0) for r in batch]
     assert isinstance(registered, AgentRegistered)
     assert registered.storage_hosts == said
+
+
+async def test_an_agent_refuses_a_folder_of_a_storage_host_it_does_not_mount(
+    tmp_path: Path,
+) -> None:
+    """The scheduler places by storage host; a session admitted before sessions said
+    theirs could still reach an agent that mounts other hosts. It is refused there, and
+    no empty directory stands in for the folder."""
+    async with tenants() as t:
+        await t.people()
+        uma = t.client("AKuma")
+        await t.applied(uma, uma_data())  # on storage host "local"
+        sid, s = await t.session(uma, mounts=(VfolderMount(name="data"),))
+    config = dataclasses.replace(
+        agent_config("a1"), vfolder_root=str(tmp_path), storage_hosts=("nfs",)
+    )
+    agent = AgentActor(MemoryLog(), DummyRuntime(), SystemClock(), config)
+    agent.state = s
+    assert await agent._vfolders(s.sessions[sid]) == "agent a1 does not mount storage host local"
+    assert not (tmp_path / "local").exists()
+    anywhere = dataclasses.replace(config, storage_hosts=None)
+    every = AgentActor(MemoryLog(), DummyRuntime(), SystemClock(), anywhere)
+    every.state = s
+    [mount] = await every._vfolders(s.sessions[sid])  # type: ignore[misc]
+    assert mount.target == "/home/work/data" and (tmp_path / "local").is_dir()

@@ -529,9 +529,15 @@ class AgentActor:
         plan = mount_plan(self.state.tenancy, v.owner, v.mounts)
         if isinstance(plan, str) or not plan:
             return f"cannot mount: {plan}" if isinstance(plan, str) else ()
-        root = self.config.vfolder_root
+        root, hosts = self.config.vfolder_root, self.config.storage_hosts
         if root is None:
             return f"agent {self.config.agent_id} mounts no virtual folders"
+        # The scheduler places by storage host; a session admitted before sessions said
+        # theirs may still come. An empty directory made here would stand in for the folder.
+        foreign = sorted({p.vfolder.host for p in plan} - set(hosts)) if hosts is not None else []
+        if foreign:
+            where = ", ".join(foreign)
+            return f"agent {self.config.agent_id} does not mount storage host {where}"
         mounts = tuple(
             Mount(source=folder_dir(root, p.vfolder), target=p.target, read_only=p.read_only)
             for p in plan

@@ -17,7 +17,7 @@ state from the log and decides again; it can never place on a share another took
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import anyio
 import structlog
@@ -38,6 +38,7 @@ from events import (
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
+from services.domain.durations import before
 from services.domain.groups import lifetime_of, settings_of
 from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
 from services.domain.placement import policy as placement_policy
@@ -197,10 +198,10 @@ class SchedulerActor(LogActor):
             settings = self.settings(s, group)
             lifetime = lifetime_of(settings, None)
             if lifetime is not None:
-                due.update(dict.fromkeys(s.running.started_by(group, _ago(now, lifetime))))
+                due.update(dict.fromkeys(s.running.started_by(group, before(now, lifetime))))
             idle = settings.idle_timeout_s
             if idle is not None:
-                due.update(dict.fromkeys(s.running.idle_since(group, _ago(now, idle))))
+                due.update(dict.fromkeys(s.running.idle_since(group, before(now, idle))))
         for session_id in sorted(due, key=lambda sid: s.sessions[sid].arrival_seq):
             v = s.sessions[session_id]
             a = s.agents.get(v.agent_id or "")
@@ -364,7 +365,3 @@ class SchedulerActor(LogActor):
 def _outside(s: ClusterState, group: str) -> frozenset[str]:
     """The agents of every other group: nothing of ``group`` goes there."""
     return frozenset(agent_id for agent_id, a in s.agents.items() if a.group != group)
-
-
-def _ago(now: datetime, seconds: int) -> datetime:
-    return now - timedelta(seconds=seconds)

@@ -42,7 +42,8 @@ class AgentFile(BaseModel):
     runtime: str | None = None
     group: str | None = None
     registry: str | None = None  # host:port to pull missing images from
-    storage_hosts: list[str] | None = None  # whose folders it mounts (default: every one)
+    # Whose folders it mounts (default: every one; [] none: no session mounting one comes).
+    storage_hosts: list[str] | None = None
     mock_gpus: list[MockGpuConfig] = []
 
 
@@ -125,7 +126,7 @@ def agent_config(
         runtime_name=runtime or f.runtime or "docker",
         group=group,
         registry=_registry(registry or f.registry),
-        storage_hosts=tuple(f.storage_hosts) if f.storage_hosts else None,
+        storage_hosts=None if f.storage_hosts is None else tuple(f.storage_hosts),
     )
 
 

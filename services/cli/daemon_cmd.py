@@ -135,7 +135,7 @@ class AgentOptions:
         cfg = dataclasses.replace(
             cfg,
             vfolder_root=self.vfolders,
-            storage_hosts=tuple(dict.fromkeys(hosts)) if hosts else None,
+            storage_hosts=None if hosts is None else tuple(dict.fromkeys(hosts)),
         )
         return with_regions(cfg, self.shim_dir, self.no_shim, self.regions_dir)
 

@@ -166,9 +166,10 @@ def never_fits(
     live_only: bool = False,
     gpu_models: tuple[str, ...] = (),
     group: str | None = None,
+    excluded: AbstractSet[str] = frozenset(),
 ) -> Refusal | None:
-    """Why no registered agent (of ``group``, if given) could ever take this session, even
-    empty, on devices of ``gpu_models`` (empty: any); None if one could.
+    """Why no registered agent (of ``group``, if given; not ``excluded``) could ever take
+    this session, even empty, on devices of ``gpu_models`` (empty: any); None if one could.
 
     Lost agents count: they may come back, and a heartbeat gap must not turn a request
     away for good (``live_only``: count only agents not lost). With no agent registered yet
@@ -177,7 +178,9 @@ def never_fits(
     known = [
         a
         for a in s.agents.values()
-        if not (live_only and a.lost) and (group is None or a.group == group)
+        if not (live_only and a.lost)
+        and (group is None or a.group == group)
+        and a.agent_id not in excluded
     ]
     if not known:
         return None

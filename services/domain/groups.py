@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from events import CreateGroup, GroupSettings, RemoveGroup, UpdateGroup
 from events import subjects as subj
+from services.domain.durations import LONGEST_S
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -120,6 +121,11 @@ def _invalid_settings(
     for name, value in times.items():
         if value is not None and value < 0:
             return False, f"the {name} must not be negative"
+        if value is not None and value > LONGEST_S:
+            return (
+                False,
+                f"the {name} must be at most {LONGEST_S} s (a century; none: leave it out)",
+            )
     for name in ("default lifetime", "maximum lifetime", "idle timeout"):
         if times[name] == 0:
             return False, f"the {name} must be at least 1 s (none: leave it out)"

@@ -18,10 +18,11 @@ view says (``started_at``, ``lifetime_s``, ``session_type``, ``active_at``).
 """
 
 from bisect import bisect_left, bisect_right, insort
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from events import SessionType
+from services.domain.durations import after
 
 if TYPE_CHECKING:
     from services.domain.views import SessionView
@@ -44,7 +45,7 @@ class RunningIndex:
         if v.lifetime_s is None:
             insort(self._started.setdefault(v.group, []), (started, v.session_id))
         else:
-            insort(self._own, (started + timedelta(seconds=v.lifetime_s), v.session_id))
+            insort(self._own, (after(started, v.lifetime_s), v.session_id))
         if v.session_type is SessionType.INTERACTIVE:
             insort(self._active.setdefault(v.group, []), (_active(v, started), v.session_id))
 
@@ -55,7 +56,7 @@ class RunningIndex:
             _drop(self._started, v.group, (started, sid))
         else:
             own = self._own
-            del own[bisect_left(own, (started + timedelta(seconds=v.lifetime_s), sid))]
+            del own[bisect_left(own, (after(started, v.lifetime_s), sid))]
         if v.session_type is SessionType.INTERACTIVE:
             _drop(self._active, v.group, (_active(v, started), sid))
 

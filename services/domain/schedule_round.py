@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from fractions import Fraction
 
 from events import (
@@ -35,6 +35,7 @@ from events import (
     Slots,
 )
 from services.domain.allocator import Placement, Refusal, never_fits
+from services.domain.durations import before
 from services.domain.images import pullers
 from services.domain.pending import QueueShape, UserKey, admitted_at
 from services.domain.placement import PlacementPolicy
@@ -191,23 +192,35 @@ class GroupRound:
         held[who[1]] = add(held.get(who[1], Slots()), v.slots)
 
     def _never_fits(self, key: QueueShape, v: SessionView) -> Refusal | None:
-        """Once per shape and round: it scans every agent."""
+        """Once per shape and round: it scans every agent. A session that mounts folders
+        must fit, all of it, on one agent that mounts their storage hosts."""
         if key not in self._never:
             why = never_fits(self.s, v.slots, v.image, gpu_models=v.gpu_models, group=self.group)
             hosts = v.storage_hosts
-            if (
-                why is None
-                and hosts
-                and not any(
-                    a.group == self.group and mounts_all(a, hosts) for a in self.s.agents.values()
-                )
-            ):
-                named = ", ".join(hosts)
-                why = Refusal(
-                    "vfolder",
-                    f"no agent of resource group {self.group} mounts the virtual folders of "
-                    f"storage host {named}",
-                )
+            if why is None and hosts:
+                named = f"the virtual folders of storage host {', '.join(hosts)}"
+                mounting = [
+                    a
+                    for a in self.s.agents.values()
+                    if a.group == self.group and mounts_all(a, hosts)
+                ]
+                if not mounting:
+                    why = Refusal(
+                        "vfolder", f"no agent of resource group {self.group} mounts {named}"
+                    )
+                else:
+                    on_those = never_fits(
+                        self.s,
+                        v.slots,
+                        v.image,
+                        gpu_models=v.gpu_models,
+                        group=self.group,
+                        excluded=self._not_mounting(hosts),
+                    )
+                    if on_those is not None:
+                        why = Refusal(
+                            on_those.code, f"of the agents that mount {named}: {on_those.reason}"
+                        )
             self._never[key] = why
         return self._never[key]
 
@@ -238,12 +251,26 @@ class GroupRound:
     def _reserves(self, v: SessionView) -> bool:
         """Whether ``v``, which does not fit, waited so long that nothing after it may be
         placed until it fits (no starvation behind smaller sessions; Backend.AI #13706)."""
-        return (self.now - admitted_at(v)).total_seconds() > self.reserve_after_s and (
-            never_fits(
-                self.s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=self.group
-            )
-            is None
+        if (self.now - admitted_at(v)).total_seconds() <= self.reserve_after_s:
+            return False
+        hosts = v.storage_hosts
+        cannot = self._not_mounting(hosts) if hosts else frozenset()
+        if hosts and not any(
+            a.group == self.group and not a.lost and a.agent_id not in cannot
+            for a in self.s.agents.values()
+        ):
+            return False  # no live agent could run it: nothing is worth waiting for
+        # Only the agents it could run on (live, mounting its folders) are worth waiting for.
+        why = never_fits(
+            self.s,
+            v.slots,
+            v.image,
+            live_only=True,
+            gpu_models=v.gpu_models,
+            group=self.group,
+            excluded=cannot,
         )
+        return why is None
 
     def _scheduled(self, v: SessionView, placement: Placement) -> None:
         agent_id, devices = placement
@@ -311,7 +338,7 @@ def overdue(
 ) -> Iterator[AnyEvent]:
     """The cancellations of ``group``'s sessions waiting past ``limit`` s at ``now``, the
     longest waiting first (``excluded``: the agents not the group's, for the reason)."""
-    due = s.queue.admitted_by(group, now - timedelta(seconds=limit))
+    due = s.queue.admitted_by(group, before(now, limit))
     largest = largest_free(s, excluded) if due else 0
     for session_id in due:
         v = s.sessions[session_id]

@@ -4,6 +4,7 @@ from functools import lru_cache
 
 from events import SessionRequested, SessionType
 from events import subjects as subj
+from services.domain.durations import LONGEST_S
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
 from services.domain.vfolders import MAX_MOUNTS
@@ -70,8 +71,8 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "gpu_models must be at most 64 names of 1-128 characters"
     if e.group is not None and not subj.is_token(e.group):
         return f"group {e.group!r} must be 1-64 letters, digits, '-' or '_'"
-    if e.lifetime_s is not None and e.lifetime_s <= 0:
-        return "lifetime must be at least 1 s"
+    if e.lifetime_s is not None and not 0 < e.lifetime_s <= LONGEST_S:
+        return f"lifetime must be 1 s to {LONGEST_S} s (a century; for ever: leave it out)"
     if e.session_type is SessionType.BATCH and not e.command:
         return "a batch session runs a command: give one"
     if len(e.mounts) > MAX_MOUNTS or any(not 0 < len(m.name) <= 128 for m in e.mounts):
