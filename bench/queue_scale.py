@@ -33,6 +33,7 @@ import json
 import pstats
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from rebuild import quantiles_ms  # bench/rebuild.py, beside this file
@@ -209,24 +210,14 @@ def build(
     return c, running
 
 
-def round_ms(c: Cluster, rounds: int) -> float:
-    """The median cost of a round with nothing to say."""
+def quiet_ms(check: Callable[[ClusterState], list[AnyEvent]], c: Cluster, rounds: int) -> float:
+    """The median cost of ``check`` on ``c`` when it has nothing to say: a round
+    (``decide``), or the scheduler's check of time limits (``_over_time``, every 2 s however
+    quiet the log) with every running session under a lifetime none has reached."""
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        decisions = c.scheduler.decide(c.s)
-        times.append((time.perf_counter() - t0) * 1000)
-        assert not decisions
-    return statistics.median(times)
-
-
-def limits_check_ms(c: Cluster, rounds: int) -> float:
-    """The median cost of the scheduler's check of time limits (every 2 s, however quiet
-    the log) with every running session under a lifetime none has reached."""
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        decisions = c.scheduler._over_time(c.s)
+        decisions = check(c.s)
         times.append((time.perf_counter() - t0) * 1000)
         assert not decisions
     return statistics.median(times)
@@ -257,7 +248,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     t0 = time.perf_counter()
     queue = QueueOrder(args.queue)
     small, _ = build(args.agents, args.small, kind, queue)
-    small_round = round_ms(small, args.rounds)
+    small_round = quiet_ms(small.scheduler.decide, small, args.rounds)
     del small
     big, running = build(args.agents, args.pending, kind, queue)
     built_s = time.perf_counter() - t0
@@ -265,8 +256,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     # sight (``services.actors.common``), full collections rare (``tune_gc``).
     gc.freeze()
     tune_gc()
-    big_round = round_ms(big, args.rounds)
-    limits = limits_check_ms(big, args.rounds)
+    big_round = quiet_ms(big.scheduler.decide, big, args.rounds)
+    limits = quiet_ms(big.scheduler._over_time, big, args.rounds)
     profile = None
     if args.profile:
         prof = cProfile.Profile()

@@ -21,7 +21,7 @@ from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.groups import admission_problem
 from services.domain.images import image_refusal, resolve_image
-from services.domain.quota import admission_refusal, mount_refusal, storage_hosts
+from services.domain.quota import admission_refusal, mounted_hosts
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
 
@@ -53,6 +53,7 @@ class QuotaActor(LogActor):
             image = resolve_image(s.tenancy, v.domain, v.image)
             why = v.invalid
             code = "invalid"
+            mounted: tuple[str, ...] | str = ()
             if why is None:
                 why = admission_problem(s.tenancy.groups, v.group, v.project, v.lifetime_s)
                 code = "group"
@@ -63,8 +64,9 @@ class QuotaActor(LogActor):
                 why = admission_refusal(s, v)
                 code = "quota"
             if why is None:
-                why = mount_refusal(s.tenancy, v)
-                code = "vfolder"
+                mounted = mounted_hosts(s.tenancy, v)
+                if isinstance(mounted, str):
+                    why, code = mounted, "vfolder"
             prov = Provenance(NAME, now, v.request_id, v.correlation_id)
             decision: AnyEvent
             if why is None:
@@ -74,7 +76,7 @@ class QuotaActor(LogActor):
                     session_id=session_id,
                     owner=v.owner,
                     image=None if image == v.image else image,
-                    storage_hosts=storage_hosts(s.tenancy, v),
+                    storage_hosts=() if isinstance(mounted, str) else mounted,
                 )
             else:
                 decision = stamp(

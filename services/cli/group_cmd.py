@@ -11,8 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.options import Settings, api_errors, fail, out, print_json
-from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, refused, said
+from services.cli.options import fail, out, print_json
+from services.cli.tenancy_cmd import (
+    JsonOpt,
+    TimeoutOpt,
+    admin_app,
+    ask,
+    listed,
+    refused,
+    said,
+)
 
 if TYPE_CHECKING:
     from events import GroupSettings
@@ -55,11 +63,6 @@ _CLEARABLE = {
 }
 
 
-def _settings(ctx: typer.Context) -> Settings:
-    s: Settings = ctx.obj
-    return s
-
-
 def _given(
     queue: str | None,
     policy: str | None,
@@ -89,8 +92,7 @@ def _given(
 def _current(ctx: typer.Context, group: str) -> dict[str, Any]:
     """The group's settings as the read API lists them (empty: the default group never
     given any). Exits 1 if the viewer sees no such group."""
-    with api_errors():
-        found = _settings(ctx).read_api().get("/v1/groups")
+    found = listed(ctx, "/v1/groups")
     for g in found:
         if g["group"] == group:
             if not g["configured"]:
@@ -209,8 +211,7 @@ def group_rm(
 @group_app.command("ls")
 def group_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """The groups you may use, with their settings (a superadmin: all)."""
-    with api_errors():
-        found = _settings(ctx).read_api().get("/v1/groups")
+    found = listed(ctx, "/v1/groups")
     if as_json:
         print_json(found)
         return

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from services.cli.options import Settings, api_errors, out, print_json
+from services.cli.options import out, print_json
 from services.cli.render import images_table
-from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, said
+from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, admin_app, ask, listed, said
 
 __all__ = ["app", "register"]
 
@@ -20,12 +20,6 @@ policy_app = typer.Typer(
     help="Which images a domain may run, and its aliases (its admins, superadmins).",
     no_args_is_help=True,
 )
-
-
-def _get(ctx: typer.Context, path: str, params: dict[str, str] | None = None) -> object:
-    settings: Settings = ctx.obj
-    with api_errors():
-        return settings.read_api().get(path, params)
 
 
 @app.command("ls")
@@ -39,7 +33,7 @@ def images_ls(
 ) -> None:
     """Each image name with its tags, ids, digests, size, the agents that hold it, and
     whether your domain (or DOMAIN) may run it."""
-    page = _get(ctx, "/v1/images", {"domain": domain} if domain else None)
+    page = listed(ctx, "/v1/images", {"domain": domain} if domain else None)
     assert isinstance(page, dict)
     if as_json:
         print_json(page["images"])
@@ -107,7 +101,7 @@ def images_unalias(
 @policy_app.command("ls")
 def images_policies(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Each domain's allow-list and aliases (superadmins: every domain; else one's own)."""
-    found = _get(ctx, "/v1/image-policies")
+    found = listed(ctx, "/v1/image-policies")
     assert isinstance(found, list)
     if as_json:
         print_json(found)

@@ -95,9 +95,10 @@ def said(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> None
         out().print(text, highlight=False)
 
 
-def _listed(ctx: typer.Context, path: str) -> Any:
+def listed(ctx: typer.Context, path: str, params: dict[str, str] | None = None) -> Any:
+    """The read API's answer to ``GET path?params`` (exits with one line if it fails)."""
     with api_errors():
-        return _settings(ctx).read_api().get(path)
+        return _settings(ctx).read_api().get(path, params)
 
 
 def _split(project: str) -> tuple[str, str]:
@@ -123,7 +124,7 @@ def domain_create(
 @domain_app.command("ls")
 def domain_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Domains and their projects."""
-    found = _listed(ctx, "/v1/domains")
+    found = listed(ctx, "/v1/domains")
     if as_json:
         print_json(found)
         return
@@ -243,7 +244,7 @@ def user_leave(
 @user_app.command("ls")
 def user_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Users, their domain, role and projects."""
-    found = _listed(ctx, "/v1/users")
+    found = listed(ctx, "/v1/users")
     if as_json:
         print_json(found)
         return
@@ -306,7 +307,7 @@ def keypair_revoke(
 @keypair_app.command("ls")
 def keypair_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Keypairs (never a secret): whose, and whether revoked."""
-    found = _listed(ctx, "/v1/keypairs")
+    found = listed(ctx, "/v1/keypairs")
     if as_json:
         print_json(found)
         return
@@ -410,7 +411,7 @@ def _policy(
 @policy_app.command("ls")
 def policy_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Every resource policy."""
-    found = _listed(ctx, "/v1/policies")
+    found = listed(ctx, "/v1/policies")
     if as_json:
         print_json(found)
         return
@@ -443,7 +444,7 @@ def login(
 def whoami(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """The access key this CLI speaks as, and whose it is (from the read API)."""
     settings = _settings(ctx)
-    keys = {k["access_key"]: k for k in _listed(ctx, "/v1/keypairs")}
+    keys = {k["access_key"]: k for k in listed(ctx, "/v1/keypairs")}
     mine = keys.get(settings.access_key)
     found = {
         "access_key": settings.access_key,

@@ -13,7 +13,7 @@ from services.domain.tenancy import Tenancy, project_key
 from services.domain.vfolders import mount_plan
 from services.domain.views import ClusterState, OwnerUsage, SessionView
 
-__all__ = ["admission_refusal", "keypair_policy", "mount_refusal", "storage_hosts"]
+__all__ = ["admission_refusal", "keypair_policy", "mounted_hosts"]
 
 
 def keypair_policy(s: ClusterState, access_key: str) -> ResourcePolicy | None:
@@ -68,18 +68,11 @@ def admission_refusal(s: ClusterState, v: SessionView) -> str | None:
     return None
 
 
-def mount_refusal(t: Tenancy, v: SessionView) -> str | None:
-    """Why ``v`` may not mount the virtual folders it asks for; None if it may (or asks
-    for none)."""
+def mounted_hosts(t: Tenancy, v: SessionView) -> tuple[str, ...] | str:
+    """The storage hosts of the virtual folders ``v`` asks to mount, sorted (none if it
+    asks for none); or why it may not mount them."""
     plan = mount_plan(t, v.owner, v.mounts)
-    return plan if isinstance(plan, str) else None
-
-
-def storage_hosts(t: Tenancy, v: SessionView) -> tuple[str, ...]:
-    """The storage hosts of the folders ``v`` mounts, sorted (none if it may not mount
-    them: it is refused then)."""
-    plan = mount_plan(t, v.owner, v.mounts)
-    return () if isinstance(plan, str) else tuple(sorted({p.vfolder.host for p in plan}))
+    return plan if isinstance(plan, str) else tuple(sorted({p.vfolder.host for p in plan}))
 
 
 def _not_a_tenant(t: Tenancy, v: SessionView) -> str | None:

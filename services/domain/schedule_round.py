@@ -192,37 +192,38 @@ class GroupRound:
         held[who[1]] = add(held.get(who[1], Slots()), v.slots)
 
     def _never_fits(self, key: QueueShape, v: SessionView) -> Refusal | None:
-        """Once per shape and round: it scans every agent. A session that mounts folders
-        must fit, all of it, on one agent that mounts their storage hosts."""
+        """Once per shape and round: it scans every agent."""
         if key not in self._never:
             why = never_fits(self.s, v.slots, v.image, gpu_models=v.gpu_models, group=self.group)
-            hosts = v.storage_hosts
-            if why is None and hosts:
-                named = f"the virtual folders of storage host {', '.join(hosts)}"
-                mounting = [
-                    a
-                    for a in self.s.agents.values()
-                    if a.group == self.group and mounts_all(a, hosts)
-                ]
-                if not mounting:
-                    why = Refusal(
-                        "vfolder", f"no agent of resource group {self.group} mounts {named}"
-                    )
-                else:
-                    on_those = never_fits(
-                        self.s,
-                        v.slots,
-                        v.image,
-                        gpu_models=v.gpu_models,
-                        group=self.group,
-                        excluded=self._not_mounting(hosts),
-                    )
-                    if on_those is not None:
-                        why = Refusal(
-                            on_those.code, f"of the agents that mount {named}: {on_those.reason}"
-                        )
+            if why is None and v.storage_hosts:
+                why = self._never_mounted(v)
             self._never[key] = why
         return self._never[key]
+
+    def _never_mounted(self, v: SessionView, *, live_only: bool = False) -> Refusal | None:
+        """Why no agent of the group that mounts ``v``'s folders' storage hosts (a live
+        one, if ``live_only``) could ever take all of ``v``; None if one could."""
+        cannot = self._not_mounting(v.storage_hosts)
+        named = f"the virtual folders of storage host {', '.join(v.storage_hosts)}"
+        if not any(
+            a.group == self.group and a.agent_id not in cannot and not (live_only and a.lost)
+            for a in self.s.agents.values()
+        ):
+            return Refusal("vfolder", f"no agent of resource group {self.group} mounts {named}")
+        why = never_fits(
+            self.s,
+            v.slots,
+            v.image,
+            live_only=live_only,
+            gpu_models=v.gpu_models,
+            group=self.group,
+            excluded=cannot,
+        )
+        return (
+            None
+            if why is None
+            else Refusal(why.code, f"of the agents that mount {named}: {why.reason}")
+        )
 
     def _placement(self, v: SessionView) -> Placement | None:
         """Among the agents holding its image first; those that would pull it after. Only
@@ -250,27 +251,19 @@ class GroupRound:
 
     def _reserves(self, v: SessionView) -> bool:
         """Whether ``v``, which does not fit, waited so long that nothing after it may be
-        placed until it fits (no starvation behind smaller sessions; Backend.AI #13706)."""
+        placed until it fits (no starvation behind smaller sessions; Backend.AI #13706).
+        Only a live agent it could run on (mounting its folders) is worth waiting for."""
         if (self.now - admitted_at(v)).total_seconds() <= self.reserve_after_s:
             return False
-        hosts = v.storage_hosts
-        cannot = self._not_mounting(hosts) if hosts else frozenset()
-        if hosts and not any(
-            a.group == self.group and not a.lost and a.agent_id not in cannot
-            for a in self.s.agents.values()
-        ):
-            return False  # no live agent could run it: nothing is worth waiting for
-        # Only the agents it could run on (live, mounting its folders) are worth waiting for.
-        why = never_fits(
-            self.s,
-            v.slots,
-            v.image,
-            live_only=True,
-            gpu_models=v.gpu_models,
-            group=self.group,
-            excluded=cannot,
+        fits_a_live_one = (
+            never_fits(
+                self.s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=self.group
+            )
+            is None
         )
-        return why is None
+        if not fits_a_live_one:
+            return False
+        return not v.storage_hosts or self._never_mounted(v, live_only=True) is None
 
     def _scheduled(self, v: SessionView, placement: Placement) -> None:
         agent_id, devices = placement
