@@ -178,10 +178,10 @@ def never_fits(
     known = [
         a
         for a in s.agents.values()
-        if not (live_only and a.lost)
-        and (group is None or a.group == group)
-        and a.agent_id not in excluded
+        if not (live_only and a.lost) and (group is None or a.group == group)
     ]
+    if excluded:  # rare (folders' storage hosts): the common call pays nothing for it
+        known = [a for a in known if a.agent_id not in excluded]
     if not known:
         return None
     with_image = [a for a in known if obtainable(a, image)]
