@@ -50,6 +50,7 @@ from events import (
     AdminCommand,
     AdminRefused,
     AdminRequested,
+    AgentImagesReported,
     CreateDomain,
     CreateKeypair,
     CreateProject,
@@ -865,6 +866,67 @@ async def forge_a_snapshot(w: World, me: Attacker) -> Outcome:
     return Outcome(denied=denied)
 
 
+async def _captured(w: World) -> dict[str, tuple[int, int]]:
+    """What each snapshot bucket's stream holds: (messages, last sequence)."""
+    js = w.c.setup.nc.jetstream()
+    held = {}
+    for kind in subj.SNAPSHOT_KINDS:
+        state = (await js.stream_info(subj.snapshot_stream(kind))).state
+        held[kind] = (state.messages, state.last_seq)
+    return held
+
+
+async def aim_replies_at_the_log(w: World, me: Attacker) -> Outcome:
+    """Requests of one's own (a destroy, an administrator's command, a question to agent
+    a1), each with its reply subject set to a subject the stream or a snapshot bucket
+    captures: the stream's acknowledgement and the agent's answer would be stored there
+    (junk on the ledger; a bucket's meta replaced). A person's replies stay in people's
+    account, so nothing lands: the log holds the requests and their refusals, no more."""
+    meta = f"$O.{subj.snapshot_bucket('scheduler')}.M.{base64.urlsafe_b64encode(b'state').decode()}"
+    targets = [subj.LEDGER, subj.TENANCY, subj.ADMISSION, subj.agent("a1"), meta]
+    before = await _captured(w)
+    stored: list[tuple[str, str]] = []
+    if not me.person:
+        return await _aim_a_services_replies(w, me)
+    for i, target in enumerate(targets):
+        end = _event(SessionDestroyRequested, me.key, session_id=f"gone{i}", requester=me.key)
+        subject = subj.request(me.key, end.session_id)
+        await _publish(me, subject, end, reply=target)
+        stored += [(subject, "SessionDestroyRequested"), (subj.LEDGER, "DestroyRejected")]
+        await w.answer(DestroyRejected, end.id)
+    ask = _event(AdminRequested, me.key, requester=me.key, command=CreateDomain(domain="evil"))
+    await _publish(me, subj.admin(me.key, ask.id), ask, reply=subj.TENANCY)
+    refused: AdminRefused = await w.answer(AdminRefused, ask.id)
+    stored += [(subj.admin(me.key, ask.id), "AdminRequested"), (subj.TENANCY, "AdminRefused")]
+    logs = msgspec.json.encode(LogsRequest(session_id=w.victim, tail=10))
+    for target in (subj.LEDGER, meta):
+        await me.nc.publish(subj.agent_request("a1", me.key), logs, reply=target)
+    # The agent's answers, had they landed, came before the fence's answer.
+    assert refused.code == "forbidden"
+    assert await _captured(w) == before
+    return Outcome(stored=stored)
+
+
+async def _aim_a_services_replies(w: World, me: Attacker) -> Outcome:
+    """A service shares the log's account: the acknowledgement of its own report, aimed at
+    a decision subject, is stored there. It is not an event, let alone one of that
+    subject's: every fold takes it for a malformed payload, which the quota actor answers,
+    and nothing else."""
+    a1, start = w.state.agents["a1"], w.state.last_seq
+    report = _event(AgentImagesReported, "a1", agent_id="a1", images=a1.image_details)
+    stored = [(subj.agent("a1"), "AgentImagesReported")] * 2
+    for target in (subj.LEDGER, subj.TENANCY):
+        await _publish(me, subj.agent("a1"), report, reply=target)
+        stored += [(target, "Malformed"), (subj.SYS, "PayloadRejected")]
+
+    def answered(s: ClusterState) -> bool:
+        rejected = [r for r in w.records if r.seq > start and r.subject == subj.SYS]
+        return len(rejected) == 2 and not s.malformed
+
+    await w.until(answered)
+    return Outcome(stored=stored)
+
+
 ATTACKS: dict[str, Attack] = {
     "publish-sched": forge_placement,
     "publish-admission": forge_admission,
@@ -879,6 +941,7 @@ ATTACKS: dict[str, Attack] = {
     "manage-stream": manage_the_stream,
     "manage-consumers": manage_consumers,
     "forge-snapshot": forge_a_snapshot,
+    "aim-replies-at-the-log": aim_replies_at_the_log,
     "read-others": read_others,
     "exec-in-anothers-session": exec_in_anothers,
     "channel-into-anothers-session": channel_into_anothers,

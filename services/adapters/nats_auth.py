@@ -10,9 +10,12 @@ ways in, which cannot wait on the gatekeeper:
     fgpu-setup  account FGPU: creates or updates the stream, and writes the first tenancy
     fgpu-sys    system account: disconnects a revoked key's connections
 
-Accounts: everything of fgpu's lives in FGPU (JetStream is enabled there); AUTH holds the
-callout service; SYS is the system account. Secrets (the issuer's account seed, the
-static users' passwords) never leave the file ``save`` writes, readable by its owner only.
+Accounts: the cluster's services and its log live in FGPU (JetStream is enabled there);
+people are placed in USERS, which reaches FGPU only through the subjects FGPU exports to
+it (``PEOPLE_SERVICE_IMPORTS``, ``PEOPLE_STREAM_IMPORTS``), so a reply subject a person
+names stays in USERS; AUTH holds the callout service; SYS is the system account. Secrets
+(the issuer's account seed, the static users' passwords) never leave the file ``save``
+writes, readable by its owner only.
 """
 
 import json
@@ -23,15 +26,18 @@ from pathlib import Path
 
 from services.adapters.nats_jwt import new_account_seed, public_key
 from services.domain.permissions import (
+    PEOPLE_ACCOUNT,
+    PEOPLE_SERVICE_IMPORTS,
+    PEOPLE_STREAM_IMPORTS,
+    SERVICES_ACCOUNT,
     SNAPSHOT_BUCKETS_ADMIN,
     Permissions,
     inbox,
     service_permissions,
 )
 
-__all__ = ["ACCOUNT", "SETUP_PERMISSIONS", "ServerAuth"]
+__all__ = ["SETUP_PERMISSIONS", "ServerAuth", "accounts_config"]
 
-ACCOUNT = "FGPU"  # the account every fgpu identity is placed in
 AUTH_USER, GATE_USER, SETUP_USER, SYS_USER = "fgpu-auth", "fgpu-gate", "fgpu-setup", "fgpu-sys"
 _JS = "$JS.API"
 
@@ -81,16 +87,13 @@ class ServerAuth:
         gate = _permissions(_GATE)
         setup = _permissions(SETUP_PERMISSIONS)
         users = ", ".join(f'"{u}"' for u in (AUTH_USER, GATE_USER, SETUP_USER, SYS_USER))
+        services_users = f"""
+      {{ user: "{GATE_USER}", password: "{self.gate_password}", permissions: {gate} }}
+      {{ user: "{SETUP_USER}", password: "{self.setup_password}", permissions: {setup} }}"""
         return f"""
 accounts {{
   AUTH {{ users: [ {{ user: "{AUTH_USER}", password: "{self.auth_password}" }} ] }}
-  {ACCOUNT} {{
-    jetstream: enabled
-    users: [
-      {{ user: "{GATE_USER}", password: "{self.gate_password}", permissions: {gate} }}
-      {{ user: "{SETUP_USER}", password: "{self.setup_password}", permissions: {setup} }}
-    ]
-  }}
+{accounts_config(services_users)}
   SYS {{ users: [ {{ user: "{SYS_USER}", password: "{self.sys_password}" }} ] }}
 }}
 system_account: SYS
@@ -118,6 +121,43 @@ authorization {{
             return cls(**data)
         except TypeError as e:
             raise ValueError(f"{directory / 'auth.json'} holds no fgpu server secrets") from e
+
+
+def accounts_config(services_users: str = "") -> str:
+    """The services' account (JetStream on, ``services_users`` as its static users) and
+    people's, with what the one exports and the other imports."""
+
+    def listed(kind: str, subjects: tuple[str, ...], account: str = "") -> str:
+        source = f"account: {SERVICES_ACCOUNT}, " if account else ""
+        return "\n".join(f'      {{ {kind}: {{ {source}subject: "{s}" }} }}' for s in subjects)
+
+    exports = "\n".join(
+        f'      {{ {kind}: "{s}" }}'
+        for kind, subjects in (
+            ("service", PEOPLE_SERVICE_IMPORTS),
+            ("stream", PEOPLE_STREAM_IMPORTS),
+        )
+        for s in subjects
+    )
+    imports = "\n".join(
+        (
+            listed("service", PEOPLE_SERVICE_IMPORTS, SERVICES_ACCOUNT),
+            listed("stream", PEOPLE_STREAM_IMPORTS, SERVICES_ACCOUNT),
+        )
+    )
+    return f"""  {SERVICES_ACCOUNT} {{
+    jetstream: enabled
+    users: [{services_users}
+    ]
+    exports: [
+{exports}
+    ]
+  }}
+  {PEOPLE_ACCOUNT} {{
+    imports: [
+{imports}
+    ]
+  }}"""
 
 
 def _permissions(p: Permissions) -> str:

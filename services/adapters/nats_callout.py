@@ -3,7 +3,8 @@ and disconnecting a connection through the system account.
 
 ``serve_callout`` answers on ``$SYS.REQ.USER.AUTH`` as the static user ``fgpu-auth`` (in a
 queue group, so several gatekeepers share the work), asking ``decide`` about each
-request: a Grant becomes a user JWT with its permissions in account FGPU, anything else
+request: a Grant becomes a user JWT with its permissions in its account (people's or the
+services'), anything else
 a refusal the server turns into "Authorization Violation". ``SystemKicker`` disconnects
 a connection as the static system user (``$SYS.REQ.SERVER.<id>.KICK``).
 """
@@ -20,7 +21,7 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from services.adapters.nats_auth import ACCOUNT, AUTH_USER, SYS_USER, ServerAuth
+from services.adapters.nats_auth import AUTH_USER, SYS_USER, ServerAuth
 from services.adapters.nats_jwt import (
     AuthRequest,
     JwtError,
@@ -90,7 +91,7 @@ async def _answer(request: AuthRequest, auth: ServerAuth, decide: Decide) -> byt
     p = decision.permissions
     jwt = user_jwt(
         request,
-        account=ACCOUNT,
+        account=p.account,
         name=decision.name,
         publish=p.publish,
         subscribe=p.subscribe,

@@ -19,13 +19,25 @@ from events import Role
 from events import subjects as subj
 
 __all__ = [
+    "PEOPLE_ACCOUNT",
+    "PEOPLE_SERVICE_IMPORTS",
+    "PEOPLE_STREAM_IMPORTS",
+    "SERVICES_ACCOUNT",
     "SNAPSHOT_BUCKETS_ADMIN",
+    "STREAM_ADMIN",
     "Permissions",
     "inbox",
     "service_permissions",
     "user_permissions",
 ]
 
+# Two NATS accounts: the cluster's services and its log live in one, people in the other,
+# which reaches the first only through the subjects it imports (``PEOPLE_IMPORTS``). A
+# reply subject is an account's own: whatever reply a person names, the server's
+# acknowledgement or an agent's answer travels back to the person's account on a mapped
+# subject, never onto a subject the stream or a bucket captures.
+SERVICES_ACCOUNT = "FGPU"
+PEOPLE_ACCOUNT = "USERS"
 _STREAM = subj.STREAM
 _JS = "$JS.API"
 # Reading the log through consumers: stream info, consumers (ordered and durable, made,
@@ -57,12 +69,27 @@ SNAPSHOT_BUCKETS_ADMIN = tuple(
     for kind in subj.SNAPSHOT_KINDS
     for op in ("INFO", "CREATE")
 )
-_STREAM_ADMIN = (
+STREAM_ADMIN = (
     f"{_JS}.STREAM.INFO.{_STREAM}",
     f"{_JS}.STREAM.CREATE.{_STREAM}",
     f"{_JS}.STREAM.UPDATE.{_STREAM}",
     *SNAPSHOT_BUCKETS_ADMIN,
 )
+
+
+# What people's account reaches of the services' account: requests answered by the
+# stream (a JetStream publish: its acknowledgement comes back), by an agent or by the
+# JetStream API (a superadmin's stream administration), and the up side of channels
+# (service imports); and the down side of channels (a stream import). Who of the people
+# may use which is each one's permissions.
+PEOPLE_SERVICE_IMPORTS = (
+    "fgpu.req.>",
+    "fgpu.admin.>",
+    f"{subj.AGENT_RPC_PREFIX}.>",
+    f"{subj.CHANNEL_PREFIX}.*.*.*.up",
+    *STREAM_ADMIN,
+)
+PEOPLE_STREAM_IMPORTS = (f"{subj.CHANNEL_PREFIX}.*.*.*.down",)
 
 
 def _snapshot_reads(kind: str) -> tuple[str, ...]:
@@ -100,6 +127,7 @@ class Permissions:
     subscribe: tuple[str, ...]
     deny_publish: tuple[str, ...] = _NEVER
     responds: bool = False
+    account: str = SERVICES_ACCOUNT
 
 
 def inbox(access_key: str) -> str:
@@ -118,9 +146,9 @@ def user_permissions(access_key: str, role: Role) -> Permissions:
         f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.up",
     )
     if role is Role.SUPERADMIN:
-        publish += _STREAM_ADMIN
+        publish += STREAM_ADMIN
     subscribe = (f"{inbox(access_key)}.>", f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.down")
-    return Permissions(publish=publish, subscribe=subscribe)
+    return Permissions(publish=publish, subscribe=subscribe, account=PEOPLE_ACCOUNT)
 
 
 def service_permissions(access_key: str, service: str) -> Permissions | None:
