@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) bench/state_at.py
 	$(PY) bench/cli.py
 	$(PY) bench/tenancy.py
+	$(PY) bench/flood.py
 	$(PY) bench/history.py
 	$(PY) bench/archive.py
 	$(PY) bench/failover.py

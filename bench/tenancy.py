@@ -6,9 +6,10 @@ alternated, each on a fresh server:
 1. open: nats-server without authentication, no tenancy; quota, scheduler and simulated
    agents (one process each, dummy runtime) connect anonymously; ten owners ask;
 2. auth: nats-server with authentication on (the shipped shape: accounts, static users,
-   the auth callout answered by the gatekeeper, a process of its own); the quota,
+   the auth callout answered by the gatekeeper, a process of its own); the intake, quota,
    scheduler and agent host connect with their service keypairs; ten users of one
-   project, each with its keypair, ask through connections of their own; policies are
+   project, each with its keypair, hand their requests to the intake (which writes them
+   on the log, each key at its rate) through connections of their own; policies are
    set at the four levels (keypair, user, project, domain), generous enough that every
    session is admitted: the cost of checking them is what is measured.
 
@@ -49,6 +50,7 @@ from events import (
 from services.actors.bootstrap import bootstrap
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.nats_auth import SETUP_USER, ServerAuth
 from services.adapters.system_clock import SystemClock
 from services.client import Client
@@ -57,7 +59,7 @@ from services.domain.permissions import inbox
 from services.domain.tenancy import DEFAULT
 
 TEAMS = 10
-SERVICES = ("quota", "scheduler", "agent-host")
+SERVICES = ("intake", "quota", "scheduler", "agent-host")
 SLOTS = Slots(cpu=100, mem=1 << 30, fgpu=100)  # 1 fGPU
 _PLENTY = Slots(cpu=10**12, mem=1 << 60, fgpu=10**9)
 
@@ -165,6 +167,8 @@ async def _actors(
     sim = ["sim", "agents", "--count", str(agents), "--gpus", str(GPUS_PER_AGENT)]
     sim += ["--fgpu-per-gpu", str(FGPU_PER_GPU)]
     names = {f"{run}-quota": ["quota"], f"{run}-scheduler": ["scheduler"], f"{run}-agents": sim}
+    if run == "auth":  # people hand requests to the intake, at their keys' rate
+        names[f"{run}-intake"] = ["intake"]
     procs = {n: spawn(c.url, *extra, *args, log_dir=log_dir, name=n) for n, args in names.items()}
     async with ready(procs, log_dir):
         yield
@@ -181,7 +185,15 @@ async def throughput(c: Cluster, sessions: int) -> float:
             logs.append(c.admin)
         else:
             logs.append(await connect(c.url, user=key, password=secret, inbox_prefix=inbox(key)))
-    clients = [Client(log, SystemClock(), key) for log, (key, _) in zip(logs, c.users, strict=True)]
+    clients = [
+        Client(
+            log,
+            SystemClock(),
+            key,
+            sender=None if secret is None else JetStreamSender(log.client, key),
+        )
+        for log, (key, secret) in zip(logs, c.users, strict=True)
+    ]
     per = sessions // len(clients)
     t0 = time.perf_counter()
     ids: list[str] = []

@@ -3,7 +3,13 @@
 This package imports nothing else of the project; everything else may import it.
 """
 
-from events.access import AccessGranted, AccessRefused, AccessSuppressed, Door
+from events.access import (
+    AccessGranted,
+    AccessRefused,
+    AccessSuppressed,
+    Door,
+    RequestsDropped,
+)
 from events.agent import (
     AgentFenced,
     AgentHeard,
@@ -15,7 +21,7 @@ from events.agent import (
 )
 from events.archive import LogArchived
 from events.base import Event
-from events.codec import SCHEMA_VERSION, decode, encode, json_schema
+from events.codec import SCHEMA_VERSION, decode, decode_many, encode, encode_many, json_schema
 from events.records import Malformed, RawBatch, Record, record_of, records_of
 from events.session import (
     DestroyRejected,
@@ -135,6 +141,7 @@ __all__ = [
     "RemoveProject",
     "RemoveUser",
     "RemoveVfolder",
+    "RequestsDropped",
     "ResourcePolicy",
     "RevokeKeypair",
     "Role",
@@ -171,7 +178,9 @@ __all__ = [
     "VfolderMount",
     "VfolderScanned",
     "decode",
+    "decode_many",
     "encode",
+    "encode_many",
     "json_schema",
     "record_of",
     "records_of",

@@ -6,6 +6,9 @@ and the read API (``via`` ``api``: a sign-in, a refused request), each on its ow
 keypair), so that the audit log finds a key's accesses with its other events. A flood is
 not written event by event: beyond a few per key and window, accesses are counted and
 one ``access.suppressed`` says how many were not written.
+
+The intake (``fgpu.access.intake``), the first reader of people's requests, writes no
+record per request it drops: ``access.requests-dropped`` counts them per key and window.
 """
 
 from datetime import datetime
@@ -13,7 +16,7 @@ from typing import Literal
 
 from events.base import Event
 
-__all__ = ["AccessGranted", "AccessRefused", "AccessSuppressed", "Door"]
+__all__ = ["AccessGranted", "AccessRefused", "AccessSuppressed", "Door", "RequestsDropped"]
 
 Door = Literal["nats", "api"]
 
@@ -48,3 +51,16 @@ class AccessSuppressed(Event, frozen=True, kw_only=True, tag="access.suppressed.
     since: datetime
     granted: int = 0
     refused: int = 0
+
+
+class RequestsDropped(Event, frozen=True, kw_only=True, tag="access.requests-dropped.v1"):
+    """Between ``since`` and this event's time the intake dropped requests of ``owner``
+    (an access key) instead of putting them on the log: ``rate_limited`` beyond the key's
+    rate, ``refused`` that could never stand (not an event, a request in another key's
+    name, a session id already taken); ``reason`` is why the first refused one was."""
+
+    owner: str
+    since: datetime
+    rate_limited: int = 0
+    refused: int = 0
+    reason: str | None = None

@@ -1,13 +1,13 @@
 """Encoding and decoding of the log's payloads, with upcasting of past versions."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from events.union import EVENT_TYPES, AnyEvent
 
-__all__ = ["SCHEMA_VERSION", "decode", "encode", "json_schema"]
+__all__ = ["SCHEMA_VERSION", "decode", "decode_many", "encode", "encode_many", "json_schema"]
 
 # Bumped when an event gets a new tag; past tags stay decodable through UPCASTERS.
 SCHEMA_VERSION = 1
@@ -18,6 +18,7 @@ UPCASTERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
+_many_decoder = msgspec.json.Decoder(list[AnyEvent])
 
 
 def encode(event: AnyEvent) -> bytes:
@@ -40,6 +41,21 @@ def decode(payload: bytes) -> AnyEvent:
                 return event
     decoded: AnyEvent = _decoder.decode(payload)
     return decoded
+
+
+def encode_many(events: Sequence[AnyEvent]) -> bytes:
+    """The JSON array of ``events``, in order: several requests in one message."""
+    return _encoder.encode(list(events))
+
+
+def decode_many(payload: bytes) -> list[AnyEvent]:
+    """The events of a JSON array ``encode_many`` made (current versions only: a message
+    that carries them is read at once, never stored for later).
+
+    Raises msgspec.DecodeError or msgspec.ValidationError, as ``decode``.
+    """
+    found: list[AnyEvent] = _many_decoder.decode(payload)
+    return found
 
 
 def json_schema() -> dict[str, Any]:

@@ -3,6 +3,8 @@
 fgpu.req.<access_key>.<session_id>   user requests (create, destroy); a NATS user can be
                                      confined to publish on fgpu.req.<its key>.> only
 fgpu.admin.<access_key>.<request_id> administrators' requests (tenancy, policies)
+                                     (with tenancy, people's requests reach both only
+                                     through the intake, which writes them there)
 fgpu.tenancy                         the registrar's answers to them: the tenancy ledger,
                                      written with optimistic concurrency on this subject
 fgpu.admission                       the quota actor's admissions and rejections, every
@@ -23,6 +25,10 @@ fgpu.access.<door>                   the access audit of one door (nats: the gat
 fgpu.storage.<host>                  what the storage service of one storage host found
                                      in its virtual folders (scans)
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
+fgpu.in.<access_key>                 people's requests on their way to the log: the intake
+                                     stream (FGPU_IN, a work queue holding a few per key),
+                                     read by the intake, which writes each on its subject
+                                     above or drops it (rate, refusal)
 fgpu.rpc.<agent_id>.<access_key>     requests to one agent (logs, exec) by an access
                                      key: core NATS request and reply, not stored in the
                                      log; the server confines a user to its own key here
@@ -36,6 +42,8 @@ __all__ = [
     "ARCHIVE",
     "CHANNEL_PREFIX",
     "HEARTBEAT_WILDCARD",
+    "INTAKE_STREAM",
+    "INTAKE_WILDCARD",
     "KEPT_SUBJECTS",
     "LEDGER",
     "SNAPSHOT_KINDS",
@@ -53,6 +61,7 @@ __all__ = [
     "agent_session",
     "channel",
     "heartbeat",
+    "intake",
     "is_token",
     "quota",
     "request",
@@ -63,6 +72,10 @@ __all__ = [
 ]
 
 STREAM = "FGPU"
+# People's requests wait here, a few per key, until the intake reads them (a work queue:
+# read once, then gone); never part of the log.
+INTAKE_STREAM = "FGPU_IN"
+INTAKE_WILDCARD = "fgpu.in.*"
 LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
 TENANCY = "fgpu.tenancy"
@@ -115,6 +128,12 @@ def is_token(value: str) -> bool:
     """Whether ``value`` may stand as one subject token (access key, session or agent id)."""
     # fullmatch: ``$`` would also match before a trailing newline (``alice\n``).
     return _TOKEN.fullmatch(value) is not None
+
+
+def intake(access_key: str) -> str:
+    """Where ``access_key`` hands its requests to the intake (one subject per key: the
+    stream bounds each key's waiting requests by subject)."""
+    return f"fgpu.in.{access_key}"
 
 
 def request(access_key: str, session_id: str) -> str:

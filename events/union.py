@@ -4,7 +4,7 @@ import typing
 
 import msgspec
 
-from events.access import AccessGranted, AccessRefused, AccessSuppressed
+from events.access import AccessGranted, AccessRefused, AccessSuppressed, RequestsDropped
 from events.agent import (
     AgentFenced,
     AgentHeard,
@@ -72,6 +72,7 @@ AnyEvent = (
     | AccessGranted
     | AccessRefused
     | AccessSuppressed
+    | RequestsDropped
     | SessionUnplaced
     | SessionLost
     | AgentFenced

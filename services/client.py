@@ -1,7 +1,9 @@
 """What a user does through the log: ask for sessions, destroy them, watch them.
 
 Used by the CLI, the demo, the tests and the benchmark. Writes are events on the user's
-own subjects (``fgpu.req.<access key>.>``); reads fold the log.
+own subjects (``fgpu.req.<access key>.>``, ``fgpu.admin.<access key>.>``): appended to
+the log, or with tenancy handed to the intake (a ``RequestSender``), which writes them
+there; reads fold the log.
 """
 
 import secrets
@@ -21,7 +23,7 @@ from events import (
 from events import subjects as subj
 from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.state import ClusterState, fold
-from services.ports import Clock, EventLog
+from services.ports import Clock, EventLog, RequestSender
 
 __all__ = ["Client", "new_session_id"]
 
@@ -31,12 +33,24 @@ def new_session_id() -> str:
 
 
 class Client:
-    def __init__(self, events: EventLog, clock: Clock, access_key: str) -> None:
+    """A user's requests, in the name of ``access_key``: appended to ``events``, or handed
+    to the intake through ``sender`` when there is one (people on a cluster with tenancy
+    may not append: the server lets them hand requests to the intake alone)."""
+
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        access_key: str,
+        *,
+        sender: RequestSender | None = None,
+    ) -> None:
         if not subj.is_token(access_key):
             raise ValueError(f"access key {access_key!r} must be 1-64 letters, digits, - or _")
         self.events = events
         self.clock = clock
         self.access_key = access_key
+        self.sender = sender
 
     async def create(
         self,
@@ -85,20 +99,17 @@ class Client:
                 mounts=tuple(mounts),
             )
             items.append((subj.request(self.access_key, sid), e))
-        if count == 1:
+        if self.sender is not None:
+            await self.sender.send([e for _, e in items])
+        elif count == 1:
             await self.events.append(items[0][0], items[0][1], expected_last_subject_seq=0)
         else:
             await self.events.append_many(items)
         return [e.session_id for _, e in items]
 
     async def destroy(self, session_id: str) -> str:
-        """Ask to end ``session_id``; the id of the request, to find its answer."""
-        request_id, _ = await self.destroy_at(session_id)
-        return request_id
-
-    async def destroy_at(self, session_id: str) -> tuple[str, int]:
         """Ask to end ``session_id``; the id of the request (its answer names it as its
-        cause) and its sequence (the answer comes after it on the log)."""
+        cause)."""
         if not subj.is_token(session_id):
             raise ValueError(f"{session_id!r} is not a session id")
         e = stamp(
@@ -107,20 +118,26 @@ class Client:
             session_id=session_id,
             requester=self.access_key,
         )
-        seq = await self.events.append(subj.request(self.access_key, session_id), e)
-        return e.id, seq
+        await self._ask(subj.request(self.access_key, session_id), e)
+        return e.id
 
-    async def admin(self, command: AdminCommand) -> tuple[str, int]:
+    async def admin(self, command: AdminCommand) -> str:
         """Ask the registrar to apply ``command``; the request's id (its answer names it as
-        its cause) and sequence (the answer comes after it on the log)."""
+        its cause)."""
         e = stamp(
             AdminRequested,
             Provenance(self.access_key, self.clock.now()),
             requester=self.access_key,
             command=command,
         )
-        seq = await self.events.append(subj.admin(self.access_key, e.id), e)
-        return e.id, seq
+        await self._ask(subj.admin(self.access_key, e.id), e)
+        return e.id
+
+    async def _ask(self, subject: str, e: SessionDestroyRequested | AdminRequested) -> None:
+        if self.sender is not None:
+            await self.sender.send([e])
+        else:
+            await self.events.append(subject, e)
 
     async def set_policy(
         self, owner: str, *, max_sessions: int | None, max_slots: Slots | None

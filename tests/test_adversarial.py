@@ -31,6 +31,7 @@ the SSE stream and ``state?at=``) are not here yet: where they join is marked in
 
 import base64
 import copy
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager
@@ -61,6 +62,7 @@ from events import (
     PayloadRejected,
     PolicyLevel,
     Record,
+    RequestsDropped,
     ResourcePolicy,
     RevokeKeypair,
     Role,
@@ -75,14 +77,23 @@ from events import (
     VfolderMount,
     VfolderScanned,
     encode,
+    encode_many,
 )
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.nats_auth import SYS_USER
 from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
-from services.cli.stack import connected, run_agent, run_quota, run_registrar, run_scheduler
+from services.cli.stack import (
+    connected,
+    run_agent,
+    run_intake,
+    run_quota,
+    run_registrar,
+    run_scheduler,
+)
 from services.client import Client
 from services.domain.access_audit import AccessLimiter
 from services.domain.channels import Data, encode_frame
@@ -104,7 +115,7 @@ from services.ports import (
 from tests.cluster import agent_config
 
 CLOCK = SystemClock()
-SERVICES = ("registrar", "quota", "scheduler", "agent:a1")
+SERVICES = ("intake", "registrar", "quota", "scheduler", "agent:a1")
 IMAGE = "fgpu/busybox:latest"
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)
 PEOPLE = {  # name: domain, project, role; each with one keypair
@@ -265,7 +276,7 @@ class World:
         key, nc = (me.key, me.nc) if me.person else (self.keys["admin"][0], self.root)
         sid = f"fence{self.fences}"
         ask = _event(SessionDestroyRequested, key, session_id=sid, requester=key)
-        await nc.publish(subj.request(key, sid), encode(ask))
+        await _hand_in(nc, key, ask)
         s = await self.until(lambda s: ask.id in s.destroy_answers)
         assert s.destroy_answers[ask.id] == "no such session"
         return [
@@ -360,6 +371,8 @@ async def _actors(c: Secured) -> AsyncIterator[None]:
             for kind in SERVICES
         }
         tg = await stack.enter_async_context(anyio.create_task_group())
+        # Drops said at once: each attack's are told before its fence.
+        await tg.start(functools.partial(run_intake, window_s=0.0), conns["intake"])
         await tg.start(run_registrar, conns["registrar"].log)
         await tg.start(run_quota, conns["quota"].log)
         await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
@@ -391,7 +404,10 @@ async def world() -> AsyncIterator[World]:
         await on.enter_async_context(_actors(c))
         vic = await c.log_as(*keys["vic"])
         on.push_async_callback(vic.close)
-        [victim] = await Client(vic, CLOCK, keys["vic"][0]).create(image=IMAGE, slots=SMALL)
+        sender = JetStreamSender(vic.client, keys["vic"][0])
+        [victim] = await Client(vic, CLOCK, keys["vic"][0], sender=sender).create(
+            image=IMAGE, slots=SMALL
+        )
         root = await c.client(*keys["admin"])
         on.push_async_callback(root.close)
         advisories = Advisories()
@@ -417,8 +433,17 @@ Attack = Callable[[World, Attacker], Awaitable[Outcome]]
 
 
 async def _publish(me: Attacker, subject: str, event: Event, **kw: Any) -> str:
-    await me.nc.publish(subject, encode(event), **kw)
+    """``event`` published on ``subject``; a person's on its own request subjects is handed
+    to the intake instead (a person may publish there alone), which writes it there."""
+    if me.person and subject.startswith((f"fgpu.req.{me.key}.", f"fgpu.admin.{me.key}.")):
+        await _hand_in(me.nc, me.key, event, **kw)
+    else:
+        await me.nc.publish(subject, encode(event), **kw)
     return subject
+
+
+async def _hand_in(nc: nats.NATS, key: str, event: Event, **kw: Any) -> None:
+    await nc.publish(subj.intake(key), encode_many([event]), **kw)
 
 
 async def forge_placement(w: World, me: Attacker) -> Outcome:
@@ -451,7 +476,8 @@ async def forge_agent_report(w: World, me: Attacker) -> Outcome:
 
 
 async def request_as_another(w: World, me: Attacker) -> Outcome:
-    """A session and a destroy of the victim's, on the victim's own subjects."""
+    """A session and a destroy of the victim's, on the victim's own subjects (the log's,
+    which people may not publish on at all, and the victim's intake)."""
     vic = w.keys["vic"][0]
     ask = _event(
         SessionRequested, vic, session_id="s-impostor", owner=vic, image=IMAGE, slots=SMALL
@@ -461,6 +487,8 @@ async def request_as_another(w: World, me: Attacker) -> Outcome:
         await _publish(me, subj.request(vic, "s-impostor"), ask),
         await _publish(me, subj.request(vic, w.victim), end),
     ]
+    await me.nc.publish(subj.intake(vic), encode_many([ask, end]))  # the victim's intake
+    subjects.append(subj.intake(vic))
     return Outcome(denied=[f"publish {s}" for s in subjects])
 
 
@@ -481,14 +509,11 @@ async def admin_as_another(w: World, me: Attacker) -> Outcome:
 async def another_named_inside(w: World, me: Attacker) -> Outcome:
     """On one's own subjects, another's name in the payload: a destroy of the victim's
     session as the victim, an admin request as the superadmin (agent a1: a report as agent
-    a2). Stored, but each stands on a subject not its own: refused as a bad payload."""
+    a2). A person's are handed to the intake, which writes neither: one record says what
+    it dropped of the key, and why. An agent's are stored, but each stands on a subject
+    not its own: refused as a bad payload."""
     if me.person:
-        vic, root = w.keys["vic"][0], w.keys["admin"][0]
-        end = _event(SessionDestroyRequested, vic, session_id=w.victim, requester=vic)
-        ask = _event(
-            AdminRequested, root, requester=root, command=_unlimited(PolicyLevel.KEYPAIR, me.key)
-        )
-        sent = [(subj.request(me.key, w.victim), end), (subj.admin(me.key, ask.id), ask)]
+        return await _named_inside_by_a_person(w, me)
     else:
         as_a2 = _event(
             SessionTerminated, "a2", session_id=w.victim, agent_id="a2", exit_code=0, reason="x"
@@ -507,6 +532,30 @@ async def another_named_inside(w: World, me: Attacker) -> Outcome:
     assert all("may not stand on subject" in r.error for r in rejected), rejected
     assert _status(found, w.victim) is SessionStatus.RUNNING
     return Outcome(stored=stored)
+
+
+async def _named_inside_by_a_person(w: World, me: Attacker) -> Outcome:
+    vic, root = w.keys["vic"][0], w.keys["admin"][0]
+    end = _event(SessionDestroyRequested, vic, session_id=w.victim, requester=vic)
+    ask = _event(
+        AdminRequested, root, requester=root, command=_unlimited(PolicyLevel.KEYPAIR, me.key)
+    )
+    as_vic = _event(SessionDestroyRequested, me.key, session_id=w.victim, requester=vic)
+    before = w.state.last_seq
+    for e in (end, ask, as_vic):
+        await _hand_in(me.nc, me.key, e)
+
+    def dropped() -> list[RequestsDropped]:
+        return [
+            r.event
+            for r in _after(w, before)
+            if isinstance(r.event, RequestsDropped) and r.event.owner == me.key
+        ]
+
+    await w.until(lambda s: sum(d.refused for d in dropped()) == 3)
+    assert dropped()[0].reason == f"a request of {me.key} in the name of {vic}"
+    assert sum(d.rate_limited for d in dropped()) == 0
+    return Outcome()
 
 
 def _after(w: World, seq: int) -> list[Record]:
@@ -791,20 +840,15 @@ async def hide_a_refusal(w: World, me: Attacker) -> Outcome:
     """Take, beforehand, the message ids one would guess for the quota actor's answers to
     bad payloads (``payload-rejected-<sequence>``, as they once were; the stream's dedupe
     window is stream-wide), then send a bad payload: its refusal must still reach the log."""
-    holders = 20
-    # Messages the fold ignores, so that nobody answers them: a request for a taken
-    # session id (a person), a report of a session the agent does not hold (agent a1).
-    holder: Event
     if me.person:
-        subject = subj.request(me.key, w.victim)
-        holder = _event(
-            SessionRequested, me.key, session_id=w.victim, owner=me.key, image=IMAGE, slots=SMALL
-        )
-    else:
-        subject = subj.agent_session("a1", "ghost")
-        holder = _event(
-            SessionTerminated, "a1", session_id="ghost", agent_id="a1", exit_code=0, reason="x"
-        )
+        return await _bad_payload_of_a_person(w, me)
+    holders = 20
+    # Messages the fold ignores, so that nobody answers them: a report of a session the
+    # agent does not hold.
+    subject = subj.agent_session("a1", "ghost")
+    holder = _event(
+        SessionTerminated, "a1", session_id="ghost", agent_id="a1", exit_code=0, reason="x"
+    )
     base = await w.c.setup.last_seq()
     js = me.nc.jetstream()
     for i in range(holders):
@@ -823,13 +867,13 @@ async def hide_a_refusal(w: World, me: Attacker) -> Outcome:
     ask = _event(
         SessionRequested,
         root,
-        session_id=f"s-nowhere-{me.who}",
+        session_id=f"s-nowhere-{me.role}",
         owner=root,
         image=IMAGE,
         slots=SMALL,
         project="nowhere",
     )
-    await w.root.publish(subj.request(root, ask.session_id), encode(ask))
+    await _hand_in(w.root, root, ask)
     await w.answer(SessionRejected, ask.id)
     answered = [r.event for r in w.records if isinstance(r.event, PayloadRejected)]
     assert any(e.stream_seq == bad for e in answered), "the refusal was suppressed"
@@ -839,6 +883,25 @@ async def hide_a_refusal(w: World, me: Attacker) -> Outcome:
         + [(subj.request(root, ask.session_id), "SessionRequested")]
         + [(subj.ADMISSION, "SessionRejected")]
     )
+
+
+async def _bad_payload_of_a_person(w: World, me: Attacker) -> Outcome:
+    """A person's bad payload never reaches the log (people hand requests to the intake):
+    there is no answer to hide. The intake drops it, and says so."""
+    before = w.state.last_seq
+    await me.nc.publish(subj.intake(me.key), b"not an event")
+
+    def dropped() -> list[RequestsDropped]:
+        return [
+            r.event
+            for r in _after(w, before)
+            if isinstance(r.event, RequestsDropped) and r.event.owner == me.key
+        ]
+
+    await w.until(lambda s: bool(dropped()))
+    [said] = dropped()
+    assert said.refused == 1 and (said.reason or "").startswith("not requests"), said
+    return Outcome()
 
 
 async def forge_a_snapshot(w: World, me: Attacker) -> Outcome:

@@ -70,15 +70,24 @@ async def test_a_user_publishes_its_own_requests_only() -> None:
         key, secret = await _user(c, "ana")
         nc = await c.client(key, secret)
         js = nc.jetstream()
-        ack = await js.publish(subj.request(key, "s1"), b"{}", timeout=5)
-        assert ack.stream == subj.STREAM
+        # Its requests go to the intake (which writes them on the log), under its key.
+        ack = await js.publish(subj.intake(key), b"[]", timeout=5)
+        assert ack.stream == subj.INTAKE_STREAM
         before = await c.setup.last_seq()
-        # A decision, another key's request, an admin request in another's name: denied.
-        for subject in (subj.LEDGER, subj.request("AKother", "s2"), subj.admin("AKother", "r")):
+        # A decision, another key's request, an admin request in another's name, another
+        # key's intake, and its own request straight onto the log: denied.
+        denied = (
+            subj.LEDGER,
+            subj.request("AKother", "s2"),
+            subj.admin("AKother", "r"),
+            subj.intake("AKother"),
+            subj.request(key, "s1"),
+        )
+        for subject in denied:
             await nc.publish(subject, encode(_admitted()))
         await nc.flush()
         with anyio.fail_after(10):
-            violations = await c.told("permissions violation", 3)
+            violations = await c.told("permissions violation", len(denied))
         assert [subj.LEDGER in v for v in violations].count(True) == 1
         assert await c.stored_since(before) == []  # nothing stored
         with pytest.raises(nats.errors.Error):  # denied: no answer comes

@@ -51,7 +51,8 @@ class Tenants:
 
     async def ask(self, who: Client, command: AdminCommand) -> AdminApplied | AdminRefused:
         """``command`` asked by ``who``, and the registrar's answer."""
-        request_id, seq = await who.admin(command)
+        seq = await self.log.last_seq()
+        request_id = await who.admin(command)
         with anyio.fail_after(10):
             async with aclosing(self.log.tail(seq)) as batches:
                 async for batch in batches:

@@ -40,6 +40,7 @@ from services.adapters.jetstream_stream import (
     StreamChange,
     StreamInfo,
     holds,
+    intake_config,
     retention_of,
     retention_step,
     stream_config,
@@ -116,6 +117,11 @@ class JetStreamLog:
         self.nc = client.nc
         self.js = client.nc.jetstream()
 
+    @property
+    def client(self) -> NatsClient:
+        """The connection under this log (the bus and the intake's sender share it)."""
+        return self._client
+
     async def close(self) -> None:
         """Drain and close the connection; never raises."""
         await self._client.close()
@@ -133,8 +139,24 @@ class JetStreamLog:
         administrator's step (``fgpu stream create``; ``fgpu up`` for its embedded
         server). Raises LogError if the server refuses."""
         change = await self._stream_step(stream_config(replicas), retention)
+        await self._intake_step(intake_config(replicas))
         await ensure_buckets(self._client, replicas)
         return change
+
+    async def _intake_step(self, wanted: dict[str, Any]) -> None:
+        """The intake stream made, or brought up to ``wanted`` (it holds only requests
+        waiting: nothing of the log's history)."""
+        name = wanted["name"]
+        try:
+            current = await self._api("intake stream info", f"STREAM.INFO.{name}")
+        except StreamMissing:
+            body = json.dumps(wanted).encode()
+            await self._api("create the intake stream", f"STREAM.CREATE.{name}", body)
+            return
+        config = current.get("config") or {}
+        if not holds(config, wanted):
+            body = json.dumps(updated(config, wanted)).encode()
+            await self._api("update the intake stream", f"STREAM.UPDATE.{name}", body)
 
     async def _stream_step(
         self, wanted: dict[str, Any], retention: Retention | None

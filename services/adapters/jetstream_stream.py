@@ -17,9 +17,11 @@ from events import subjects as subj
 from services.ports import LogError, Retention
 
 __all__ = [
+    "INTAKE_BACKLOG",
     "StreamChange",
     "StreamInfo",
     "holds",
+    "intake_config",
     "retention_of",
     "retention_step",
     "stream_config",
@@ -48,6 +50,31 @@ def stream_config(replicas: int | None = None) -> dict[str, Any]:
         # The history is never cut by hand: no message is deleted, the stream never
         # purged, whoever asks (permissions deny it to every identity too). A stream
         # made with retention is purged by the archiver alone, of what it has archived.
+        "deny_delete": True,
+        "deny_purge": True,
+    }
+
+
+INTAKE_BACKLOG = 16  # a key's requests the intake stream holds waiting; more are refused
+
+
+def intake_config(replicas: int | None = None) -> dict[str, Any]:
+    """The intake stream: people's requests waiting for the intake, one subject per key,
+    each read once (a work queue). The server holds at most ``INTAKE_BACKLOG`` of a key
+    and refuses the next at once (discard new, per subject): a key's flood waits on itself
+    alone, and costs the server a refusal each. A request waiting an hour is dropped."""
+    replicated = {} if replicas is None else {"num_replicas": replicas}
+    return {
+        **replicated,
+        "name": subj.INTAKE_STREAM,
+        "subjects": [subj.INTAKE_WILDCARD],
+        "storage": "file",
+        "retention": "workqueue",
+        "discard": "new",
+        "discard_new_per_subject": True,
+        "max_msgs_per_subject": INTAKE_BACKLOG,
+        "max_age": 3600 * 1_000_000_000,
+        "max_msg_size": 1 << 20,
         "deny_delete": True,
         "deny_purge": True,
     }

@@ -11,7 +11,8 @@ ways in, which cannot wait on the gatekeeper:
     fgpu-sys    system account: disconnects a revoked key's connections
 
 Accounts: the cluster's services and its log live in FGPU (JetStream is enabled there);
-people are placed in USERS, which reaches FGPU only through the subjects FGPU exports to
+people are placed in USERS (superadmins, who administer the stream, in FGPU), which
+reaches FGPU only through the subjects FGPU exports to
 it (``PEOPLE_SERVICE_IMPORTS``, ``PEOPLE_STREAM_IMPORTS``), so a reply subject a person
 names stays in USERS; AUTH holds the callout service; SYS is the system account. Secrets
 (the issuer's account seed, the static users' passwords) never leave the file ``save``
@@ -30,7 +31,7 @@ from services.domain.permissions import (
     PEOPLE_SERVICE_IMPORTS,
     PEOPLE_STREAM_IMPORTS,
     SERVICES_ACCOUNT,
-    SNAPSHOT_BUCKETS_ADMIN,
+    STREAM_ADMIN,
     Permissions,
     inbox,
     service_permissions,
@@ -39,7 +40,6 @@ from services.domain.permissions import (
 __all__ = ["SETUP_PERMISSIONS", "ServerAuth", "accounts_config"]
 
 AUTH_USER, GATE_USER, SETUP_USER, SYS_USER = "fgpu-auth", "fgpu-gate", "fgpu-setup", "fgpu-sys"
-_JS = "$JS.API"
 
 
 def _known(found: Permissions | None) -> Permissions:
@@ -49,13 +49,7 @@ def _known(found: Permissions | None) -> Permissions:
 
 _GATE = _known(service_permissions(GATE_USER, "auth"))
 SETUP_PERMISSIONS = Permissions(
-    publish=(
-        f"{_JS}.STREAM.CREATE.FGPU",
-        f"{_JS}.STREAM.UPDATE.FGPU",
-        "fgpu.tenancy",
-        *SNAPSHOT_BUCKETS_ADMIN,
-        *_GATE.publish,
-    ),
+    publish=(*STREAM_ADMIN, "fgpu.tenancy", *_GATE.publish),
     subscribe=(f"{inbox(SETUP_USER)}.>",),
 )
 

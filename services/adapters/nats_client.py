@@ -141,6 +141,10 @@ class NatsClient:
         self._closing = False
         self.last_error: str | None = None  # what the server said last (a refusal, say)
 
+    def authenticates(self) -> bool:
+        """Whether the server asked this connection who it is (it has tenancy then)."""
+        return bool(self.nc._server_info.get("auth_required"))
+
     @contextlib.contextmanager
     def call(
         self, what: str, *, since: int | None = None, connected: bool = True

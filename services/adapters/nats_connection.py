@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.jetstream_snapshots import JetStreamSnapshots
 from services.adapters.nats_bus import ANONYMOUS, NatsBus
 from services.adapters.nats_client import ConnectOptions, NatsClient, open_client
@@ -22,6 +23,13 @@ class NatsConnection:
     def snapshots(self, kind: str) -> JetStreamSnapshots:
         """The snapshots of ``kind`` (events.subjects.SNAPSHOT_KINDS), on this connection."""
         return JetStreamSnapshots(self.client, kind)
+
+    def sender(self, access_key: str) -> JetStreamSender | None:
+        """How ``access_key`` hands requests to the intake on this connection; None on a
+        server that lets anyone in (no tenancy, no intake: requests go on the log)."""
+        if not self.client.authenticates():
+            return None
+        return JetStreamSender(self.client, access_key)
 
 
 @asynccontextmanager

@@ -26,6 +26,7 @@ from services.cli.options import (
     state_file,
     warn,
 )
+from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE
 from services.ports import LogError
 
 if TYPE_CHECKING:
@@ -277,6 +278,7 @@ def up(
         run_agent,
         run_archiver,
         run_gatekeeper,
+        run_intake,
         run_quota,
         run_read_api,
         run_registrar,
@@ -319,7 +321,8 @@ def up(
         f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
     )
     console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
-    kinds = ["quota", "scheduler", "registrar", "api", "archiver", f"agent:{cfg.agent_id}"]
+    kinds = ["intake", "quota", "scheduler", "registrar", "api", "archiver"]
+    kinds.append(f"agent:{cfg.agent_id}")
     retention = retention_of(retain_events, retain_days)
     archive_dir = Path(server.store_dir) / "archive"  # the archive lives with its log
 
@@ -352,6 +355,7 @@ def up(
             # The actors' reads cover the archive too: one that has no snapshot to start
             # from replays the whole history here.
             logs = {k: await with_archive(c.log, archive_dir) for k, c in conns.items()}
+            await tg.start(run_intake, conns["intake"])
             registrar = functools.partial(
                 run_registrar, snapshots=conns["registrar"].snapshots("scheduler")
             )
@@ -621,6 +625,35 @@ def registrar(ctx: typer.Context) -> None:
     _single(ctx, "registrar")
 
 
+def intake(
+    ctx: typer.Context,
+    rate: Annotated[
+        float, typer.Option(min=0.001, help="Requests a second each access key may make.")
+    ] = DEFAULT_RATE,
+    burst: Annotated[int, typer.Option(min=1, help="Requests each key may make at once.")] = (
+        DEFAULT_BURST
+    ),
+) -> None:
+    """Run the intake against --nats URL (as an intake service keypair): it writes people's
+    requests on the log, each key at its rate, and counts what it drops."""
+    import anyio
+
+    from services.cli.stack import connected, run_intake
+
+    url = _url(ctx)
+
+    async def main() -> None:
+        async with (
+            connected(url, "fgpu-intake", _me(ctx, "intake")) as conn,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(_until_signalled, tg)
+            await tg.start(functools.partial(run_intake, rate=rate, burst=burst), conn)
+            out().print(f"intake ready on {url}")
+
+    run_async(main)
+
+
 def gatekeeper(
     ctx: typer.Context,
     secrets_dir: Annotated[
@@ -715,6 +748,7 @@ def register(app: typer.Typer) -> None:
     app.command("scheduler")(scheduler)
     app.command("quota")(quota)
     app.command("registrar")(registrar)
+    app.command("intake")(intake)
     app.command("gatekeeper")(gatekeeper)
     app.command("api")(api)
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")

@@ -148,8 +148,9 @@ def _quiet_logs() -> None:
 
 @asynccontextmanager
 async def user_client(settings: Settings) -> "AsyncIterator[Client]":
-    """The user's requests (``services.client.Client``) on the log, in the name of the
-    access key; exits 2 with one line if it cannot be one."""
+    """The user's requests (``services.client.Client``) in the name of the access key,
+    handed to the intake where the server has tenancy, else appended to the log; exits 2
+    with one line if it cannot be one."""
     from events import subjects as subj
     from services.adapters.system_clock import SystemClock
     from services.client import Client
@@ -157,7 +158,8 @@ async def user_client(settings: Settings) -> "AsyncIterator[Client]":
     if not subj.is_token(settings.access_key):
         fail(f"access key {settings.access_key!r} must be 1-64 letters, digits, '-' or '_'")
     async with connection(settings) as conn:
-        yield Client(conn.log, SystemClock(), settings.access_key)
+        sender = conn.sender(settings.access_key)
+        yield Client(conn.log, SystemClock(), settings.access_key, sender=sender)
 
 
 def resolve_nats(given: str | None) -> str:

@@ -25,7 +25,7 @@ from services.cli.options import (
     warn,
 )
 from services.cli.render import session_lines, sessions_table
-from services.cli.watch import Session, answers, read_sessions, wait_for
+from services.cli.watch import Session, answers, position, read_sessions, wait_for
 from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
@@ -506,14 +506,16 @@ def rm(
     settings = _settings(ctx)
     session_ids = list(dict.fromkeys(_id(sid) for sid in session_ids))  # each once
     api = _reachable_api(settings)
+    with api_errors():
+        after = position(api)
 
-    async def publish() -> dict[str, tuple[str, int]]:
+    async def publish() -> dict[str, str]:
         async with user_client(settings) as client:
-            return {sid: await client.destroy_at(sid) for sid in session_ids}
+            return {sid: await client.destroy(sid) for sid in session_ids}
 
     requests = run_async(publish)
     with _after_publishing([f"destroy {sid}" for sid in requests]):
-        results = _destroy_results(api, requests, wait=wait, timeout_s=timeout)
+        results = _destroy_results(api, requests, after, wait=wait, timeout_s=timeout)
     failed = {sid: r for sid, r in results.items() if r["result"] in ("refused", "unanswered")}
     if as_json:
         print_json(results)
@@ -529,25 +531,23 @@ def rm(
 
 
 def _destroy_results(
-    api: "ReadApi", requests: dict[str, tuple[str, int]], *, wait: bool, timeout_s: float
+    api: "ReadApi", requests: dict[str, str], after: int, *, wait: bool, timeout_s: float
 ) -> dict[str, dict[str, str]]:
-    """What became of each destroy request: refused (why), or the session's status.
+    """What became of each destroy request (``requests``: session -> request id):
+    refused (why), or the session's status.
 
     The API says how each request was answered (``/v1/destroys/{id}``); the answers come
-    after the requests on the log, so the event stream, read from the first of them,
-    says when to ask again.
+    after the requests on the log, which come after sequence ``after``, so the event
+    stream, read from there, says when to ask again.
     """
     import time
 
     deadline = time.monotonic() + timeout_s
-    paths = {rid: f"/v1/destroys/{rid}" for rid, _ in requests.values()}
-    after = min(seq for _, seq in requests.values()) - 1
+    paths = {rid: f"/v1/destroys/{rid}" for rid in requests.values()}
     found = answers(api, paths.values(), after, timeout_s=timeout_s)
     answered = {rid: found[path] for rid, path in paths.items() if path in found}
     carried_out = [
-        sid
-        for sid, (rid, _) in requests.items()
-        if rid in answered and answered[rid]["refused"] is None
+        sid for sid, rid in requests.items() if rid in answered and answered[rid]["refused"] is None
     ]
     remaining = max(0.0, deadline - time.monotonic())
     if wait and carried_out:
@@ -555,7 +555,7 @@ def _destroy_results(
     else:
         sessions, _ = read_sessions(api, carried_out)
     results: dict[str, dict[str, str]] = {}
-    for sid, (rid, _) in requests.items():
+    for sid, rid in requests.items():
         answer = answered.get(rid)
         if answer is not None and answer["refused"] is not None:
             results[sid] = {"result": "refused", "reason": answer["refused"]}

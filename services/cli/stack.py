@@ -19,12 +19,14 @@ from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
 from services.actors.archiver import Archiver
 from services.actors.gatekeeper import GatekeeperActor
+from services.actors.intake import IntakeActor
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_intake import JetStreamIntake
 from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
@@ -33,6 +35,13 @@ from services.adapters.output_files import OutputFiles
 from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.options import state_file
+from services.domain.intake import (
+    DEFAULT_BURST,
+    DEFAULT_RATE,
+    DEFAULT_WINDOW_S,
+    Drops,
+    KeyRates,
+)
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
@@ -45,6 +54,7 @@ __all__ = [
     "run_agent",
     "run_agent_host",
     "run_gatekeeper",
+    "run_intake",
     "run_quota",
     "run_registrar",
     "run_scheduler",
@@ -137,6 +147,26 @@ def violations_to(
         audit.refused(keeper.key_of(v.client_id), f"{v.kind} {v.subject}", reason, v.client)
 
     return told
+
+
+async def run_intake(
+    conn: NatsConnection,
+    *,
+    rate: float = DEFAULT_RATE,
+    burst: int = DEFAULT_BURST,
+    window_s: float = DEFAULT_WINDOW_S,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The intake on ``conn`` (its service keypair's): people's requests onto the log, each
+    key at ``rate`` a second (``burst`` at once), its drops said once per ``window_s``."""
+    actor = IntakeActor(
+        JetStreamIntake(conn.client),
+        conn.log,
+        SystemClock(),
+        rates=KeyRates(rate, burst),
+        drops=Drops(window_s),
+    )
+    await actor.run(task_status=task_status)
 
 
 async def run_registrar(

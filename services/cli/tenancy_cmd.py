@@ -60,21 +60,24 @@ def ask(
 ) -> dict[str, Any]:
     """Ask the registrar for ``command``; its answer (a refusal exits 1 with its reason,
     unless ``refusal``: then it is returned too)."""
-    from services.cli.watch import answers
+    from services.cli.watch import answers, position
 
     settings = _settings(ctx)
     api = settings.read_api()
     with api_errors():
         api.get("/v1/domains")  # reachable: asked before anything is published
 
-    async def publish() -> tuple[str, int]:
+    with api_errors():
+        after = position(api)
+
+    async def publish() -> str:
         async with user_client(settings) as client:
             return await client.admin(command)
 
-    request_id, seq = run_async(publish)
+    request_id = run_async(publish)
     path = f"/v1/admin/requests/{request_id}"
     with api_errors():
-        found = answers(api, [path], seq - 1, timeout_s=timeout)
+        found = answers(api, [path], after, timeout_s=timeout)
     answer: dict[str, Any] | None = found.get(path)
     if answer is None:
         fail(f"no answer within {timeout:g} s (request {request_id}); is a registrar running?", 3)

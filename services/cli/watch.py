@@ -11,10 +11,18 @@ from typing import Any
 
 from services.cli.api_client import ReadApi
 
-__all__ = ["Session", "answers", "read_sessions", "wait_for"]
+__all__ = ["Session", "answers", "position", "read_sessions", "wait_for"]
 
 Session = dict[str, Any]
 _CHUNK = 100  # ids in one request: the query string stays well within what servers take
+
+
+def position(api: ReadApi) -> int:
+    """How far the API has read the log: a request published after this call is on the log
+    after it (the log's end is at or past it), so answers are looked for from there."""
+    page = api.get("/v1/events", {"after": (1 << 63) - 1, "limit": 1})
+    seq: int = page["last_seq"]
+    return seq
 
 
 def read_sessions(api: ReadApi, ids: Iterable[str]) -> tuple[dict[str, Session], int]:

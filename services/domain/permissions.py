@@ -63,6 +63,7 @@ _NEVER = (
     f"{_JS}.DIRECT.GET.{_STREAM}",
     f"{_JS}.DIRECT.GET.{_STREAM}.>",
 )
+_MAKE = ("INFO", "CREATE", "UPDATE")
 # Making the actors' snapshot buckets: the administrator's step, with the stream.
 SNAPSHOT_BUCKETS_ADMIN = tuple(
     f"{_JS}.STREAM.{op}.{subj.snapshot_stream(kind)}"
@@ -70,24 +71,19 @@ SNAPSHOT_BUCKETS_ADMIN = tuple(
     for op in ("INFO", "CREATE")
 )
 STREAM_ADMIN = (
-    f"{_JS}.STREAM.INFO.{_STREAM}",
-    f"{_JS}.STREAM.CREATE.{_STREAM}",
-    f"{_JS}.STREAM.UPDATE.{_STREAM}",
+    *(f"{_JS}.STREAM.{op}.{s}" for s in (_STREAM, subj.INTAKE_STREAM) for op in _MAKE),
     *SNAPSHOT_BUCKETS_ADMIN,
 )
 
 
 # What people's account reaches of the services' account: requests answered by the
-# stream (a JetStream publish: its acknowledgement comes back), by an agent or by the
-# JetStream API (a superadmin's stream administration), and the up side of channels
-# (service imports); and the down side of channels (a stream import). Who of the people
-# may use which is each one's permissions.
+# intake stream (a JetStream publish: its acknowledgement comes back) or by an agent, and
+# the up side of channels (service imports); and the down side of channels (a stream
+# import). Who of the people may use which is each one's permissions.
 PEOPLE_SERVICE_IMPORTS = (
-    "fgpu.req.>",
-    "fgpu.admin.>",
+    subj.INTAKE_WILDCARD,
     f"{subj.AGENT_RPC_PREFIX}.>",
     f"{subj.CHANNEL_PREFIX}.*.*.*.up",
-    *STREAM_ADMIN,
 )
 PEOPLE_STREAM_IMPORTS = (f"{subj.CHANNEL_PREFIX}.*.*.*.down",)
 
@@ -137,17 +133,22 @@ def inbox(access_key: str) -> str:
 
 
 def user_permissions(access_key: str, role: Role) -> Permissions:
-    """A person's: its own requests (sessions, administration, questions to agents)."""
+    """A person's: its own requests (sessions, administration: handed to the intake, which
+    writes them on the log; questions to agents)."""
     publish: tuple[str, ...] = (
-        f"fgpu.req.{access_key}.>",
-        f"fgpu.admin.{access_key}.>",
+        subj.intake(access_key),
         f"{subj.AGENT_RPC_PREFIX}.*.{access_key}",
         # Its own channels into sessions (terminal, app ports): the up side of its key's.
         f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.up",
     )
-    if role is Role.SUPERADMIN:
-        publish += STREAM_ADMIN
     subscribe = (f"{inbox(access_key)}.>", f"{subj.CHANNEL_PREFIX}.*.{access_key}.*.down")
+    if role is Role.SUPERADMIN:
+        # The stream's administrator: JetStream's API answers only connections of the
+        # log's own account (an account without JetStream answers ``$JS.API`` itself,
+        # "not enabled", whatever it imports), so a superadmin is placed there. It is
+        # trusted with the log as the administrator's setup step is.
+        publish += STREAM_ADMIN
+        return Permissions(publish=publish, subscribe=subscribe, account=SERVICES_ACCOUNT)
     return Permissions(publish=publish, subscribe=subscribe, account=PEOPLE_ACCOUNT)
 
 
@@ -181,6 +182,21 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
     elif service == "api":
         # The read API's door, and the storage service beside it (its folders' scans).
         own = (subj.access("api"), subj.storage("*"))
+    elif service == "intake":
+        # People's requests: read from the intake stream through its one durable consumer,
+        # written on their subjects of the log, and what was dropped said on its own.
+        name = f"{subj.INTAKE_STREAM}.intake"
+        own = (
+            "fgpu.req.>",
+            "fgpu.admin.>",
+            subj.access("intake"),
+            f"{_JS}.CONSUMER.INFO.{name}",
+            f"{_JS}.CONSUMER.CREATE.{name}.>",
+            f"{_JS}.CONSUMER.MSG.NEXT.{name}",
+            f"$JS.ACK.{name}.>",
+            f"{_JS}.STREAM.INFO.{_STREAM}",
+        )
+        return Permissions(publish=own, subscribe=(f"{inbox(access_key)}.>",))
     elif service == "auth":
         own = (subj.access("nats"),)
     elif service == "agent-host":

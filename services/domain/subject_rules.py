@@ -87,6 +87,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.AccessGranted, lambda e: subj.access(e.via)),
         _rule(ev.AccessRefused, lambda e: subj.access(e.via)),
         _rule(ev.AccessSuppressed, lambda e: subj.access(e.via)),
+        _rule(ev.RequestsDropped, lambda e: subj.access("intake")),
         _rule(ev.LogArchived, lambda e: subj.ARCHIVE),
         _rule(ev.SessionExecStarted, _exec),
         _rule(ev.SessionExecFinished, _exec),

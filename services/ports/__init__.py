@@ -45,6 +45,7 @@ from services.ports.errors import (
 )
 from services.ports.gate import Connection, Grant, Kicker
 from services.ports.host import Clock, GpuProbe
+from services.ports.intake import Handed, IntakeQueue, RequestSender, RequestsRefused
 from services.ports.log import (
     MAX_BATCH,
     BulkLog,
@@ -89,9 +90,11 @@ __all__ = [
     "FolderStore",
     "GpuProbe",
     "Grant",
+    "Handed",
     "Heartbeats",
     "HistoryMissing",
     "ImageNotFound",
+    "IntakeQueue",
     "KeptOutput",
     "Kicker",
     "LogError",
@@ -102,6 +105,8 @@ __all__ = [
     "Pipe",
     "PullProgress",
     "RequestFailed",
+    "RequestSender",
+    "RequestsRefused",
     "RetainingLog",
     "Retention",
     "RuntimeUnavailable",
