@@ -134,7 +134,7 @@ def violations_to(
 
     async def told(v: Violation) -> None:
         reason = f"permissions violation ({v.identity})"
-        audit.refused(keeper.key_of(v.client_id), f"{v.kind} {v.subject}", reason, v.client)
+        audit.refused(keeper.key_of(v.identity), f"{v.kind} {v.subject}", reason, v.client)
 
     return told
 
