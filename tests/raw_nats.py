@@ -6,6 +6,7 @@ A thousand nats-py clients would cost the test a thousand reader tasks, flushers
 pingers; a socket here costs one task."""
 
 import json
+import resource
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ async def hold(urls: Sequence[str], user: str, password: str, count: int) -> Asy
     """``count`` connections as ``user``, spread over ``urls`` in turn, each let in (the
     server answered the PING after CONNECT) before the block starts; closed after it.
     Raises RawRefused if one is refused."""
+    _room_for(count)
     held = Held(count)
     at_once = anyio.CapacityLimiter(_AT_ONCE)
     async with anyio.create_task_group() as tg:
@@ -58,6 +60,18 @@ async def hold(urls: Sequence[str], user: str, password: str, count: int) -> Asy
                 connecting.start_soon(_started, tg, url, user, password, held, at_once)
         yield held
         tg.cancel_scope.cancel()
+
+
+def _room_for(sockets: int) -> None:
+    """This process's soft limit of open files raised, within the hard one, to hold
+    ``sockets`` more than it has room for now (some machines start at 1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = sockets + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE,
+            (want if hard == resource.RLIM_INFINITY else min(want, hard), hard),
+        )
 
 
 async def _started(
