@@ -1,7 +1,7 @@
 """A real nats-server with authentication on, fgpu's gatekeeper answering for it, and the
 first tenancy: for tests of what identities may and may not do on the bus."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import nats
 import nats.errors
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from events import CreateServiceKey
 from services.actors.access_audit import AccessAudit
@@ -26,6 +26,7 @@ from services.client import Client
 from services.domain.access_audit import AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
+from services.ports import LogError
 
 __all__ = ["Secured", "secured_cluster"]
 
@@ -40,8 +41,18 @@ class Secured:
     tg: TaskGroup
     services: dict[str, tuple[str, str]] = field(default_factory=dict)  # kind -> key, secret
     errors: list[str] = field(default_factory=list)  # what the server told clients
-    server_log: str = ""  # where the server logs (permission violations, by identity)
+    server_log: str = ""  # where the (first) server logs (permission violations, by identity)
+    urls: list[str] = field(default_factory=list)  # each server's
+    _gate: "_Gate | None" = None
     _told: anyio.Event = field(default_factory=anyio.Event)
+
+    async def restart_gatekeeper(self, meanwhile: Callable[[], Awaitable[None]]) -> None:
+        """Stop the gatekeeper, run ``meanwhile`` while none runs, and start a new one
+        (which remembers nothing of the first); back once it has started."""
+        assert self._gate is not None and self._gate.scope is not None
+        self._gate.scope.cancel()
+        await meanwhile()
+        self.gatekeeper = await self.tg.start(self._gate.run)
 
     async def told(self, text: str, n: int) -> list[str]:
         """The first ``n`` errors the server told clients that hold ``text``, once told."""
@@ -65,7 +76,8 @@ class Secured:
         nc = nats.NATS()
         try:
             # No retry: a refusal raises (max_reconnect_attempts=0 would retry for ever).
-            await nc.connect(self.url, allow_reconnect=False, connect_timeout=5, **options)
+            servers = self.url.split(",")
+            await nc.connect(servers, allow_reconnect=False, connect_timeout=5, **options)
         except BaseException:
             await nc.close()  # its socket, else left to the collector's warning
             raise
@@ -90,23 +102,24 @@ class Secured:
 
 @asynccontextmanager
 async def secured_cluster(
-    services: tuple[str, ...] = (), limiter: AccessLimiter | None = None
+    services: tuple[str, ...] = (), limiter: AccessLimiter | None = None, *, servers: int = 1
 ) -> AsyncIterator[Secured]:
-    """The server, the gatekeeper (its access audit limited by ``limiter``), a stream and
-    the first tenancy (a superadmin), plus a keypair for each of ``services``
-    (``scheduler``, ``agent:a1``, ...)."""
+    """The server (or ``servers`` of them, clustered), the gatekeeper (its access audit
+    limited by ``limiter``), a stream and the first tenancy (a superadmin), plus a keypair
+    for each of ``services`` (``scheduler``, ``agent:a1``, ...)."""
     auth = ServerAuth.generate()
-    server = nats_server.start(config=auth.config())
     async with AsyncExitStack() as stack:
-        stack.callback(server.stop)
-        setup = await connect(
-            server.url,
-            user=SETUP_USER,
-            password=auth.setup_password,
-            inbox_prefix=inbox(SETUP_USER),
-        )
+        if servers == 1:
+            server = nats_server.start(config=auth.config())
+            stack.callback(server.stop)
+            running = [server]
+        else:
+            cluster = nats_server.nats_cluster(servers, config=auth.config())
+            running = list(stack.enter_context(cluster).values())
+        urls = [s.url for s in running]
+        url = ",".join(urls)
+        setup = await _stream_made(url, auth)
         stack.push_async_callback(setup.close)
-        await setup.create_or_update_stream()
         keys = {kind: (new_access_key("SK"), new_secret()) for kind in services}
         extra = tuple(
             CreateServiceKey(access_key=key, service=kind, secret_hash=hash_secret(secret))
@@ -114,18 +127,70 @@ async def secured_cluster(
         )
         root = await bootstrap(setup, SystemClock(), extra=extra)
         assert root is not None
-        gate = await connect(
-            server.url, user=GATE_USER, password=auth.gate_password, inbox_prefix=inbox(GATE_USER)
-        )
-        stack.push_async_callback(gate.close)
-        kicker = await SystemKicker.connect(server.url, auth)
-        stack.push_async_callback(kicker.close)
-        audit = AccessAudit(gate, SystemClock(), "nats", "gatekeeper", limiter)
-        keeper = GatekeeperActor(gate, kicker, SystemClock(), audit=audit)
         tg = await stack.enter_async_context(anyio.create_task_group())
-        await tg.start(audit.run)
-        await tg.start(keeper.run)
-        tg.start_soon(follow_violations, server.log_path, violations_to(audit, keeper))
-        await tg.start(serve_callout, server.url, auth, keeper.authorize)
-        yield Secured(server.url, auth, root, setup, keeper, tg, keys, server_log=server.log_path)
+        gate = _Gate(url, auth, limiter, running[0].log_path)
+        keeper = await tg.start(gate.run)
+        yield Secured(
+            url,
+            auth,
+            root,
+            setup,
+            keeper,
+            tg,
+            keys,
+            server_log=running[0].log_path,
+            urls=urls,
+            _gate=gate,
+        )
         tg.cancel_scope.cancel()
+
+
+async def _stream_made(url: str, auth: ServerAuth) -> JetStreamLog:
+    """The administrator's connection, once it has made the stream (a cluster's servers
+    first elect who leads JetStream: until then it cannot)."""
+    with anyio.fail_after(60):
+        while True:
+            setup = await connect(
+                url, user=SETUP_USER, password=auth.setup_password, inbox_prefix=inbox(SETUP_USER)
+            )
+            try:
+                await setup.create_or_update_stream()
+                return setup
+            except LogError:
+                await setup.close()
+                await anyio.sleep(0.2)  # a retry's pause: what is awaited is the stream
+
+
+@dataclass
+class _Gate:
+    """A gatekeeper as ``fgpu up`` runs one (its own connections, audit and callout),
+    which can be stopped and started again."""
+
+    url: str
+    auth: ServerAuth
+    limiter: AccessLimiter | None
+    server_log: str
+    scope: anyio.CancelScope | None = None
+
+    async def run(self, *, task_status: TaskStatus[GatekeeperActor]) -> None:
+        with anyio.CancelScope() as self.scope:
+            gate = await connect(
+                self.url,
+                user=GATE_USER,
+                password=self.auth.gate_password,
+                inbox_prefix=inbox(GATE_USER),
+            )
+            kicker = await SystemKicker.connect(self.url, self.auth)
+            try:
+                audit = AccessAudit(gate, SystemClock(), "nats", "gatekeeper", self.limiter)
+                keeper = GatekeeperActor(gate, kicker, SystemClock(), audit=audit)
+                async with anyio.create_task_group() as tg:
+                    await tg.start(audit.run)
+                    await tg.start(keeper.run)
+                    tg.start_soon(follow_violations, self.server_log, violations_to(audit, keeper))
+                    await tg.start(serve_callout, self.url, self.auth, keeper.authorize)
+                    task_status.started(keeper)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await kicker.close()
+                    await gate.close()

@@ -1079,14 +1079,14 @@ async def test_an_attack_is_refused_changes_nothing_and_is_seen(
     assert sorted(w.stored_since(seq)) == sorted(outcome.stored + fenced)
     assert _live(w.state) == live
     assert _status(w.state, w.victim) is SessionStatus.RUNNING
-    # Seen: the server's log names who tried what, and so does the access audit.
-    identity = f"service:{me.who}" if not me.person else f"user:{me.who}"
+    # Seen: the server's log names who tried what (by the access key, the name it knows
+    # each connection by), and so does the access audit.
     logged = (await anyio.Path(w.c.server_log).read_text(errors="replace")).splitlines()
     for kind, subject in map(_split, outcome.denied):
         lines = [
             line for line in logged if f'{kind.title()} Violation - Subject "{subject}"' in line
         ]
-        assert any(identity in line for line in lines), (kind, subject, lines[-3:])
+        assert any(f'/user:{me.key}"' in line for line in lines), (kind, subject, lines[-3:])
     await _audited(w, audit_from, me.key, outcome.denied)
 
 

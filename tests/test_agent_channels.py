@@ -2,18 +2,19 @@
 with a runtime whose programs echo: an agent holds at most so many open, and gives one
 back when it closes; a program that cannot start is a refusal, closed on the log."""
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from test_session_access import tenancy
 
-from events import SessionChannelClosed, SessionChannelOpened
+from events import RevokeKeypair, SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
 from services.actors.agent_channels import Channels, Opening
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
-from services.domain.channels import End, Program, encode_frame
+from services.domain.channels import End, Program, decode_frame, encode_frame
 from services.ports import ContainerError, ExecChannel
 from services.testing import MemoryBus
 from services.testing.memory_log import MemoryLog
@@ -116,3 +117,37 @@ async def test_a_program_that_cannot_start_is_refused_and_closed_on_the_log() ->
         assert closed.reason == "could not open: container x1 is not running"
         assert await channels.open(_opening("c10")) is None  # its place was given back
         tg.cancel_scope.cancel()
+
+
+async def test_a_channel_is_cut_once_its_key_is_revoked_and_says_why() -> None:
+    bus, log = MemoryBus(), MemoryLog()
+    channels = Channels("a1", EchoRuntime(), bus, log, SystemClock())
+    revoked = tenancy(RevokeKeypair(access_key="AKana"))
+    why = "access key AKana was revoked"
+    async with anyio.create_task_group() as tg:
+        await tg.start(channels.run)
+        await channels.cut_refused(tenancy())  # a live key: nothing is cut
+        assert await channels.open(_opening("first")) is None
+        _, down = subj.channel("a1", "AKana", "first")
+        async with bus.pipe(listen=down, speak="nobody") as user:
+            await channels.cut_refused(revoked)
+            with anyio.fail_after(DEADLINE_S):
+                assert await _end(user) == End(reason=why)
+        opened, closed = await _events(log, 2)
+        assert isinstance(opened, SessionChannelOpened)
+        assert isinstance(closed, SessionChannelClosed) and closed.reason == why
+        assert channels.open_now == 0
+        # One allowed on an older fold, opening once the revocation is folded: cut too.
+        assert await channels.open(_opening("second")) is None
+        [*_, late] = await _events(log, 4)
+        assert isinstance(late, SessionChannelClosed) and late.channel == "second"
+        assert late.reason == why
+        tg.cancel_scope.cancel()
+
+
+async def _end(frames: AsyncIterable[bytes]) -> End:
+    """The first End among ``frames`` (what the agent's side sends the user's)."""
+    async for raw in frames:
+        if isinstance(frame := decode_frame(raw), End):
+            return frame
+    raise AssertionError("the pipe closed without End")

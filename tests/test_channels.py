@@ -16,6 +16,7 @@ import subprocess
 import termios
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -24,11 +25,14 @@ from cli_stack import docker, remove_agent_containers
 from docker_env import require_docker
 from test_exec import DEADLINE_S, lab_session
 
-from events import SessionChannelClosed, SessionChannelOpened
+from events import RevokeKeypair, SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
+from services.actors.bootstrap import system_applied
+from services.actors.relay import Closing
 from services.adapters.docker_runtime import DockerRuntime
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import NatsConnection
+from services.adapters.system_clock import SystemClock
 from services.cli.channels import ChannelRefused, Terminal, serve_app, shell
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -129,24 +133,32 @@ class Screen:
                     return
 
 
+@asynccontextmanager
+async def _anas_shell(
+    world: World, tty: int, sizes: AsyncIterator[tuple[int, int]]
+) -> AsyncIterator[list[Closing]]:
+    """Ana's shell in the session on the terminal ``tty`` (raw), for the block and until it
+    closes: then how it closed is in the list yielded."""
+    terminal = Terminal(tty, tty)
+    closed: list[Closing] = []
+
+    async def run() -> None:
+        with terminal.raw():
+            bus = world.bus("AKana")
+            closed.append(await shell(bus, "AKana", world.agent, world.session, terminal, sizes))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        yield closed
+
+
 async def test_a_terminal_runs_what_is_typed_follows_a_resize_and_is_audited(
     world: World, pty_pair: tuple[int, int]
 ) -> None:
     master, slave = pty_pair
     screen = Screen(master)
-    terminal = Terminal(slave, slave)
     send_size, sizes = anyio.create_memory_object_stream[tuple[int, int]](1)
-    async with send_size, sizes, anyio.create_task_group() as tg:
-        closing = None
-
-        async def run() -> None:
-            nonlocal closing
-            with terminal.raw():
-                closing = await shell(
-                    world.bus("AKana"), "AKana", world.agent, world.session, terminal, sizes
-                )
-
-        tg.start_soon(run)
+    async with send_size, sizes, _anas_shell(world, slave, sizes) as closed:
         # Typed again until it shows: keys typed while the shell starts may be eaten (ash
         # asks the terminal where its cursor is, and reads what comes as the answer).
         # $((6*7)) is the container's shell's arithmetic.
@@ -154,13 +166,34 @@ async def test_a_terminal_runs_what_is_typed_follows_a_resize_and_is_audited(
         await send_size.send((40, 120))
         await screen.ask("stty size\r", "40 120")  # the resize and the keys travel apart
         await screen.type("exit 7\r")
-    assert closing is not None and closing.exit_code == 7
+    [closing] = closed
+    assert closing.exit_code == 7
     opened, closed = await world.audit(2)
     assert isinstance(opened, SessionChannelOpened) and isinstance(closed, SessionChannelClosed)
     assert (opened.requester, opened.kind, opened.agent_id) == ("AKana", "shell", world.agent)
     assert closed.causation_id == opened.id and closed.channel == opened.channel
     assert (closed.exit_code, closed.requester) == (7, "AKana")
     assert closed.bytes_in > 0 and closed.bytes_out > 0
+
+
+async def test_a_terminal_open_is_cut_once_its_key_is_revoked_and_says_why(
+    world: World, pty_pair: tuple[int, int]
+) -> None:
+    master, slave = pty_pair
+    screen = Screen(master)
+    why = "access key AKana was revoked"
+    no_size, sizes = anyio.create_memory_object_stream[tuple[int, int]]()
+    with anyio.fail_after(DEADLINE_S):
+        async with no_size, sizes, _anas_shell(world, slave, sizes) as closed:
+            await screen.ask("echo up-$((6*7))\r", "up-42")
+            revoke = system_applied(RevokeKeypair(access_key="AKana"), SystemClock())
+            await world.conn.log.append(subj.TENANCY, revoke)
+    [closing] = closed
+    assert closing.reason == why  # what the user's side is told
+    opened, closed = await world.audit(2)
+    assert isinstance(closed, SessionChannelClosed) and closed.causation_id == opened.id
+    assert closed.reason == why
+    assert await _refused(world, "AKana", "web") == [why]
 
 
 # ---- an app port ----------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from events import (
     CreateKeypair,
     CreateProject,
     CreateUser,
+    RemoveUser,
+    RevokeKeypair,
     Role,
     SessionExecFinished,
     SessionExecStarted,
@@ -36,7 +38,18 @@ from services.client import Client
 from services.domain.keys import hash_secret
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
-from services.ports import ContainerRuntime, ExecReply, ExecRequest
+from services.ports import (
+    AgentReply,
+    AgentRequest,
+    AppRequest,
+    ChannelReply,
+    ContainerRuntime,
+    ExecReply,
+    ExecRequest,
+    LogsReply,
+    LogsRequest,
+    ShellRequest,
+)
 from tests.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio
@@ -64,6 +77,22 @@ class World:
             reply = await bus.ask("a1", request, timeout_s=timeout_s + 5)
         assert isinstance(reply, ExecReply), reply
         return reply
+
+    async def told(self, key: str, request: AgentRequest) -> AgentReply:
+        """The agent's answer to ``request``, asked in ``key``'s name."""
+        with anyio.fail_after(DEADLINE_S):
+            return await NatsBus(self.conn.client, key).ask("a1", request, timeout_s=10)
+
+    async def logs_refused(self, key: str) -> str:
+        """Why the agent refuses ``key`` the session's logs, once it does (the agent folds
+        the log in its own time: asked again until then, a read changing nothing)."""
+        with anyio.fail_after(DEADLINE_S):
+            while True:
+                reply = await self.told(key, LogsRequest(session_id=self.session))
+                assert isinstance(reply, LogsReply), reply
+                if not reply.ok:
+                    assert reply.error is not None
+                    return reply.error
 
     async def audit(self, n: int) -> list[SessionExecStarted | SessionExecFinished]:
         """The first ``n`` events on the session's exec subject, once there."""
@@ -168,6 +197,33 @@ async def test_a_command_over_its_time_is_answered_and_closed_with_why(world: Wo
     started, finished = await world.audit(2)
     assert isinstance(finished, SessionExecFinished) and finished.causation_id == started.id
     assert (finished.exit_code, finished.error) == (None, reply.error)
+
+
+@pytest.mark.parametrize(
+    ("ended", "why"),
+    [
+        (RevokeKeypair(access_key="AKana"), "access key AKana was revoked"),
+        (RemoveUser(user="ana"), "the user of access key AKana was removed"),
+    ],
+)
+async def test_a_revoked_key_is_refused_logs_commands_and_channels_with_why(
+    world: World, ended: AdminCommand, why: str
+) -> None:
+    """The agent's own check, over a server that cuts no connection (no authentication
+    here): what it folds of the tenancy is enough."""
+    assert (await world.ask("AKana", ("echo", "hi"))).stdout == b"hi\n"
+    await world.conn.log.append(subj.TENANCY, system_applied(ended, CLOCK))
+    assert await world.logs_refused("AKana") == why
+    assert await world.ask("AKana", ("echo", "hi")) == ExecReply(ok=False, error=why)
+    sid = world.session
+    for request in (
+        ShellRequest(session_id=sid, channel="c1"),
+        AppRequest(session_id=sid, channel="c2", target="8080"),
+    ):
+        assert await world.told("AKana", request) == ChannelReply(ok=False, error=why)
+    # The domain's admin still may; only what ran before is on the log.
+    assert (await world.ask("AKadm", ("echo", "hi"))).stdout == b"hi\n"
+    assert [e.requester for e in await world.audit(4)] == ["AKana", "AKana", "AKadm", "AKadm"]
 
 
 async def test_a_command_that_cannot_be_run_is_refused_before_it_starts(world: World) -> None:

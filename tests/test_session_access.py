@@ -3,11 +3,29 @@ the rules tests/test_exec.py does not reach through the bus."""
 
 import dataclasses
 
-from events import CreateDomain, CreateKeypair, CreateProject, CreateUser, Record, Role
+import pytest
+
+from events import (
+    AdminCommand,
+    CreateDomain,
+    CreateKeypair,
+    CreateProject,
+    CreateUser,
+    Record,
+    RemoveUser,
+    RevokeKeypair,
+    Role,
+)
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.system_clock import SystemClock
-from services.domain.session_access import exec_problem, may_not_exec, may_not_read
+from services.domain.session_access import (
+    exec_problem,
+    key_refusal,
+    may_not_exec,
+    may_not_read,
+    may_not_read_kept,
+)
 from services.domain.state import ENDED_STUB, ClusterState, fold
 from services.domain.status import SessionStatus
 
@@ -19,18 +37,32 @@ def _with_session(s: ClusterState, status: SessionStatus = SessionStatus.RUNNING
     return s
 
 
-def _with_tenancy() -> ClusterState:
-    commands = [
+def tenancy(*commands: AdminCommand) -> ClusterState:
+    """The fold of ``commands`` applied on the tenancy ledger: domain lab with project p,
+    ana (a user of it) and her keypair AKana first."""
+    first = [
         CreateDomain(domain="lab"),
         CreateProject(domain="lab", project="p"),
-        CreateUser(user="root", domain="lab", role=Role.SUPERADMIN),
-        CreateKeypair(access_key="AKroot", user="root", secret_hash="scrypt$1$1$1$AA$AA"),
+        CreateUser(user="ana", domain="lab", projects=("p",)),
+        CreateKeypair(access_key="AKana", user="ana", secret_hash="scrypt$1$1$1$AA$AA"),
     ]
     records = [
         Record(seq=n, subject=subj.TENANCY, event=system_applied(c, SystemClock()))
-        for n, c in enumerate(commands, 1)
+        for n, c in enumerate([*first, *commands], 1)
     ]
-    return _with_session(fold(records))
+    return fold(records)
+
+
+def _with_tenancy(*more: AdminCommand) -> ClusterState:
+    """Ana, the session's owner, and root (a superadmin), each with a keypair; then
+    ``more``."""
+    return _with_session(
+        tenancy(
+            CreateUser(user="root", domain="lab", role=Role.SUPERADMIN),
+            CreateKeypair(access_key="AKroot", user="root", secret_hash="scrypt$1$1$1$AA$AA"),
+            *more,
+        )
+    )
 
 
 def test_without_tenancy_only_the_owner_may_run_a_command_anyone_may_read() -> None:
@@ -48,6 +80,29 @@ def test_a_superadmin_may_run_a_command_in_any_session() -> None:
     assert may_not_exec(s, "AKroot", "s-none", "a1") == (
         "AKroot may not run commands in session s-none"
     )
+
+
+@pytest.mark.parametrize(
+    ("ended", "why"),
+    [
+        (RevokeKeypair(access_key="AKana"), "access key AKana was revoked"),
+        (RemoveUser(user="ana"), "the user of access key AKana was removed"),
+    ],
+)
+def test_a_revoked_key_reaches_no_session_not_even_its_own(ended: AdminCommand, why: str) -> None:
+    live = _with_tenancy()
+    assert key_refusal(live, "AKana") is None
+    assert may_not_exec(live, "AKana", "s1", "a1") is None
+    assert may_not_read(live, "AKana", "s1") is None
+    assert may_not_read_kept(live, "AKana", "AKana", "lab") is None
+    s = _with_tenancy(ended)
+    assert key_refusal(s, "AKana") == why
+    assert may_not_exec(s, "AKana", "s1", "a1") == why
+    assert may_not_read(s, "AKana", "s1") == why
+    assert may_not_read_kept(s, "AKana", "AKana", "lab") == why
+    # Another's key is untouched; a key the ledger does not hold is judged as before.
+    assert may_not_exec(s, "AKroot", "s1", "a1") is None
+    assert key_refusal(s, "AKnobody") is None
 
 
 def test_a_session_not_running_on_the_agent_is_refused_with_its_status() -> None:

@@ -32,6 +32,7 @@ back at their log.
 """
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -143,6 +144,7 @@ class AgentActor:
         *,
         snapshots: Snapshots | None = None,
         output: OutputStore | None = None,
+        on_tenancy: Callable[[ClusterState], Awaitable[None]] | None = None,
     ) -> None:
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
@@ -153,6 +155,9 @@ class AgentActor:
         self.regions = regions
         self.snapshots = snapshots  # where it starts from (the scheduler's: read only)
         self.output = output  # where an ended session's last output lines are kept
+        # Told the fold once rebuilt and whenever its tenancy changed (a key revoked: its
+        # open channels are cut).
+        self.on_tenancy = on_tenancy
         self.name = f"agent:{config.agent_id}"
         self.local = _Local()
         self.log_identity: str | None = None  # the log's (EventLog.identity), once read
@@ -189,6 +194,8 @@ class AgentActor:
     async def on_rebuild(self, s: ClusterState) -> None:
         """Take stock of our containers (those of this log) and announce our capacity."""
         self.state = s
+        if self.on_tenancy is not None:
+            await self.on_tenancy(s)
         self.log_identity = await self.events.identity()
         found = await self.runtime.list({LABEL_AGENT: self.config.agent_id})
         ours = self._of_this_log(found)
@@ -241,6 +248,8 @@ class AgentActor:
 
     async def react(self, s: ClusterState) -> None:
         """React to what the last batch changed (everything, after a rebuild)."""
+        if s.tenancy_changed and self.on_tenancy is not None:
+            await self.on_tenancy(s)
         me = s.agents.get(self.config.agent_id)
         if me is None:
             return

@@ -11,10 +11,11 @@ terminal, or a relay program run inside the container: ``relay_argv`` says why).
 Every opening and closing is on the log, on the session's exec subject:
 ``session.channel-opened`` before anything is opened (if it cannot be written, nothing
 is), ``session.channel-closed`` with the byte counts and why once it has closed. What
-went through never is.
+went through never is. A channel is cut, with the reason, once the agent's fold shows
+its requester's key revoked (or its user removed): ``cut_refused``.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import structlog
@@ -25,6 +26,8 @@ from events import subjects as subj
 from services.actors.common import Provenance, stamp
 from services.actors.relay import Closing, relay
 from services.domain.channels import IDLE_S, PING_S, Program
+from services.domain.session_access import key_refusal
+from services.domain.state import ClusterState
 from services.ports import (
     AgentRequests,
     AgentUnreachable,
@@ -53,6 +56,23 @@ class Opening:
     program: Program
 
 
+@dataclass(eq=False)
+class _Open:
+    """A channel open (or opening): cut by setting why."""
+
+    opening: Opening
+    why: str = ""
+    _cut: anyio.Event = field(default_factory=anyio.Event)
+
+    def cut(self, why: str) -> None:
+        self.why = self.why or why
+        self._cut.set()
+
+    async def cut_off(self) -> str:
+        await self._cut.wait()
+        return self.why
+
+
 class Channels:
     """The open channels of agent ``agent_id``, each relayed in a task of the group that
     ``run`` holds (closed when it ends)."""
@@ -73,6 +93,9 @@ class Channels:
         self.events, self.clock = events, clock
         self.ping_s, self.idle_s, self.max_open = ping_s, idle_s, max_open
         self.open_now = 0  # channels opening or open
+        self._relaying: set[_Open] = set()  # those relaying now
+        # The agent's fold, as last handed to ``cut_refused`` (folded into in place).
+        self._state: ClusterState | None = None
         self._tg: TaskGroup | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -80,6 +103,20 @@ class Channels:
             self._tg = tg
             task_status.started()
             await anyio.sleep_forever()
+
+    async def cut_refused(self, s: ClusterState) -> None:
+        """Cut every open channel whose requester's key ``s`` (the agent's fold, once its
+        tenancy changed or was rebuilt) shows revoked or its user removed, the reason told
+        to the requester's side and written in the closing. A channel that opens later
+        is checked against ``s`` as it is then: it was allowed on an older fold."""
+        self._state = s
+        for held in list(self._relaying):
+            self._check(held)
+
+    def _check(self, held: _Open) -> None:
+        why = None if self._state is None else key_refusal(self._state, held.opening.requester)
+        if why is not None:
+            held.cut(why)
 
     async def open(self, o: Opening) -> str | None:
         """Open ``o``'s channel (written on the log first) and relay it in the background;
@@ -131,6 +168,9 @@ class Channels:
                 await program.resize(*o.program.tty)
             task_status.started()
             closing = Closing(reason="the agent stopped")
+            held = _Open(o)
+            self._relaying.add(held)
+            self._check(held)
             try:
                 closing = await relay(
                     pipe,
@@ -139,12 +179,14 @@ class Channels:
                     on_resize=program.resize if o.program.tty is not None else None,
                     ping_s=self.ping_s,
                     idle_s=self.idle_s,
+                    cut=held.cut_off,
                 )
             except Exception as e:  # one channel's failure ends it alone, never the agent
                 log.exception("agent.channel_failed", session=o.session_id, channel=o.channel)
                 closing = Closing(reason=f"error: {type(e).__name__}: {e}")
             finally:
                 self.open_now -= 1
+                self._relaying.discard(held)
                 with anyio.CancelScope(shield=True):
                     await self._closed(o, opened, closing)
 

@@ -5,8 +5,9 @@ pipe and a terminal or a local TCP connection). The frames are
 
 A relay ends when the other side sends End, when its own end's output ends and it is
 the side that reports an exit code (the agent), when nothing is heard for ``idle_s``,
-or when the pipe or its end fails; it then sends End (unless the other side did) and
-says how it closed.
+when its owner cuts it (``cut``: the agent, once the requester's key is revoked), or
+when the pipe or its end fails; it then sends End (unless the other side did) and says
+how it closed.
 """
 
 import contextlib
@@ -160,6 +161,9 @@ class _Relay:
         except _GONE as e:
             self.close(tg, f"error: {e}")
 
+    async def cut(self, tg: TaskGroup, why: Callable[[], Awaitable[str]]) -> None:
+        self.close(tg, await why())
+
     async def ping(self, every_s: float) -> None:
         while True:
             await anyio.sleep(every_s)
@@ -176,13 +180,15 @@ async def relay(
     ping_s: float = PING_S,
     idle_s: float = IDLE_S,
     window: int = WINDOW_BYTES,
+    cut: Callable[[], Awaitable[str]] | None = None,
 ) -> Closing:
     """Relay between ``pipe`` and ``end`` until the channel closes; how it closed.
 
     ``exit_code``: this side reports the program's end (the agent): once the end's output
     has ended, End goes to the other side with what it returns. Without it, the end's
     output ending sends Eof and the relay goes on hearing. ``on_resize`` is given the
-    other side's Resize frames. Raises nothing the pipe or the end raise: they close it.
+    other side's Resize frames. ``cut``: once it returns, the relay closes with what it
+    returned as the reason. Raises nothing the pipe or the end raise: they close it.
     """
     r = _Relay(pipe, end, exit_code, on_resize, window)
     frames = aiter(pipe)
@@ -191,6 +197,8 @@ async def relay(
             tg.start_soon(r.outward, tg)
             tg.start_soon(r.inward, tg, frames, idle_s)
             tg.start_soon(r.ping, ping_s)
+            if cut is not None:
+                tg.start_soon(r.cut, tg, cut)
     finally:
         # Said to the other side however it ends, cancelled too (the user's Ctrl-C of
         # `fgpu session app`): else it would wait out its idle limit.

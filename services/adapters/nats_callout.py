@@ -1,17 +1,18 @@
 """The auth callout on NATS: the server's authorization requests in, signed answers out;
-and disconnecting a connection through the system account.
+and the servers' connections listed and ended through the system account.
 
 ``serve_callout`` answers on ``$SYS.REQ.USER.AUTH`` as the static user ``fgpu-auth`` (in a
 queue group, so several gatekeepers share the work), asking ``decide`` about each
 request: a Grant becomes a user JWT with its permissions in its account (people's or the
-services'), anything else
-a refusal the server turns into "Authorization Violation". ``SystemKicker`` disconnects
-a connection as the static system user (``$SYS.REQ.SERVER.<id>.KICK``).
+services'), named by the access key the client gave, anything else a refusal the server
+turns into "Authorization Violation". ``SystemKicker`` asks every server which connections a key
+holds and disconnects them, as the static system user.
 """
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import anyio
 import nats
@@ -29,14 +30,17 @@ from services.adapters.nats_jwt import (
     decode_request,
     user_jwt,
 )
-from services.ports import Connection, Grant
+from services.ports import Connection, ConnectionsUnknown, Grant
 
 __all__ = ["Decide", "SystemKicker", "serve_callout"]
 
-Decide = Callable[[str, str, Connection], Awaitable[Grant | str]]
+Decide = Callable[[str, str], Awaitable[Grant | str]]
 log = structlog.get_logger()
 _FOREIGN = (nats.errors.Error, TimeoutError, OSError)
 _QUEUE = "fgpu-gatekeepers"
+_PAGE = 1024  # connections a server lists in one answer (its own default)
+_ASK_S = 2.0  # how long a server has to answer the system account
+_KICKS_AT_ONCE = 64
 
 
 async def _connect(url: str, user: str, password: str, name: str) -> Client:
@@ -79,9 +83,8 @@ async def serve_callout(
 
 
 async def _answer(request: AuthRequest, auth: ServerAuth, decide: Decide) -> bytes:
-    connection = Connection(request.server_id, request.client_id)
     try:
-        decision = await decide(request.user, request.password, connection)
+        decision = await decide(request.user, request.password)
     except Exception as e:  # a failing gatekeeper refuses; it lets nobody in by accident
         log.exception("gatekeeper.failed")
         decision = f"the gatekeeper failed: {type(e).__name__}"
@@ -92,7 +95,9 @@ async def _answer(request: AuthRequest, auth: ServerAuth, decide: Decide) -> byt
     jwt = user_jwt(
         request,
         account=p.account,
-        name=decision.name,
+        # The name the servers know the connection by (in their lists and logs): its
+        # access key, so that they can be asked for every connection of a key.
+        name=request.user,
         publish=p.publish,
         subscribe=p.subscribe,
         deny_publish=p.deny_publish,
@@ -104,7 +109,14 @@ async def _answer(request: AuthRequest, auth: ServerAuth, decide: Decide) -> byt
 
 
 class SystemKicker:
-    """Disconnects connections as the static system user (Kicker)."""
+    """The servers' account of their clients, and their disconnection, asked of them as
+    the static system user (Kicker).
+
+    Every server of a cluster is asked: the one that answers first names the others it
+    is routed to (a NATS cluster is a full mesh), then each lists its own connections
+    (``$SYS.REQ.SERVER.<id>.CONNZ``, filtered by name, a page at a time) and ends those
+    it is told to (``$SYS.REQ.SERVER.<id>.KICK``: there is no form that reaches every
+    server). Nothing names an account: the name is the filter."""
 
     def __init__(self, nc: Client) -> None:
         self._nc = nc
@@ -113,13 +125,75 @@ class SystemKicker:
     async def connect(cls, url: str, auth: ServerAuth) -> "SystemKicker":
         return cls(await _connect(url, SYS_USER, auth.sys_password, "fgpu-gatekeeper-sys"))
 
-    async def kick(self, connection: Connection) -> None:
+    async def held(self, name: str | None = None) -> dict[Connection, str]:
+        found: dict[Connection, str] = {}
+        servers = await self._servers()
+        async with anyio.create_task_group() as tg:
+            for server_id in servers:
+                tg.start_soon(self._held_on, server_id, name, found)
+        return found
+
+    async def _servers(self) -> set[str]:
+        """The ids of every server of the cluster. Raises ConnectionsUnknown."""
+        answer = await self._ask("$SYS.REQ.SERVER.PING.ROUTEZ", {})
+        try:
+            routes = answer["data"].get("routes") or ()
+            return {answer["server"]["id"], *(r["remote_id"] for r in routes)}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ConnectionsUnknown(
+                f"the cluster's routes: an answer of another form ({e})"
+            ) from e
+
+    async def _held_on(
+        self, server_id: str, name: str | None, found: dict[Connection, str]
+    ) -> None:
+        """Add what ``server_id`` holds (of ``name``) to ``found``, page after page; one
+        that closes meanwhile may shift a later page past another: the caller asks again
+        until none is left. Raises ConnectionsUnknown."""
+        offset = 0
+        while True:
+            query: dict[str, object] = {"auth": True, "offset": offset, "limit": _PAGE}
+            if name is not None:
+                query["user"] = name
+            answer = await self._ask(f"$SYS.REQ.SERVER.{server_id}.CONNZ", query)
+            try:
+                page = answer["data"].get("connections") or []
+                for c in page:
+                    found[Connection(server_id, int(c["cid"]))] = str(c.get("authorized_user", ""))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ConnectionsUnknown(
+                    f"{server_id}'s clients: an answer of another form ({e})"
+                ) from e
+            if len(page) < _PAGE:
+                return
+            offset += len(page)
+
+    async def _ask(self, subject: str, query: dict[str, object]) -> dict[str, Any]:
+        """The server's answer to ``query`` on ``subject``. Raises ConnectionsUnknown."""
+        try:
+            msg = await self._nc.request(subject, json.dumps(query).encode(), timeout=_ASK_S)
+            answer = json.loads(msg.data)
+        except (*_FOREIGN, ValueError) as e:
+            raise ConnectionsUnknown(f"{subject}: {type(e).__name__}: {e}") from e
+        if not isinstance(answer, dict) or not isinstance(answer.get("data"), dict):
+            error = answer.get("error") if isinstance(answer, dict) else answer
+            raise ConnectionsUnknown(f"{subject}: {error}")
+        return answer
+
+    async def kick(self, connections: Iterable[Connection]) -> None:
+        at_once = anyio.CapacityLimiter(_KICKS_AT_ONCE)
+        async with anyio.create_task_group() as tg:
+            for c in connections:
+                tg.start_soon(self._kick, c, at_once)
+
+    async def _kick(self, connection: Connection, at_once: anyio.CapacityLimiter) -> None:
         body = json.dumps({"cid": connection.client_id}).encode()
         subject = f"$SYS.REQ.SERVER.{connection.server_id}.KICK"
-        try:
-            await self._nc.request(subject, body, timeout=5)
-        except _FOREIGN as e:  # gone already, or the server is: nothing left to end
-            log.info("gatekeeper.kick_failed", client=connection.client_id, error=str(e))
+        async with at_once:
+            try:
+                await self._nc.request(subject, body, timeout=_ASK_S)
+            except _FOREIGN as e:  # gone already, or the server is: held() tells
+                log.info("gatekeeper.kick_failed", client=connection.client_id, error=str(e))
 
     async def close(self) -> None:
         with contextlib.suppress(*_FOREIGN):

@@ -144,7 +144,7 @@ def violations_to(
 
     async def told(v: Violation) -> None:
         reason = f"permissions violation ({v.identity})"
-        audit.refused(keeper.key_of(v.client_id), f"{v.kind} {v.subject}", reason, v.client)
+        audit.refused(keeper.key_of(v.identity), f"{v.kind} {v.subject}", reason, v.client)
 
     return told
 
@@ -227,16 +227,18 @@ async def run_agent(
     Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``."""
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     output = OutputFiles(state_file().parent / "output" / config.agent_id)
+    clock = SystemClock()
+    channels = Channels(config.agent_id, runtime, conn.bus, conn.log, clock)
     actor = AgentActor(
         conn.log,
         runtime,
-        SystemClock(),
+        clock,
         config,
         regions,
         snapshots=from_scheduler,
         output=output,
+        on_tenancy=channels.cut_refused,
     )
-    channels = Channels(config.agent_id, runtime, conn.bus, conn.log, actor.clock)
     answer = answering(
         config.agent_id,
         runtime,

@@ -4,7 +4,9 @@ in it. Pure: the agent asks these of its own fold of the log.
 A session's output is its owner's and its domain's administrators' to read (a superadmin
 administers every domain); on a cluster without tenancy, anyone's. Running a command in it
 is the same people's, but with no tenancy only the owner's: every key is then a tenant of
-its own, and nobody administers another's.
+its own, and nobody administers another's. A revoked keypair (or one whose user was
+removed) reaches no session at all, its owner's included: the agent checks its own fold,
+whether or not the servers have cut the key's connections yet.
 """
 
 from collections.abc import Sequence
@@ -17,6 +19,7 @@ __all__ = [
     "MAX_ARGV_BYTES",
     "MAX_EXEC_TIMEOUT_S",
     "exec_problem",
+    "key_refusal",
     "may_not_exec",
     "may_not_read",
     "may_not_read_kept",
@@ -26,8 +29,22 @@ MAX_ARGV_BYTES = 16 << 10  # a command and its arguments, UTF-8: they are writte
 MAX_EXEC_TIMEOUT_S = 3600.0
 
 
+def key_refusal(s: ClusterState, requester: str) -> str | None:
+    """Why the access key ``requester`` may reach no session at all: it was revoked, or
+    its user removed; None for a live key, or one the ledger does not hold (whose rights,
+    if any, are its sessions' and its tenancy's)."""
+    kp = s.tenancy.keypairs.get(requester)
+    if kp is None or not kp.revoked:
+        return None
+    if kp.user is not None and kp.user not in s.tenancy.users:
+        return f"the user of access key {requester} was removed"
+    return f"access key {requester} was revoked"
+
+
 def may_not_read(s: ClusterState, requester: str, session_id: str) -> str | None:
     """Why ``requester`` may not read session ``session_id``'s output; None if it may."""
+    if (revoked := key_refusal(s, requester)) is not None:
+        return revoked
     if not s.tenancy.on:
         return None
     if _administers(s, requester, session_id):
@@ -38,6 +55,8 @@ def may_not_read(s: ClusterState, requester: str, session_id: str) -> str | None
 def may_not_read_kept(s: ClusterState, requester: str, owner: str, domain: str) -> str | None:
     """Why ``requester`` may not read the kept output of an ended session of ``owner`` in
     ``domain`` (the fold has let go of it: the agent kept whose it was); None if it may."""
+    if (revoked := key_refusal(s, requester)) is not None:
+        return revoked
     if not s.tenancy.on or requester == owner:
         return None
     who = s.tenancy.user_of(requester)
@@ -51,7 +70,9 @@ def may_not_read_kept(s: ClusterState, requester: str, owner: str, domain: str) 
 def may_not_exec(s: ClusterState, requester: str, session_id: str, agent_id: str) -> str | None:
     """Why ``requester`` may not run a command in ``session_id`` on agent ``agent_id``; None
     if it may: the session runs there, and the requester owns it or administers its
-    domain. The reason names no more than the requester may know."""
+    domain, with a live key. The reason names no more than the requester may know."""
+    if (revoked := key_refusal(s, requester)) is not None:
+        return revoked
     v = s.sessions.get(session_id)
     if v is ENDED_STUB:  # an ended session the fold let go of: nothing runs to reach
         return f"session {session_id} has ended"

@@ -12,12 +12,15 @@
      +-- ImageNotFound          (permanent for this session)
      +-- RuntimeUnavailable     (retryable: the engine is down or refused)
     AgentUnreachable            (no agent answered a request: it may be down)
+    ConnectionsUnknown          (a server could not be asked which clients it holds:
+                                 ask again)
 """
 
 __all__ = [
     "AgentUnreachable",
     "BulkReadUnavailable",
     "ConcurrencyConflict",
+    "ConnectionsUnknown",
     "ContainerError",
     "HistoryMissing",
     "ImageNotFound",
@@ -67,3 +70,8 @@ class RuntimeUnavailable(ContainerError):
 
 class AgentUnreachable(Exception):
     """No agent answered a request in time, or the transport failed."""
+
+
+class ConnectionsUnknown(Exception):
+    """The servers could not be asked which client connections they hold (one did not
+    answer, or the system account is away): ask again later."""
