@@ -562,6 +562,7 @@ class AgentActor:
             request_devices=not c.mock_gpus,
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,
+            region_group=self.regions.group if self.regions is not None else None,
             log_identity=self.log_identity,
             vfolders=vfolders,
         )
