@@ -79,9 +79,9 @@ cdef class Region:
 
     @classmethod
     def create(cls, path, mem_limits=(), sm_shares_ppm=()):
-        """Publish the region's slice (replacing any earlier one) and open its counters
-        (created when missing).  Processes that opened the region before keep the
-        slice they read: create a region before its container starts."""
+        """Publish the region's slice and make its counters, both new (replacing any
+        earlier ones: an older version's too).  Processes that opened the region before
+        keep what they mapped and read: create a region before its container starts."""
         return cls(path, _create=True, mem_limits=mem_limits, sm_shares_ppm=sm_shares_ppm)
 
     def __dealloc__(self):

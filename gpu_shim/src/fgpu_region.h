@@ -92,10 +92,10 @@ typedef struct fgpu_process {
 int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_region **out);
 /*
  * Create the region at path with the slice cfg: a new slice file (mode 0444)
- * replaces any earlier one atomically, then the counters are opened or
- * created.  For the region's owner (the agent), before any process of the
- * container runs: a process that opened the region earlier keeps the slice it
- * read.  Returns 0 or a negative errno.
+ * replaces any earlier one atomically, and new counters replace any earlier
+ * ones.  For the region's owner (the agent), before any process of the
+ * container runs: a process that opened the region earlier keeps what it
+ * mapped and read.  Returns 0 or a negative errno.
  */
 int fgpu_region_create(const char *path, const fgpu_config *cfg, fgpu_region **out);
 /* A process-private region (anonymous memory), for limits without a shared file. */

@@ -220,6 +220,10 @@ int fgpu_region_create(const char *path, const fgpu_config *cfg, fgpu_region **o
         return -ENOMEM;
     int rc = publish_slice(sp, cfg, 1);
     free(sp);
+    /* No process uses the region yet: counters left from before (another version's, or
+     * an earlier try's) are replaced, not trusted. */
+    if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+        rc = -errno;
     return rc != 0 ? rc : fgpu_region_open(path, 1, cfg, out);
 }
 

@@ -49,8 +49,9 @@ def shim_lib_dir() -> str | None:
 
 class ShimRegions:
     """Regions under ``root`` (a tmpfs such as /run/fgpu/regions is best). ``group``: the
-    group whose processes may write the counters (default: the agent's effective group;
-    it must be one the agent may give its files)."""
+    group whose processes may write the counters (default: the agent's effective group,
+    gid 0 for an agent running as root; it must be one the agent may give its files).
+    Every process of a session's container gets it as a supplementary group."""
 
     def __init__(self, root: str, *, group: int | None = None) -> None:
         self.root = Path(root)

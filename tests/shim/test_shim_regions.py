@@ -65,6 +65,16 @@ def test_a_region_of_the_older_format_is_not_read_and_said_once(tmp_path: Path) 
     assert not path.exists()
 
 
+def test_a_region_made_anew_replaces_one_of_the_older_format(tmp_path: Path) -> None:
+    """The agent went down between making a session's region and starting its container,
+    and came back upgraded: it makes the region again, whatever was there."""
+    regions = ShimRegions(str(tmp_path / "regions"))
+    Path(regions.path("s1")).write_bytes(_version_1_region())
+    regions.create("s1", [GIB], [500_000])
+    (dev,) = ShimRegions(str(tmp_path / "regions")).sample("s1")
+    assert (dev.mem_limit, dev.mem_used) == (GIB, 0)
+
+
 def _version_1_region() -> bytes:
     """The header of a version 1 region (magic, version 1, its size) and zeros."""
     size = 92224  # sizeof(fgpu_layout) of version 1: the counters' size today too
