@@ -81,7 +81,13 @@ from events.tenancy import (
     UpdateGroup,
 )
 from events.union import AnyEvent
-from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
+from events.usage import (
+    GpuOomRefused,
+    GpuOverSlice,
+    GpuShareExceeded,
+    GpuUsageSampled,
+    SessionCpuSampled,
+)
 from events.vfolder import (
     Access,
     CreateVfolder,
@@ -124,6 +130,8 @@ __all__ = [
     "Event",
     "GpuInfo",
     "GpuOomRefused",
+    "GpuOverSlice",
+    "GpuShareExceeded",
     "GpuUsageSampled",
     "GroupSettings",
     "ImageInfo",

@@ -40,7 +40,13 @@ from events.session_exec import (
     SessionExecStarted,
 )
 from events.tenancy import AdminApplied, AdminRefused, AdminRequested
-from events.usage import GpuOomRefused, GpuUsageSampled, SessionCpuSampled
+from events.usage import (
+    GpuOomRefused,
+    GpuOverSlice,
+    GpuShareExceeded,
+    GpuUsageSampled,
+    SessionCpuSampled,
+)
 from events.vfolder import VfolderScanned
 
 __all__ = ["EVENT_TYPES", "AnyEvent"]
@@ -85,6 +91,8 @@ AnyEvent = (
     | SessionPulling
     | AgentImagesReported
     | VfolderScanned
+    | GpuOverSlice
+    | GpuShareExceeded
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

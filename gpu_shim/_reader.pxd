@@ -9,6 +9,8 @@ cdef extern from "fgpu_region.h" nogil:
         FGPU_RING_SIZE
         FGPU_SHARE_FULL
 
+    const char *FGPU_SLICE_SUFFIX
+
     enum fgpu_happening_kind:
         FGPU_HAPPENING_OOM_REFUSED
         FGPU_HAPPENING_PROC_START
@@ -55,9 +57,8 @@ cdef extern from "fgpu_region.h" nogil:
 
     int fgpu_region_open(const char *path, int create, const fgpu_config *cfg,
                          fgpu_region **out)
+    int fgpu_region_create(const char *path, const fgpu_config *cfg, fgpu_region **out)
     void fgpu_region_close(fgpu_region *r)
-    int fgpu_region_configure(fgpu_region *r, uint32_t device, uint64_t mem_limit,
-                              uint32_t sm_share_ppm)
     uint32_t fgpu_region_ndev(const fgpu_region *r)
     int fgpu_region_device(const fgpu_region *r, uint32_t device, fgpu_device_stats *out)
     int fgpu_region_process(fgpu_region *r, uint32_t slot, fgpu_process *out)

@@ -10,12 +10,15 @@ from gpu_shim.usage import DeviceUsage, Happening, ProcessSlot
 MAX_DEVICES: int
 MAX_SLOTS: int
 RING_SIZE: int
+SLICE_SUFFIX: str
 
 class Region:
-    """One container's shared usage region, mapped read-write."""
+    """One container's shared usage region: its slice (read once) and its counters."""
 
     @property
     def path(self) -> str: ...
+    @property
+    def slice_path(self) -> str: ...
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -39,7 +42,6 @@ class Region:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Literal[False]: ...
-    def configure(self, device: int, mem_limit: int, sm_share_ppm: int = ...) -> None: ...
     def device(self, index: int) -> DeviceUsage: ...
     def devices(self) -> list[DeviceUsage]: ...
     def processes(self) -> list[ProcessSlot]: ...

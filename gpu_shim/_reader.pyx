@@ -1,8 +1,9 @@
 # cython: language_level=3
 """Reader of a container's shared usage region (see gpu_shim/src/fgpu_region.h).
 
-Reading never stops the processes writing: counters are atomics, the slice
-and each ring record are seqlock-protected.  All methods raise
+Reading never stops the processes writing: counters are atomics, each ring
+record is seqlock-protected, and the slice is read once when the region is
+opened (its file never changes).  All methods raise
 gpu_shim.usage.RegionClosed after close().
 """
 
@@ -25,6 +26,7 @@ from gpu_shim.usage import (
 MAX_DEVICES = FGPU_MAX_DEVICES
 MAX_SLOTS = FGPU_MAX_SLOTS
 RING_SIZE = FGPU_RING_SIZE
+SLICE_SUFFIX = FGPU_SLICE_SUFFIX.decode()
 
 
 cdef object _raise_open_error(int rc, str path):
@@ -32,15 +34,17 @@ cdef object _raise_open_error(int rc, str path):
     if err == 2:  # ENOENT
         raise RegionNotFound(path)
     if err == 22:  # EINVAL
-        raise RegionInvalid(f"{path}: not a gpu_shim region of this version")
+        raise RegionInvalid(f"{path}: not a gpu_shim region of this version (or its slice)")
     raise OSError(err, os.strerror(err), path)
 
 
 cdef class Region:
-    """One container's region, mapped read-write (reclaiming writes)."""
+    """One container's region: its slice (read once) and its counters, mapped
+    read-write (reclaiming writes)."""
 
     cdef fgpu_region *_r
     cdef readonly str path
+    cdef readonly str slice_path
 
     def __cinit__(self):
         self._r = NULL
@@ -51,35 +55,34 @@ cdef class Region:
         cdef int rc
         cdef size_t i
         self.path = os.fspath(path)
+        self.slice_path = self.path + SLICE_SUFFIX
         limits = [int(v) for v in mem_limits]
         shares = [int(v) for v in sm_shares_ppm]
         ndev = max(len(limits), len(shares))
         if ndev > FGPU_MAX_DEVICES:
             raise ValueError(f"at most {FGPU_MAX_DEVICES} devices")
+        if any(v < 0 for v in limits) or not all(0 <= v <= SHARE_FULL_PPM for v in shares):
+            raise ValueError("mem_limits must be >= 0 and sm_shares_ppm in [0, 1000000]")
         memset(&cfg, 0, sizeof(cfg))
         cfg.ndev = ndev
         for i in range(ndev):
             cfg.mem_limit[i] = limits[i] if i < len(limits) else 0
             cfg.sm_share_ppm[i] = shares[i] if i < len(shares) else SHARE_FULL_PPM
         encoded = self.path.encode()
-        rc = fgpu_region_open(encoded, 1 if _create else 0, &cfg, &r)
+        if _create:
+            rc = fgpu_region_create(encoded, &cfg, &r)
+        else:
+            rc = fgpu_region_open(encoded, 0, &cfg, &r)
         if rc != 0:
             _raise_open_error(rc, self.path)
         self._r = r
 
     @classmethod
     def create(cls, path, mem_limits=(), sm_shares_ppm=()):
-        """Create the region (or open an existing one) and set its slice."""
-        region = cls(path, _create=True, mem_limits=mem_limits, sm_shares_ppm=sm_shares_ppm)
-        limits = list(mem_limits)
-        shares = list(sm_shares_ppm)
-        for d in range(max(len(limits), len(shares))):
-            region.configure(
-                d,
-                limits[d] if d < len(limits) else 0,
-                shares[d] if d < len(shares) else SHARE_FULL_PPM,
-            )
-        return region
+        """Publish the region's slice and make its counters, both new (replacing any
+        earlier ones: an older version's too).  Processes that opened the region before
+        keep what they mapped and read: create a region before its container starts."""
+        return cls(path, _create=True, mem_limits=mem_limits, sm_shares_ppm=sm_shares_ppm)
 
     def __dealloc__(self):
         if self._r != NULL:
@@ -102,17 +105,6 @@ cdef class Region:
     def __exit__(self, *exc):
         self.close()
         return False
-
-    def configure(self, int device, mem_limit, sm_share_ppm=SHARE_FULL_PPM):
-        """Set one device's slice: memory limit in bytes (0 = none), SM share in ppm."""
-        cdef fgpu_region *r = self._get()
-        if not 0 <= device < FGPU_MAX_DEVICES:
-            raise ValueError(f"device {device} out of range")
-        if mem_limit < 0 or not 0 <= sm_share_ppm <= SHARE_FULL_PPM:
-            raise ValueError("mem_limit must be >= 0 and sm_share_ppm in [0, 1000000]")
-        rc = fgpu_region_configure(r, device, mem_limit, sm_share_ppm)
-        if rc != 0:
-            raise OSError(-rc, os.strerror(-rc), self.path)
 
     def device(self, int index):
         """Usage of one device."""

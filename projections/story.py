@@ -9,11 +9,14 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from events import (
     AnyEvent,
     DestroyRejected,
     GpuOomRefused,
+    GpuOverSlice,
+    GpuShareExceeded,
     GpuUsageSampled,
     SessionAdmitted,
     SessionCancelled,
@@ -173,6 +176,18 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
                 f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"
                 f" {format_mem(e.mem_used)} of its {format_mem(e.mem_limit)} in use"
             )
+        case GpuOverSlice():
+            return (
+                f"{e.agent_id} stopped it: its processes ({_pids(e.pids)}) held"
+                f" {format_mem(e.held)} on gpu{e.gpu_index}, over its slice of"
+                f" {format_mem(e.mem_limit)} and the {format_mem(e.tolerance)} allowed beyond"
+            )
+        case GpuShareExceeded():
+            return (
+                f"its processes ({_pids(e.pids)}) kept gpu{e.gpu_index}'s SMs busy"
+                f" {_percent(e.used_ppm)} of {e.window_s} s, over its share of"
+                f" {_percent(e.sm_share_ppm)}"
+            )
         case GpuUsageSampled():
             return (
                 f"last measured on gpu{e.gpu_index}: {format_mem(e.mem_used)} of"
@@ -181,6 +196,15 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             )
         case _:
             return str(e.__struct_config__.tag or type(e).__name__)
+
+
+def _pids(pids: Sequence[int]) -> str:
+    return ("pid " if len(pids) == 1 else "pids ") + ", ".join(str(p) for p in pids)
+
+
+def _percent(ppm: int) -> str:
+    """ "25%" for 250000 parts per million, exactly."""
+    return f"{(Decimal(ppm) / 10_000).normalize():f}%"
 
 
 def summary(lines: Sequence[Line]) -> str:

@@ -61,6 +61,7 @@ class FakeRegions:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.live: set[str] = set()
+        self.group = 4242
 
     def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
         self.live.add(key)

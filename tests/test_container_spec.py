@@ -47,6 +47,7 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
     spec = session_spec(
         v, "node1", GPUS, 200, request_devices=True,
         shim_lib_dir="/opt/fgpu-shim", region_path="/run/fgpu/regions/s1.region",
+        region_group=4242,
     )  # fmt: skip
     # In PCI order (the host's), whatever the placement's: the shim's limits are by
     # the container's device index, which NVML and CUDA (PCI_BUS_ID) number that way.
@@ -66,6 +67,10 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
     assert mounts["/opt/fgpu/lib"]["Source"] == "/opt/fgpu-shim"
     assert mounts["/opt/fgpu/lib"]["ReadOnly"] is True
     assert mounts["/run/fgpu/region"]["ReadOnly"] is False
+    # The slice (limits, shares) beside it, read-only: no process inside can raise it.
+    assert mounts["/run/fgpu/region.slice"]["Source"] == "/run/fgpu/regions/s1.region.slice"
+    assert mounts["/run/fgpu/region.slice"]["ReadOnly"] is True
+    assert host["GroupAdd"] == ["4242"]  # the group that may write the counters
     assert body["Labels"] == {"fgpu.session": "s1", "fgpu.agent": "node1", "fgpu.owner": "alice"}
 
 

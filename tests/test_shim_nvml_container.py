@@ -56,20 +56,22 @@ async def cuda_like_image() -> AsyncIterator[str]:
             await docker.images.delete(name, force=True)
 
 
-def _session(image: str, script: str) -> SessionView:
+def shim_session(image: str, script: str, *, fgpu: int = 100) -> SessionView:
+    """A running session of ``image`` on device 0 (``fgpu`` quanta of it), running
+    ``script`` with sh."""
     return SessionView(
         session_id=f"nvml{uuid.uuid4().hex[:8]}",
         owner="alice",
         image=image,
         command=("sh", "-c", script),
-        slots=Slots(cpu=500, mem=256 << 20, fgpu=100),
+        slots=Slots(cpu=500, mem=256 << 20, fgpu=fgpu),
         priority=0,
         name=None,
         request_id="r",
         correlation_id="c",
         arrival_seq=1,
         requested_at=datetime(2026, 1, 1, tzinfo=UTC),
-        devices=(DevicePlacement(gpu_index=0, fgpu=100),),
+        devices=(DevicePlacement(gpu_index=0, fgpu=fgpu),),
     )
 
 
@@ -78,7 +80,7 @@ async def test_the_shim_is_first_on_the_images_library_path(
 ) -> None:
     shim = build_shim(tmp_path / "shim")
     gpus = {0: GpuInfo(index=0, uuid="GPU-0", model="Fake", mem=16 * GIB, sm_count=1)}
-    v = _session(cuda_like_image, 'echo "$LD_LIBRARY_PATH"; ls /opt/fgpu/lib')
+    v = shim_session(cuda_like_image, 'echo "$LD_LIBRARY_PATH"; ls /opt/fgpu/lib')
     spec = session_spec(v, "nvmltest", gpus, 200, request_devices=False, shim_lib_dir=str(shim))
     async with DockerRuntime() as rt:
         info = await rt.run(spec)

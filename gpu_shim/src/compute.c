@@ -233,7 +233,7 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
     if (!fgpu_current_device(&ctx, &d))
         return;
     fgpu_dev_shared *dev = &fgpu_g.l->dev[d];
-    uint32_t share = atomic_load_explicit(&dev->sm_share_ppm, memory_order_relaxed);
+    uint32_t share = fgpu_g.s->dev[d].sm_share_ppm;
     if (share == 0 || share >= FGPU_SHARE_FULL)
         return;
     fgpu_pfn_cuStreamIsCapturing capturing =
@@ -315,7 +315,7 @@ static inline int pace_wanted(void) {
     if (FGPU_LIKELY(l == NULL))
         return 0;
     fgpu_count_launch();
-    if (FGPU_LIKELY(!atomic_load_explicit(&l->compute_on, memory_order_relaxed)) || fgpu_t_busy)
+    if (FGPU_LIKELY(!fgpu_g.s->compute_on) || fgpu_t_busy)
         return 0;
     fgpu_t_busy = 1;
     return 1;

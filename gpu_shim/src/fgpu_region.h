@@ -1,12 +1,17 @@
 /*
  * fgpu_region.h - the shared usage region of one container, public API.
  *
- * One file (on tmpfs, path in FGPU_REGION) per container, mapped by every
- * process of the container that loads the shim and by the agent's reader
- * (gpu_shim/_reader.pyx, whose _reader.pxd mirrors this header).  It holds
- * the slice (memory limit and SM share per device), the shared counters, one
- * slot per process and a ring of discrete happenings.  Layout and atomics are
- * private (region_layout.h); this header deals in plain snapshots.
+ * Two files (on tmpfs) per container, opened by every process of the
+ * container that loads the shim and by the agent's reader
+ * (gpu_shim/_reader.pyx, whose _reader.pxd mirrors this header):
+ *  - the counters, at the region's path (FGPU_REGION): the shared counters,
+ *    one slot per process and a ring of discrete happenings, mapped
+ *    read-write by every process;
+ *  - the slice, at the path + FGPU_SLICE_SUFFIX: the memory limit and SM share
+ *    per device, published once by the region's creator and only ever read
+ *    (the agent mounts it read-only in the container).
+ * Layout and atomics are private (region_layout.h); this header deals in plain
+ * snapshots.
  */
 #ifndef FGPU_REGION_H
 #define FGPU_REGION_H
@@ -19,6 +24,8 @@
 #define FGPU_RING_SIZE 1024
 /* SM shares are exact integers in parts per million; this one means "no limit". */
 #define FGPU_SHARE_FULL 1000000u
+/* The slice file of the region at path is path + FGPU_SLICE_SUFFIX. */
+#define FGPU_SLICE_SUFFIX ".slice"
 
 /* Kinds of happenings in the ring. */
 enum fgpu_happening_kind {
@@ -32,7 +39,7 @@ enum fgpu_happening_kind {
 
 typedef struct fgpu_region fgpu_region;
 
-/* Slice written when a region is created (or reconfigured). */
+/* Slice written when a region is created. */
 typedef struct fgpu_config {
     uint32_t ndev;                                /* devices configured, <= FGPU_MAX_DEVICES */
     uint64_t mem_limit[FGPU_MAX_DEVICES];         /* bytes; 0 = no limit */
@@ -74,19 +81,27 @@ typedef struct fgpu_process {
 } fgpu_process;
 
 /*
- * Open the region at path.  create != 0: create the file when missing and
- * initialise it from cfg (NULL: no limits) under an exclusive flock; an
- * existing valid region keeps its slice.  Returns 0 or a negative errno
- * (-EINVAL: not a region of this version).
+ * Open the region at path: its slice (read once, never written) and its
+ * counters (mapped read-write).  create != 0: a missing slice file is
+ * published from cfg (NULL: no limits; the first creator wins, atomically) and
+ * a missing counters file is created and initialised under an exclusive
+ * flock; an existing slice is kept.  Returns 0 or a negative errno (-ENOENT:
+ * a file is missing; -EINVAL: a file is not of this version, e.g. a version 1
+ * region, which held its slice in the counters).
  */
 int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_region **out);
+/*
+ * Create the region at path with the slice cfg: a new slice file (mode 0444)
+ * replaces any earlier one atomically, and new counters replace any earlier
+ * ones.  For the region's owner (the agent), before any process of the
+ * container runs: a process that opened the region earlier keeps what it
+ * mapped and read.  Returns 0 or a negative errno.
+ */
+int fgpu_region_create(const char *path, const fgpu_config *cfg, fgpu_region **out);
 /* A process-private region (anonymous memory), for limits without a shared file. */
 int fgpu_region_open_private(const fgpu_config *cfg, fgpu_region **out);
 void fgpu_region_close(fgpu_region *r);
 
-/* Set the slice of one device (memory limit in bytes, SM share in ppm). 0 or -errno. */
-int fgpu_region_configure(fgpu_region *r, uint32_t device, uint64_t mem_limit,
-                          uint32_t sm_share_ppm);
 uint32_t fgpu_region_ndev(const fgpu_region *r);
 /* 0, or -EINVAL when device >= FGPU_MAX_DEVICES. */
 int fgpu_region_device(const fgpu_region *r, uint32_t device, fgpu_device_stats *out);

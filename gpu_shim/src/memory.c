@@ -34,9 +34,12 @@ static int acct_begin(acct *a) {
     return 1;
 }
 
+/* The memory limit of a's device, from this process's copy of the slice (0 = none). */
+static inline uint64_t limit_of(const acct *a) { return fgpu_g.s->dev[a->dev].limit; }
+
 /* Reserve bytes; 0 (guard released) when over the limit. */
 static int acct_reserve(acct *a, uint64_t bytes) {
-    if (!fgpu_mem_reserve(fgpu_g.l, a->slot, a->dev, bytes, fgpu_g.pid)) {
+    if (!fgpu_mem_reserve(fgpu_g.l, limit_of(a), a->slot, a->dev, bytes, fgpu_g.pid)) {
         FGPU_DEBUG("refused %llu bytes on device %u", (unsigned long long)bytes, a->dev);
         fgpu_leave();
         return 0;
@@ -141,7 +144,7 @@ static CUresult settle_pitch(acct *a, CUresult rc, uint64_t actual, CUdeviceptr 
         return acct_commit(a, rc, FGPU_ALLOC_PTR, 0);
     if (actual > a->bytes) {
         uint64_t more = actual - a->bytes;
-        if (!fgpu_mem_reserve(fgpu_g.l, a->slot, a->dev, more, fgpu_g.pid)) {
+        if (!fgpu_mem_reserve(fgpu_g.l, limit_of(a), a->slot, a->dev, more, fgpu_g.pid)) {
             fgpu_pfn_cuMemFree_v2 fr = FGPU_REAL(cuMemFree_v2);
             if (fr)
                 fr(ptr);
@@ -357,9 +360,8 @@ CUresult fgpu_policy_primary_ctx_release(fgpu_sym id, CUdevice dev) {
 
 /* The slice of device d: (limit, in use); limit 0 = none. */
 static uint64_t slice_of(uint32_t d, uint64_t *in_use) {
-    fgpu_dev_shared *dev = &fgpu_g.l->dev[d];
-    *in_use = atomic_load_explicit(&dev->in_use, memory_order_relaxed);
-    return atomic_load_explicit(&dev->limit, memory_order_relaxed);
+    *in_use = atomic_load_explicit(&fgpu_g.l->dev[d].in_use, memory_order_relaxed);
+    return fgpu_g.s->dev[d].limit;
 }
 
 static void clamp_info(uint64_t *free, uint64_t *total) {

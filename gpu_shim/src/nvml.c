@@ -86,13 +86,13 @@ __attribute__((constructor)) static void fgpu_nvml_ctor(void) { fgpu_lib_init();
 /* ----------------------------------------------------------- entry guard */
 
 /*
- * Enter a policy: the region's device of `device` in *dev, and 1 when it has a
+ * Enter a policy: the region's index of `device` in *dev, and 1 when it has a
  * slice (the caller then answers from the region and must call leave()).  0:
  * forward the call unchanged (no region, a call from inside a hook, a device
  * the real library does not know or the region does not configure).  Called
  * after REAL_OR, which initialised the library.
  */
-static int enter(nvmlDevice_t device, fgpu_dev_shared **dev) {
+static int enter(nvmlDevice_t device, uint32_t *dev) {
     fgpu_nvml_pfn_nvmlDeviceGetIndex get_index =
         FGPU_NVML_REAL_AS(nvmlDeviceGetIndex, FGPU_NVML_nvmlDeviceGetIndex);
     if (!g_region || !get_index || t_busy)
@@ -100,11 +100,11 @@ static int enter(nvmlDevice_t device, fgpu_dev_shared **dev) {
     t_busy = 1;
     unsigned int index;
     if (get_index(device, &index) != NVML_SUCCESS ||
-        index >= atomic_load_explicit(&g_region->l->ndev, memory_order_acquire)) {
+        index >= g_region->slice.ndev) {
         t_busy = 0;
         return 0;
     }
-    *dev = &g_region->l->dev[index];
+    *dev = index;
     return 1;
 }
 
@@ -148,7 +148,7 @@ const char *fgpu_nvml_policy_error_string(fgpu_nvml_sym id, nvmlReturn_t result)
  */
 #define CORRECTED(call, correct)                                                   \
     do {                                                                           \
-        fgpu_dev_shared *dev;                                                      \
+        uint32_t dev;                                                              \
         if (!enter(device, &dev))                                                  \
             return (call);                                                         \
         nvmlReturn_t rc_ = (call);                                                 \
@@ -159,12 +159,12 @@ const char *fgpu_nvml_policy_error_string(fgpu_nvml_sym id, nvmlReturn_t result)
     } while (0)
 
 /* The real answer (total, free, used) replaced by the slice's; untouched without a limit. */
-static void slice_memory(fgpu_dev_shared *dev, unsigned long long *total,
-                         unsigned long long *free, unsigned long long *used) {
-    uint64_t limit = atomic_load_explicit(&dev->limit, memory_order_relaxed);
+static void slice_memory(uint32_t dev, unsigned long long *total, unsigned long long *free,
+                         unsigned long long *used) {
+    uint64_t limit = g_region->slice.dev[dev].limit;
     if (!limit)
         return;
-    uint64_t in_use = atomic_load_explicit(&dev->in_use, memory_order_relaxed);
+    uint64_t in_use = atomic_load_explicit(&g_region->l->dev[dev].in_use, memory_order_relaxed);
     *total = limit < *total ? limit : *total;
     *used = in_use < *total ? in_use : *total;
     *free = *total - *used;
@@ -182,7 +182,7 @@ nvmlReturn_t fgpu_nvml_policy_memory_info_v2(fgpu_nvml_sym id, nvmlDevice_t devi
                                              nvmlMemory_v2_t *memory) {
     REAL_OR(nvmlDeviceGetMemoryInfo_v2, id, NO_REAL()); /* the real one checks the version */
     CORRECTED(real(device, memory), {
-        if (atomic_load_explicit(&dev->limit, memory_order_relaxed))
+        if (g_region->slice.dev[dev].limit)
             memory->reserved = 0;
         slice_memory(dev, &memory->total, &memory->free, &memory->used);
     });
@@ -210,11 +210,10 @@ static void put_process(void *infos, int v1, unsigned int i, int32_t pid, uint64
  * dev (all == 0: over none): *count in is the room in infos, out the entries
  * there are; NVML_ERROR_INSUFFICIENT_SIZE when they do not fit.
  */
-static nvmlReturn_t list_processes(fgpu_dev_shared *dev, int all, unsigned int *count,
-                                   void *infos, int v1) {
+static nvmlReturn_t list_processes(uint32_t d, int all, unsigned int *count, void *infos,
+                                   int v1) {
     if (!count)
         return NVML_ERROR_INVALID_ARGUMENT;
-    uint32_t d = (uint32_t)(dev - g_region->l->dev);
     unsigned int room = *count, n = 0;
     for (uint32_t slot = 0; all && slot < FGPU_MAX_SLOTS; slot++) {
         fgpu_process p;
@@ -237,7 +236,7 @@ static nvmlReturn_t list_processes(fgpu_dev_shared *dev, int all, unsigned int *
 #define LIST_AROUND(symbol, id, all, v1)                                           \
     do {                                                                           \
         REAL_OR(symbol, id, NO_REAL());                                            \
-        fgpu_dev_shared *dev;                                                      \
+        uint32_t dev;                                                              \
         if (!enter(device, &dev))                                                  \
             return real(device, infoCount, infos);                                 \
         nvmlReturn_t rc = list_processes(dev, (all), infoCount, infos, (v1));      \
@@ -271,11 +270,11 @@ nvmlReturn_t fgpu_nvml_policy_no_processes(fgpu_nvml_sym id, nvmlDevice_t device
 /* ------------------------------------------------------------ utilisation */
 
 /* gpu: the session's charged time over its share; memory: the device's, at most gpu. */
-static void session_utilization(fgpu_dev_shared *dev, nvmlUtilization_t *u) {
-    uint32_t share = atomic_load_explicit(&dev->sm_share_ppm, memory_order_relaxed);
+static void session_utilization(uint32_t dev, nvmlUtilization_t *u) {
+    uint32_t share = g_region->slice.dev[dev].sm_share_ppm;
     if (!share || share >= FGPU_SHARE_FULL)
         return; /* the whole device is the session's: its figures are the session's */
-    uint64_t busy = fgpu_busy_last_epoch(dev, fgpu_now_ns(CLOCK_MONOTONIC));
+    uint64_t busy = fgpu_busy_last_epoch(&g_region->l->dev[dev], fgpu_now_ns(CLOCK_MONOTONIC));
     /* busy < 2^32, so busy * 100 * 10^6 fits in 64 bits. */
     uint64_t pct = busy * 100u * FGPU_SHARE_FULL / ((uint64_t)FGPU_BUSY_EPOCH_NS * share);
     u->gpu = pct > 100 ? 100 : (unsigned int)pct;

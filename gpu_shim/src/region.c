@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -16,39 +17,122 @@
 
 #include "region_layout.h"
 
-static void init_layout(fgpu_layout *l, const fgpu_config *cfg) {
-    l->version = FGPU_REGION_VERSION;
-    l->layout_size = (uint32_t)sizeof(fgpu_layout);
+/* The slice of cfg (NULL: no limits), shares outside (0, FGPU_SHARE_FULL] meaning none. */
+static void init_slice(fgpu_slice *s, const fgpu_config *cfg) {
+    memset(s, 0, sizeof(*s));
+    s->magic = FGPU_SLICE_MAGIC;
+    s->version = FGPU_SLICE_VERSION;
+    s->layout_size = (uint32_t)sizeof(fgpu_slice);
     uint32_t ndev = cfg ? cfg->ndev : 0;
-    if (ndev > FGPU_MAX_DEVICES)
-        ndev = FGPU_MAX_DEVICES;
-    uint32_t compute_on = 0;
+    s->ndev = ndev > FGPU_MAX_DEVICES ? FGPU_MAX_DEVICES : ndev;
     for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
-        uint64_t limit = (cfg && d < ndev) ? cfg->mem_limit[d] : 0;
-        uint32_t share = (cfg && d < ndev) ? cfg->sm_share_ppm[d] : 0;
+        uint32_t share = (cfg && d < s->ndev) ? cfg->sm_share_ppm[d] : 0;
         if (share == 0 || share > FGPU_SHARE_FULL)
             share = FGPU_SHARE_FULL;
-        if (share < FGPU_SHARE_FULL)
-            compute_on = 1;
-        atomic_store_explicit(&l->dev[d].limit, limit, FGPU_RELAXED);
-        atomic_store_explicit(&l->dev[d].sm_share_ppm, share, FGPU_RELAXED);
+        s->dev[d].limit = (cfg && d < s->ndev) ? cfg->mem_limit[d] : 0;
+        s->dev[d].sm_share_ppm = share;
+        s->compute_on |= share < FGPU_SHARE_FULL;
     }
-    atomic_store_explicit(&l->ndev, ndev, FGPU_RELAXED);
-    atomic_store_explicit(&l->compute_on, compute_on, FGPU_RELAXED);
 }
 
-static int valid_layout(const fgpu_layout *l) {
-    return atomic_load_explicit(&l->magic, FGPU_ACQUIRE) == FGPU_REGION_MAGIC &&
-           l->version == FGPU_REGION_VERSION && l->layout_size == sizeof(fgpu_layout);
+static int valid_slice(const fgpu_slice *s) {
+    if (s->magic != FGPU_SLICE_MAGIC || s->version != FGPU_SLICE_VERSION ||
+        s->layout_size != sizeof(fgpu_slice) || s->ndev > FGPU_MAX_DEVICES)
+        return 0;
+    uint32_t on = 0;
+    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++) {
+        uint32_t share = s->dev[d].sm_share_ppm;
+        if (share == 0 || share > FGPU_SHARE_FULL)
+            return 0;
+        on |= share < FGPU_SHARE_FULL;
+    }
+    return on == s->compute_on;
 }
 
-int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_region **out) {
+/* path + FGPU_SLICE_SUFFIX, malloc'd; NULL when out of memory. */
+static char *slice_path(const char *path) {
+    size_t n = strlen(path);
+    char *p = malloc(n + sizeof(FGPU_SLICE_SUFFIX));
+    if (p) {
+        memcpy(p, path, n);
+        memcpy(p + n, FGPU_SLICE_SUFFIX, sizeof(FGPU_SLICE_SUFFIX));
+    }
+    return p;
+}
+
+/* Read the slice file at spath into s, opened read-only: 0, -ENOENT, -EINVAL or -errno. */
+static int read_slice(const char *spath, fgpu_slice *s) {
+    int fd = open(spath, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    size_t got = 0;
+    int rc = 0;
+    while (got < sizeof(*s)) {
+        ssize_t n = pread(fd, (char *)s + got, sizeof(*s) - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : -EINVAL; /* a short file is not a slice */
+            break;
+        }
+        got += (size_t)n;
+    }
+    close(fd);
+    if (rc == 0 && !valid_slice(s))
+        rc = -EINVAL;
+    return rc;
+}
+
+/*
+ * Publish the slice of cfg at spath: written whole to a temporary file of mode
+ * 0444 beside it, then renamed over spath (replace) or linked to it only if
+ * none is there (the first publisher wins; losing is success).  A reader
+ * therefore sees no slice or a complete one, never a part.  0 or -errno.
+ */
+static int publish_slice(const char *spath, const fgpu_config *cfg, int replace) {
+    size_t n = strlen(spath);
+    char *tmp = malloc(n + sizeof(".XXXXXX"));
+    if (!tmp)
+        return -ENOMEM;
+    memcpy(tmp, spath, n);
+    memcpy(tmp + n, ".XXXXXX", sizeof(".XXXXXX"));
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
+        free(tmp);
+        return rc;
+    }
+    fgpu_slice s;
+    init_slice(&s, cfg);
+    int rc = fchmod(fd, 0444) == 0 ? 0 : -errno;
+    for (size_t done = 0; rc == 0 && done < sizeof(s);) {
+        ssize_t w = write(fd, (const char *)&s + done, sizeof(s) - done);
+        if (w < 0 && errno != EINTR)
+            rc = -errno;
+        else if (w > 0)
+            done += (size_t)w;
+    }
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && replace && rename(tmp, spath) != 0)
+        rc = -errno;
+    if (rc == 0 && !replace && link(tmp, spath) != 0 && errno != EEXIST)
+        rc = -errno;
+    if (rc != 0 || !replace)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* Open (create: or create and initialise) the counters file into r. 0 or -errno. */
+static int open_counters(fgpu_region *r, const char *path, int create) {
     int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
     int fd = open(path, flags, 0666);
     if (fd < 0)
         return -errno;
     int rc = 0;
     void *map = MAP_FAILED;
+    size_t size = sizeof(fgpu_layout);
     /* Creation is serialised by flock; slot locks are OFD locks and do not interact. */
     if (flock(fd, LOCK_EX) != 0) {
         rc = -errno;
@@ -59,11 +143,10 @@ int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_
         rc = -errno;
         goto fail_unlock;
     }
-    size_t size = sizeof(fgpu_layout);
     int fresh = 0;
-    if ((size_t)st.st_size < size) {
+    if ((size_t)st.st_size != size) {
         if (!create || st.st_size != 0) {
-            rc = -EINVAL;
+            rc = -EINVAL; /* not a counters file of this layout */
             goto fail_unlock;
         }
         if (ftruncate(fd, (off_t)size) != 0) {
@@ -79,27 +162,18 @@ int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_
     }
     fgpu_layout *l = map;
     if (fresh) {
-        init_layout(l, cfg);
+        l->version = FGPU_REGION_VERSION;
+        l->layout_size = (uint32_t)sizeof(fgpu_layout);
         atomic_store_explicit(&l->magic, FGPU_REGION_MAGIC, FGPU_RELEASE);
-    } else if (!valid_layout(l)) {
+    } else if (atomic_load_explicit(&l->magic, FGPU_ACQUIRE) != FGPU_REGION_MAGIC ||
+               l->version != FGPU_REGION_VERSION || l->layout_size != sizeof(fgpu_layout)) {
         rc = -EINVAL;
         goto fail_unlock;
     }
     flock(fd, LOCK_UN);
-    fgpu_region *r = calloc(1, sizeof(*r));
-    char *p = strdup(path);
-    if (!r || !p) {
-        free(r);
-        free(p);
-        munmap(map, size);
-        close(fd);
-        return -ENOMEM;
-    }
     r->l = l;
     r->fd = fd;
     r->size = size;
-    r->path = p;
-    *out = r;
     return 0;
 fail_unlock:
     flock(fd, LOCK_UN);
@@ -108,6 +182,49 @@ fail:
         munmap(map, size);
     close(fd);
     return rc;
+}
+
+int fgpu_region_open(const char *path, int create, const fgpu_config *cfg, fgpu_region **out) {
+    fgpu_region *r = calloc(1, sizeof(*r));
+    char *p = strdup(path);
+    char *sp = slice_path(path);
+    int rc = (r && p && sp) ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = open_counters(r, path, create); /* first: a version 1 region fails here */
+    if (rc == 0) {
+        rc = read_slice(sp, &r->slice);
+        if (rc == -ENOENT && create) {
+            rc = publish_slice(sp, cfg, 0);
+            if (rc == 0)
+                rc = read_slice(sp, &r->slice);
+        }
+        if (rc != 0) {
+            munmap(r->l, r->size);
+            close(r->fd);
+        }
+    }
+    free(sp);
+    if (rc != 0) {
+        free(r);
+        free(p);
+        return rc;
+    }
+    r->path = p;
+    *out = r;
+    return 0;
+}
+
+int fgpu_region_create(const char *path, const fgpu_config *cfg, fgpu_region **out) {
+    char *sp = slice_path(path);
+    if (!sp)
+        return -ENOMEM;
+    int rc = publish_slice(sp, cfg, 1);
+    free(sp);
+    /* No process uses the region yet: counters left from before (another version's, or
+     * an earlier try's) are replaced, not trusted. */
+    if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+        rc = -errno;
+    return rc != 0 ? rc : fgpu_region_open(path, 1, cfg, out);
 }
 
 int fgpu_region_open_private(const fgpu_config *cfg, fgpu_region **out) {
@@ -120,9 +237,12 @@ int fgpu_region_open_private(const fgpu_config *cfg, fgpu_region **out) {
         munmap(map, size);
         return -ENOMEM;
     }
-    init_layout(map, cfg);
-    atomic_store_explicit(&((fgpu_layout *)map)->magic, FGPU_REGION_MAGIC, FGPU_RELEASE);
-    r->l = map;
+    fgpu_layout *l = map;
+    l->version = FGPU_REGION_VERSION;
+    l->layout_size = (uint32_t)size;
+    atomic_store_explicit(&l->magic, FGPU_REGION_MAGIC, FGPU_RELEASE);
+    init_slice(&r->slice, cfg);
+    r->l = l;
     r->fd = -1;
     r->size = size;
     *out = r;
@@ -139,49 +259,14 @@ void fgpu_region_close(fgpu_region *r) {
     free(r);
 }
 
-int fgpu_region_configure(fgpu_region *r, uint32_t device, uint64_t mem_limit,
-                          uint32_t sm_share_ppm) {
-    if (device >= FGPU_MAX_DEVICES)
-        return -EINVAL;
-    if (sm_share_ppm == 0 || sm_share_ppm > FGPU_SHARE_FULL)
-        sm_share_ppm = FGPU_SHARE_FULL;
-    fgpu_layout *l = r->l;
-    /* One writer at a time (flock); readers retry on the seqlock. */
-    if (r->fd >= 0 && flock(r->fd, LOCK_EX) != 0)
-        return -errno;
-    uint32_t seq = atomic_load_explicit(&l->config_seq, FGPU_RELAXED);
-    atomic_store_explicit(&l->config_seq, seq + 1, FGPU_RELAXED);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&l->dev[device].limit, mem_limit, FGPU_RELAXED);
-    atomic_store_explicit(&l->dev[device].sm_share_ppm, sm_share_ppm, FGPU_RELAXED);
-    if (device >= atomic_load_explicit(&l->ndev, FGPU_RELAXED))
-        atomic_store_explicit(&l->ndev, device + 1, FGPU_RELAXED);
-    uint32_t on = 0;
-    for (uint32_t d = 0; d < FGPU_MAX_DEVICES; d++)
-        on |= atomic_load_explicit(&l->dev[d].sm_share_ppm, FGPU_RELAXED) < FGPU_SHARE_FULL;
-    atomic_store_explicit(&l->compute_on, on, FGPU_RELAXED);
-    atomic_store_explicit(&l->config_seq, seq + 2, FGPU_RELEASE);
-    if (r->fd >= 0)
-        flock(r->fd, LOCK_UN);
-    return 0;
-}
-
-uint32_t fgpu_region_ndev(const fgpu_region *r) {
-    return atomic_load_explicit(&r->l->ndev, FGPU_ACQUIRE);
-}
+uint32_t fgpu_region_ndev(const fgpu_region *r) { return r->slice.ndev; }
 
 int fgpu_region_device(const fgpu_region *r, uint32_t device, fgpu_device_stats *out) {
     if (device >= FGPU_MAX_DEVICES)
         return -EINVAL;
-    fgpu_layout *l = r->l;
-    fgpu_dev_shared *d = &l->dev[device];
-    uint32_t seq;
-    do {
-        seq = atomic_load_explicit(&l->config_seq, FGPU_ACQUIRE);
-        out->limit = atomic_load_explicit(&d->limit, FGPU_RELAXED);
-        out->sm_share_ppm = atomic_load_explicit(&d->sm_share_ppm, FGPU_RELAXED);
-        atomic_thread_fence(memory_order_acquire);
-    } while ((seq & 1) || seq != atomic_load_explicit(&l->config_seq, FGPU_RELAXED));
+    fgpu_dev_shared *d = &r->l->dev[device];
+    out->limit = r->slice.dev[device].limit;
+    out->sm_share_ppm = r->slice.dev[device].sm_share_ppm;
     out->index = device;
     /* Counters are independent atomics; peak is read after in_use so peak >= in_use. */
     out->in_use = atomic_load_explicit(&d->in_use, FGPU_RELAXED);

@@ -1,7 +1,21 @@
 /*
- * region_layout.h - the bytes of a shared region and the lock-free operations
- * the shim performs on them on the CUDA hot path.  Private to gpu_shim's C
- * code (the shim and the reader extension both compile region.c).
+ * region_layout.h - the bytes of a shared region (its counters file and its
+ * slice file) and the lock-free operations the shim performs on them on the
+ * CUDA hot path.  Private to gpu_shim's C code (the shim and the reader
+ * extension both compile region.c).
+ *
+ * Two files per container:
+ *  - the slice, <region>.slice: limits and shares, written once by whoever
+ *    creates the region (the agent), never changed in place (a new slice is a
+ *    new file renamed over the old one), mounted read-only in the container and
+ *    read into each process's own memory when it opens the region.  No process
+ *    of the container can change the slice another process (or the agent)
+ *    enforces or reports.
+ *  - the counters, <region>: what the container's processes share to keep one
+ *    budget (in_use, reserved with a CAS), their slots, pacing and the ring.
+ *    It must be writable by every process of the container; what a process
+ *    writes there can misstate only the container's own usage (the agent's
+ *    NVML watch checks the real figures).
  *
  * Invariants:
  *  - dev[d].in_use is the sum of every live slot's bytes[d], plus the bytes of
@@ -24,7 +38,10 @@
 #include "fgpu_region.h"
 
 #define FGPU_REGION_MAGIC 0x3147455255504746ULL /* "FGPUREG1" */
-#define FGPU_REGION_VERSION 1u
+/* 2: the slice moved out to its own file (version 1 held it in the counters). */
+#define FGPU_REGION_VERSION 2u
+#define FGPU_SLICE_MAGIC 0x31434C5355504746ULL /* "FGPUSLC1" */
+#define FGPU_SLICE_VERSION 1u
 #define FGPU_LOCK_BASE 0
 #define FGPU_SLOT_FREE 0u
 #define FGPU_SLOT_ACTIVE 1u
@@ -37,18 +54,35 @@
 #define FGPU_ACQUIRE memory_order_acquire
 #define FGPU_RELEASE memory_order_release
 
+/* One device of the slice file.  Plain fields: the file never changes once published. */
+typedef struct fgpu_dev_slice {
+    uint64_t limit;        /* bytes; 0 = no limit */
+    uint32_t sm_share_ppm; /* 1..FGPU_SHARE_FULL (FGPU_SHARE_FULL = no limit) */
+    uint32_t reserved0;
+    uint64_t reserved[6]; /* zero; a later version may give them a meaning (zero = unset) */
+} fgpu_dev_slice;
+
+typedef struct fgpu_slice {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t layout_size;
+    uint32_t ndev;       /* devices configured, <= FGPU_MAX_DEVICES */
+    uint32_t compute_on; /* some device has a share below FGPU_SHARE_FULL */
+    uint64_t reserved[5];
+    fgpu_dev_slice dev[FGPU_MAX_DEVICES];
+} fgpu_slice;
+
+_Static_assert(sizeof(fgpu_dev_slice) == 64, "slice device block is one cache line");
+_Static_assert(sizeof(fgpu_slice) == 64 + 64 * FGPU_MAX_DEVICES, "slice header is 64 bytes");
+
 typedef struct fgpu_dev_shared {
-    /* configuration (seqlock: fgpu_layout.config_seq) */
-    _Atomic uint64_t limit;
-    _Atomic uint32_t sm_share_ppm;
-    uint32_t pad0;
     /* memory, written by every allocating process */
     _Atomic uint64_t in_use;
     _Atomic uint64_t peak;
     _Atomic uint64_t refusals;
     _Atomic uint64_t launches;
     _Atomic int64_t last_oom_ring_ns; /* rate limit of OOM records, CLOCK_MONOTONIC */
-    uint64_t pad1;
+    uint64_t pad1[3];
     /* compute pacing, second cache line */
     _Atomic int64_t tat_ns;        /* GCRA theoretical arrival time, CLOCK_MONOTONIC */
     _Atomic uint64_t throttled_ns;
@@ -83,12 +117,9 @@ typedef struct fgpu_layout {
     _Atomic uint64_t magic; /* stored last, with release, when the file is initialised */
     uint32_t version;
     uint32_t layout_size;
-    _Atomic uint32_t config_seq; /* odd while the slice is being rewritten */
-    _Atomic uint32_t ndev;
-    _Atomic uint32_t compute_on; /* some device has a share below FGPU_SHARE_FULL */
-    uint32_t pad0;
+    uint64_t pad0;
     _Atomic uint64_t ring_head; /* seq of the last record claimed */
-    uint64_t pad1[3];
+    uint64_t pad1[4];
     fgpu_dev_shared dev[FGPU_MAX_DEVICES];
     fgpu_slot_shared slot[FGPU_MAX_SLOTS];
     fgpu_ring_rec ring[FGPU_RING_SIZE];
@@ -98,9 +129,12 @@ _Static_assert(sizeof(fgpu_dev_shared) == 128, "device block is two cache lines"
 _Static_assert(sizeof(fgpu_ring_rec) == 64, "ring record is one cache line");
 _Static_assert((FGPU_RING_SIZE & (FGPU_RING_SIZE - 1)) == 0, "ring size is a power of two");
 
+_Static_assert(sizeof(fgpu_layout) % 64 == 0, "counters header is one cache line");
+
 struct fgpu_region {
-    fgpu_layout *l;
-    int fd;           /* -1 for a private region */
+    fgpu_layout *l;   /* the counters, shared */
+    fgpu_slice slice; /* this process's copy of the slice file, read once at open */
+    int fd;           /* of the counters; -1 for a private region */
     size_t size;
     char *path;       /* NULL for a private region */
 };
@@ -129,14 +163,13 @@ static inline void fgpu_ring_push(fgpu_layout *l, uint32_t kind, int32_t device,
 }
 
 /*
- * Reserve bytes on device d before the driver is asked.  Returns 1 on success;
- * 0 (and records a refusal) when the limit would be passed.  slot may be
- * FGPU_NO_SLOT (bytes then not reclaimable).
+ * Reserve bytes on device d before the driver is asked, against limit (the
+ * slice's, 0 = none).  Returns 1 on success; 0 (and records a refusal) when the
+ * limit would be passed.  slot may be FGPU_NO_SLOT (bytes then not reclaimable).
  */
-static inline int fgpu_mem_reserve(fgpu_layout *l, uint32_t slot, uint32_t d, uint64_t bytes,
-                                   int32_t pid) {
+static inline int fgpu_mem_reserve(fgpu_layout *l, uint64_t limit, uint32_t slot, uint32_t d,
+                                   uint64_t bytes, int32_t pid) {
     fgpu_dev_shared *dev = &l->dev[d];
-    uint64_t limit = atomic_load_explicit(&dev->limit, FGPU_RELAXED);
     uint64_t cur = atomic_load_explicit(&dev->in_use, FGPU_RELAXED);
     uint64_t next;
     do {

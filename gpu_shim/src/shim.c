@@ -120,6 +120,7 @@ static void base_names(void) {
 static void open_region(void) {
     fgpu_region *r = fgpu_region_from_env();
     fgpu_g.region = r;
+    fgpu_g.s = r ? &r->slice : NULL;
     fgpu_g.l = r ? r->l : NULL;
 }
 

@@ -22,7 +22,9 @@ holds (``agent.images-reported``). Any other missing image ends the session in E
 
 Running sessions therefore survive a restart of every actor: containers keep running,
 and the new agent process picks them up by their labels. What the agent measures of its
-sessions (GPU usage, out-of-memory refusals, CPU time) is ``agent_usage.UsageMeter``'s.
+sessions (GPU usage, out-of-memory refusals, CPU time) is ``agent_usage.UsageMeter``'s;
+what the GPU driver itself counts of their processes, ``agent_watch.GpuWatch``'s: it stops
+a session that holds more than its slice.
 
 A container is labelled with the identity of the log its session is on (``fgpu.log``).
 An agent started on another log (a new store, a stream made anew and empty) finds
@@ -54,6 +56,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.agent_usage import UsageMeter
+from services.actors.agent_watch import GpuWatch
 from services.actors.common import Provenance, follow_log, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.container_spec import (
@@ -65,6 +68,7 @@ from services.domain.container_spec import (
     session_spec,
 )
 from services.domain.gpu_slice import slices
+from services.domain.gpu_watch import WatchSettings
 from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
 from services.domain.state import ENDED_STUB, ClusterState, SessionView
@@ -76,10 +80,12 @@ from services.ports import (
     ContainerInfo,
     ContainerRuntime,
     EventLog,
+    GpuProcessWatch,
     ImageNotFound,
     KeptOutput,
     LogError,
     OutputStore,
+    ProcessContainers,
     RuntimeUnavailable,
     SliceRegions,
 )
@@ -112,6 +118,8 @@ class AgentConfig:
     vfolder_root: str | None = None
     # The storage hosts whose folders are under ``vfolder_root`` here; None: every one.
     storage_hosts: tuple[str, ...] | None = None
+    # How the driver's figures of the sessions' processes are watched (with a GpuWatch).
+    watch: WatchSettings = field(default_factory=WatchSettings)
 
 
 @dataclass
@@ -125,6 +133,8 @@ class _Supervised:
     # Its last report is appended but perhaps not folded yet: kept until the session
     # holds nothing here, so an older report folded late cannot start a second one.
     done: bool = False
+    # Why the agent stopped it of its own accord (its end report says so); None: it did not.
+    stop_reason: str | None = None
 
 
 @dataclass
@@ -145,7 +155,12 @@ class AgentActor:
         snapshots: Snapshots | None = None,
         output: OutputStore | None = None,
         on_tenancy: Callable[[ClusterState], Awaitable[None]] | None = None,
+        gpu_watch: GpuProcessWatch | None = None,
+        containers: ProcessContainers | None = None,
     ) -> None:
+        """``gpu_watch`` and ``containers`` (both, or neither): the driver's figures of the
+        host's processes and their containers, with which the agent holds each session to
+        its slice whatever happens inside (``agent_watch.GpuWatch``)."""
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
         self.events = events
@@ -167,6 +182,17 @@ class AgentActor:
         self.meter = UsageMeter(
             events, runtime, clock, config, regions, state=lambda: self.state, running=self._running
         )
+        self.watch: GpuWatch | None = None
+        if gpu_watch is not None and containers is not None:
+            self.watch = GpuWatch(
+                config,
+                gpu_watch,
+                containers,
+                state=lambda: self.state,
+                running=self._running,
+                stop=self.stop_for,
+                publish=self.meter.publish_measured,
+            )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -175,6 +201,8 @@ class AgentActor:
             if self.regions is not None:
                 tg.start_soon(self.meter.meter, self.regions)
             tg.start_soon(self.meter.sample_cpu)
+            if self.watch is not None:
+                tg.start_soon(self.watch.run)
             task_status.started()
 
     def attach(self, tg: TaskGroup) -> None:
@@ -317,13 +345,27 @@ class AgentActor:
             with contextlib.suppress(LogError):  # the removal is what matters; it is logged
                 await self.events.append(subj.agent(self.config.agent_id), e)
 
+    def stop_for(self, session_id: str, reason: str) -> None:
+        """Stop a running session of ours at once, of the agent's own accord: its container
+        is killed without grace and the session ends TERMINATED with ``reason``. Nothing
+        happens to a session not running here, or already being stopped."""
+        sup = self.local.supervised.get(session_id)
+        if sup is None or sup.done or sup.stop_requested or sup.container_id is None:
+            return
+        assert self._tg is not None
+        sup.stop_requested = True
+        sup.stop_reason = reason
+        self._tg.start_soon(self._stop, session_id, sup)
+
     async def _stop(self, session_id: str, sup: _Supervised) -> None:
         if sup.pulling is not None:
             sup.pulling.cancel()  # its supervisor then ends it, never started
         if sup.container_id is not None and not sup.stopping:
             sup.stopping = True
             await self._keep_output(session_id, sup.container_id)
-            await self.runtime.remove(sup.container_id, stop_timeout_s=self.config.stop_timeout_s)
+            # Stopped for cause: no grace for a process that would ignore SIGTERM.
+            grace = 0.0 if sup.stop_reason is not None else self.config.stop_timeout_s
+            await self.runtime.remove(sup.container_id, stop_timeout_s=grace)
 
     # ---- one session ----------------------------------------------------------------------
 
@@ -438,7 +480,7 @@ class AgentActor:
             await self.meter.publish_usage(session_id)
         except LogError as e:  # best effort: the exit must be reported whatever happens here
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
-        reason = "stopped on request" if sup.stop_requested else "exited"
+        reason = sup.stop_reason or ("stopped on request" if sup.stop_requested else "exited")
         await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
 
     async def _run_pulling(
@@ -571,6 +613,7 @@ class AgentActor:
             request_devices=not c.mock_gpus,
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,
+            region_group=self.regions.group if self.regions is not None else None,
             log_identity=self.log_identity,
             vfolders=vfolders,
         )

@@ -10,7 +10,7 @@
 All of it is best effort: a failure is logged and the next tick tries again.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -93,7 +93,7 @@ class UsageMeter:
                 sampled[session_id] = used
                 if before is not None and used - before < least:
                     return  # a trickle: idle this interval
-                await self._publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
+                await self.publish_measured(v, SessionCpuSampled, [{"cpu_ns": used}])
             except (ContainerError, LogError) as e:  # best effort: the next tick tries
                 log.warning("agent.cpu_not_sampled", session=session_id, error=str(e))
 
@@ -131,7 +131,7 @@ class UsageMeter:
             }
             for o in ooms
         ]
-        await self._publish_measured(v, GpuOomRefused, rows)
+        await self.publish_measured(v, GpuOomRefused, rows)
 
     async def publish_usage(self, session_id: str) -> None:
         """One sample per device of the session (also its last, as it ends). Raises
@@ -151,12 +151,13 @@ class UsageMeter:
             }
             for d in self.regions.sample(session_id)
         ]
-        await self._publish_measured(v, GpuUsageSampled, rows)
+        await self.publish_measured(v, GpuUsageSampled, rows)
 
-    async def _publish_measured(
-        self, v: SessionView, cls: type[AnyEvent], rows: list[dict[str, int]]
+    async def publish_measured(
+        self, v: SessionView, cls: type[AnyEvent], rows: Sequence[Mapping[str, object]]
     ) -> None:
-        """Events of ``cls`` on the session's usage subject (measurements: no concurrency)."""
+        """Events of ``cls``, one per row of fields, on the session's usage subject
+        (measurements: no concurrency). Raises LogError."""
         if not rows:
             return
         prov = Provenance(self._name, self.clock.now(), v.request_id, v.correlation_id)

@@ -90,6 +90,8 @@ def container_config(
             {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
             for m in spec.mounts
         ]
+    if spec.groups:
+        host["GroupAdd"] = [str(g) for g in spec.groups]
     if spec.gpu_uuids:
         host["DeviceRequests"] = [
             {

@@ -1,17 +1,44 @@
-"""SliceRegions over the gpu_shim reader: one region file per session on the host."""
+"""SliceRegions over the gpu_shim reader: one region per session on the host, two files.
+
+File modes, no wider than the container needs (the engine, as root, resolves the bind
+mounts whatever the directory allows):
+
+    <root>/                      0700  the agent's only
+    <root>/<session>.region      0660  the counters: every process of the container
+                                       writes them (one budget shared by compare-and-swap,
+                                       its slot, the ring), whatever user it runs as, so
+                                       they belong to ``group``, which the container's
+                                       processes get as a supplementary group
+    <root>/<session>.region.slice 0440 the slice (limits, shares): read only, also
+                                       mounted read-only in the container
+
+What a process writes in the counters misstates only its own session's usage; the agent's
+NVML watch holds the session to its slice whatever the counters say.
+"""
 
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpu_shim.usage import HappeningKind, RegionError, create_region, open_region
+import structlog
+
+from gpu_shim.usage import (
+    HappeningKind,
+    RegionError,
+    RegionInvalid,
+    create_region,
+    open_region,
+)
+from services.domain.container_spec import SLICE_SUFFIX
 from services.ports import DeviceUsageSample, OomRefusal
 
 if TYPE_CHECKING:
     from gpu_shim._reader import Region
 
 __all__ = ["ShimRegions", "shim_lib_dir"]
+
+log = structlog.get_logger()
 
 
 def shim_lib_dir() -> str | None:
@@ -21,13 +48,19 @@ def shim_lib_dir() -> str | None:
 
 
 class ShimRegions:
-    """Regions under ``root`` (a tmpfs such as /run/fgpu/regions is best)."""
+    """Regions under ``root`` (a tmpfs such as /run/fgpu/regions is best). ``group``: the
+    group whose processes may write the counters (default: the agent's effective group,
+    gid 0 for an agent running as root; it must be one the agent may give its files).
+    Every process of a session's container gets it as a supplementary group."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, group: int | None = None) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)
+        self.group = os.getegid() if group is None else group
         self._open: dict[str, Region] = {}
         self._ring_seq: dict[str, int] = {}
+        self._unread: set[str] = set()  # regions of another format, said once
 
     def path(self, key: str) -> str:
         return str(self.root / f"{key}.region")
@@ -37,14 +70,25 @@ class ShimRegions:
         if region is None:
             try:
                 region = self._open[key] = open_region(self.path(key))
+            except RegionInvalid as e:
+                # A session started by an agent of an older version (its slice inside
+                # the counters, writable from the container): not read, said once. The
+                # NVML watch still holds the session to its slice, which the log gives.
+                if key not in self._unread:
+                    self._unread.add(key)
+                    log.warning("shim_regions.unreadable", session=key, error=str(e))
+                return None
             except (RegionError, OSError):
                 return None
         return region
 
     def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
         path = self.path(key)
-        self._open[key] = create_region(path, tuple(mem_limits), tuple(sm_shares_ppm))
-        os.chmod(path, 0o666)  # the container's processes may run as any user
+        region = create_region(path, tuple(mem_limits), tuple(sm_shares_ppm))
+        self._open[key] = region
+        for file, mode in ((path, 0o660), (region.slice_path, 0o440)):
+            os.chown(file, -1, self.group)
+            os.chmod(file, mode)
         return path
 
     def sample(self, key: str) -> list[DeviceUsageSample]:
@@ -85,6 +129,8 @@ class ShimRegions:
     def remove(self, key: str) -> None:
         region = self._open.pop(key, None)
         self._ring_seq.pop(key, None)
+        self._unread.discard(key)
         if region is not None:
             region.close()
         Path(self.path(key)).unlink(missing_ok=True)
+        Path(self.path(key) + SLICE_SUFFIX).unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots
+from services.adapters.gpu_probe import NvmlProcessWatch
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.jetstream_intake import JetStreamIntake
 from services.adapters.nats_auth import GATE_USER, ServerAuth
@@ -32,6 +33,7 @@ from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.nats_server_log import Violation, follow_violations
 from services.adapters.output_files import OutputFiles
+from services.adapters.proc_cgroups import CgroupContainers
 from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.options import state_file
@@ -224,11 +226,15 @@ async def run_agent(
 ) -> None:
     """The agent, its heartbeat, its answers to requests (``fgpu session logs|exec``) and the
     channels they open (``fgpu session shell|app``).
-    Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``."""
+    Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``. With real GPUs, the
+    agent watches what their driver counts of its sessions' processes (NVML, and their
+    cgroups under ``/proc``: the agent must see the host's pids)."""
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     output = OutputFiles(state_file().parent / "output" / config.agent_id)
     clock = SystemClock()
     channels = Channels(config.agent_id, runtime, conn.bus, conn.log, clock)
+    real_gpus = bool(config.gpus) and not config.mock_gpus
+    driver = NvmlProcessWatch() if real_gpus else None
     actor = AgentActor(
         conn.log,
         runtime,
@@ -238,6 +244,8 @@ async def run_agent(
         snapshots=from_scheduler,
         output=output,
         on_tenancy=channels.cut_refused,
+        gpu_watch=driver,
+        containers=CgroupContainers() if real_gpus else None,
     )
     answer = answering(
         config.agent_id,
@@ -251,10 +259,14 @@ async def run_agent(
     async with anyio.create_task_group() as outer:
         # The channels outlive the answers that open them: their group is the outer one.
         await outer.start(channels.run)
-        async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
-            await tg.start(actor.run)
-            tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
-            task_status.started()
+        try:
+            async with conn.bus.serving(config.agent_id, answer), anyio.create_task_group() as tg:
+                await tg.start(actor.run)
+                tg.start_soon(send_heartbeats, conn.bus, [config.agent_id])
+                task_status.started()
+        finally:
+            if driver is not None:
+                driver.close()
 
 
 async def run_agent_host(

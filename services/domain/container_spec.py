@@ -14,6 +14,8 @@ __all__ = [
     "LABEL_SESSION",
     "REGION_IN_CONTAINER",
     "SHIM_IN_CONTAINER",
+    "SLICE_IN_CONTAINER",
+    "SLICE_SUFFIX",
     "ContainerSpec",
     "Mount",
     "container_env",
@@ -28,6 +30,10 @@ LABEL_OWNER = "fgpu.owner"
 LABEL_LOG = "fgpu.log"  # the identity of the log the session is on
 SHIM_IN_CONTAINER = "/opt/fgpu/lib"  # the shim as libcuda.so.1 and libnvidia-ml.so.1
 REGION_IN_CONTAINER = "/run/fgpu/region"
+# The shim finds a region's slice (limits, shares) beside it, at the region's path and this
+# suffix (gpu_shim/src/fgpu_region.h, FGPU_SLICE_SUFFIX): in the container as on the host.
+SLICE_SUFFIX = ".slice"
+SLICE_IN_CONTAINER = REGION_IN_CONTAINER + SLICE_SUFFIX
 
 
 class Mount(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +60,9 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # A terminal and an open input, as ``docker run -it``: the image's shell then waits
     # on it, so an interactive session with no command stays alive.
     tty: bool = False
+    # Supplementary groups (numeric gids) of every process of the container, whatever
+    # user the image runs as: the group that may write the shim region's counters.
+    groups: tuple[int, ...] = ()
 
 
 def container_env(spec: ContainerSpec, image_env: dict[str, str]) -> dict[str, str]:
@@ -85,6 +94,7 @@ def session_spec(
     request_devices: bool,
     shim_lib_dir: str | None = None,
     region_path: str | None = None,
+    region_group: int | None = None,
     log_identity: str | None = None,
     vfolders: tuple[Mount, ...] = (),
 ) -> ContainerSpec:
@@ -94,8 +104,11 @@ def session_spec(
     variables, see gpu_shim/README.md): FGPU_MEM_LIMIT (bytes) and FGPU_SM_SHARE (0-1).
     With ``shim_lib_dir`` the shim is mounted first on the library path (in front of the
     image's own ``LD_LIBRARY_PATH``, see ``ContainerSpec.env_prepend``); with
-    ``region_path`` the session's shared region (read-write, the agent reads usage from
-    it). With ``request_devices`` false (mock GPUs) the engine is asked for no device.
+    ``region_path`` the session's shared region: its counters read-write (the container's
+    processes keep one budget there, the agent reads usage from it), its slice beside it
+    (``SLICE_SUFFIX``) read-only, so no process inside can raise the limits or shares;
+    ``region_group`` is the group that may write the counters, given to the container's
+    processes. With ``request_devices`` false (mock GPUs) the engine is asked for no device.
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
     session it is: an agent never removes a container of another log.
     """
@@ -120,6 +133,8 @@ def session_spec(
         prepend["LD_LIBRARY_PATH"] = SHIM_IN_CONTAINER
     if region_path is not None:
         mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
+        slice_path = region_path + SLICE_SUFFIX
+        mounts.append(Mount(source=slice_path, target=SLICE_IN_CONTAINER, read_only=True))
         env["FGPU_REGION"] = REGION_IN_CONTAINER
     mounts += vfolders
     return ContainerSpec(
@@ -139,4 +154,5 @@ def session_spec(
         mounts=tuple(mounts),
         env_prepend=prepend,
         tty=v.session_type is SessionType.INTERACTIVE,
+        groups=(region_group,) if region_path is not None and region_group is not None else (),
     )

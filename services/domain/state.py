@@ -29,6 +29,8 @@ from events import (
     DestroyRejected,
     Event,
     GpuOomRefused,
+    GpuOverSlice,
+    GpuShareExceeded,
     GpuUsageSampled,
     LogArchived,
     Malformed,
@@ -501,6 +503,8 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     GpuUsageSampled: _gpu_sampled,
     SessionCpuSampled: _cpu_sampled,
     GpuOomRefused: _nothing,
+    GpuOverSlice: _nothing,  # the agent stops the session: its end report ends it
+    GpuShareExceeded: _nothing,
     AgentLost: _agent_lost,
     AdminRequested: _admin_requested,
     AdminApplied: _admin_applied,

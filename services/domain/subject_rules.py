@@ -47,7 +47,13 @@ def _exec(
     return subj.agent_exec(e.agent_id, e.session_id)
 
 
-def _usage(e: ev.GpuUsageSampled | ev.GpuOomRefused | ev.SessionCpuSampled) -> str:
+def _usage(
+    e: ev.GpuUsageSampled
+    | ev.GpuOomRefused
+    | ev.SessionCpuSampled
+    | ev.GpuOverSlice
+    | ev.GpuShareExceeded,
+) -> str:
     return subj.usage(e.agent_id, e.session_id)
 
 
@@ -76,6 +82,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.GpuUsageSampled, _usage),
         _rule(ev.GpuOomRefused, _usage),
         _rule(ev.SessionCpuSampled, _usage),
+        _rule(ev.GpuOverSlice, _usage),
+        _rule(ev.GpuShareExceeded, _usage),
         _rule(ev.AdminRequested, lambda e: subj.admin(e.requester, e.id)),
         _rule(ev.AdminApplied, lambda e: subj.TENANCY),
         _rule(ev.AdminRefused, lambda e: subj.TENANCY),

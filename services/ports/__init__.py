@@ -2,7 +2,8 @@
 
 One module a concern: ``errors`` (the tree every port raises from), ``log`` (the event log
 and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the log),
-``containers``, ``regions`` (the shim's shared regions), ``host`` (GPUs, the clock),
+``containers``, ``regions`` (the shim's shared regions), ``gpu_watch`` (what the GPU
+driver counts of each process, and whose container it is), ``host`` (GPUs, the clock),
 ``snapshots`` (where an actor keeps the state it starts from).
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
@@ -45,6 +46,13 @@ from services.ports.errors import (
     StreamMissing,
 )
 from services.ports.gate import Connection, Grant, Kicker
+from services.ports.gpu_watch import (
+    GpuProcess,
+    GpuProcessWatch,
+    GpuUtilSample,
+    GpuWatchUnavailable,
+    ProcessContainers,
+)
 from services.ports.host import Clock, GpuProbe
 from services.ports.intake import Handed, IntakeQueue, RequestSender, RequestsRefused
 from services.ports.log import (
@@ -91,6 +99,10 @@ __all__ = [
     "FolderError",
     "FolderStore",
     "GpuProbe",
+    "GpuProcess",
+    "GpuProcessWatch",
+    "GpuUtilSample",
+    "GpuWatchUnavailable",
     "Grant",
     "Handed",
     "Heartbeats",
@@ -105,6 +117,7 @@ __all__ = [
     "OomRefusal",
     "OutputStore",
     "Pipe",
+    "ProcessContainers",
     "PullProgress",
     "RequestFailed",
     "RequestSender",

@@ -30,16 +30,26 @@ class OomRefusal(msgspec.Struct, frozen=True, kw_only=True):
 class SliceRegions(Protocol):
     """The shared regions through which the shim in each container enforces and reports.
 
-    One region per session, a file on the host that the container maps. Reads are
+    One region per session on the host: its counters, at the path ``create`` returns, which
+    the container maps read-write, and its slice beside them (``SLICE_SUFFIX`` of
+    ``services.domain.container_spec``), which the container may only read. Reads are
     lock-free memory reads: cheap enough to call from the event loop.
     """
 
+    @property
+    def group(self) -> int:
+        """The group (gid) whose processes may write the counters: the container's
+        processes get it as a supplementary group."""
+        ...
+
     def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
-        """Create the region of ``key`` with its slice per device; its host path."""
+        """Create the region of ``key`` with its slice per device (a slice made earlier
+        is replaced: call it before the container starts); its counters' host path."""
         ...
 
     def sample(self, key: str) -> list[DeviceUsageSample]:
-        """The counters of each device; [] if the region is gone."""
+        """The counters of each device, with its slice; [] if the region is gone or of
+        a format this reader does not read."""
         ...
 
     def drain_ooms(self, key: str) -> list[OomRefusal]:
@@ -51,5 +61,5 @@ class SliceRegions(Protocol):
         ...
 
     def remove(self, key: str) -> None:
-        """Delete the region (the session ended); no error if gone."""
+        """Delete the region, both files (the session ended); no error if gone."""
         ...

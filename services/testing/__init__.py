@@ -1,14 +1,23 @@
 """Test doubles of the ports, shipped beside the code they stand in for (as ``trio.testing``).
 
 Each passes the same contract tests as the real adapter (``tests/log_contract.py``,
-``tests/bus_contract.py``, ``tests/snapshot_contract.py``; the Kicker's is in
-``tests/test_gatekeeper.py``).
+``tests/bus_contract.py``, ``tests/snapshot_contract.py``, ``tests/test_gpu_watch_adapters.py``;
+the Kicker's is in ``tests/test_gatekeeper.py``).
 """
 
+from services.testing.gpu_watch import FakeContainers, FakeGpuWatch
 from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
 from services.testing.memory_output import MemoryOutput
 from services.testing.memory_servers import MemoryServers
 from services.testing.memory_snapshots import MemorySnapshots
 
-__all__ = ["MemoryBus", "MemoryLog", "MemoryOutput", "MemoryServers", "MemorySnapshots"]
+__all__ = [
+    "FakeContainers",
+    "FakeGpuWatch",
+    "MemoryBus",
+    "MemoryLog",
+    "MemoryOutput",
+    "MemoryServers",
+    "MemorySnapshots",
+]

@@ -109,6 +109,11 @@ def probe_outputs(tmp: Path, source: str, flag_sets: list[list[str]]) -> list[by
     return outputs
 
 
+def build_tamper(out: Path) -> Path:
+    """The hostile tenant's tool: overwrites a slice's numbers in any file it can."""
+    return _cc(out, [HERE / "tamper" / "tamper.c"])
+
+
 def build_fake_nvml(out_dir: Path) -> Path:
     """The fake NVML, soname libnvidia-ml.so.1."""
     return _fake_lib(out_dir / "libnvidia-ml.so.1", HERE / "fake_nvml" / "fake_nvml.c")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -49,19 +51,36 @@ def test_open_errors(tmp_path: Path) -> None:
         region.devices()
 
 
-def test_created_slice_and_reconfiguration(tmp_path: Path) -> None:
+def test_the_slice_is_its_own_read_only_file_read_once(tmp_path: Path) -> None:
     path = tmp_path / "r"
     with create_region(path, mem_limits=(4 << 30, 2 << 30), sm_shares_ppm=(500_000,)) as r:
         assert [(d.index, d.limit, d.sm_share_ppm) for d in r.devices()] == [
             (0, 4 << 30, 500_000),
             (1, 2 << 30, SHARE_FULL_PPM),
         ]
-        r.configure(1, 1 << 30, 250_000)
-        with pytest.raises(ValueError):
-            r.configure(99, 0)
-    with open_region(path) as again:  # the slice lives in the file
-        assert (again.device(1).limit, again.device(1).sm_share_ppm) == (1 << 30, 250_000)
+        assert r.slice_path == f"{path}.slice"
+        assert stat.S_IMODE(os.stat(r.slice_path).st_mode) == 0o444
+        # A new slice replaces the file whole; a region open already keeps what it read.
+        with create_region(path, mem_limits=(1 << 30,), sm_shares_ppm=(250_000,)):
+            pass
+        assert r.device(0).limit == 4 << 30
+    with open_region(path) as again:
+        assert (again.device(0).limit, again.device(0).sm_share_ppm) == (1 << 30, 250_000)
         assert again.devices()[0].limited
+
+
+def test_a_region_without_its_slice_or_of_version_1_does_not_open(tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    create_region(path, mem_limits=(1 << 30,)).close()
+    Path(f"{path}.slice").unlink()
+    with pytest.raises(RegionNotFound):
+        open_region(path)
+    create_region(path, mem_limits=(1 << 30,)).close()
+    with path.open("r+b") as f:  # the counters' version word, as version 1 wrote it
+        f.seek(8)
+        f.write((1).to_bytes(4, "little"))
+    with pytest.raises(RegionInvalid):
+        open_region(path)
 
 
 def test_drain_ring_resumes_after_a_cursor(kit: Kit, state: Path, tmp_path: Path) -> None:

@@ -7,11 +7,18 @@
  *   FAKE_NVML_DEVICES     devices (default 2)
  *   FAKE_NVML_TOTAL       total bytes per device (default 16 GiB)
  *
+ *   FAKE_NVML_NO_DRIVER   1: nvmlInit fails as without a loaded driver (error 9)
+ *   FAKE_NVML_PROCS_FILE  a file, read at every call, that replaces the fixed
+ *                         processes (the agent's watch's tests change it):
+ *                         lines "proc DEV PID BYTES" (a compute process) and
+ *                         "util DEV PID SM_PERCENT TIMESTAMP_US" (a sample)
+ *
  * Device i: used = (4 + i) GiB, reserved 256 MiB (v2), two host processes
  * (pids 70001+10i with 1 GiB and 70002+10i with 2 GiB) in every list,
  * utilisation gpu 77 / memory 55, temperature 40 + i.  Before nvmlInit every
  * device call returns NVML_ERROR_UNINITIALIZED, as the real library does.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +65,11 @@ static struct nvmlDevice_st *dev_of(nvmlDevice_t h) {
     if (!d)                                      \
         return NVML_ERROR_INVALID_ARGUMENT
 
+#define FAKE_NVML_ERROR_DRIVER_NOT_LOADED 9 /* NVML_ERROR_DRIVER_NOT_LOADED of nvml.h */
+
 EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    if (env_uint("FAKE_NVML_NO_DRIVER", 0))
+        return (nvmlReturn_t)FAKE_NVML_ERROR_DRIVER_NOT_LOADED;
     for (unsigned int i = 0; i < MAX_DEV; i++)
         g_dev[i].index = i;
     g_inits++;
@@ -66,6 +77,11 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
 }
 
 EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return nvmlInit_v2();
+}
 
 EXPORT nvmlReturn_t nvmlShutdown(void) {
     if (!g_inits)
@@ -156,18 +172,72 @@ EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtili
     return NVML_SUCCESS;
 }
 
-/* Two other tenants' processes, in the layout of the caller (v1: 16 bytes, else 24). */
-static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count, void *infos, int v1) {
+/* One line of FAKE_NVML_PROCS_FILE: "proc" or "util" and up to four numbers. */
+typedef struct fake_row {
+    char kind[8];
+    unsigned long long v[4];
+} fake_row;
+
+#define MAX_ROWS 64
+
+/* The rows of FAKE_NVML_PROCS_FILE of kind about device dev; -1 when it is not set. */
+static int file_rows(const char *kind, unsigned int dev, fake_row *rows) {
+    const char *path = getenv("FAKE_NVML_PROCS_FILE");
+    if (!path || !*path)
+        return -1;
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    fake_row r;
+    while (f && n < MAX_ROWS &&
+           fscanf(f, "%7s %llu %llu %llu", r.kind, &r.v[0], &r.v[1], &r.v[2]) == 4) {
+        r.v[3] = 0;
+        if (strcmp(r.kind, "util") == 0 && fscanf(f, "%llu", &r.v[3]) != 1)
+            break;
+        if (strcmp(r.kind, kind) == 0 && r.v[0] == dev)
+            rows[n++] = r;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* The processes of a device: the file's, or two other tenants'. */
+static int processes_of(unsigned int dev, unsigned int *pids, unsigned long long *used) {
+    fake_row rows[MAX_ROWS];
+    int n = file_rows("proc", dev, rows);
+    if (n >= 0) {
+        for (int i = 0; i < n; i++) {
+            pids[i] = (unsigned int)rows[i].v[1];
+            used[i] = rows[i].v[2];
+        }
+        return n;
+    }
+    for (unsigned int i = 0; i < 2; i++) {
+        pids[i] = 70001 + 10 * dev + i;
+        used[i] = (i + 1) * GIB;
+    }
+    return 2;
+}
+
+/* A device's processes, in the layout of the caller (v1: 16 bytes, else 24); with the
+ * file, only the compute list has any. */
+static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count, void *infos, int v1,
+                                   int compute) {
     CHECK_DEVICE(device);
     if (!count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int pids[MAX_ROWS];
+    unsigned long long bytes[MAX_ROWS];
+    int n = processes_of(d->index, pids, bytes);
+    if (!compute && getenv("FAKE_NVML_PROCS_FILE"))
+        n = 0;
     unsigned int room = *count;
-    *count = 2;
-    if (room < 2)
+    *count = (unsigned int)n;
+    if (room < (unsigned int)n)
         return NVML_ERROR_INSUFFICIENT_SIZE;
-    for (unsigned int i = 0; i < 2; i++) {
-        unsigned int pid = 70001 + 10 * d->index + i;
-        unsigned long long used = (i + 1) * GIB;
+    for (unsigned int i = 0; i < (unsigned int)n; i++) {
+        unsigned int pid = pids[i];
+        unsigned long long used = bytes[i];
         if (v1) {
             ((nvmlProcessInfo_v1_t *)infos)[i] = (nvmlProcessInfo_v1_t){pid, used};
         } else {
@@ -177,22 +247,56 @@ static nvmlReturn_t host_processes(nvmlDevice_t device, unsigned int *count, voi
     return NVML_SUCCESS;
 }
 
-#define PROCESS_LISTS(kind)                                                                    \
+#define PROCESS_LISTS(kind, compute)                                                           \
     EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses(                                  \
         nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_v1_t *infos) {                \
-        return host_processes(device, count, infos, 1);                                         \
+        return host_processes(device, count, infos, 1, compute);                                \
     }                                                                                           \
     EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v2(                               \
         nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_v2_t *infos) {                \
-        return host_processes(device, count, infos, 0);                                         \
+        return host_processes(device, count, infos, 0, compute);                                \
     }                                                                                           \
     EXPORT nvmlReturn_t nvmlDeviceGet##kind##RunningProcesses_v3(                               \
         nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {                   \
-        return host_processes(device, count, infos, 0);                                         \
+        return host_processes(device, count, infos, 0, compute);                                \
     }
-PROCESS_LISTS(Compute)
-PROCESS_LISTS(Graphics)
-PROCESS_LISTS(MPSCompute)
+PROCESS_LISTS(Compute, 1)
+PROCESS_LISTS(Graphics, 0)
+PROCESS_LISTS(MPSCompute, 0)
+
+/* nvmlProcessUtilizationSample_t of nvml.h. */
+typedef struct fake_util_sample {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} fake_util_sample;
+
+/* The file's samples of the device newer than lastSeen; NOT_FOUND when there are none,
+ * as the real library answers. */
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                    fake_util_sample *utilization,
+                                                    unsigned int *count,
+                                                    unsigned long long lastSeen) {
+    CHECK_DEVICE(device);
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    fake_row rows[MAX_ROWS];
+    int all = file_rows("util", d->index, rows);
+    unsigned int n = 0;
+    for (int i = 0; i < all; i++)
+        if (rows[i].v[3] > lastSeen)
+            rows[n++] = rows[i];
+    if (n == 0)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned int room = *count;
+    *count = n;
+    if (!utilization || room < n)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    for (unsigned int i = 0; i < n; i++)
+        utilization[i] = (fake_util_sample){(unsigned int)rows[i].v[1], rows[i].v[3],
+                                            (unsigned int)rows[i].v[2], 0, 0, 0};
+    return NVML_SUCCESS;
+}
 
 /* The private table nvidia-smi asks for: a marker the test can recognise. */
 static const char k_table[] = "fake export table";
