@@ -420,7 +420,15 @@ async def test_a_purged_folders_files_are_deleted_and_a_trashed_one_is_closed(
         assert (await api.get("bob", "/v1/vfolders", params={"trash": "true"})).json() == []
     assert (top / "kept.txt").exists()  # but its files are kept until the trash is emptied
 
-    apply(t, PurgeVfolders(vfolder_ids=("vf-alice",)))
+    # bob's folder holds what a session made as root: a directory the storage uid may
+    # not empty. Its purge is refused, named in the log, and hurts no other.
+    bobs = top.parent / "vf-bob"
+    (bobs / "out").mkdir(parents=True)
+    (bobs / "out" / "result.txt").write_text("data")
+    if AS_ROOT:
+        os.chown(bobs, *files.owner)
+    apply(t, RemoveVfolder(vfolder_id="vf-bob"))
+    apply(t, PurgeVfolders(vfolder_ids=("vf-bob", "vf-alice")))
     passed = anyio.Event()
 
     async def wait_beyond(seq: int) -> int:
@@ -434,3 +442,5 @@ async def test_a_purged_folders_files_are_deleted_and_a_trashed_one_is_closed(
             await passed.wait()
         tg.cancel_scope.cancel()
     assert not await anyio.Path(top).exists() and await anyio.Path(top.parent).exists()
+    left = await anyio.Path(bobs / "out" / "result.txt").exists()
+    assert left == AS_ROOT  # as root, the session's directory was root's
