@@ -56,6 +56,12 @@ ToQuery = Annotated[str, Query(max_length=4096, description="the new path, in th
 _REFUSED: dict[int | str, dict[str, Any]] = {
     code: {"model": models.Problem} for code in (400, 403, 404, 409, 414, 503, 507)
 }
+_BYTES = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+_SENT: dict[int | str, dict[str, Any]] = {
+    200: {"description": "the file", "content": _BYTES},
+    206: {"description": "the range asked for (Range: bytes=N-)", "content": _BYTES},
+    416: {"description": "a range that starts past the file's end"},
+}
 
 
 class Storage:
@@ -254,7 +260,12 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
             path=path, size=size, folder_bytes=folder_bytes, quota_bytes=f.quota_bytes
         )
 
-    @app.get("/v1/vfolders/{vfolder_id}/files/{path:path}", tags=["vfolders"], responses=_REFUSED)
+    @app.get(
+        "/v1/vfolders/{vfolder_id}/files/{path:path}",
+        tags=["vfolders"],
+        response_class=Response,
+        responses={**_SENT, **_REFUSED},
+    )
     async def download(vfolder_id: str, path: str, viewer: Who, request: Request) -> Response:
         """The file; a ``Range: bytes=N-`` request gets the rest from ``N`` (206)."""
         f = _folder(tenancy(), viewer, vfolder_id, "ro")
