@@ -378,6 +378,7 @@ def test_up_and_agent_take_every_agent_option() -> None:
         "port",
         "api_port",
         "no_api",
+        "storage_uid",
         "lost_grace",
         "retain_events",
         "retain_days",

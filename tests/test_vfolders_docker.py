@@ -9,8 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from cli_stack import remove_agent_containers
-from docker_env import require_docker
+from vfolder_env import engine
 
 from events import CreateVfolder, ShareVfolder, Slots, VfolderMount
 from services.actors.bootstrap import bootstrap
@@ -30,11 +29,8 @@ WHOLE = Slots(cpu=100, mem=64 << 20, fgpu=100)  # one agent's whole GPU: one eac
 
 @pytest.fixture
 async def runtime() -> AsyncIterator[DockerRuntime]:
-    require_docker()
-    async with DockerRuntime() as rt:
+    async with engine(*AGENTS) as rt:
         yield rt
-    for agent in AGENTS:
-        remove_agent_containers(agent)
 
 
 async def _ended(who: Client, sid: str) -> ClusterState:

@@ -59,6 +59,7 @@ from services.actors.agent_usage import UsageMeter
 from services.actors.agent_watch import GpuWatch
 from services.actors.common import Provenance, follow_log, stamp
 from services.actors.snapshots import Snapshots
+from services.actors.vfolder_dirs import make_folder_dir
 from services.domain.container_spec import (
     LABEL_AGENT,
     LABEL_LOG,
@@ -594,8 +595,8 @@ class AgentActor:
             for p in plan
         )
         try:
-            for m in mounts:
-                await anyio.Path(m.source).mkdir(parents=True, exist_ok=True)
+            for p in plan:
+                await anyio.to_thread.run_sync(make_folder_dir, root, p.vfolder)
         except OSError as e:
             return f"cannot mount: {e}"
         return mounts

@@ -31,10 +31,12 @@ __all__ = [
     "Images",
     "KeypairInfo",
     "Mount",
+    "Moved",
     "OwnerUsage",
     "PolicyInfo",
     "Problem",
     "PullProgress",
+    "Removed",
     "Session",
     "SessionHistory",
     "SessionPage",
@@ -429,7 +431,12 @@ class FileStat(BaseModel):
     upload may add."""
 
     path: str
-    size: int | None = Field(description="its size; null: no such file (an upload starts at 0)")
+    size: int | None = Field(description="its size; null: no such file")
+    partial: int | None = Field(
+        default=None,
+        description="the bytes an upload into it left when it stopped short (where a "
+        "resumed upload starts); null: none, an upload starts at 0",
+    )
     folder_bytes: int
     quota_bytes: int | None
 
@@ -441,3 +448,18 @@ class Uploaded(BaseModel):
     size: int
     folder_bytes: int
     quota_bytes: int | None
+
+
+class Removed(BaseModel):
+    """What was removed from a folder (file, dir, link, other), and the folder's bytes
+    left against its quota."""
+
+    path: str
+    kind: str
+    folder_bytes: int
+    quota_bytes: int | None
+
+
+class Moved(BaseModel):
+    path: str
+    to: str

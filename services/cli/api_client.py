@@ -95,10 +95,17 @@ class ReadApi:
     def post(self, path: str, params: Params | None = None) -> Any:
         """The JSON body of ``POST path?params`` (no body). Raises ApiError or
         ApiUnreachable."""
+        return self._bodiless("POST", path, params)
+
+    def delete(self, path: str, params: Params | None = None) -> Any:
+        """The JSON body of ``DELETE path?params``. Raises ApiError or ApiUnreachable."""
+        return self._bodiless("DELETE", path, params)
+
+    def _bodiless(self, method: str, path: str, params: Params | None) -> Any:
         target = self._target(path, params)
-        status, body = self._call("POST", target, b"", self._token())
+        status, body = self._call(method, target, b"", self._token())
         if status == 401 and self._may_sign_in():
-            status, body = self._call("POST", target, b"", self.sign_in())
+            status, body = self._call(method, target, b"", self.sign_in())
         if status >= 400:
             raise ApiError(status, self._refusal(_detail(body, status), status))
         return self._json(body)

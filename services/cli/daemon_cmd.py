@@ -80,6 +80,16 @@ VfolderRootOpt = Annotated[
         "(default: $FGPU_HOME/vfolders; a shared filesystem when agents are on several hosts)."
     ),
 ]
+StorageUidOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--storage-uid",
+        envvar="FGPU_STORAGE_UID",
+        help="UID[:GID] the virtual folders are kept as and their storage service runs "
+        "as, never 0 (numbers; no /etc/passwd entry needed). Default, as root: the owner "
+        "of the folders' root if not root, else 61000; as another user: that user.",
+    ),
+]
 StorageHostOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -223,6 +233,18 @@ LostGraceOpt = Annotated[
 ]
 
 
+def _storage_owner(given: str | None) -> tuple[int, int] | None:
+    """--storage-uid as (uid, gid); None if not given. Exits on a bad value."""
+    if given is None:
+        return None
+    uid, _, gid = given.partition(":")
+    if not uid.isdigit() or not (gid.isdigit() or not gid) or int(uid) >= 2**32 - 1:
+        fail(f"--storage-uid {given!r}: UID or UID:GID, in numbers")
+    if int(uid) == 0:
+        fail("--storage-uid: not 0: the folders are never kept, nor served, as root")
+    return int(uid), int(gid or uid)
+
+
 def _url(ctx: typer.Context) -> str:
     settings: Settings = ctx.obj
     return resolve_nats(settings.nats)
@@ -244,6 +266,7 @@ def up(
         int, typer.Option(help="Port of the read API and console (0: a free one).")
     ] = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
+    storage_uid: StorageUidOpt = None,
     lost_grace: LostGraceOpt = 600.0,
     retain_events: RetainEventsOpt = None,
     retain_days: RetainDaysOpt = None,
@@ -288,6 +311,7 @@ def up(
 
     if ephemeral and store:
         fail("give --store or --ephemeral, not both")
+    vfolder_owner = _storage_owner(storage_uid)
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
     else:
@@ -378,7 +402,9 @@ def up(
             if not no_api:
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
-                serve = functools.partial(run_read_api, vfolder_root=cfg.vfolder_root)
+                serve = functools.partial(
+                    run_read_api, vfolder_root=cfg.vfolder_root, vfolder_owner=vfolder_owner
+                )
                 api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
@@ -386,9 +412,13 @@ def up(
                 console.print(f"  console  {api.console}", highlight=False)
             console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
 
+    from services.adapters.vfolder_files import HelperFailed
+
     try:
         tune_gc()
         run_async(main)
+    except HelperFailed as e:
+        fail(str(e), code=1)
     finally:
         server.stop()
         state_file().unlink(missing_ok=True)
@@ -494,6 +524,7 @@ def api(
     ] = None,
     archive: ArchiveOpt = None,
     vfolder_root: VfolderRootOpt = None,
+    storage_uid: StorageUidOpt = None,
 ) -> None:
     """Run the projector and the read API (with the console) against --nats URL, and the
     storage service of the virtual folders under --vfolder-root.
@@ -510,13 +541,14 @@ def api(
     path = db or default_db_path(state_file().parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = str(Path(vfolder_root or default_vfolder_root()).resolve())
+    owner = _storage_owner(storage_uid)
 
     async def main() -> None:
         me = _me(ctx, "api")
         async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
             tg.start_soon(_until_signalled, tg)
             reader = await with_archive(conn.log, archive or default_archive_dir())
-            serve = functools.partial(run_read_api, vfolder_root=root)
+            serve = functools.partial(run_read_api, vfolder_root=root, vfolder_owner=owner)
             served = await tg.start(serve, reader, path, host, port)
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
@@ -524,9 +556,12 @@ def api(
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
 
     from projections import StoreLocked
+    from services.adapters.vfolder_files import HelperFailed
 
     try:
         run_async(main)
+    except HelperFailed as e:
+        fail(str(e), code=1)
     except StoreLocked as e:
         fail(f"{e}: another projector has {path} open; give --db another file", code=1)
     except OSError as e:

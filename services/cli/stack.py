@@ -320,17 +320,28 @@ async def run_read_api(
     port: int = 0,
     *,
     vfolder_root: str | None = None,
+    vfolder_owner: tuple[int, int] | None = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The projector and the read API, its sign-ins and refusals audited on the log; the
-    storage service of the virtual folders under ``vfolder_root``, if given."""
+    storage service of the virtual folders under ``vfolder_root``, if given, kept as
+    ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice). Raises HelperFailed if
+    the folders' helper cannot start."""
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
     audit = AccessAudit(events, SystemClock(), "api", "api")
-    async with anyio.create_task_group() as tg:
-        await tg.start(audit.run)
-        files = None if vfolder_root is None else FolderFiles(vfolder_root)
-        serve = functools.partial(serve_read_api, recorder=audit, vfolders=files)
-        api = await tg.start(serve, events, db, host, port)
-        task_status.started(api)
+    files = None
+    if vfolder_root is not None:
+        start = functools.partial(FolderFiles, vfolder_root, owner=vfolder_owner)
+        files = await anyio.to_thread.run_sync(start)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(audit.run)
+            serve = functools.partial(serve_read_api, recorder=audit, vfolders=files)
+            api = await tg.start(serve, events, db, host, port)
+            task_status.started(api)
+    finally:
+        if files is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(files.close)

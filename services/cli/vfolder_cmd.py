@@ -3,11 +3,13 @@
 Creating, sharing, unsharing, trashing a folder and emptying the trash are requests on
 the log that the registrar applies or refuses (as ``fgpu admin`` does: the command waits
 for the answer). Files go through the storage service beside the read API, with the same
-sign-in; uploads and downloads show progress and resume where they stopped (``--resume``).
+sign-in; uploads and downloads show progress and resume where they stopped (``--resume``);
+files and directories are removed (``rm-file``) and renamed (``mv-file``) there too.
 Nothing that exists is replaced unless asked (``--replace``).
 """
 
 import secrets
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -249,6 +251,11 @@ def _progress(description: str, total: int, done: int) -> Any:
     return bar, bar.add_task(description, total=total, completed=done)
 
 
+def _file_url(f: dict[str, Any], path: str) -> str:
+    """The storage route of file ``path`` of folder ``f`` (its names quoted)."""
+    return f"/v1/vfolders/{f['id']}/files/{urllib.parse.quote(path)}"
+
+
 @app.command("upload")
 def upload(
     ctx: typer.Context,
@@ -262,7 +269,8 @@ def upload(
     as_json: JsonOpt = False,
 ) -> None:
     """Send a file into a folder (you must be allowed to write it); the folder's quota is
-    checked as it goes."""
+    checked as it goes. The file appears whole, or not at all: an interrupted upload is
+    kept aside, and --resume goes on from it."""
     api = _api(ctx)
     f = _folder(api, name)
     path = remote or local.name
@@ -272,17 +280,13 @@ def upload(
         fail(f"{local}: {e.strerror}")
     with api_errors():
         there = api.get(f"/v1/vfolders/{f['id']}/stat", {"path": path})
-    offset = _upload_offset(path, there["size"], length, resume, replace)
-    params = {"offset": offset, "replace": "true" if offset == 0 and there["size"] else None}
+    offset = _upload_offset(path, there["size"], there.get("partial"), length, resume, replace)
+    params = {"offset": offset, "replace": "true" if there["size"] is not None else None}
     bar, task = _progress(f"{path}", length, offset)
     with open(local, "rb") as source, bar, api_errors():
         source.seek(offset)
         done = api.upload(
-            f"/v1/vfolders/{f['id']}/files/{path}",
-            params,
-            source,
-            length - offset,
-            lambda n: bar.advance(task, n),
+            _file_url(f, path), params, source, length - offset, lambda n: bar.advance(task, n)
         )
     if as_json:
         print_json(done)
@@ -290,17 +294,26 @@ def upload(
         out().print(f"{path}: {done['size']} bytes in {f['name']}", highlight=False)
 
 
-def _upload_offset(path: str, size: int | None, length: int, resume: bool, replace: bool) -> int:
-    """Where an upload starts; exits with why it may not start at all."""
-    if size is None or size == 0:
+def _upload_offset(
+    path: str, size: int | None, partial: int | None, length: int, resume: bool, replace: bool
+) -> int:
+    """Where an upload starts (a file there is then replaced: the caller asked to, or it
+    resumes an upload that was to); exits with why it may not start at all."""
+    if partial:
+        if resume:
+            if partial > length:
+                fail(f"{path}: its upload holds {partial} bytes, more than the {length} to send")
+            return partial
+        if not replace:
+            fail(
+                f"an upload of {path} stopped after {partial} bytes: --resume to go on, "
+                "--replace to send it anew",
+                1,
+            )
         return 0
-    if resume:
-        if size > length:
-            fail(f"{path} holds {size} bytes, more than the {length} to send: not this file")
-        return size
-    if replace:
-        return 0
-    fail(f"{path} exists ({size} bytes): --resume to go on, --replace to send it anew", 1)
+    if size is not None and not replace:
+        fail(f"{path} exists ({size} bytes): --replace to send it anew", 1)
+    return 0
 
 
 @app.command("download")
@@ -332,13 +345,56 @@ def download(
     bar, task = _progress(remote, there["size"], offset)
     with open(target, "ab" if offset else "wb") as sink, bar, api_errors():
         api.download(
-            f"/v1/vfolders/{f['id']}/files/{remote}",
+            _file_url(f, remote),
             None,
             sink,
             offset=offset,
             progress=lambda n: bar.advance(task, n),
         )
     out().print(f"{target}: {there['size']} bytes", highlight=False)
+
+
+@app.command("rm-file")
+def rm_file(
+    ctx: typer.Context,
+    name: str,
+    path: Annotated[str, typer.Argument(help="A file, link or directory in the folder.")],
+    recursive: Annotated[
+        bool, typer.Option("--recursive", "-r", help="A directory with all it holds.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove a file, a link (not what it points to) or an empty directory from a folder
+    (you must be allowed to write it); a directory and all it holds with --recursive."""
+    api = _api(ctx)
+    f = _folder(api, name)
+    with api_errors():
+        done = api.delete(_file_url(f, path), {"recursive": "true" if recursive else None})
+    if as_json:
+        print_json(done)
+    else:
+        out().print(f"{path} removed from {f['name']} ({done['kind']})", highlight=False)
+
+
+@app.command("mv-file")
+def mv_file(
+    ctx: typer.Context,
+    name: str,
+    path: Annotated[str, typer.Argument(help="A file, link or directory in the folder.")],
+    to: Annotated[str, typer.Argument(help="Its new path (its directory must exist).")],
+    replace: Annotated[bool, typer.Option(help="Replace what is there.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rename a file, link or directory within a folder (you must be allowed to write it)."""
+    api = _api(ctx)
+    f = _folder(api, name)
+    params = {"path": path, "to": to, "replace": "true" if replace else None}
+    with api_errors():
+        done = api.post(f"/v1/vfolders/{f['id']}/move", params)
+    if as_json:
+        print_json(done)
+    else:
+        out().print(f"{path} renamed {to} in {f['name']}", highlight=False)
 
 
 @trash_app.command("ls")

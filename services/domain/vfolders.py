@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_MOUNTS",
     "MOUNT_ROOT",
+    "STORAGE_UID",
     "Placed",
     "Vfolder",
     "access_of",
@@ -54,6 +55,10 @@ __all__ = [
 
 MOUNT_ROOT = "/home/work"  # a session's folders are mounted at <this>/<name>
 MAX_MOUNTS = 16
+# The uid and gid the folders are kept as when fgpu runs as root and nobody chose one (the
+# root's owner, or --storage-uid): not root, not nobody (which other daemons share),
+# outside the ranges distributions give to people (1000-60000) and to system users.
+STORAGE_UID = 61_000
 # A folder's name is a directory's name in the container: no '/', never '.' nor '..'.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 State = Literal["live", "trashed", "purged"]

@@ -66,7 +66,7 @@ from services.ports.log import (
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
-from services.ports.vfolders import Entry, FolderError, FolderStore
+from services.ports.vfolders import Entry, FileState, FolderError, FolderStore, OpenFile, Upload
 
 __all__ = [
     "EXEC_OUTPUT_KEPT",
@@ -96,6 +96,7 @@ __all__ = [
     "ExecReply",
     "ExecRequest",
     "ExecResult",
+    "FileState",
     "FolderError",
     "FolderStore",
     "GpuProbe",
@@ -115,6 +116,7 @@ __all__ = [
     "LogsReply",
     "LogsRequest",
     "OomRefusal",
+    "OpenFile",
     "OutputStore",
     "Pipe",
     "ProcessContainers",
@@ -129,5 +131,6 @@ __all__ = [
     "SliceRegions",
     "SnapshotStore",
     "StreamMissing",
+    "Upload",
     "check_batch",
 ]

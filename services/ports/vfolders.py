@@ -1,18 +1,19 @@
 """The files of virtual folders, as the storage service reaches them.
 
 Blocking: callers run each method in a worker thread. Every path is relative to one
-folder and is checked by the store (no way out of the folder, links included). Errors::
+folder and is resolved by the store beneath the folder's directory, never through a
+link, and with no more rights than the folders' own uid. Errors::
 
     FolderError          a path or operation to refuse (``status``: the HTTP status)
     OSError              the filesystem underneath failed
 """
 
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 from services.domain.vfolders import Vfolder
 
-__all__ = ["Entry", "FolderError", "FolderStore"]
+__all__ = ["Entry", "FileState", "FolderError", "FolderStore", "OpenFile", "Upload"]
 
 
 class FolderError(Exception):
@@ -32,6 +33,53 @@ class Entry:
     mtime: float  # unix seconds
 
 
+@dataclass(frozen=True, slots=True)
+class FileState:
+    size: int | None  # the file's bytes; None: no file there
+    partial: int | None  # the bytes an upload into it left when it stopped short; None: none
+
+
+@dataclass(frozen=True, slots=True)
+class OpenFile:
+    """A regular file of a folder, open for reading: the caller closes ``fd``."""
+
+    fd: int
+    size: int
+    mtime: float
+
+
+class Upload(Protocol):
+    """An upload under way: its bytes go to a hidden file beside the one named, which
+    appears, whole, only on ``commit``."""
+
+    @property
+    def replaced(self) -> int:
+        """The bytes of the file it replaces (0: none)."""
+        ...
+
+    @property
+    def partial(self) -> int:
+        """The bytes an earlier upload into that file had left (counted in the folder)."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``. Raises OSError."""
+        ...
+
+    def commit(self) -> int:
+        """Put the file in place, whole; its size. Raises FolderError (409: the folder
+        changed meanwhile); nothing of the upload is left then."""
+        ...
+
+    def discard(self) -> None:
+        """Undo this upload: the folder as it was before it."""
+        ...
+
+    def keep(self) -> None:
+        """Stop here, what was written kept for a resume (the client went away)."""
+        ...
+
+
 class FolderStore(Protocol):
     """The folders of this storage service (``<root>/<host>/<id>``)."""
 
@@ -43,25 +91,34 @@ class FolderStore(Protocol):
         """The bytes of the folder's regular files, and how many (links not followed)."""
         ...
 
-    def size(self, f: Vfolder, rel: str) -> int | None:
-        """The size of file ``rel``; None if there is none. Raises FolderError."""
-        ...
-
-    def open_at(self, f: Vfolder, rel: str, offset: int) -> BinaryIO:
-        """File ``rel`` open for writing at ``offset``: its size (a resumed upload) or 0 (a
-        new file, or one replaced: truncated). Raises FolderError."""
-        ...
-
-    def remove(self, f: Vfolder, rel: str) -> None:
-        """Remove file ``rel`` (none there: nothing). Raises FolderError."""
-        ...
-
-    def readable(self, f: Vfolder, rel: str) -> str:
-        """The real path of file ``rel``, to be sent. Raises FolderError (404: none)."""
+    def stat(self, f: Vfolder, rel: str) -> FileState:
+        """File ``rel``'s size and what a stopped upload into it left. Raises FolderError
+        (409: not a file)."""
         ...
 
     def listing(self, f: Vfolder, rel: str) -> list[Entry]:
-        """The entries of directory ``rel``, by name. Raises FolderError."""
+        """The entries of directory ``rel``, by name. Raises FolderError (404: none)."""
+        ...
+
+    def open_read(self, f: Vfolder, rel: str) -> OpenFile:
+        """File ``rel``, open: what is sent is what was checked. Raises FolderError (404:
+        none; 409: not a regular file; 403: not the folders' uid's to read)."""
+        ...
+
+    def upload(self, f: Vfolder, rel: str, offset: int, replace: bool) -> Upload:
+        """An upload into file ``rel``: from 0 (anew), or resuming one that stopped at
+        ``offset``; a file there is replaced (on commit) only if ``replace``. Raises
+        FolderError (409)."""
+        ...
+
+    def remove(self, f: Vfolder, rel: str, recursive: bool) -> str:
+        """Remove ``rel`` (a link itself; a directory if empty or ``recursive``); what it
+        was (file, dir, link, other). Raises FolderError (404: none; 409: not empty)."""
+        ...
+
+    def move(self, f: Vfolder, rel: str, to: str, replace: bool) -> None:
+        """Rename ``rel`` to ``to`` within the folder; an existing ``to`` only if
+        ``replace``. Raises FolderError (404: no ``rel``; 409: ``to`` exists)."""
         ...
 
     def purge(self, f: Vfolder) -> bool:
