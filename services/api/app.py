@@ -334,7 +334,7 @@ def create_app(
                     _only_shares_of(shapes.agent_from_view(past.state.agents[k], owners), owners)
                     for k in sorted(past.state.agents)
                 ],
-                owners=shapes.owners_from_state(past.state, live),
+                owners=shapes.owners_from_state(past.state, live, viewer.scope),
             )
 
         return await query(work)
