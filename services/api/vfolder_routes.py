@@ -251,7 +251,17 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
             path=path, size=offset + written, folder_bytes=folder_bytes, quota_bytes=f.quota_bytes
         )
 
-    @app.get("/v1/vfolders/{vfolder_id}/files/{path:path}", tags=["vfolders"], responses=_REFUSED)
+    @app.get(
+        "/v1/vfolders/{vfolder_id}/files/{path:path}",
+        tags=["vfolders"],
+        response_class=FileResponse,
+        responses={
+            **_REFUSED,
+            200: {"content": {"application/octet-stream": {}}, "description": "the file"},
+            206: {"content": {"application/octet-stream": {}}, "description": "its rest"},
+            416: {"description": "a range past its end"},
+        },
+    )
     async def download(vfolder_id: str, path: str, viewer: Who) -> FileResponse:
         """The file; a ``Range: bytes=N-`` request gets the rest from ``N`` (206)."""
         f = _folder(tenancy(), viewer, vfolder_id, "ro")
