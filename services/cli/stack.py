@@ -31,6 +31,7 @@ from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.nats_server_log import Violation, follow_violations
 from services.adapters.output_files import OutputFiles
 from services.adapters.system_clock import SystemClock
+from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
 from services.domain.state import ClusterState
@@ -62,9 +63,7 @@ class StackInfo:
     api_url: str | None = None
 
     def save(self) -> None:
-        path = state_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.__dict__))
+        write_private(state_file(), json.dumps(self.__dict__))
 
 
 @asynccontextmanager
