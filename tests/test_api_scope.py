@@ -17,6 +17,7 @@ everything, and must find every identifier somewhere (else the test could not fa
 import io
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,14 @@ def _streamed(w: World, who: str, url: str, query: dict[str, str], headers: dict
     seen = [e["seq"] for e in _all_events(w, who)]
     assert seen, f"{who} reads no event: the stream would show nothing"
     lines: list[str] = []
+    deadline = time.monotonic() + 60  # keep-alives would keep a stream that never gets there
     with httpx.stream("GET", url, params=query, headers=headers, timeout=30) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             lines.append(line)
             if line.startswith("id: ") and int(line[4:]) >= seen[-1]:
                 break
+            assert time.monotonic() < deadline, f"the stream never sent #{seen[-1]} to {who}"
     return "\n".join(lines)
 
 
