@@ -19,7 +19,6 @@ import itertools
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -187,7 +186,7 @@ def test_every_route_is_called(w: World) -> None:
     assert "/v1/vfolders/{vfolder_id}/files/{path}" in called  # the storage routes too
 
 
-def test_the_owner_reads_its_own_folder_file(w: World, tmp_path: Path) -> None:
+def test_the_owner_reads_its_own_folder_file(w: World) -> None:
     """A file path in the world is a real one: its owner reads it (so the others' 404s
     are refusals, not misses)."""
     folder = w.folders["ualice5r"]
