@@ -130,10 +130,16 @@ def session_transitions(con: duckdb.DuckDBPyConnection, session_id: str) -> list
     )
 
 
+# A record the fold refused (``error``: undecodable, on a subject not its own, a request
+# for a session id taken already) is of no session, whichever it names: it is in no
+# session's story.
+_OF_SESSION = "error IS NULL AND session_id"
+
+
 def session_events(con: duckdb.DuckDBPyConnection, session_id: str) -> list[Row]:
-    """Every event naming the session, in log order."""
+    """Every event of the session (naming it, not refused by the fold), in log order."""
     return _rows(
-        con.execute("SELECT * FROM events WHERE session_id = ? ORDER BY seq", [session_id])
+        con.execute(f"SELECT * FROM events WHERE {_OF_SESSION} = ? ORDER BY seq", [session_id])
     )
 
 
@@ -198,7 +204,9 @@ def event_rows(con: duckdb.DuckDBPyConnection, f: EventFilter, limit: int) -> li
     """Events matching ``f`` after sequence ``f.after``, oldest first, at most ``limit``.
 
     ``owner`` matches events that name the key and events of the key's sessions;
-    ``scope``, events that name one of its keys and events of sessions in it.
+    ``scope``, events that name one of its keys and events of sessions in it; a record the
+    fold refused is in no scope but everything's (whose it says it is, or whose session it
+    names, is not to be believed).
     """
     cond, args = _event_where(f)
     sql = f"SELECT * FROM events WHERE {cond} ORDER BY seq LIMIT ?"
@@ -246,7 +254,7 @@ def _event_where(f: EventFilter) -> tuple[str, list[object]]:
         args.append(f.agent)
     if f.owner is not None:
         where.append(
-            "(owner = ? OR session_id IN (SELECT session_id FROM sessions WHERE owner = ?))"
+            f"(owner = ? OR {_OF_SESSION} IN (SELECT session_id FROM sessions WHERE owner = ?))"
         )
         args += [f.owner, f.owner]
     if f.types:
@@ -255,7 +263,7 @@ def _event_where(f: EventFilter) -> tuple[str, list[object]]:
     if f.scope is not None and not f.scope.everything:
         cond, given = session_scope(f.scope)
         where.append(
-            "(list_contains(?, owner) OR session_id IN "
+            "error IS NULL AND (list_contains(?, owner) OR session_id IN "
             f"(SELECT session_id FROM sessions WHERE {cond}))"
         )
         args += [sorted(f.scope.keys), *given]

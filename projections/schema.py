@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -70,7 +70,9 @@ ARROW: dict[str, pa.Schema] = {
             ("session_id", pa.string()),
             ("agent_id", pa.string()),
             ("owner", pa.string()),  # the access key an event names (owner or requester)
-            ("error", pa.string()),  # why the fold refused it (undecodable, wrong subject)
+            # Why the fold refused it (undecodable, wrong subject, a session id taken
+            # already): such a record is of no session, whichever it names.
+            ("error", pa.string()),
             ("payload", pa.binary()),  # the event as JSON
         ]
     ),

@@ -273,10 +273,18 @@ class ProjectionStore:
                 if s.last_seq > 0:
                     snapshots.append((s.last_seq, encode_state(s)))
                 boundary = -(-seq // every) * every
+            e = r.event
+            # The fold ignores a request for a session id taken already (by anyone, its own
+            # owner included): such a record is of no session, whoever it says it is from.
+            taken = (
+                e.session_id if type(e) is SessionRequested and e.session_id in s.sessions else None
+            )
             evolve(s, r)
             # Read now: a later PayloadRejected takes the entry away again.
             if seq in malformed:
                 errors[seq] = malformed[seq][1]
+            elif taken is not None:
+                errors[seq] = f"session {taken} is taken: a second request for it changes nothing"
         kinds: list[str | None] = [None] * len(fresh)  # the payload says, but for these
         any_malformed = False
         samples: list[tuple[int, GpuUsageSampled]] = []

@@ -44,6 +44,7 @@ __all__ = ["Line", "story", "summary"]
 
 # Events that move a session from one status to another when the fold accepts them.
 _TRANSITIONS = (
+    SessionRequested,
     SessionAdmitted,
     SessionRejected,
     SessionCancelled,
@@ -82,29 +83,51 @@ def story(events: Sequence[tuple[int, AnyEvent]], transitions: set[str]) -> list
     """One line per event of the session, in log order; of its usage samples, only the
     last one of each GPU.
 
-    ``transitions`` are the ids of the events the fold turned into status changes.
+    ``events`` are the session's own: those the fold refused (a request for its id by
+    another, a record on a subject not its own) are no part of its story. ``transitions``
+    are the ids of the events the fold turned into status changes. A refused destroy
+    request, and its refusal, changed nothing.
     """
     out: list[Line] = []
     admitted: datetime | None = None
     running: datetime | None = None
     measured: dict[int, tuple[int, GpuUsageSampled]] = {}  # the last sample of each GPU
+    refused = {e.causation_id for _, e in events if isinstance(e, DestroyRejected)}
     for seq, e in events:
         if isinstance(e, GpuUsageSampled):
             measured[e.gpu_index] = (seq, e)
             continue
-        effect = not isinstance(e, _TRANSITIONS) or e.id in transitions
         text = _text(e, admitted, running)
+        if isinstance(e, _TRANSITIONS):
+            effect = e.id in transitions
+            if not effect:
+                text += " (no effect: it did not fit the session's status then)"
+        elif isinstance(e, SessionDestroyRequested) and e.id in refused:
+            effect = False
+            text += " (refused)"
+        else:
+            effect = not isinstance(e, DestroyRejected)
         if effect and isinstance(e, SessionAdmitted):
             admitted = e.at
         if effect and isinstance(e, SessionRunning):
             running = e.at
-        if not effect:
-            text += " (no effect: it did not fit the session's status then)"
-        out.append(Line(seq=seq, at=e.at, actor=e.actor, text=text, effect=effect))
+        out.append(Line(seq=seq, at=e.at, actor=_who(e), text=text, effect=effect))
     for seq, e in measured.values():
         out.append(Line(seq=seq, at=e.at, actor=e.actor, text=_text(e, None, None), effect=True))
     out.sort(key=lambda line: line.seq)
     return out
+
+
+def _who(e: AnyEvent) -> str:
+    """Who made ``e``: of a request, the access key on whose subject it stands (what it
+    says of its ``actor`` is the sender's word); of anything else, its ``actor``."""
+    match e:
+        case SessionRequested():
+            return e.owner
+        case SessionDestroyRequested():
+            return e.requester
+        case _:
+            return e.actor
 
 
 def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> str:

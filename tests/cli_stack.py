@@ -3,6 +3,7 @@
 import json
 import os
 import secrets
+import stat
 import subprocess
 import sys
 import time
@@ -82,6 +83,22 @@ def wait_for_line(
     raise AssertionError(f"no {text!r} within {deadline_s} s:\n{path.read_text()}")
 
 
+def exposed(home: Path, others: dict[str, str]) -> list[str]:
+    """What under ``home`` its user's group or anyone else may read, write or enter (as
+    ``path mode``), but the subtrees ``others`` names (relative path -> whose they are)."""
+    found = []
+    for top, dirs, files in os.walk(home):
+        dirs[:] = [d for d in dirs if str((Path(top) / d).relative_to(home)) not in others]
+        for name in [*dirs, *files]:
+            path = Path(top) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                continue  # a link's own mode means nothing
+            if mode & 0o077 and str(path.relative_to(home)) not in others:
+                found.append(f"{path.relative_to(home)} {oct(mode & 0o777)}")
+    return found
+
+
 def docker(*args: str) -> str:
     return subprocess.run(
         ["docker", *args], capture_output=True, text=True, timeout=60, check=True
@@ -107,9 +124,9 @@ def fgpu_up(
     ``home`` has one), on Docker; and ``users`` of its default project. Its containers are
     removed after, unless ``keep_containers`` (for a restart)."""
     stack = Stack(home, agent_id or "e2e" + secrets.token_hex(3))
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = home / "up.log"
-    with open(log, "wb") as out:
+    with open(log, "wb", opener=lambda path, flags: os.open(path, flags, 0o600)) as out:
         process = subprocess.Popen(
             [
                 FGPU,

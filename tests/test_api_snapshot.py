@@ -8,16 +8,47 @@ second. The answer must be the session as it was when the request began, whole.
 from pathlib import Path
 from typing import Any
 
+import anyio
 import duckdb
 import httpx
 import pytest
 
+from events import Record
 from projections import ProjectionStore, queries
 from services.api import create_app
 from services.domain.state import fold
-from tests.test_api_schema import _scenario_records, _Source
+from services.domain.tenancy import Tenancy
+from services.testing import MemoryLog
+from tests.test_api import log_records, run_scenario
 
 pytestmark = pytest.mark.anyio
+
+
+class _Source:
+    """The store, read the way the projector of ``fgpu up`` serves it."""
+
+    def __init__(self, store: ProjectionStore) -> None:
+        self.store = store
+
+    @property
+    def last_seq(self) -> int:
+        return self.store.last_seq
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.store.cursor()
+
+    async def wait_beyond(self, seq: int) -> int:
+        await anyio.sleep_forever()
+        return seq
+
+    def tenancy(self) -> Tenancy:
+        return self.store.state.tenancy
+
+
+async def _scenario_records() -> list[Record]:
+    events = MemoryLog()
+    await run_scenario(events)
+    return await log_records(events)
 
 
 async def test_a_batch_committed_during_a_history_read_shows_in_no_part_of_it(

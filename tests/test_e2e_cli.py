@@ -20,19 +20,23 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_stack import FGPU, Stack, docker, fgpu_up
+from cli_stack import FGPU, Stack, docker, exposed, fgpu_up
 from docker_env import require_docker, skip_or_fail
 
 from tests.shim.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 GIB = 1 << 30
+# Parts of $FGPU_HOME whose modes are another change's: the shim's regions (0666, for any
+# user in the container) are being made read-only to it on the branch ``slice``.
+OTHERS = {"regions": "branch slice"}
 
 
 def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
     require_docker()
     shim = build_shim(tmp_path / "shim")
-    with fgpu_up(tmp_path, "--shim-dir", str(shim), users=("researcher", "mallory")) as stack:
+    home = tmp_path / "home"
+    with fgpu_up(home, "--shim-dir", str(shim), users=("researcher", "mallory")) as stack:
         created = stack.json(
             "session",
             "create",
@@ -132,6 +136,15 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         info = stack.json("session", "info", pending["id"])
         reached = [moment for moment, at in info["times"].items() if at is not None]
         assert reached == ["requested", "admitted", "scheduled", "preparing", "running"]
+
+        # What $FGPU_HOME holds (the store, the projections, keys, tokens, kept output,
+        # up.json) is its user's only.
+        assert (home / "store" / "projections.duckdb").is_file()
+        assert {"api-tokens.json", "credentials", "up.json", "output"} <= {
+            p.name for p in home.iterdir()
+        }
+        found = exposed(home, OTHERS)
+        assert not found, "\n".join(found)
 
 
 def _shell_session(stack: Stack, session_id: str) -> int:

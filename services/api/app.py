@@ -100,7 +100,10 @@ def create_app(
         title="fgpu read API",
         version="1",
         description=DESCRIPTION,
-        responses={422: {"model": models.Problem, "description": "bad parameters"}},
+        responses={
+            401: {"model": models.Problem, "description": "no live token (guard.py)"},
+            422: {"model": models.Problem, "description": "bad parameters"},
+        },
     )
     _errors(app)
     stop = closing or anyio.Event()
@@ -334,7 +337,7 @@ def create_app(
                     _only_shares_of(shapes.agent_from_view(past.state.agents[k], owners), owners)
                     for k in sorted(past.state.agents)
                 ],
-                owners=shapes.owners_from_state(past.state, live),
+                owners=shapes.owners_from_state(past.state, live, viewer.scope),
             )
 
         return await query(work)
@@ -361,7 +364,9 @@ def create_app(
         start = after
         if last_event_id is not None:
             text = last_event_id.strip()
-            if not text.isdigit() or int(text) > MAX_SEQ:
+            # ASCII digits only ("²" is a digit to str.isdigit, not to int), and few of
+            # them (int() refuses thousands).
+            if not (text.isascii() and text.isdigit() and len(text) <= 19) or int(text) > MAX_SEQ:
                 raise HTTPException(400, f"Last-Event-ID must be a sequence, got {last_event_id!r}")
             start = int(text)
         return event_stream(source, start, stop, query, viewer.scope, lambda: auth.live(viewer))

@@ -30,10 +30,12 @@ from services.domain.tenancy import Tenancy
 from services.domain.throttle import SecretChecks
 from services.domain.visibility import OPEN, Viewer, viewer_of
 
-__all__ = ["Authenticator", "Refused", "TokenSigner"]
+__all__ = ["MAX_TOKEN", "Authenticator", "Refused", "TokenSigner"]
 
 _PREFIX = "fgpu1"
 TOKEN_TTL_S = 3600
+MAX_TOKEN = 512  # far more than a token of this API takes (an access key is 64 at most)
+_EXPIRY_DIGITS = 12  # unix seconds: enough until the year 30000
 
 
 class Refused(Exception):
@@ -68,9 +70,19 @@ class TokenSigner:
         return f"{body}.{self._sign(body)}", expires
 
     def access_key(self, token: str, now: float) -> str:
-        """The access key a genuine, unexpired ``token`` names. Raises Refused (401)."""
+        """The access key a genuine, unexpired ``token`` names. Raises Refused (401), for
+        anything else whatever its length or characters."""
         parts = token.split(".")
-        if len(parts) != 4 or parts[0] != _PREFIX or not parts[2].isdigit():
+        # A token of this API is short and ASCII: an expiry of ASCII digits ("²" is a
+        # digit to str.isdigit, not to int) and a signature hmac may compare.
+        if (
+            len(token) > MAX_TOKEN
+            or not token.isascii()
+            or len(parts) != 4
+            or parts[0] != _PREFIX
+            or not parts[2].isdigit()
+            or len(parts[2]) > _EXPIRY_DIGITS
+        ):
             raise Refused(401, "not a token of this API")
         body = ".".join(parts[:3])
         if not hmac.compare_digest(parts[3], self._sign(body)):

@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.api import models
-from services.api.auth import Authenticator, Refused
+from services.api.auth import MAX_TOKEN, Authenticator, Refused
 from services.domain.visibility import Viewer
 
 __all__ = ["AccessRecorder", "Guard", "Who", "WhoStreaming", "identity", "mount"]
@@ -94,7 +94,8 @@ async def _who_streaming(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     access_token: Annotated[
-        str | None, Query(max_length=512, description="the token, for a browser's EventSource")
+        str | None,
+        Query(max_length=MAX_TOKEN, description="the token, for a browser's EventSource"),
     ] = None,
 ) -> Viewer:
     return _guard(request).viewer(request, creds.credentials if creds else access_token)

@@ -28,6 +28,7 @@ from services.api.models import (
 from services.domain.resources import format_cpu, format_fgpu
 from services.domain.state import AgentView, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
+from services.domain.visibility import Scope
 
 __all__ = [
     "agent_from_row",
@@ -216,7 +217,12 @@ def owners_from_rows(rows: Iterable[Row]) -> list[OwnerUsage]:
     ]
 
 
-def owners_from_state(s: ClusterState, sessions: Iterable[SessionView]) -> list[OwnerUsage]:
+def owners_from_state(
+    s: ClusterState, sessions: Iterable[SessionView], scope: Scope
+) -> list[OwnerUsage]:
+    """Per owner of ``sessions`` (those the viewer sees) and per access key in ``scope``:
+    what its sessions hold on agents, and the quota it holds in ``s``. A key out of scope
+    is not named, even as holding nothing."""
     held: dict[str, tuple[int, Slots]] = {}
     for v in sessions:
         if v.status in HOLDS_ALLOCATION:
@@ -230,7 +236,8 @@ def owners_from_state(s: ClusterState, sessions: Iterable[SessionView]) -> list[
                 ),
             )
     out = []
-    for owner in sorted(set(held) | set(s.usage)):
+    # The owners of ``sessions`` are in scope already (the caller chose them).
+    for owner in sorted(set(held) | {o for o in s.usage if scope.sees_key(o)}):
         n, alloc = held.get(owner, (0, Slots()))
         quota = s.usage.get(owner)
         out.append(

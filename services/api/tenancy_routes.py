@@ -16,7 +16,7 @@ from services.api import models, shapes
 from services.api.guard import Who
 from services.domain.groups import DEFAULT_GROUP
 from services.domain.tenancy import Tenancy
-from services.domain.visibility import sees_group, sees_policy, sees_user
+from services.domain.visibility import Viewer, sees_group, sees_policy, sees_user
 
 __all__ = ["mount"]
 
@@ -53,7 +53,8 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
     @app.get("/v1/groups", tags=["tenancy"])
     async def list_groups(viewer: Who) -> list[models.GroupInfo]:
         """Resource groups a viewer may see: every one for a superadmin, else those open
-        to a project of its domain (a domain admin) or to one of its projects (a user)."""
+        to a project of its domain (a domain admin) or to one of its projects (a user),
+        with only its domain's projects named."""
         t = tenancy()
         found = [
             models.GroupInfo(
@@ -65,7 +66,7 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
                 default_lifetime_s=g.default_lifetime_s,
                 max_lifetime_s=g.max_lifetime_s,
                 idle_timeout_s=g.idle_timeout_s,
-                projects=None if g.projects is None else list(g.projects),
+                projects=None if g.projects is None else _projects_seen(viewer, g.projects),
             )
             for name, g in sorted(t.groups.items())
             if sees_group(t, viewer, g.projects)
@@ -91,6 +92,14 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
             for r in rows
             if sees_policy(t, viewer, r["level"], r["target"])
         ]
+
+
+def _projects_seen(viewer: Viewer, projects: tuple[str, ...]) -> list[str]:
+    """Of the projects (``domain/project``) a group is open to, those of the viewer's
+    domain (every one for a superadmin): another domain's are not the viewer's to know."""
+    if viewer.scope.everything:
+        return list(projects)
+    return [p for p in projects if p.partition("/")[0] == viewer.domain]
 
 
 def _unconfigured_default() -> models.GroupInfo:

@@ -137,12 +137,13 @@ def _user(t: Tenancy, viewer: Viewer) -> User:
 
 def _folder(t: Tenancy, viewer: Viewer, vfolder_id: str, need: str) -> Vfolder:
     """The live folder ``vfolder_id`` if ``viewer`` may ``need`` (ro: read, rw: write) it.
-    Raises HTTPException (404: no such folder; 403: not the viewer's to use so)."""
+    Raises HTTPException (404: no such folder, or none the viewer may use or manage: it
+    is not even said to exist; 403: the viewer's to see, not to use so)."""
     who = _user(t, viewer)
     f = t.vfolders.get(vfolder_id)
-    if f is None or f.state != "live":
+    access = None if f is None else access_of(who, f)
+    if f is None or f.state != "live" or (access is None and not manages(t, who, f)):
         raise HTTPException(404, f"no folder {vfolder_id!r}")
-    access = access_of(who, f)
     if access is None or (need == "rw" and access != "rw"):
         verb = "write" if need == "rw" else "read"
         raise HTTPException(403, f"user {who.user} may not {verb} folder {f.name} ({f.vfolder_id})")

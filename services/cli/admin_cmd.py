@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from services.cli.daemon_cmd import RetainDaysOpt, RetainEventsOpt
+from services.cli.home import private_files
 from services.cli.options import (
     Settings,
     connection,
@@ -71,7 +72,6 @@ def projections_rebuild(
 
     settings: Settings = ctx.obj
     path = db or _default_db()
-    path.parent.mkdir(parents=True, exist_ok=True)
 
     async def go() -> Any:
         async with connection(settings, "api") as conn:
@@ -80,7 +80,9 @@ def projections_rebuild(
             return await rebuild(whole, path)
 
     try:
-        result = run_async(go)
+        with private_files():  # the projections hold every tenant's history
+            path.parent.mkdir(parents=True, exist_ok=True)
+            result = run_async(go)
     except StoreLocked as e:
         fail(f"{e}; stop `fgpu up` first, or rebuild into another file with --db", code=1)
     out().print(
@@ -227,7 +229,8 @@ def archive_run(
             )
             return line + (f"; waiting: {done.waiting}" if done.waiting else "")
 
-    said = run_async(go)
+    with private_files():  # the archive holds every tenant's history
+        said = run_async(go)
     if said:
         out().print(said, highlight=False)
 

@@ -5,10 +5,12 @@ token within a minute of its expiry is not used. A token is only a shortcut: a r
 one is dropped and the keypair signs in again.
 """
 
+import contextlib
 import json
-import os
 import time
 from pathlib import Path
+
+from services.cli.home import write_private
 
 __all__ = ["TokenCache"]
 
@@ -52,15 +54,8 @@ class TokenCache:
         if self.path is None:
             self._memory = data
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_private(self.path, json.dumps(data))
 
 
 def _live(entry: object) -> bool:

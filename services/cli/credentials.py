@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.cli.home import fgpu_home, write_private
+
 __all__ = ["Credentials", "credentials_file", "resolve", "save"]
 
 ANONYMOUS = "user"
@@ -23,7 +25,7 @@ class Credentials:
 
 
 def credentials_file() -> Path:
-    return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "credentials"
+    return fgpu_home() / "credentials"
 
 
 def _stored() -> Credentials | None:
@@ -51,11 +53,5 @@ def resolve(access_key: str | None) -> Credentials:
 def save(c: Credentials) -> Path:
     """Store ``c`` as the keypair to speak as, readable by this user only; its path."""
     path = credentials_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"access_key": c.access_key, "secret_key": c.secret_key}, f)
-    os.chmod(tmp, 0o600)  # the umask may have taken bits away, never added them
-    os.replace(tmp, path)
+    write_private(path, json.dumps({"access_key": c.access_key, "secret_key": c.secret_key}))
     return path

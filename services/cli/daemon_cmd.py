@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from services.cli import sim_cmd
+from services.cli.home import private_process
 from services.cli.options import (
     Settings,
     default_archive_dir,
@@ -311,6 +312,7 @@ def up(
 
     if ephemeral and store:
         fail("give --store or --ephemeral, not both")
+    private_process()  # its store, projections and keys hold every tenant's history
     vfolder_owner = _storage_owner(storage_uid)
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
@@ -538,6 +540,7 @@ def api(
     from services.cli.stack import connected, run_read_api, with_archive
 
     url = _url(ctx)
+    private_process()  # the projections hold every tenant's history
     path = db or default_db_path(state_file().parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = str(Path(vfolder_root or default_vfolder_root()).resolve())

@@ -11,11 +11,11 @@ same store started again speaks as the same services.
 """
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from services.cli.home import write_private
 from services.domain.permissions import inbox
 
 if TYPE_CHECKING:
@@ -63,9 +63,10 @@ async def service_keys(log: "EventLog", store: Path, kinds: list[str]) -> dict[s
         command = CreateServiceKey(access_key=key, service=kind, secret_hash=hash_secret(secret))
         await log.append(subj.TENANCY, system_applied(command, SystemClock()))
         kept[kind] = Identity(key, secret)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({k: {"access_key": v.access_key, "secret": v.secret} for k, v in kept.items()}, f)
+    write_private(
+        path,
+        json.dumps({k: {"access_key": v.access_key, "secret": v.secret} for k, v in kept.items()}),
+    )
     return kept
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from services.cli.api_client import ApiError, ApiUnreachable, ReadApi
+from services.cli.home import fgpu_home
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,7 +46,7 @@ DEFAULT_NATS = "nats://127.0.0.1:4222"
 
 def state_file() -> Path:
     """Where ``fgpu up`` says where it is, for the other commands to find it."""
-    return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu")) / "up.json"
+    return fgpu_home() / "up.json"
 
 
 def default_vfolder_root() -> Path:

@@ -35,6 +35,7 @@ from services.adapters.nats_server_log import Violation, follow_violations
 from services.adapters.output_files import OutputFiles
 from services.adapters.proc_cgroups import CgroupContainers
 from services.adapters.system_clock import SystemClock
+from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
 from services.domain.intake import (
@@ -74,9 +75,7 @@ class StackInfo:
     api_url: str | None = None
 
     def save(self) -> None:
-        path = state_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.__dict__))
+        write_private(state_file(), json.dumps(self.__dict__))
 
 
 @asynccontextmanager
