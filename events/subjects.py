@@ -29,6 +29,12 @@ fgpu.in.<access_key>                 people's requests on their way to the log: 
                                      stream (FGPU_IN, a work queue holding a few per key),
                                      read by the intake, which writes each on its subject
                                      above or drops it (rate, refusal)
+fgpu.d.<domain>.<subject>            the log's records of one domain, for its readers: the
+                                     domain feed (stream FGPU_DOMAINS, not the log)
+                                     writes each record of the log that belongs to a
+                                     domain there, under its own subject
+fgpu.out.<access_key>                where a reader keypair's consumer delivers (a reader
+                                     only listens, and acknowledges)
 fgpu.rpc.<agent_id>.<access_key>     requests to one agent (logs, exec) by an access
                                      key: core NATS request and reply, not stored in the
                                      log; the server confines a user to its own key here
@@ -41,6 +47,8 @@ __all__ = [
     "AGENT_RPC_PREFIX",
     "ARCHIVE",
     "CHANNEL_PREFIX",
+    "DOMAINS_STREAM",
+    "DOMAINS_WILDCARD",
     "HEARTBEAT_WILDCARD",
     "INTAKE_STREAM",
     "INTAKE_WILDCARD",
@@ -60,10 +68,12 @@ __all__ = [
     "agent_rpc",
     "agent_session",
     "channel",
+    "domain_feed",
     "heartbeat",
     "intake",
     "is_token",
     "quota",
+    "reader_out",
     "request",
     "snapshot_bucket",
     "snapshot_stream",
@@ -76,6 +86,9 @@ STREAM = "FGPU"
 # read once, then gone); never part of the log.
 INTAKE_STREAM = "FGPU_IN"
 INTAKE_WILDCARD = "fgpu.in.*"
+# Each domain's records of the log, for the domain's readers (written by the domain feed).
+DOMAINS_STREAM = "FGPU_DOMAINS"
+DOMAINS_WILDCARD = "fgpu.d.>"
 LEDGER = "fgpu.sched"
 SYS = "fgpu.sys"
 TENANCY = "fgpu.tenancy"
@@ -134,6 +147,17 @@ def intake(access_key: str) -> str:
     """Where ``access_key`` hands its requests to the intake (one subject per key: the
     stream bounds each key's waiting requests by subject)."""
     return f"fgpu.in.{access_key}"
+
+
+def domain_feed(domain: str, subject: str = ">") -> str:
+    """Where the domain feed writes a record of ``domain`` that stands on ``subject`` (a
+    subject of the log); with ``>``, every one of the domain's."""
+    return f"fgpu.d.{domain}.{subject}"
+
+
+def reader_out(access_key: str) -> str:
+    """Where the consumer of reader keypair ``access_key`` delivers."""
+    return f"fgpu.out.{access_key}"
 
 
 def request(access_key: str, session_id: str) -> str:

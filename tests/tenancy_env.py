@@ -15,12 +15,15 @@ from events import CreateServiceKey
 from services.actors.access_audit import AccessAudit
 from services.actors.bootstrap import FirstAdmin, bootstrap
 from services.actors.gatekeeper import GatekeeperActor
+from services.actors.reader_consumers import ReaderConsumersActor
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.jetstream_domains import JetStreamReaderConsumers
 from services.adapters.nats_auth import GATE_USER, SETUP_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_server_log import follow_violations
 from services.adapters.system_clock import SystemClock
+from services.cli.identities import Identity
 from services.cli.stack import violations_to
 from services.client import Client
 from services.domain.access_audit import AccessLimiter
@@ -28,7 +31,7 @@ from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
 from services.ports import LogError
 
-__all__ = ["Secured", "secured_cluster"]
+__all__ = ["Secured", "secured_cluster", "start_actors"]
 
 
 @dataclass
@@ -184,9 +187,11 @@ class _Gate:
             try:
                 audit = AccessAudit(gate, SystemClock(), "nats", "gatekeeper", self.limiter)
                 keeper = GatekeeperActor(gate, kicker, SystemClock(), audit=audit)
+                readers = ReaderConsumersActor(gate, JetStreamReaderConsumers(gate.client))
                 async with anyio.create_task_group() as tg:
                     await tg.start(audit.run)
                     await tg.start(keeper.run)
+                    await tg.start(readers.run)
                     tg.start_soon(follow_violations, self.server_log, violations_to(audit, keeper))
                     await tg.start(serve_callout, self.url, self.auth, keeper.authorize)
                     task_status.started(keeper)
@@ -194,3 +199,47 @@ class _Gate:
                 with anyio.CancelScope(shield=True):
                     await kicker.close()
                     await gate.close()
+
+
+async def start_actors(
+    c: Secured, stack: AsyncExitStack, *, intake: Callable[..., Any] | None = None
+) -> None:
+    """The actors of ``c``'s services, in their order, each on its own keypair (agents with
+    dummy containers; ``intake``: the intake's runner, ``run_intake`` with the test's
+    settings), until ``stack`` closes."""
+    from services.adapters.dummy_runtime import DummyRuntime
+    from services.cli.stack import (
+        connected,
+        run_agent,
+        run_domain_feed,
+        run_intake,
+        run_quota,
+        run_registrar,
+        run_scheduler,
+    )
+    from tests.cluster import agent_config
+
+    conns = {
+        kind: await stack.enter_async_context(
+            connected(c.url, f"fgpu-{kind.replace(':', '-')}", Identity(*keys))
+        )
+        for kind, keys in c.services.items()
+    }
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)
+    for kind, conn in conns.items():
+        if kind == "intake":
+            await tg.start(intake or run_intake, conn)
+        elif kind == "quota":
+            await tg.start(run_quota, conn.log)
+        elif kind == "registrar":
+            await tg.start(run_registrar, conn.log)
+        elif kind == "scheduler":
+            await tg.start(run_scheduler, conn.log, conn.bus)
+        elif kind == "domain-feed":
+            await tg.start(run_domain_feed, conn)
+        elif kind.startswith("agent:"):
+            agent = agent_config(kind.partition(":")[2])
+            await tg.start(run_agent, conn, DummyRuntime(), agent)
+        else:
+            raise ValueError(f"no actor of service {kind!r} here")

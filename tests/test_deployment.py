@@ -57,7 +57,7 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
     with nats_server.nats_server(config=auth.config()) as server, ExitStack() as stack:
         url = ["--nats", server.url]
         # The set-up step speaks as the server's static setup user: no gatekeeper yet.
-        kinds = ["intake", "quota", "scheduler", "registrar", "api", "agent:node1"]
+        kinds = ["intake", "quota", "scheduler", "registrar", "domain-feed", "api", "agent:node1"]
         init = ["admin", "init", "--secrets", str(secrets), "--json"]
         for kind in kinds:
             init += ["--service", kind]
@@ -65,7 +65,7 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
         gate = ["gatekeeper", "--secrets", str(secrets)]
         stack.enter_context(_process(tmp_path, "gate", *url, *gate))
         keys = ["--service-keys", str(secrets / "services.json")]
-        for name in ("intake", "registrar", "quota", "scheduler"):
+        for name in ("intake", "registrar", "quota", "scheduler", "domain-feed"):
             stack.enter_context(_process(tmp_path, name, *url, *keys, name))
         # A second scheduler and quota actor, each with a cursor on the log of its own.
         for name in ("quota", "scheduler"):
@@ -159,7 +159,7 @@ def test_a_clustered_deployment_with_authentication_survives_a_server(tmp_path: 
     auth = ServerAuth.load(secrets)
     with nats_server.nats_cluster(3, config=auth.config()) as servers, ExitStack() as stack:
         url = ["--nats", ",".join(s.url for s in servers.values())]
-        kinds = ["intake", "quota", "scheduler", "registrar", "api", "agent:node1"]
+        kinds = ["intake", "quota", "scheduler", "registrar", "domain-feed", "api", "agent:node1"]
         init = ["admin", "init", "--secrets", str(secrets), "--replicas", "3", "--json"]
         for kind in kinds:
             init += ["--service", kind]
@@ -168,7 +168,7 @@ def test_a_clustered_deployment_with_authentication_survives_a_server(tmp_path: 
             _process(tmp_path, "gate", *url, "gatekeeper", "--secrets", str(secrets))
         )
         keys = ["--service-keys", str(secrets / "services.json")]
-        for name in ("intake", "registrar", "quota", "scheduler"):
+        for name in ("intake", "registrar", "quota", "scheduler", "domain-feed"):
             stack.enter_context(_process(tmp_path, name, *url, *keys, name))
         agent = ["agent", "--agent-id", "node1", "--mock-gpus", "1", "--runtime", "dummy"]
         stack.enter_context(_process(tmp_path, "agent", *url, *keys, *agent, "--no-shim"))

@@ -19,21 +19,18 @@ from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 
 import anyio
 import pytest
-from tenancy_env import Secured, secured_cluster
+from tenancy_env import Secured, secured_cluster, start_actors
 
 from events import CreateKeypair, CreateUser, RequestsDropped, SessionRunning, Slots
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
-from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.jetstream_stream import INTAKE_BACKLOG
 from services.adapters.system_clock import SystemClock
-from services.cli.identities import Identity
-from services.cli.stack import connected, run_agent, run_intake, run_quota, run_scheduler
+from services.cli.stack import run_intake
 from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy import DEFAULT
-from tests.cluster import agent_config
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1")
@@ -73,22 +70,6 @@ async def _person(c: Secured, name: str) -> tuple[str, str]:
     return key, secret
 
 
-async def _actors(c: Secured, stack: AsyncExitStack) -> None:
-    conns = {
-        kind: await stack.enter_async_context(
-            connected(c.url, f"fgpu-{kind}", Identity(*c.services[kind]))
-        )
-        for kind in SERVICES
-    }
-    tg = await stack.enter_async_context(anyio.create_task_group())
-    stack.callback(tg.cancel_scope.cancel)
-    intake = functools.partial(run_intake, rate=RATE, burst=BURST, window_s=WINDOW_S)
-    await tg.start(intake, conns["intake"])
-    await tg.start(run_quota, conns["quota"].log)
-    await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
-    await tg.start(run_agent, conns["agent:a1"], DummyRuntime(), agent_config("a1"))
-
-
 @asynccontextmanager
 async def _flooded(c: Secured, key: str, secret: str) -> AsyncIterator[subprocess.Popen[str]]:
     flooder = subprocess.Popen(  # noqa: ASYNC220 - started once, never waited on here
@@ -108,7 +89,8 @@ async def _flooded(c: Secured, key: str, secret: str) -> AsyncIterator[subproces
 
 async def test_a_flood_costs_only_the_flooder() -> None:
     async with secured_cluster(services=SERVICES) as c, AsyncExitStack() as stack:
-        await _actors(c, stack)
+        intake = functools.partial(run_intake, rate=RATE, burst=BURST, window_s=WINDOW_S)
+        await start_actors(c, stack, intake=intake)
         eve, eve_secret = await _person(c, "eve")
         ana, ana_secret = await _person(c, "ana")
         before = await c.setup.last_seq()

@@ -39,6 +39,7 @@ from services.adapters.jetstream_snapshots import ensure_buckets
 from services.adapters.jetstream_stream import (
     StreamChange,
     StreamInfo,
+    domains_config,
     holds,
     intake_config,
     retention_of,
@@ -139,24 +140,25 @@ class JetStreamLog:
         administrator's step (``fgpu stream create``; ``fgpu up`` for its embedded
         server). Raises LogError if the server refuses."""
         change = await self._stream_step(stream_config(replicas), retention)
-        await self._intake_step(intake_config(replicas))
+        await self._beside_step(intake_config(replicas))
+        await self._beside_step(domains_config(replicas))
         await ensure_buckets(self._client, replicas)
         return change
 
-    async def _intake_step(self, wanted: dict[str, Any]) -> None:
-        """The intake stream made, or brought up to ``wanted`` (it holds only requests
-        waiting: nothing of the log's history)."""
+    async def _beside_step(self, wanted: dict[str, Any]) -> None:
+        """A stream beside the log (the intake's, the domains') made, or brought up to
+        ``wanted``: none holds the log's history, which stays the log's alone."""
         name = wanted["name"]
         try:
-            current = await self._api("intake stream info", f"STREAM.INFO.{name}")
+            current = await self._api(f"stream {name} info", f"STREAM.INFO.{name}")
         except StreamMissing:
             body = json.dumps(wanted).encode()
-            await self._api("create the intake stream", f"STREAM.CREATE.{name}", body)
+            await self._api(f"create the stream {name}", f"STREAM.CREATE.{name}", body)
             return
         config = current.get("config") or {}
         if not holds(config, wanted):
             body = json.dumps(updated(config, wanted)).encode()
-            await self._api("update the intake stream", f"STREAM.UPDATE.{name}", body)
+            await self._api(f"update the stream {name}", f"STREAM.UPDATE.{name}", body)
 
     async def _stream_step(
         self, wanted: dict[str, Any], retention: Retention | None

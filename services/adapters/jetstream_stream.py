@@ -20,6 +20,7 @@ __all__ = [
     "INTAKE_BACKLOG",
     "StreamChange",
     "StreamInfo",
+    "domains_config",
     "holds",
     "intake_config",
     "retention_of",
@@ -77,6 +78,23 @@ def intake_config(replicas: int | None = None) -> dict[str, Any]:
         "max_msg_size": 1 << 20,
         "deny_delete": True,
         "deny_purge": True,
+    }
+
+
+def domains_config(replicas: int | None = None) -> dict[str, Any]:
+    """The domains' stream: each domain's records of the log, for the domain's readers
+    (``fgpu.d.<domain>.<subject>``, written by the domain feed and made again from the log
+    at will). Kept as the log is; each record's id there names its domain and sequence."""
+    replicated = {} if replicas is None else {"num_replicas": replicas}
+    return {
+        **replicated,
+        "name": subj.DOMAINS_STREAM,
+        "subjects": [subj.DOMAINS_WILDCARD],
+        "storage": "file",
+        "retention": "limits",
+        "discard": "old",
+        "duplicate_window": _DUPLICATE_WINDOW_NS,
+        "deny_delete": True,
     }
 
 

@@ -30,6 +30,10 @@ from services.domain.permissions import (
     PEOPLE_ACCOUNT,
     PEOPLE_SERVICE_IMPORTS,
     PEOPLE_STREAM_IMPORTS,
+    PROVISION_READERS,
+    READERS_ACCOUNT,
+    READERS_SERVICE_IMPORTS,
+    READERS_STREAM_IMPORTS,
     SERVICES_ACCOUNT,
     STREAM_ADMIN,
     Permissions,
@@ -47,7 +51,14 @@ def _known(found: Permissions | None) -> Permissions:
     return found
 
 
-_GATE = _known(service_permissions(GATE_USER, "auth"))
+_AUTH = _known(service_permissions(GATE_USER, "auth"))
+# The gatekeeper's static user: the tenancy's reads, and readers' consumers made and
+# removed as their keypairs come and go.
+_GATE = Permissions(
+    publish=(*_AUTH.publish, *PROVISION_READERS),
+    subscribe=_AUTH.subscribe,
+    deny_publish=_AUTH.deny_publish,
+)
 SETUP_PERMISSIONS = Permissions(
     publish=(*STREAM_ADMIN, "fgpu.tenancy", *_GATE.publish),
     subscribe=(f"{inbox(SETUP_USER)}.>",),
@@ -118,26 +129,38 @@ authorization {{
 
 
 def accounts_config(services_users: str = "") -> str:
-    """The services' account (JetStream on, ``services_users`` as its static users) and
-    people's, with what the one exports and the other imports."""
+    """The services' account (JetStream on, ``services_users`` as its static users),
+    people's and readers', with what the first exports and the others import."""
+    # account -> (its service imports, its stream imports), all of the services' account
+    importers = {
+        PEOPLE_ACCOUNT: (PEOPLE_SERVICE_IMPORTS, PEOPLE_STREAM_IMPORTS),
+        READERS_ACCOUNT: (READERS_SERVICE_IMPORTS, READERS_STREAM_IMPORTS),
+    }
 
-    def listed(kind: str, subjects: tuple[str, ...], account: str = "") -> str:
-        source = f"account: {SERVICES_ACCOUNT}, " if account else ""
-        return "\n".join(f'      {{ {kind}: {{ {source}subject: "{s}" }} }}' for s in subjects)
+    def lines(kind: str, subjects: tuple[str, ...], source: str) -> list[str]:
+        return [f'      {{ {kind}: {{ {source}subject: "{s}" }} }}' for s in subjects]
 
     exports = "\n".join(
         f'      {{ {kind}: "{s}" }}'
-        for kind, subjects in (
-            ("service", PEOPLE_SERVICE_IMPORTS),
-            ("stream", PEOPLE_STREAM_IMPORTS),
-        )
+        for services, streams in importers.values()
+        for kind, subjects in (("service", services), ("stream", streams))
         for s in subjects
     )
-    imports = "\n".join(
-        (
-            listed("service", PEOPLE_SERVICE_IMPORTS, SERVICES_ACCOUNT),
-            listed("stream", PEOPLE_STREAM_IMPORTS, SERVICES_ACCOUNT),
-        )
+    others = "".join(
+        f"""
+  {account} {{
+    imports: [
+{
+            chr(10).join(
+                [
+                    *lines("service", services, f"account: {SERVICES_ACCOUNT}, "),
+                    *lines("stream", streams, f"account: {SERVICES_ACCOUNT}, "),
+                ]
+            )
+        }
+    ]
+  }}"""
+        for account, (services, streams) in importers.items()
     )
     return f"""  {SERVICES_ACCOUNT} {{
     jetstream: enabled
@@ -146,12 +169,7 @@ def accounts_config(services_users: str = "") -> str:
     exports: [
 {exports}
     ]
-  }}
-  {PEOPLE_ACCOUNT} {{
-    imports: [
-{imports}
-    ]
-  }}"""
+  }}{others}"""
 
 
 def _permissions(p: Permissions) -> str:

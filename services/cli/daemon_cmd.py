@@ -7,7 +7,7 @@ import functools
 import inspect
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -301,6 +301,7 @@ def up(
         connected,
         run_agent,
         run_archiver,
+        run_domain_feed,
         run_gatekeeper,
         run_intake,
         run_quota,
@@ -347,7 +348,7 @@ def up(
         f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
     )
     console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
-    kinds = ["intake", "quota", "scheduler", "registrar", "api", "archiver"]
+    kinds = ["intake", "quota", "scheduler", "registrar", "api", "archiver", "domain-feed"]
     kinds.append(f"agent:{cfg.agent_id}")
     retention = retention_of(retain_events, retain_days)
     archive_dir = Path(server.store_dir) / "archive"  # the archive lives with its log
@@ -382,6 +383,7 @@ def up(
             # from replays the whole history here.
             logs = {k: await with_archive(c.log, archive_dir) for k, c in conns.items()}
             await tg.start(run_intake, conns["intake"])
+            await tg.start(run_domain_feed, conns["domain-feed"])
             registrar = functools.partial(
                 run_registrar, snapshots=conns["registrar"].snapshots("scheduler")
             )
@@ -663,6 +665,15 @@ def registrar(ctx: typer.Context) -> None:
     _single(ctx, "registrar")
 
 
+def domain_feed(ctx: typer.Context) -> None:
+    """Run the domain feed against --nats URL (as a domain-feed service keypair): it
+    writes each domain's records of the log where the domain's reader keypairs read them.
+    One at a time (a second writes the same records again, kept once)."""
+    from services.cli.stack import run_domain_feed
+
+    _service(ctx, "domain-feed", run_domain_feed)
+
+
 def intake(
     ctx: typer.Context,
     rate: Annotated[
@@ -674,20 +685,29 @@ def intake(
 ) -> None:
     """Run the intake against --nats URL (as an intake service keypair): it writes people's
     requests on the log, each key at its rate, and counts what it drops."""
+    from services.cli.stack import run_intake
+
+    _service(ctx, "intake", functools.partial(run_intake, rate=rate, burst=burst))
+
+
+def _service(
+    ctx: typer.Context, kind: str, run: "Callable[..., Coroutine[Any, Any, None]]"
+) -> None:
+    """Run ``run`` (given the connection as service ``kind``'s keypair) until signalled."""
     import anyio
 
-    from services.cli.stack import connected, run_intake
+    from services.cli.stack import connected
 
     url = _url(ctx)
 
     async def main() -> None:
         async with (
-            connected(url, "fgpu-intake", _me(ctx, "intake")) as conn,
+            connected(url, f"fgpu-{kind}", _me(ctx, kind)) as conn,
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(_until_signalled, tg)
-            await tg.start(functools.partial(run_intake, rate=rate, burst=burst), conn)
-            out().print(f"intake ready on {url}")
+            await tg.start(run, conn)
+            out().print(f"{kind} ready on {url}")
 
     run_async(main)
 
@@ -787,6 +807,7 @@ def register(app: typer.Typer) -> None:
     app.command("quota")(quota)
     app.command("registrar")(registrar)
     app.command("intake")(intake)
+    app.command("domain-feed")(domain_feed)
     app.command("gatekeeper")(gatekeeper)
     app.command("api")(api)
     sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")

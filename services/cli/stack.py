@@ -18,15 +18,18 @@ from services.actors.agent_channels import Channels
 from services.actors.agent_host import AgentHost
 from services.actors.agent_requests import answering
 from services.actors.archiver import Archiver
+from services.actors.domain_feed import DomainFeedActor
 from services.actors.gatekeeper import GatekeeperActor
 from services.actors.intake import IntakeActor
 from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
+from services.actors.reader_consumers import ReaderConsumersActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots
 from services.adapters.gpu_probe import NvmlProcessWatch
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_domains import JetStreamDomainFeed, JetStreamReaderConsumers
 from services.adapters.jetstream_intake import JetStreamIntake
 from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
@@ -56,6 +59,7 @@ __all__ = [
     "connected",
     "run_agent",
     "run_agent_host",
+    "run_domain_feed",
     "run_gatekeeper",
     "run_intake",
     "run_quota",
@@ -117,7 +121,8 @@ async def run_gatekeeper(
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The gatekeeper: it reads the tenancy as the static user fgpu-gate, answers the
-    server's authorization requests, and disconnects revoked keys as the system user.
+    server's authorization requests, keeps reader keypairs' consumers, and disconnects
+    revoked keys as the system user.
     Connections let in and refused go to the access audit, and so do the permission
     violations the server writes to ``server_log`` (when it runs beside the server)."""
     gate = Identity(GATE_USER, auth.gate_password)
@@ -126,9 +131,11 @@ async def run_gatekeeper(
         try:
             audit = AccessAudit(conn.log, SystemClock(), "nats", "gatekeeper")
             keeper = GatekeeperActor(conn.log, kicker, SystemClock(), audit=audit)
+            readers = ReaderConsumersActor(conn.log, JetStreamReaderConsumers(conn.client))
             async with anyio.create_task_group() as tg:
                 await tg.start(audit.run)
                 await tg.start(keeper.run)
+                await tg.start(readers.run)
                 await tg.start(serve_callout, url, auth, keeper.authorize)
                 if server_log is not None:
                     tg.start_soon(follow_violations, server_log, violations_to(audit, keeper))
@@ -148,6 +155,15 @@ def violations_to(
         audit.refused(keeper.key_of(v.identity), f"{v.kind} {v.subject}", reason, v.client)
 
     return told
+
+
+async def run_domain_feed(
+    conn: NatsConnection, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """The domain feed on ``conn`` (its service keypair's): each domain's records of the
+    log, for the domain's readers."""
+    feed = DomainFeedActor(conn.log, JetStreamDomainFeed(conn.client))
+    await feed.run(task_status=task_status)
 
 
 async def run_intake(

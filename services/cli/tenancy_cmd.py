@@ -273,26 +273,61 @@ def _role(text: str) -> Any:
 @keypair_app.command("create")
 def keypair_create(
     ctx: typer.Context,
-    user: Annotated[str, typer.Option(help="Whose keypair it is.")],
+    user: Annotated[
+        str | None, typer.Option(help="Whose keypair it is (a person's: --role user).")
+    ] = None,
+    role: Annotated[
+        str,
+        typer.Option(
+            help="user: a person's keypair; reader: an integration's, which reads the log "
+            "(a domain's part of it with --domain) through a consumer of its own, and "
+            "nothing else."
+        ),
+    ] = "user",
+    domain: Annotated[
+        str | None, typer.Option(help="The domain a reader reads (none: the whole log).")
+    ] = None,
     save: Annotated[
         bool, typer.Option("--save", help="Also store it as the keypair this CLI speaks as.")
     ] = False,
     timeout: TimeoutOpt = 30.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a keypair: its secret is shown here, once, and never again."""
-    from events import CreateKeypair
+    """Make a keypair: its secret is shown here, once, and never again. A reader's is made
+    by a superadmin (any domain's, or the whole log's) or a domain admin (its domain's)."""
+    from events import AdminCommand, CreateKeypair, CreateServiceKey
+    from events import subjects as subj
     from services.domain.keys import hash_secret, new_access_key, new_secret
 
     key, secret = new_access_key(), new_secret()
-    command = CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret))
+    command: AdminCommand
+    extra: dict[str, str] = {}
+    if role == "user":
+        if user is None or domain is not None:
+            fail("a person's keypair names its --user (and no --domain)")
+        command = CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret))
+    elif role == "reader":
+        if user is not None or save:
+            fail("a reader's keypair is no person's: no --user, no --save")
+        service = "reader" if domain is None else f"reader:{domain}"
+        command = CreateServiceKey(access_key=key, service=service, secret_hash=hash_secret(secret))
+        stream = subj.STREAM if domain is None else subj.DOMAINS_STREAM
+        extra = {"deliver_subject": subj.reader_out(key), "stream": stream}
+    else:
+        fail(f"no role {role!r}: user or reader")
     answer = ask(ctx, command, timeout)
     if save:
         _store(key, secret)
     if as_json:
-        print_json({**answer, "access_key": key, "secret_key": secret})
+        print_json({**answer, "access_key": key, "secret_key": secret, **extra})
         return
     out().print(f"access key {key}\nsecret key {secret}", highlight=False)
+    if extra:
+        out().print(
+            f"reads {extra['stream']} through consumer {key}, delivered to "
+            f"{extra['deliver_subject']} (docs/integrations.md)",
+            highlight=False,
+        )
     warn("the secret is shown this once: keep it (fgpu login stores it)")
 
 

@@ -22,11 +22,17 @@ __all__ = [
     "PEOPLE_ACCOUNT",
     "PEOPLE_SERVICE_IMPORTS",
     "PEOPLE_STREAM_IMPORTS",
+    "PROVISION_READERS",
+    "READERS_ACCOUNT",
+    "READERS_SERVICE_IMPORTS",
+    "READERS_STREAM_IMPORTS",
+    "READER_STREAMS",
     "SERVICES_ACCOUNT",
     "SNAPSHOT_BUCKETS_ADMIN",
     "STREAM_ADMIN",
     "Permissions",
     "inbox",
+    "reader_permissions",
     "service_permissions",
     "user_permissions",
 ]
@@ -38,6 +44,10 @@ __all__ = [
 # subject, never onto a subject the stream or a bucket captures.
 SERVICES_ACCOUNT = "FGPU"
 PEOPLE_ACCOUNT = "USERS"
+# Readers (integrations' keypairs) live in an account of their own too: it reaches FGPU
+# only through their consumers' deliveries and acknowledgements, so nothing a reader
+# names as a reply lands where the log or a bucket would store it.
+READERS_ACCOUNT = "READERS"
 _STREAM = subj.STREAM
 _JS = "$JS.API"
 # Reading the log through consumers: stream info, consumers (ordered and durable, made,
@@ -71,7 +81,11 @@ SNAPSHOT_BUCKETS_ADMIN = tuple(
     for op in ("INFO", "CREATE")
 )
 STREAM_ADMIN = (
-    *(f"{_JS}.STREAM.{op}.{s}" for s in (_STREAM, subj.INTAKE_STREAM) for op in _MAKE),
+    *(
+        f"{_JS}.STREAM.{op}.{s}"
+        for s in (_STREAM, subj.INTAKE_STREAM, subj.DOMAINS_STREAM)
+        for op in _MAKE
+    ),
     *SNAPSHOT_BUCKETS_ADMIN,
 )
 
@@ -86,6 +100,18 @@ PEOPLE_SERVICE_IMPORTS = (
     f"{subj.CHANNEL_PREFIX}.*.*.*.up",
 )
 PEOPLE_STREAM_IMPORTS = (f"{subj.CHANNEL_PREFIX}.*.*.*.down",)
+# The streams readers read (the whole log; each domain's part of it), what their
+# account imports of them, and what provisions their consumers (the gatekeeper's static
+# user: a reader may not create, change or delete a consumer, so it cannot have one
+# deliver elsewhere or filter beyond its scope).
+READER_STREAMS = (_STREAM, subj.DOMAINS_STREAM)
+READERS_STREAM_IMPORTS = (subj.reader_out(">"),)
+READERS_SERVICE_IMPORTS = tuple(f"$JS.ACK.{s}.>" for s in READER_STREAMS)
+PROVISION_READERS = tuple(
+    f"{_JS}.CONSUMER.{op}.{s}.*{rest}"
+    for s in READER_STREAMS
+    for op, rest in (("CREATE", ".>"), ("INFO", ""), ("DELETE", ""))
+)
 
 
 def _snapshot_reads(kind: str) -> tuple[str, ...]:
@@ -152,6 +178,17 @@ def user_permissions(access_key: str, role: Role) -> Permissions:
     return Permissions(publish=publish, subscribe=subscribe, account=PEOPLE_ACCOUNT)
 
 
+def reader_permissions(access_key: str, domain: str | None) -> Permissions:
+    """A reader's (of ``domain``'s part of the log; None: of all of it): it hears what
+    its consumer (named by its key, made by the gatekeeper) delivers, and acknowledges."""
+    stream = _STREAM if domain is None else subj.DOMAINS_STREAM
+    return Permissions(
+        publish=(f"$JS.ACK.{stream}.{access_key}.>",),
+        subscribe=(subj.reader_out(access_key), f"{inbox(access_key)}.>"),
+        account=READERS_ACCOUNT,
+    )
+
+
 def service_permissions(access_key: str, service: str) -> Permissions | None:
     """A part of the cluster's: what it decides, and reading the log; None for a service
     of no known kind."""
@@ -159,11 +196,22 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
     own: tuple[str, ...]
     listens: tuple[str, ...] = ()
     responds = False
+    if kind == "reader":
+        return reader_permissions(access_key, agent_id or None)
     if service == "quota":
         own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota"))
     elif service == "scheduler":
         own = (subj.LEDGER, *_snapshot_writes("scheduler"))
         listens = (subj.HEARTBEAT_WILDCARD,)
+    elif service == "domain-feed":
+        # Each domain's records of the log, into the domains' stream; where it stopped
+        # is that stream's last message (its info, and a message get: its own stream's).
+        own = (
+            subj.DOMAINS_WILDCARD,
+            f"{_JS}.STREAM.INFO.{subj.DOMAINS_STREAM}",
+            f"{_JS}.STREAM.MSG.GET.{subj.DOMAINS_STREAM}",
+            *_snapshot_reads("scheduler"),
+        )
     elif service == "registrar":
         own = (subj.TENANCY, *_snapshot_reads("scheduler"))
     elif service == "archiver":

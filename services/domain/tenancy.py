@@ -49,7 +49,9 @@ __all__ = [
     "Tenancy",
     "User",
     "apply",
+    "key_domain",
     "project_key",
+    "reader_domain",
     "refusal",
 ]
 
@@ -57,7 +59,23 @@ DEFAULT = "default"  # the domain and project of sessions from before tenancy
 # The parts of a cluster that hold keypairs of their own (agents: ``agent:<id>``).
 # ``agent-host`` speaks for every agent of one process (simulated agents, benchmarks):
 # a superadmin's choice, as every service keypair is.
-SERVICES = frozenset({"quota", "scheduler", "registrar", "api", "auth", "agent-host", "archiver"})
+# Readers (``reader``, or ``reader:<domain>``) are integrations' keypairs: they read the
+# log (a domain's part of it) through a consumer of their own, and nothing else.
+SERVICES = frozenset(
+    {
+        "quota",
+        "scheduler",
+        "registrar",
+        "api",
+        "auth",
+        "agent-host",
+        "archiver",
+        "intake",
+        "domain-feed",
+        "reader",
+    }
+)
+READER = "reader"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
 _LIMITS: dict[PolicyLevel, frozenset[str]] = {
     PolicyLevel.KEYPAIR: frozenset(
@@ -67,6 +85,25 @@ _LIMITS: dict[PolicyLevel, frozenset[str]] = {
     PolicyLevel.PROJECT: frozenset({"total_slots"}),
     PolicyLevel.DOMAIN: frozenset({"total_slots"}),
 }
+
+
+def reader_domain(service: str | None) -> str | None:
+    """The domain a reader keypair of ``service`` reads (``reader:<domain>``); None for any
+    other service, and for a reader of the whole log (``reader``)."""
+    kind, sep, domain = (service or "").partition(":")
+    return domain if kind == READER and sep else None
+
+
+def key_domain(t: "Tenancy", access_key: str) -> str | None:
+    """The domain an access key belongs to, revoked or not: its user's, or a domain
+    reader's; None for an unknown key, another service's, or a removed user's."""
+    kp = t.keypairs.get(access_key)
+    if kp is None:
+        return None
+    if kp.user is not None:
+        u = t.users.get(kp.user)
+        return None if u is None else u.domain
+    return reader_domain(kp.service)
 
 
 def project_key(domain: str, project: str) -> str:
@@ -190,9 +227,10 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
 
     Roles: a superadmin may do anything (resource groups and domains are its alone); a
     domain admin manage its own domain's projects, users (not superadmins), their
-    keypairs, the keypair, user and project policies in it, and its image allow-list and
-    aliases; a user create and revoke its own keypairs. Services administer nothing.
-    Virtual folders have rules of their own (``services.domain.vfolders``).
+    keypairs, the keypair, user and project policies in it, its image allow-list and
+    aliases, and its readers' keypairs; a user create and revoke its own keypairs.
+    Services administer nothing. Virtual folders have rules of their own
+    (``services.domain.vfolders``).
     """
     who = t.user_of(requester)
     if who is None:
@@ -217,7 +255,9 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
 def _admin_may(t: Tenancy, c: AdminCommand) -> bool:
     """What a domain admin may do within its domain."""
     match c:
-        case CreateDomain() | CreateServiceKey() | CreateGroup() | UpdateGroup() | RemoveGroup():
+        case CreateServiceKey(service=service):
+            return reader_domain(service) is not None  # its domain's readers; no service
+        case CreateDomain() | CreateGroup() | UpdateGroup() | RemoveGroup():
             return False  # cluster-wide: a superadmin's
         case CreateUser(role=role) | SetRole(role=role):
             target = t.users.get(c.user)
@@ -254,8 +294,9 @@ def _domain_of(t: Tenancy, c: AdminCommand) -> str | None:
         case CreateKeypair(user=n):
             return t.users[n].domain
         case RevokeKeypair(access_key=key):
-            owner = t.keypairs[key].user
-            return t.users[owner].domain if owner in t.users else None
+            return key_domain(t, key)
+        case CreateServiceKey(service=service):
+            return reader_domain(service)
         case SetPolicy(level=level, target=target):
             return _policy_domain(t, level, target)
         case SetImages(domain=d) | SetImageAlias(domain=d):
@@ -329,6 +370,9 @@ def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
                 return bad(f"no user {c.user}")
             if isinstance(c, CreateServiceKey) and not _service(c.service):
                 return bad(f"no service {c.service!r}")
+            readers = reader_domain(c.service) if isinstance(c, CreateServiceKey) else None
+            if readers is not None and readers not in t.domains:
+                return bad(f"no domain {readers}")
         case RevokeKeypair(access_key=key):
             if key not in t.keypairs:
                 return bad(f"no access key {key}")
@@ -384,8 +428,8 @@ def _invalid_policy(
 
 
 def _service(name: str) -> bool:
-    kind, _, agent = name.partition(":")
-    return name in SERVICES or (kind == "agent" and subj.is_token(agent))
+    kind, _, suffix = name.partition(":")
+    return name in SERVICES or (kind in ("agent", READER) and subj.is_token(suffix))
 
 
 def _what(c: AdminCommand) -> str:

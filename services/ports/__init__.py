@@ -33,6 +33,7 @@ from services.ports.containers import (
     ExecResult,
     PullProgress,
 )
+from services.ports.domains import DomainFeed, ReaderConsumers
 from services.ports.errors import (
     AgentUnreachable,
     BulkReadUnavailable,
@@ -90,6 +91,7 @@ __all__ = [
     "ContainerInfo",
     "ContainerRuntime",
     "DeviceUsageSample",
+    "DomainFeed",
     "Entry",
     "EventLog",
     "ExecChannel",
@@ -121,6 +123,7 @@ __all__ = [
     "Pipe",
     "ProcessContainers",
     "PullProgress",
+    "ReaderConsumers",
     "RequestFailed",
     "RequestSender",
     "RequestsRefused",

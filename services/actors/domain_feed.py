@@ -1,0 +1,87 @@
+"""The domain feed: each domain's part of the log, written for the domain's readers.
+
+It folds the log and writes each record that belongs to a domain
+(``services.domain.event_domains``) into the domains' stream, under
+``fgpu.d.<domain>.<the record's subject>``, in the log's order; a reader keypair of that
+domain reads it there, through a consumer whose filter is its domain's (made by the
+gatekeeper: the reader cannot change it). It is a view, made again from the log at will.
+
+Where it stopped is the last record the domains' stream holds (the feed writes each
+with the log's sequence); a feed that starts folds the log up to there and goes on from
+the record after. A record written again after a crash is kept once (each is written
+under an id of its domain and sequence). Nothing is decided here: it writes what the log
+says, to whom it belongs.
+"""
+
+from contextlib import aclosing
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from events import Malformed, Record
+from services.domain.event_domains import domains_of
+from services.domain.state import ClusterState, evolve
+from services.ports import DomainFeed, EventLog, LogError
+
+__all__ = ["DomainFeedActor"]
+
+NAME = "domain-feed"
+log = structlog.get_logger()
+
+
+class DomainFeedActor:
+    def __init__(self, events: EventLog, feed: DomainFeed) -> None:
+        self.events = events
+        self.feed = feed
+        self.state = ClusterState()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write the domains' records for ever; started once it has caught up with where
+        it stopped. A failing log or stream is read again after a backoff."""
+        started = False
+        backoff = 0.05
+        while True:
+            try:
+                await self._resume()
+                if not started:
+                    task_status.started()
+                    started = True
+                async with aclosing(self.events.tail(self.state.last_seq)) as batches:
+                    async for batch in batches:
+                        await self._feed(batch)
+                        backoff = 0.05
+            except LogError as e:
+                log.warning("domain_feed.broke", error=str(e), retry_s=backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    async def _resume(self) -> None:
+        """The state of the log as it stood at the last record fed (the whole log folded
+        up to there)."""
+        last = await self.feed.last_fed()
+        self.state = ClusterState()
+        if last == 0:
+            return
+        async with aclosing(self.events.read(0, until=last)) as batches:
+            async for batch in batches:
+                for r in batch:
+                    evolve(self.state, r)
+
+    async def _feed(self, batch: list[Record]) -> None:
+        """Fold ``batch``, writing each record to the domains it belongs to."""
+        out: list[tuple[str, Record]] = []
+        for r in batch:
+            if r.seq <= self.state.last_seq:
+                continue
+            if isinstance(r.event, Malformed):
+                evolve(self.state, r)
+                continue
+            before = domains_of(self.state, r.event)
+            evolve(self.state, r)
+            if r.seq in self.state.malformed:
+                continue  # the fold refused it (a subject not its own): nobody's record
+            for domain in sorted(before | domains_of(self.state, r.event)):
+                out.append((domain, r))
+        if out:
+            await self.feed.feed(out)
