@@ -501,6 +501,7 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     from services.cli.agent_setup import container_runtime
     from services.cli.stack import connected, run_agent
 
+    private_process()  # its state (sessions' kept output, regions) is its user's alone
     cfg, regions = agent.setup()
     url = _url(ctx)
 
