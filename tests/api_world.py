@@ -209,7 +209,7 @@ async def _people(world: World, events: JetStreamLog) -> None:
         vid = f"vf{folder}"
         owner = {"project": f"{domain}/{project}"} if folder.endswith("proj") else {"user": user}
         command = CreateVfolder(vfolder_id=vid, name=folder, **owner)
-        world.admin_requests[user], _ = await clients[user].admin(command)
+        world.admin_requests[user] = await clients[user].admin(command)
         world.folders[user] = vid
     ids = [s for user in RUNNING for s in world.sessions[user]]
     await _wait(
