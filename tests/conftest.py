@@ -23,6 +23,18 @@ def fgpu_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["FGPU_HOME"] = before
 
 
+@pytest.fixture(autouse=True)
+def same_umask() -> Iterator[None]:
+    """Each test starts with the run's umask: a daemon's command run in the test's process
+    (``fgpu up``, ``fgpu api``, ``fgpu agent``) makes its process private for good, and
+    later tests' files would be their owner's alone (a container of another uid could
+    not read them)."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+
+
 @pytest.fixture(scope="session")
 def nats_url() -> Iterator[str]:
     """One real nats-server -js on a free loopback port for the whole run, with no
