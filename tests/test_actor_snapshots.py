@@ -5,6 +5,7 @@ exactly what a full replay holds. Then the store's contract (in memory and on Je
 what an actor does with a snapshot it must not use, and actors restarted from one.
 """
 
+import base64
 from collections.abc import AsyncIterator, Awaitable
 
 import anyio
@@ -154,6 +155,24 @@ async def test_no_bucket_reads_as_no_snapshot() -> None:
     with nats_server.nats_server() as server:
         async with nats_connection(server.url) as conn:
             assert await conn.snapshots("quota").load() is None
+
+
+async def test_junk_where_the_meta_stands_reads_as_none_and_the_next_save_repairs_it() -> None:
+    """A message aimed at the bucket's meta subject (an acknowledgement a client of the
+    log's account sent there as a reply): nothing to start from, not a bucket broken until
+    an administrator repairs it."""
+    with nats_server.nats_server() as server:
+        events = await connect(server.url)
+        await events.create_or_update_stream()
+        await events.close()
+        async with nats_connection(server.url) as conn:
+            snapshots = conn.snapshots("scheduler")
+            await snapshots.save(b"before")
+            meta = f"$O.{snapshots.bucket}.M.{base64.urlsafe_b64encode(b'state').decode()}"
+            await conn.client.nc.request(meta, b'{"stream":"FGPU","seq":42}', timeout=5)
+            assert await snapshots.load() is None
+            await snapshots.save(b"after")
+            assert await snapshots.load() == b"after"
 
 
 # ---- actors ------------------------------------------------------------------------------

@@ -13,10 +13,17 @@
 Every call into nats-py goes through ``NatsClient.call``: only LogError comes out.
 """
 
+import base64
+
 import anyio
 import structlog
 from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
+from nats.js.errors import (
+    BadObjectMetaError,
+    BucketNotFoundError,
+    NotFoundError,
+    ObjectNotFoundError,
+)
 
 from events import subjects as subj
 from services.adapters.nats_client import NatsClient
@@ -39,6 +46,7 @@ class JetStreamSnapshots:
             raise ValueError(f"no snapshot bucket for {kind!r}")
         self._client = client
         self._js = client.nc.jetstream()
+        self.kind = kind
         self.bucket = subj.snapshot_bucket(kind)
 
     async def load(self) -> bytes | None:
@@ -61,12 +69,31 @@ class JetStreamSnapshots:
                 got = await store.get(_OBJECT)
             except (BucketNotFoundError, ObjectNotFoundError):
                 return None
+            except BadObjectMetaError:
+                # Something else stands where the object's meta should (a message aimed
+                # there by a client that could publish in this account): no snapshot,
+                # and the next save puts the meta back.
+                log.warning("snapshot.meta_unreadable", bucket=self.bucket)
+                return None
             return bytes(got.data) if got.data is not None else b""
 
     async def save(self, data: bytes) -> None:
         with self._client.call(f"save a snapshot in {self.bucket}"):
             store = await self._js.object_store(self.bucket)
-            await store.put(_OBJECT, data)
+            try:
+                await store.put(_OBJECT, data)
+            except BadObjectMetaError:
+                # The meta's subject holds no meta: it is cleared (the writer may purge
+                # its own bucket), and the object put anew.
+                log.warning("snapshot.meta_replaced", bucket=self.bucket)
+                await self._js.purge_stream(
+                    subj.snapshot_stream(self.kind), subject=self._meta_subject()
+                )
+                await store.put(_OBJECT, data)
+
+    def _meta_subject(self) -> str:
+        name = base64.urlsafe_b64encode(_OBJECT.encode()).decode()
+        return f"$O.{self.bucket}.M.{name}"
 
 
 async def ensure_buckets(client: NatsClient, replicas: int | None = None) -> list[str]:
