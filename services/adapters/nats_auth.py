@@ -47,9 +47,14 @@ def _known(found: Permissions | None) -> Permissions:
     return found
 
 
+# Both read the log as the gatekeeper does, each through consumers of its own names.
 _GATE = _known(service_permissions(GATE_USER, "auth"))
 SETUP_PERMISSIONS = Permissions(
-    publish=(*STREAM_ADMIN, "fgpu.tenancy", *_GATE.publish),
+    publish=(
+        *STREAM_ADMIN,
+        "fgpu.tenancy",
+        *_known(service_permissions(SETUP_USER, "auth")).publish,
+    ),
     subscribe=(f"{inbox(SETUP_USER)}.>",),
 )
 
