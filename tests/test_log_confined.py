@@ -21,7 +21,7 @@ from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.jetstream_pull import Puller
 from services.adapters.jetstream_readers import reader_names_of
-from services.domain.permissions import READERS, inbox, log_reads, reader_names
+from services.domain.permissions import READS_AT_ONCE, inbox, log_reads, reader_names
 from services.ports import LogError
 
 KEY, SECRET = "SKCONFINED000000000000", "confined-secret"
@@ -148,16 +148,16 @@ async def test_as_many_reads_at_once_as_the_key_has_names(logs: Logs) -> None:
             got[n] = [r.seq for r in first + await take(batches, 2 - len(first))]
 
     async with anyio.create_task_group() as tg:
-        for n in range(READERS):
+        for n in range(READS_AT_ONCE):
             ready = anyio.Event()
             tg.start_soon(tail, n, ready)
             if n == 0:
                 await logs.confined.append(subj.LEDGER, admitted())
             with anyio.fail_after(DEADLINE_S):
                 await ready.wait()
-        assert len(await logs.consumers()) == READERS
+        assert len(await logs.consumers()) == READS_AT_ONCE
         await logs.confined.append(subj.LEDGER, admitted())
-    assert got == {n: [1, 2] for n in range(READERS)}
+    assert got == {n: [1, 2] for n in range(READS_AT_ONCE)}
     assert await logs.consumers() == {}
 
 

@@ -23,7 +23,7 @@ __all__ = [
     "PEOPLE_ACCOUNT",
     "PEOPLE_SERVICE_IMPORTS",
     "PEOPLE_STREAM_IMPORTS",
-    "READERS",
+    "READS_AT_ONCE",
     "SERVICES_ACCOUNT",
     "SNAPSHOT_BUCKETS_ADMIN",
     "STREAM_ADMIN",
@@ -53,7 +53,7 @@ _JS = "$JS.API"
 # consumer the server names from the body: it makes or changes any consumer; nor
 # ``DURABLE.CREATE``. A name is one token, and permissions pin whole tokens only (no
 # prefix), so each identity has a fixed list: its reader names and its kind's durables.
-READERS = 8  # reads at once of one access key, all its processes together
+READS_AT_ONCE = 8  # reads at once of one access key, all its processes together
 _DURABLES = 4  # an actor kind's durables: <kind>, <kind>-2 .. <kind>-4
 _SEVERAL = ("scheduler", "quota", "agent-host")  # kinds of which a cluster may run several
 
@@ -62,7 +62,7 @@ def reader_names(access_key: str) -> tuple[str, ...]:
     """The consumers ``access_key`` reads through (a replay, a tail, the bulk reader, a
     snapshot's chunks), one a read at once: made for the read, deleted after, the only
     ones but its durables that its permissions let it make, pull from or delete."""
-    return tuple(f"{access_key}-r{i}" for i in range(READERS))
+    return tuple(f"{access_key}-r{i}" for i in range(READS_AT_ONCE))
 
 
 def durables(service: str) -> tuple[str, ...]:
