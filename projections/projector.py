@@ -2,8 +2,8 @@
 
 ``Projector.run`` first catches up in large batches (the log's bulk reader when it has
 one and it can serve; in order through ``EventLog.read`` when not), then follows the log
-(``EventLog.tail``, an ordered consumer of its own): each batch is applied with its last
-sequence in one DuckDB transaction (in a worker thread). Every start, and every retry
+(``EventLog.tail``, a consumer of its own made for the read): each batch is applied with
+its last sequence in one DuckDB transaction (in a worker thread). Every start, and every retry
 after a failure, reads on from the store's ``last_seq``: what the tables hold, not what a
 server remembers, decides where reading resumes, so nothing is applied twice, nothing is
 skipped, and any number of projectors may follow one log.

@@ -98,7 +98,7 @@ from services.client import Client
 from services.domain.access_audit import AccessLimiter
 from services.domain.channels import Data, encode_frame
 from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.permissions import inbox
+from services.domain.permissions import inbox, reader_names
 from services.domain.provenance import Provenance, stamp
 from services.domain.resources import UNLIMITED, format_fgpu
 from services.domain.state import ClusterState, fold
@@ -151,7 +151,9 @@ EXCEED = {
     PolicyLevel.PROJECT: 250,
     PolicyLevel.DOMAIN: 150,
 }
-DECOY = "decoy"  # a durable consumer of the administrator's, for attacks on consumers
+# A durable consumer for attacks on consumers: a second quota actor's cursor, made by a
+# quota keypair (a kind's durables are its own), which no actor here follows.
+DECOY = "quota-2"
 
 
 class Told:
@@ -239,6 +241,7 @@ class World:
     victim: str  # vic's running session
     advisories: Advisories  # the server's CLIENT.AUTH.ERR advisories
     root: nats.NATS  # the superadmin's connection, for the fences of services
+    decoys: nats.NATS  # the quota's keypair's connection: the decoy is its to look at
     state: ClusterState = field(default_factory=ClusterState)  # the log, folded
     records: list[Record] = field(default_factory=list)
     fences: int = 0
@@ -398,9 +401,12 @@ async def world() -> AsyncIterator[World]:
         for command in _tenancy(keys):
             await c.setup.append(subj.TENANCY, system_applied(command, CLOCK))
         keys |= {"admin": (c.root.access_key, c.root.secret), **c.services}
+        decoys = await c.client(*c.services["quota"])
+        on.push_async_callback(decoys.close)
         decoy = {"durable_name": DECOY, "ack_policy": "explicit", "filter_subject": "fgpu.>"}
         body = json.dumps({"stream_name": subj.STREAM, "config": decoy}).encode()
-        await c.setup.nc.request(f"$JS.API.CONSUMER.DURABLE.CREATE.FGPU.{DECOY}", body, timeout=5)
+        made = await decoys.request(f"$JS.API.CONSUMER.CREATE.FGPU.{DECOY}.fgpu.>", body, timeout=5)
+        assert "error" not in json.loads(made.data), made.data
         await on.enter_async_context(_actors(c))
         vic = await c.log_as(*keys["vic"])
         on.push_async_callback(vic.close)
@@ -412,7 +418,7 @@ async def world() -> AsyncIterator[World]:
         on.push_async_callback(root.close)
         advisories = Advisories()
         on.push_async_callback((await _advisories(c, advisories)).close)
-        w = World(c, keys, victim, advisories, root)
+        w = World(c, keys, victim, advisories, root, decoys)
         await w.until(lambda s: _status(s, victim) is SessionStatus.RUNNING)
         for command in [*_policies(keys), RevokeKeypair(access_key=keys["rv"][0])]:
             await c.setup.append(subj.TENANCY, system_applied(command, CLOCK))
@@ -670,33 +676,37 @@ async def manage_the_stream(w: World, me: Attacker) -> Outcome:
 
 
 async def _decoy(w: World) -> dict[str, Any]:
-    reply = await w.c.setup.nc.request(f"$JS.API.CONSUMER.INFO.FGPU.{DECOY}", b"", timeout=5)
+    reply = await w.decoys.request(f"$JS.API.CONSUMER.INFO.FGPU.{DECOY}", b"", timeout=5)
     config: dict[str, Any] = json.loads(reply.data)["config"]
     return config
 
 
 async def manage_consumers(w: World, me: Attacker) -> Outcome:
-    """Make a consumer (to read the log), or change, delete, pull from or look at another's
-    durable one. A person has no consumer; a service reads the log through its own."""
+    """Make a consumer of a name not one's own (to read the log: a person has none, a
+    service reads through its own), or change, delete, pull from, acknowledge or look at
+    another's: the decoy, the scheduler's durable, another keypair's reader. Changed to
+    hear nothing, an actor's durable would stall it."""
     before = await _decoy(w)
     js = f"$JS.API.CONSUMER.{{}}.{subj.STREAM}"
     changed = {**before, "filter_subject": "fgpu.nothing"}
     update = json.dumps({"stream_name": subj.STREAM, "config": changed}).encode()
-    if not me.person:
-        # Another actor's durable consumer, reconfigured to hear nothing: that actor
-        # would stall. Refused, once permissions name each service's own consumers.
-        subject = f"{js.format('CREATE')}.{DECOY}"
-        with pytest.raises(nats.errors.TimeoutError):  # denied: no answer comes
-            await me.nc.request(subject, update, timeout=1)
-        return Outcome(denied=[f"publish {subject}"])
-    ephemeral = json.dumps({"stream_name": subj.STREAM, "config": {"filter_subject": "fgpu.>"}})
+    spy = json.dumps({"stream_name": subj.STREAM, "config": {"name": "spy"}}).encode()
+    readers = reader_names(w.keys["scheduler"][0])
     asks = {
-        js.format("CREATE"): ephemeral.encode(),
+        # Unnamed (nats-py's ordered consumers): the server names the consumer from the
+        # body, here the decoy's, so this one would change it.
+        js.format("CREATE"): update,
         f"{js.format('CREATE')}.{DECOY}": update,
+        f"{js.format('CREATE')}.{DECOY}.fgpu.>": update,
         f"{js.format('DURABLE.CREATE')}.{DECOY}": update,
+        f"{js.format('CREATE')}.spy.fgpu.>": spy,
+        f"{js.format('CREATE')}.{readers[0]}.fgpu.>": spy,
         f"{js.format('DELETE')}.{DECOY}": b"",
         f"{js.format('MSG.NEXT')}.{DECOY}": b'{"batch": 10}',
+        f"{js.format('MSG.NEXT')}.{readers[1]}": b'{"batch": 10}',
+        f"{js.format('INFO')}.{DECOY}": b"",
         f"{js.format('INFO')}.scheduler": b"",
+        f"$JS.ACK.{subj.STREAM}.{DECOY}.1.1.1.1.0": b"+ACK",
     }
     denied, answers = await _unanswered(me, asks)
     await me.told.violations(denied)
@@ -1017,18 +1027,8 @@ ATTACKS: dict[str, Attack] = {
     # another tenant's sessions and events through HTTP, the SSE stream and state?at=.
 }
 # Known holes, each a finding with its repro: the case fails, as said, until the product
-# is fixed (then, being strict, it fails for passing: take it out of here).
-_HOLES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {
-    ("agent-key", "manage-consumers"): (
-        "services/domain/permissions.py (_READS): every service may create, update, delete, "
-        "pull from and ack every consumer of the stream; an update of another actor's durable "
-        "consumer to a filter that matches nothing is accepted, and that actor stalls. Naming "
-        "each service's own durables in its permissions is not enough: the unnamed "
-        "CONSUMER.CREATE.FGPU (nats-py's ordered consumers) updates any consumer named in the "
-        "body's config.name (tried on 2.15); ordered reads would need named creates first",
-        pytest.fail.Exception,  # DID NOT RAISE: the server answered
-    ),
-}
+# is fixed (then, being strict, it fails for passing: take it out of here). None now.
+_HOLES: dict[tuple[str, str], tuple[str, type[BaseException]]] = {}
 
 
 def _case(role: str, attack: str) -> Any:

@@ -413,6 +413,20 @@ def test_a_bad_agent_option_is_a_clear_error(command: str) -> None:
     assert "lots" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [(["scheduler"], "scheduler"), (["quota"], "quota"), (["sim", "agents"], "agent-host")],
+)
+def test_a_durable_its_keypair_may_not_use_is_refused_at_the_start(
+    command: list[str], kind: str
+) -> None:
+    """A service keypair's permissions name its kind's durables (NAME, NAME-2 .. NAME-4)
+    and no other: another is refused before anything connects, saying which may be used."""
+    result = CliRunner().invoke(app, ["--nats", DEAD_NATS, *command, "--durable", "mine"])
+    assert result.exit_code == 2
+    assert f"--durable mine: a {kind} follows the log through {kind}, {kind}-2," in result.stderr
+
+
 def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
     """aiohttp (websockets only) is hidden while nats-py is imported, and importable
     after: a CLI call that publishes does not pay for it, nothing else loses it."""

@@ -17,7 +17,7 @@ import pytest
 from cli_stack import FGPU, wait_for_line
 
 from services.adapters import nats_server
-from services.adapters.nats_auth import SETUP_USER, ServerAuth
+from services.adapters.nats_auth import ServerAuth
 
 pytestmark = pytest.mark.slow
 IMAGE = "fgpu/busybox:latest"
@@ -105,7 +105,7 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
         create = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", "--wait", "--json"]
         [session] = json.loads(_fgpu(as_ana, *base, *create, "--", "true"))["sessions"]
         assert session["status"] in ("RUNNING", "TERMINATED") and session["user"] == "ana"
-        assert anyio.run(_durables, server.url, auth) >= {
+        assert anyio.run(_durables, server.url, secrets / "services.json") >= {
             "quota",
             "quota-2",
             "scheduler",
@@ -116,22 +116,26 @@ def test_a_deployment_of_separate_processes_with_authentication(tmp_path: Path) 
         assert "no superadmin was made" in again
 
 
-async def _durables(url: str, auth: ServerAuth) -> set[str]:
-    """The durable consumers of the stream, as the setup user sees them."""
+async def _durables(url: str, keys: Path) -> set[str]:
+    """The durable consumers of the stream, each as its kind's keypair sees them (a
+    keypair may look at its kind's alone)."""
     import nats
 
-    nc = await nats.connect(
-        url, user=SETUP_USER, password=auth.setup_password, inbox_prefix=f"_INBOX.{SETUP_USER}"
-    )
-    try:
-        js = nc.jetstream()
-        names = set()
-        for name in ("quota", "quota-2", "scheduler", "scheduler-2", "registrar"):
-            with contextlib.suppress(nats.js.errors.NotFoundError):
-                names.add((await js.consumer_info("FGPU", name)).name)
-        return names
-    finally:
-        await nc.close()
+    from services.cli.identities import kept_service_key
+    from services.domain.permissions import durables
+
+    names = set()
+    for kind in ("quota", "scheduler", "registrar"):
+        me = kept_service_key(keys, kind)
+        nc = await nats.connect(url, **me.options())
+        try:
+            js = nc.jetstream()
+            for name in durables(kind):
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    names.add((await js.consumer_info("FGPU", name)).name)
+        finally:
+            await nc.close()
+    return names
 
 
 def _until_ok(env: dict[str, str], *args: str, within_s: float = 60) -> str:

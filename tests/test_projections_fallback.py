@@ -10,6 +10,7 @@ them.
 """
 
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from projections.compare import differences
 from projections.store import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from services.domain.permissions import reader_names
 from services.ports import BulkReadUnavailable
 
 pytestmark = pytest.mark.anyio
@@ -156,17 +158,19 @@ async def test_a_token_or_a_password_is_spoken_by_the_bulk_reader(
 
 # ---- a server that lets the client in and refuses the bulk reader -------------------------
 
-# The client's connection reads in order (an ordered push consumer); the bulk reader needs
-# a second connection, and publishes pull requests to its consumer's API. Both connect as
-# ann, which a server without users takes as anyone.
+# The client's connection reads in order (pulls from a consumer of its own, answered on an
+# inbox of nats-py's naming); the bulk reader needs a second connection, and hears its
+# consumer on an inbox named after the consumer (one of ann's reader names). Both connect
+# as ann, which a server without users takes as anyone.
+_BULK_INBOXES = json.dumps([f"_INBOX.{name}" for name in reader_names("ann")])
 REFUSING = {
     "one-connection": ("max_connections: 1", "maximum connections exceeded"),
-    "no-pulls": (
-        """authorization {
-          users = [{user: ann, password: pw,
-                    permissions: {publish: {deny: ["$JS.API.CONSUMER.MSG.NEXT.>"]}}}]
-        }""",
-        "Permissions Violation for Publish to",
+    "no-bulk-inbox": (
+        f"""authorization {{
+          users = [{{user: ann, password: pw,
+                    permissions: {{subscribe: {{deny: {_BULK_INBOXES}}}}}}}]
+        }}""",
+        "Permissions Violation for Subscription to",
     ),
 }
 
@@ -194,9 +198,10 @@ async def test_a_server_that_refuses_the_bulk_reader_is_caught_up_in_order(
 
 # ---- acks of a form the bulk reader does not parse -----------------------------------------
 
-# The bulk reader's consumers are raw-<hex>; the v2 form leads with a domain and an
-# account hash and ends with a token.
-_RAW_ACK = re.compile(rb"\$JS\.ACK\.FGPU\.(raw-[0-9a-f]+)\.(\d+)\.(\d+)\.(\d+)\.(\d+)\.(\d+)")
+# An anonymous connection's reads go through consumers read-<hex> (the in-order reads that
+# follow a fallback parse either form); the v2 form leads with a domain and an account hash
+# and ends with a token.
+_RAW_ACK = re.compile(rb"\$JS\.ACK\.FGPU\.(read-[0-9a-f]+)\.(\d+)\.(\d+)\.(\d+)\.(\d+)\.(\d+)")
 
 
 def _v2(m: re.Match[bytes]) -> bytes:

@@ -7,11 +7,14 @@
 - Optimistic concurrency: ``Nats-Expected-Last-Subject-Sequence`` on single appends, and on
   the first message of an atomic batch (server 2.12+, ``allow_atomic``), which stores all
   of the batch or none of it.
-- Replay: an ordered push consumer from a start sequence; ``read_raw``, the bulk reader,
-  when the connection is one it speaks (see ``services.ports.BulkLog``).
+- Replay and tail: a pull consumer without acknowledgements from a start sequence, made
+  for the read under one of the connection's own names (``jetstream_readers``);
+  ``read_raw``, the bulk reader, through one too, when the connection is one it speaks
+  (see ``services.ports.BulkLog``).
 - Work: a durable pull consumer with explicit ``AckPolicy.ALL``, fed by one outstanding
   pull request at a time so records reach the actor as soon as they are stored, in
-  micro-batches of whatever has arrived.
+  micro-batches of whatever has arrived. Its name is the caller's, and a service's
+  permissions name the durables of its kind (``permissions.durables``).
 
 Every call into nats-py goes through ``NatsClient.call`` (``nats_client``), so only the
 log port's errors come out of here.
@@ -26,15 +29,15 @@ from functools import partial
 from typing import Any, Unpack
 from urllib.parse import ParseResult
 
-import nats.errors
 import structlog
-from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from events import AnyEvent, RawBatch, Record, encode, record_of
 from events import subjects as subj
-from services.adapters import raw_reader
+from services.adapters import jetstream_api, raw_reader
+from services.adapters.jetstream_api import TIMEOUT_S
 from services.adapters.jetstream_pull import Puller, ack_seqs
+from services.adapters.jetstream_readers import deliveries, read_consumer
 from services.adapters.jetstream_snapshots import ensure_buckets
 from services.adapters.jetstream_stream import (
     StreamChange,
@@ -54,7 +57,6 @@ from services.adapters.nats_client import (
     Credentials,
     NatsClient,
     NoResponders,
-    js_error,
     open_client,
 )
 from services.ports import BulkReadUnavailable, LogError, Retention, StreamMissing, check_batch
@@ -62,25 +64,10 @@ from services.ports import BulkReadUnavailable, LogError, Retention, StreamMissi
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
 log = structlog.get_logger()
-_TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
-_ASK_AGAIN_S = 2.0  # an API question not answered by then is asked again (leader elections)
+_REPLAY_WAIT_S = 30  # a replay's next record, at most, when it is stored
 # From this many messages on, a raw read parses in a child process (its start costs more
 # than parsing a short read here; parsing a long one here takes the GIL from the caller).
 CHILD_READ_FROM = 100_000
-
-
-def _json(what: str, data: bytes) -> dict[str, Any]:
-    """A JetStream answer's body, or its error as the port's. Raises LogError."""
-    try:
-        body = json.loads(data)
-    except ValueError as e:
-        raise LogError(f"{what}: an answer that is no JSON: {data[:200]!r}") from e
-    if not isinstance(body, dict):
-        raise LogError(f"{what}: an answer of no known form: {data[:200]!r}")
-    err = body.get("error")
-    if err:
-        raise js_error(what, err.get("err_code"), err.get("description"))
-    return body
 
 
 def _bulk_refusal(credentials: Credentials, url: ParseResult) -> str | None:
@@ -196,29 +183,9 @@ class JetStreamLog:
         return stream_info_of(await self._api("stream info", f"STREAM.INFO.{subj.STREAM}"))
 
     async def _api(self, what: str, endpoint: str, body: bytes = b"") -> dict[str, Any]:
-        """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError.
-
-        Asked again every ``_ASK_AGAIN_S`` until ``_TIMEOUT_S``: while a cluster elects a
-        new leader its API does not answer, and a question asked again is answered as soon
-        as it has one, not at the end of the first question's timeout. (Every endpoint used
-        here is idempotent: info, create or update to one configuration, delete.)"""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _TIMEOUT_S
-        try:
-            with self._call(what):
-                while True:
-                    left = deadline - loop.time()
-                    try:
-                        reply = await self.nc.request(
-                            f"$JS.API.{endpoint}", body, timeout=min(_ASK_AGAIN_S, left)
-                        )
-                        break
-                    except nats.errors.TimeoutError:
-                        if deadline - loop.time() <= 0.05:
-                            raise
-        except NoResponders as e:
-            raise LogError(f"{what}: no JetStream answers on this server") from e
-        return _json(what, reply.data)
+        """A request to ``$JS.API.<endpoint>``; its answer (``jetstream_api.request``).
+        Raises LogError."""
+        return await jetstream_api.request(self._client, what, endpoint, body)
 
     # ---- appends --------------------------------------------------------------------------
 
@@ -235,7 +202,7 @@ class JetStreamLog:
         what = f"append to {subject}"
         async with self._appending(what):
             reply = await self.nc.request(
-                subject, encode(event), headers=headers, timeout=_TIMEOUT_S
+                subject, encode(event), headers=headers, timeout=TIMEOUT_S
             )
             return _ack_seq(what, reply.data)
 
@@ -249,7 +216,7 @@ class JetStreamLog:
             # Every ack is awaited before the first failure is raised: none is left to
             # fail unobserved.
             acks = await asyncio.wait_for(
-                asyncio.gather(*futures, return_exceptions=True), timeout=_TIMEOUT_S
+                asyncio.gather(*futures, return_exceptions=True), timeout=TIMEOUT_S
             )
             seqs = []
             for ack in acks:
@@ -287,16 +254,16 @@ class JetStreamLog:
                 if i == last:
                     headers["Nats-Batch-Commit"] = "1"
                     reply = await self.nc.request(
-                        subject, encode(event), headers=headers, timeout=_TIMEOUT_S
+                        subject, encode(event), headers=headers, timeout=TIMEOUT_S
                     )
                     return _ack_seq(what, reply.data)
                 if i == 1:
                     # A request, so that a bad batch is refused before we send more.
                     reply = await self.nc.request(
-                        subject, encode(event), headers=headers, timeout=_TIMEOUT_S
+                        subject, encode(event), headers=headers, timeout=TIMEOUT_S
                     )
                     if reply.data:
-                        _json(what, reply.data)
+                        jetstream_api.answer(what, reply.data)
                 else:
                     await self.nc.publish(subject, encode(event), headers=headers)
         raise AssertionError("unreachable")
@@ -342,7 +309,7 @@ class JetStreamLog:
     async def tail(
         self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
-        """As the port's ``tail``: a filtered ordered consumer when ``subject`` narrows it."""
+        """As the port's ``tail``: a consumer filtered on ``subject`` when it narrows it."""
         async with aclosing(self._ordered(after, None, subject)) as batches:
             async for batch in batches:
                 yield batch
@@ -350,41 +317,26 @@ class JetStreamLog:
     async def _ordered(
         self, after: int, end: int | None, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
-        """An ordered push consumer from ``after + 1`` up to ``end`` (None: forever)."""
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def on_msg(msg: Msg) -> None:
-            queue.put_nowait(msg)
-
-        epoch = self._client.epoch
-        with self._call("replay"):
-            sub = await self.js.subscribe(
-                subject,
-                ordered_consumer=True,
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                config=ConsumerConfig(opt_start_seq=after + 1),
-                cb=on_msg,
-                stream=subj.STREAM,
-            )
-        try:
-            seq = after
-            while end is None or seq < end:
-                with self._call("replay", since=epoch):
-                    if end is None:
-                        batch = [await queue.get()]
-                    else:
-                        batch = [await asyncio.wait_for(queue.get(), timeout=30)]
-                while not queue.empty() and len(batch) < 5000:
-                    batch.append(queue.get_nowait())
+        """The records on ``subject`` from ``after + 1`` up to ``end`` (None: forever), in
+        order, through a consumer of this connection's made for the read; when ``end`` is
+        given, each batch within ``_REPLAY_WAIT_S``."""
+        what = "replay"
+        wait_s = None if end is None else _REPLAY_WAIT_S
+        async with (
+            read_consumer(self._client, subj.STREAM, subject, after, what) as name,
+            aclosing(deliveries(self._client, subj.STREAM, name, what, wait_s=wait_s)) as it,
+        ):
+            async for msgs in it:
                 records = []
-                for msg in batch:
+                for msg in msgs:
                     seq = ack_seqs(msg.reply)[0]
                     if end is not None and seq > end:
                         break
                     records.append(record_of(seq, msg.subject, msg.data))
-                yield records
-        finally:
-            await self._client.unsubscribe(sub)
+                if records:
+                    yield records
+                if end is not None and seq >= end:
+                    return
 
     async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
         what = f"consumer {durable}"
@@ -431,7 +383,10 @@ class JetStreamLog:
             raise LogError(f"consumer {durable} was changed ({changed}): it is made anew")
 
     async def _ensure_consumer(self, durable: str, after: int) -> None:
+        # Named: nats-py makes it on ``CONSUMER.CREATE.<stream>.<name>.<filter>``, the
+        # subject a service's permissions name its durables on (not ``DURABLE.CREATE``).
         config = ConsumerConfig(
+            name=durable,
             durable_name=durable,
             ack_policy=AckPolicy.ALL,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -471,10 +426,11 @@ class JetStreamLog:
         """Stored messages after ``after`` up to ``until`` (default: the last now), undecoded.
 
         Yields RawBatch (canonical payloads), in order, at most ``batch`` messages at a time.
-        The bulk path for replays (projection rebuilds): an ephemeral pull consumer without
-        acks, read by ``raw_reader`` on a socket of its own; in a child process when at
-        least ``child_from`` (default ``CHILD_READ_FROM``) messages are to be read, so
-        that parsing them does not take the GIL from the caller's processing.
+        The bulk path for replays (projection rebuilds): a pull consumer without acks made
+        for the read (``jetstream_readers``), read by ``raw_reader`` on a socket of its
+        own; in a child process when at least ``child_from`` (default ``CHILD_READ_FROM``)
+        messages are to be read, so that parsing them does not take the GIL from the
+        caller's processing.
 
         Raises BulkReadUnavailable if the reader does not speak this connection (TLS, an
         nkey, a creds file) or this server (TLS required, acks of another form): read with
@@ -490,51 +446,36 @@ class JetStreamLog:
         end = await self.last_seq() if until is None else until
         if end <= after:
             return
-        user, password, token = _reader_auth(self._client.credentials, url)
-        src = raw_reader.Source(
-            host=url.hostname,
-            port=url.port or 4222,
-            stream=subj.STREAM,
-            consumer=f"raw-{uuid.uuid4().hex}",
-            after=after,
-            end=end,
-            batch=batch,
-            user=user,
-            password=password,
-            token=token,
-            # The connection's own inbox: a confined identity may receive there only.
-            inbox_prefix=self._client.credentials.inbox_prefix,
-        )
         if child_from is None:
             child_from = CHILD_READ_FROM
         read = raw_reader.read_in_child if end - after >= child_from else raw_reader.read_stored
-        try:
-            with self._call("raw read"):
-                await self.js.add_consumer(
-                    subj.STREAM,
-                    ConsumerConfig(
-                        name=src.consumer,
-                        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                        opt_start_seq=after + 1,
-                        ack_policy=AckPolicy.NONE,
-                        filter_subject=subj.STREAM_WILDCARD,
-                        inactive_threshold=60.0,
-                        mem_storage=True,
-                        num_replicas=1,
-                    ),
-                )
+        user, password, token = _reader_auth(self._client.credentials, url)
+        what = "raw read"
+        async with read_consumer(
+            self._client, subj.STREAM, subj.STREAM_WILDCARD, after, what
+        ) as name:
+            src = raw_reader.Source(
+                host=url.hostname,
+                port=url.port or 4222,
+                stream=subj.STREAM,
+                consumer=name,
+                after=after,
+                end=end,
+                batch=batch,
+                user=user,
+                password=password,
+                token=token,
+                # The connection's own inbox: a confined identity may receive there only.
+                inbox_prefix=self._client.credentials.inbox_prefix,
+            )
             async with aclosing(read(src)) as batches:
                 async for raw in batches:
                     yield raw
-        finally:
-            # Best effort: the server drops an inactive consumer after a minute anyway.
-            with suppress(LogError), self._call("raw read: delete its consumer"):
-                await self.js.delete_consumer(subj.STREAM, src.consumer)
 
 
 def _ack_seq(what: str, data: bytes) -> int:
     """The sequence a publish's acknowledgement gives. Raises LogError."""
-    seq = _json(what, data).get("seq")
+    seq = jetstream_api.answer(what, data).get("seq")
     if not isinstance(seq, int):
         raise LogError(f"{what}: an acknowledgement without a sequence: {data[:200]!r}")
     return seq

@@ -1,14 +1,13 @@
 """Deliveries of JetStream consumers: the sequences their reply subjects carry, and a
-durable consumer fed by one pull request kept outstanding.
+consumer fed by one pull request kept outstanding.
 
-Nothing here translates errors: its callers in ``jetstream`` run it inside
-``NatsClient.call``.
+Nothing here translates errors: its callers (``jetstream``, ``jetstream_readers``) run it
+inside ``NatsClient.call``.
 """
 
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -17,12 +16,12 @@ from nats.aio.subscription import Subscription
 from events import subjects as subj
 from services.ports import LogError
 
-__all__ = ["Puller", "ack_seqs"]
+__all__ = ["ConsumerGone", "Puller", "ack_pending", "ack_seqs"]
 
 
-def ack_seqs(reply: str | None) -> tuple[int, int]:
-    """The stream and consumer sequences in a delivery's reply subject. Raises LogError
-    for a form neither of these::
+def _ack_tokens(reply: str | None) -> tuple[list[str], int]:
+    """The tokens of a delivery's reply subject, and where its sequences begin. Raises
+    LogError for a form neither of these::
 
         $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
         $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>
@@ -31,28 +30,54 @@ def ack_seqs(reply: str | None) -> tuple[int, int]:
     tokens = (reply or "").split(".")
     at = 5 if len(tokens) == 9 else 7 if len(tokens) in (11, 12) else 0
     if at and tokens[0] == "$JS" and tokens[1] == "ACK":
-        with suppress(ValueError):
-            return int(tokens[at]), int(tokens[at + 1])
+        fields = tokens[at : at + 4]
+        if all(f.isascii() and f.isdigit() for f in fields):
+            return tokens, at
     raise LogError(f"a delivery whose reply is of no known form: {reply!r}")
 
 
+def ack_seqs(reply: str | None) -> tuple[int, int]:
+    """The stream and consumer sequences in a delivery's reply subject (``_ack_tokens``).
+    Raises LogError."""
+    tokens, at = _ack_tokens(reply)
+    return int(tokens[at]), int(tokens[at + 1])
+
+
+def ack_pending(reply: str | None) -> int:
+    """How many messages the consumer had left to deliver after this one. Raises
+    LogError."""
+    tokens, at = _ack_tokens(reply)
+    return int(tokens[at + 3])
+
+
+class ConsumerGone(LogError):
+    """The consumer pulled from is no longer on the server (deleted, or its server gone)."""
+
+
 class Puller:
-    """Keeps one pull request outstanding and hands out whatever has arrived."""
+    """Keeps one pull request outstanding on the consumer ``name`` of ``stream`` and hands
+    out whatever has arrived."""
 
     _BATCH = 1000
     _EXPIRES_S = 10.0
+    # At least twice the largest message the server takes (nats-base.conf, max_payload):
+    # a request ends once the next message would not fit, so one always does.
+    _MAX_BYTES = 8 << 20
 
     def __init__(
         self,
         nc: Client,
-        durable: str,
+        name: str,
         on_idle: Callable[[], Awaitable[None]] | None = None,
+        *,
+        stream: str = subj.STREAM,
     ) -> None:
         """``on_idle`` is awaited whenever a pull request expires with nothing delivered
         (every ``_EXPIRES_S`` of quiet): a check that may raise."""
         self.on_idle = on_idle
         self.nc = nc
-        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{subj.STREAM}.{durable}"
+        self.name = name
+        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
         self.inbox = nc.new_inbox()
         self.queue: asyncio.Queue[Msg] = asyncio.Queue()
         self.remaining = 0
@@ -67,11 +92,17 @@ class Puller:
 
     async def _request(self) -> None:
         self.remaining = self._BATCH
-        body = {"batch": self._BATCH, "expires": int(self._EXPIRES_S * 1e9)}
+        body = {
+            "batch": self._BATCH,
+            "max_bytes": self._MAX_BYTES,
+            "expires": int(self._EXPIRES_S * 1e9),
+        }
         await self.nc.publish(self.subject, json.dumps(body).encode(), reply=self.inbox)
 
     async def next_batch(self) -> list[Msg]:
-        """At least one message, and every other one already here."""
+        """At least one message, and every other one already here. Raises ConsumerGone
+        when the server says the consumer is no more (deleted while the request waited,
+        or nobody answers for it)."""
         out: list[Msg] = []
         while not out:
             try:
@@ -84,14 +115,25 @@ class Puller:
                 pending.append(self.queue.get_nowait())
             for msg in pending:
                 if msg.headers and msg.headers.get("Status"):
-                    status = msg.headers["Status"]
-                    if status == "408" and self.on_idle is not None:
-                        await self.on_idle()
-                    if status != "100":  # 100 is an idle heartbeat
-                        await self._request()  # 408 expired, 409 and the like: a new one
+                    await self._status(msg)
                     continue
                 out.append(msg)
                 self.remaining -= 1
                 if self.remaining == 0:
                     await self._request()
         return out
+
+    async def _status(self, msg: Msg) -> None:
+        """A status the server sent to the request instead of a message: 100 an idle
+        heartbeat, 408 the request expired, 409 it ended otherwise (its bytes, a leader
+        change), each but the first followed by a new one; 409 ``Consumer Deleted`` and
+        503 (no responders: no consumer of the name) end the pulls."""
+        assert msg.headers is not None
+        status = msg.headers["Status"]
+        said = msg.headers.get("Description", "")
+        if status == "503" or (status == "409" and "consumer deleted" in said.lower()):
+            raise ConsumerGone(f"consumer {self.name} is gone ({status} {said.strip()})")
+        if status == "408" and self.on_idle is not None:
+            await self.on_idle()
+        if status != "100":
+            await self._request()

@@ -5,8 +5,12 @@
 - A save puts the object anew: nats-py writes the new chunks, then the meta message (a
   rollup, so the bucket's meta holds only the latest), then purges the old chunks. A
   reader sees the old object or the new one, never a mix; a digest checks the chunks.
-  A reader whose chunks were purged under it by a save (nats-py would wait for them for
-  ever) gives up after ``_READ_S`` and reads again, the new object then.
+  A reader whose chunks were purged under it by a save gives up after ``_READ_S`` and
+  reads again, the new object then.
+- A load reads the meta message (a message get), then the chunks through a consumer of
+  the reader's own names (``jetstream_readers``), not nats-py's ordered consumer: its
+  create names no consumer, and a permission to make it is one to change any consumer of
+  the bucket.
 - Who may write which bucket is the server's to enforce (``services.domain.permissions``):
   a scheduler writes the scheduler's, which agents may only read.
 
@@ -14,6 +18,8 @@ Every call into nats-py goes through ``NatsClient.call``: only LogError comes ou
 """
 
 import base64
+import hashlib
+from contextlib import aclosing
 
 import anyio
 import structlog
@@ -24,8 +30,11 @@ from nats.js.errors import (
     NotFoundError,
     ObjectNotFoundError,
 )
+from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE
 
 from events import subjects as subj
+from services.adapters.jetstream_pull import ack_pending
+from services.adapters.jetstream_readers import deliveries, read_consumer
 from services.adapters.nats_client import NatsClient
 from services.ports import LogError
 
@@ -63,10 +72,11 @@ class JetStreamSnapshots:
             raise LogError(f"load a snapshot from {self.bucket}: timed out") from e
 
     async def _load(self) -> bytes | None:
-        with self._client.call(f"load a snapshot from {self.bucket}"):
+        what = f"load a snapshot from {self.bucket}"
+        with self._client.call(what):
             try:
                 store = await self._js.object_store(self.bucket)
-                got = await store.get(_OBJECT)
+                info = await store.get_info(_OBJECT)
             except (BucketNotFoundError, ObjectNotFoundError):
                 return None
             except BadObjectMetaError:
@@ -75,7 +85,30 @@ class JetStreamSnapshots:
                 # and the next save puts the meta back.
                 log.warning("snapshot.meta_unreadable", bucket=self.bucket)
                 return None
-            return bytes(got.data) if got.data is not None else b""
+        if info.is_link() or not info.nuid:
+            raise LogError(f"{what}: the object's meta names no chunks of this bucket")
+        if not info.size:
+            return b""
+        data = await self._chunks(what, info.nuid)
+        if hashlib.sha256(data).digest() != _digest(info.digest):
+            raise LogError(f"{what}: its chunks do not match its digest")
+        return data
+
+    async def _chunks(self, what: str, nuid: str) -> bytes:
+        """Every chunk of the object ``nuid``, in order, joined."""
+        stream = subj.snapshot_stream(self.kind)
+        chunks = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=nuid)
+        data = bytearray()
+        async with (
+            read_consumer(self._client, stream, chunks, 0, what) as name,
+            aclosing(deliveries(self._client, stream, name, what)) as batches,
+        ):
+            async for msgs in batches:
+                for msg in msgs:
+                    data += msg.data
+                if ack_pending(msgs[-1].reply) == 0:
+                    break
+        return bytes(data)
 
     async def save(self, data: bytes) -> None:
         with self._client.call(f"save a snapshot in {self.bucket}"):
@@ -117,3 +150,16 @@ async def ensure_buckets(client: NatsClient, replicas: int | None = None) -> lis
             await js.create_object_store(bucket, config=config)
             made.append(bucket)
     return made
+
+
+def _digest(said: str | None) -> bytes | None:
+    """The SHA-256 an object's meta gives (``SHA-256=<base64url>``), or None if it gives
+    none that reads."""
+    text = (said or "").strip()
+    if text[: len(OBJ_DIGEST_TYPE)].upper() != OBJ_DIGEST_TYPE.upper():
+        return None
+    text = text[len(OBJ_DIGEST_TYPE) :]
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return None

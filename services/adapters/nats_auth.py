@@ -51,16 +51,21 @@ def _known(found: Permissions | None) -> Permissions:
     return found
 
 
+# The gatekeeper's static user reads the log as the gatekeeper does, through consumers of
+# its own names, and makes and removes readers' consumers as their keypairs come and go.
 _AUTH = _known(service_permissions(GATE_USER, "auth"))
-# The gatekeeper's static user: the tenancy's reads, and readers' consumers made and
-# removed as their keypairs come and go.
 _GATE = Permissions(
     publish=(*_AUTH.publish, *PROVISION_READERS),
     subscribe=_AUTH.subscribe,
     deny_publish=_AUTH.deny_publish,
 )
 SETUP_PERMISSIONS = Permissions(
-    publish=(*STREAM_ADMIN, "fgpu.tenancy", *_GATE.publish),
+    publish=(
+        *STREAM_ADMIN,
+        "fgpu.tenancy",
+        *_known(service_permissions(SETUP_USER, "auth")).publish,
+        *PROVISION_READERS,
+    ),
     subscribe=(f"{inbox(SETUP_USER)}.>",),
 )
 

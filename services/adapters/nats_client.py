@@ -9,6 +9,7 @@ turns those into its own, ``nats_bus``)::
       WRONG_LAST_SEQUENCE        -> ConcurrencyConflict
       STREAM_NOT_FOUND           -> StreamMissing
       CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
+      CONSUMER_EXISTS            -> ConsumerExists    (likewise: a read takes another name)
       any other                  -> LogError, naming the code
     no responders                -> NoResponders      (a LogError: nothing stores the subject)
     no answer in time            -> TimedOut          (a LogError)
@@ -41,6 +42,7 @@ from services.ports import ConcurrencyConflict, LogError, StreamMissing
 __all__ = [
     "NO_STREAM",
     "ConnectOptions",
+    "ConsumerExists",
     "ConsumerMissing",
     "Credentials",
     "JsErr",
@@ -71,6 +73,7 @@ class JsErr(IntEnum):
     STREAM_SUBJECT_OVERLAP = 10065  # JSStreamSubjectOverlapErr
     WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErrF
     NOT_ENABLED = 10076  # JSNotEnabledErr
+    CONSUMER_EXISTS = 10148  # JSConsumerAlreadyExists: a create that may not update
     ATOMIC_PUBLISH_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream lacks allow_atomic
     ATOMIC_PUBLISH_MISSING_SEQ = 10175  # JSAtomicPublishMissingSeqErr
     ATOMIC_PUBLISH_INCOMPLETE_BATCH = 10176  # JSAtomicPublishIncompleteBatchErr
@@ -83,6 +86,10 @@ class JsErr(IntEnum):
 
 class ConsumerMissing(LogError):
     """The durable consumer asked for does not exist (the log creates it)."""
+
+
+class ConsumerExists(LogError):
+    """A consumer of the name asked for exists, and the create may not change it."""
 
 
 class NoResponders(LogError):
@@ -103,6 +110,8 @@ def js_error(what: str, code: int | None, description: str | None) -> LogError:
         return StreamMissing(NO_STREAM)
     if code == JsErr.CONSUMER_NOT_FOUND:
         return ConsumerMissing(f"{what}: {text}")
+    if code == JsErr.CONSUMER_EXISTS:
+        return ConsumerExists(f"{what}: {text}")
     if code == JsErr.ATOMIC_PUBLISH_DISABLED:
         return LogError(
             f"{what}: stream {subj.STREAM} takes no atomic batches: an administrator brings "

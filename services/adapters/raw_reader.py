@@ -1,8 +1,9 @@
 """The bulk reader of stored messages: a minimal NATS protocol client for replays.
 
-``read_stored`` pulls from an ephemeral JetStream consumer (made by the caller, without
-acks) on a socket of its own and parses the protocol itself, so a message costs a few
-slices instead of a client object, a task switch and a decode.
+``read_stored`` pulls from a JetStream consumer made for the read (by the caller, without
+acks, under one of its reader names: ``jetstream_readers``) on a socket of its own and
+parses the protocol itself, so a message costs a few slices instead of a client object,
+a task switch and a decode.
 
 ``read_in_child`` runs the same reader in a child process and receives each batch as
 one blob, read in a worker thread that lets go of the GIL while it waits and copies:
@@ -15,9 +16,9 @@ the Source as JSON on its standard input, the child writes frames to its standar
 It speaks plain TCP and authenticates with a user and password or a token. What it does
 not speak (TLS asked for by the server, a reply form other than the one below) raises
 BulkReadUnavailable, before anything is handed out or after: the caller reads on in order
-through the ordered consumer. So does a server that refuses this second connection, or
+in order (``EventLog.read``). So does a server that refuses this second connection, or
 what it asks, before the read's first message (an ``-ERR``: too many connections, a
-permission the ordered path does not need): the client's own connection still serves.
+permission the read in order does not need): the client's own connection still serves.
 
 Payloads come canonical (``RawBatch``): an event as ``events.encode`` writes it, whatever
 its producer wrote, so that a projection store can keep the bytes it is handed instead

@@ -574,6 +574,30 @@ def api(
         fail(f"cannot listen on {host}:{port}: {e}", code=1)
 
 
+DurableOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Its cursor on the log: NAME, NAME-2, NAME-3 or NAME-4 (default: NAME, the "
+        "actor's kind), the only ones its keypair may use; each of several needs its own."
+    ),
+]
+
+
+def _durable(kind: str, given: str | None) -> str:
+    """The durable consumer ``given`` (None: the kind's first), if a ``kind`` service's
+    permissions name it; else exit 2 naming those they do."""
+    from services.domain.permissions import durables
+
+    names = durables(kind)
+    name = given or names[0]
+    if name not in names:
+        fail(
+            f"--durable {name}: a {kind} follows the log through {', '.join(names)}, "
+            "the only cursors its keypair may use"
+        )
+    return name
+
+
 def sim_agents(
     ctx: typer.Context,
     count: Annotated[int, typer.Option(min=1, help="How many agents.")] = 1000,
@@ -582,6 +606,7 @@ def sim_agents(
     fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per GPU.")] = "4",
     prefix: Annotated[str, typer.Option(help="Agent ids are PREFIX-N.")] = "sim",
     start_delay: Annotated[float, typer.Option(help="Seconds a container takes to start.")] = 0.0,
+    durable: DurableOpt = None,
 ) -> None:
     """Run COUNT simulated agents (dummy runtime: containers start instantly), as the
     agent-host service's keypair where service keys are given."""
@@ -595,6 +620,7 @@ def sim_agents(
     from services.domain.resources import InvalidAmount, parse_fgpu, parse_mem
 
     url = _url(ctx)
+    durable = _durable("agent-host", durable)
     try:
         ratio, mem_each = parse_fgpu(fgpu_per_gpu), parse_mem(gpu_mem)
     except InvalidAmount as e:
@@ -618,22 +644,14 @@ def sim_agents(
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(_until_signalled, tg)
+            runtime = functools.partial(DummyRuntime, start_delay_s=start_delay)
             await tg.start(
-                run_agent_host, conn, configs, lambda: DummyRuntime(start_delay_s=start_delay)
+                functools.partial(run_agent_host, durable=durable), conn, configs, runtime
             )
             out().print(f"{count} simulated agents ready on {url}")
 
     tune_gc()
     run_async(main)
-
-
-DurableOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Its cursor on the log (default: the actor's name): each of two schedulers "
-        "or quota actors needs its own."
-    ),
-]
 
 
 def scheduler(
@@ -653,12 +671,13 @@ def scheduler(
 
     if policy not in POLICY_NAMES:
         fail(f"no placement policy {policy!r}; there are {', '.join(POLICY_NAMES)}")
+    durable = _durable("scheduler", durable)
     _single(ctx, "scheduler", lost_grace_s=lost_grace, durable=durable, policy=policy)
 
 
 def quota(ctx: typer.Context, durable: DurableOpt = None) -> None:
     """Run the quota actor against --nats URL (as a quota service keypair)."""
-    _single(ctx, "quota", durable=durable)
+    _single(ctx, "quota", durable=_durable("quota", durable))
 
 
 def registrar(ctx: typer.Context) -> None:

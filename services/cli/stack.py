@@ -289,15 +289,15 @@ async def run_agent_host(
     configs: list[AgentConfig],
     runtime: Callable[[], ContainerRuntime],
     *,
+    durable: str = "agent-host",
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Many simulated agents sharing one fold of the log, and their heartbeats."""
+    """Many simulated agents sharing one fold of the log, and their heartbeats; ``durable``:
+    their cursor on the log, one per process."""
     clock = SystemClock()
     agents = [AgentActor(conn.log, runtime(), clock, c) for c in configs]
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
-    host = AgentHost(
-        conn.log, agents, durable=f"agent-host-{configs[0].agent_id}", snapshots=from_scheduler
-    )
+    host = AgentHost(conn.log, agents, durable=durable, snapshots=from_scheduler)
     async with anyio.create_task_group() as tg:
         await tg.start(host.run)
         tg.start_soon(send_heartbeats, conn.bus, [c.agent_id for c in configs])

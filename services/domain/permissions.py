@@ -5,12 +5,13 @@ confinement holds whatever a client's code does. Users publish only their own re
 admin subjects and read only their own inbox (and the channels into sessions they opened,
 ``fgpu.tty.*.<key>.*``: up to send, down to hear): they read the cluster through the read API,
 never through consumers of their own. Each part of the cluster publishes only what it
-decides; all of them read the log through JetStream consumers. Nobody may delete or purge
-the stream or its messages; only a superadmin (the administrator's step) may create or
-update it, and the archiver alone purge what it archived from a stream made with
-retention (one made without refuses purges for good). Actors that fold the log start from
-a snapshot: the scheduler and quota write their own kind's (nobody else may), the other
-actors read the scheduler's, which they already obey.
+decides; all of them read the log through JetStream consumers of their own names alone
+(``log_reads``): one identity can make, change, delete, pull from or look at no other's
+consumer. Nobody may delete or purge the stream or its messages; only a superadmin (the
+administrator's step) may create or update it, and the archiver alone purge what it
+archived from a stream made with retention (one made without refuses purges for good).
+Actors that fold the log start from a snapshot: the scheduler and quota write their own
+kind's (nobody else may), the other actors read the scheduler's, which they already obey.
 """
 
 from dataclasses import dataclass
@@ -27,11 +28,15 @@ __all__ = [
     "READERS_SERVICE_IMPORTS",
     "READERS_STREAM_IMPORTS",
     "READER_STREAMS",
+    "READS_AT_ONCE",
     "SERVICES_ACCOUNT",
     "SNAPSHOT_BUCKETS_ADMIN",
     "STREAM_ADMIN",
     "Permissions",
+    "durables",
     "inbox",
+    "log_reads",
+    "reader_names",
     "reader_permissions",
     "service_permissions",
     "user_permissions",
@@ -50,19 +55,64 @@ PEOPLE_ACCOUNT = "USERS"
 READERS_ACCOUNT = "READERS"
 _STREAM = subj.STREAM
 _JS = "$JS.API"
-# Reading the log through consumers: stream info, consumers (ordered and durable, made,
-# looked up, pulled from, deleted), their acknowledgements and flow control.
-_READS = (
-    f"{_JS}.STREAM.INFO.{_STREAM}",
-    f"{_JS}.CONSUMER.CREATE.{_STREAM}",
-    f"{_JS}.CONSUMER.CREATE.{_STREAM}.>",
-    f"{_JS}.CONSUMER.DURABLE.CREATE.{_STREAM}.>",
-    f"{_JS}.CONSUMER.INFO.{_STREAM}.>",
-    f"{_JS}.CONSUMER.DELETE.{_STREAM}.>",
-    f"{_JS}.CONSUMER.MSG.NEXT.{_STREAM}.>",
-    f"$JS.ACK.{_STREAM}.>",
-    f"$JS.FC.{_STREAM}.>",
-)
+# Consumers are named by their permissions, one name at a time: the server answers a
+# consumer's API on subjects that carry its name (``CONSUMER.CREATE.<stream>.<name>.<filter>``,
+# ``INFO``, ``DELETE``, ``MSG.NEXT``, ``$JS.ACK.<stream>.<name>.``), and takes the name of
+# one made there from the subject, refusing a body whose durable name is another (tried on
+# 2.15.1). Never the unnamed ``CONSUMER.CREATE.<stream>`` (nats-py's ordered consumers), whose
+# consumer the server names from the body: it makes or changes any consumer; nor
+# ``DURABLE.CREATE``. A name is one token, and permissions pin whole tokens only (no
+# prefix), so each identity has a fixed list: its reader names and its kind's durables.
+READS_AT_ONCE = 8  # reads at once of one access key, all its processes together
+_DURABLES = 4  # an actor kind's durables: <kind>, <kind>-2 .. <kind>-4
+_SEVERAL = ("scheduler", "quota", "agent-host")  # kinds of which a cluster may run several
+
+
+def reader_names(access_key: str) -> tuple[str, ...]:
+    """The consumers ``access_key`` reads through (a replay, a tail, the bulk reader, a
+    snapshot's chunks), one a read at once: made for the read, deleted after, the only
+    ones but its durables that its permissions let it make, pull from or delete."""
+    return tuple(f"{access_key}-r{i}" for i in range(READS_AT_ONCE))
+
+
+def durables(service: str) -> tuple[str, ...]:
+    """The durable consumers a service of kind ``service`` may follow the log through:
+    ``<kind>`` and ``<kind>-2`` to ``-4`` for the kinds a cluster may run several of (each
+    needs its own: two sharing one would each see half the log), ``registrar`` for the
+    registrar, ``agent-<id>`` for agent ``<id>``; none for the others, which only read. The
+    processes of one kind share them, whichever keypair of the kind each holds."""
+    kind, _, agent_id = service.partition(":")
+    if service in _SEVERAL:
+        return (service, *(f"{service}-{n}" for n in range(2, _DURABLES + 1)))
+    if service == "registrar":
+        return (service,)
+    if kind == "agent" and subj.is_token(agent_id):
+        return (f"agent-{agent_id}",)
+    return ()
+
+
+def _consumers(stream: str, names: tuple[str, ...], *, durable: bool) -> tuple[str, ...]:
+    """Making, pulling from and deleting consumers ``names`` of ``stream``; a durable's
+    info and acknowledgements too (a read's consumer acknowledges nothing)."""
+    api = f"{_JS}.CONSUMER"
+    each = ("CREATE.{}.{}.>", "MSG.NEXT.{}.{}", "DELETE.{}.{}")
+    subjects = [f"{api}.{op.format(stream, n)}" for n in names for op in each]
+    if durable:
+        subjects += [f"{api}.INFO.{stream}.{n}" for n in names]
+        subjects += [f"$JS.ACK.{stream}.{n}.>" for n in names]
+    return tuple(subjects)
+
+
+def log_reads(access_key: str, follows: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Reading the log as ``access_key``: the stream's info, reads through its reader names,
+    and following it through the durables ``follows``."""
+    return (
+        f"{_JS}.STREAM.INFO.{_STREAM}",
+        *_consumers(_STREAM, reader_names(access_key), durable=False),
+        *_consumers(_STREAM, follows, durable=True),
+    )
+
+
 # Never anyone's: deny wins over allow. (A snapshot bucket's writer purges that bucket's
 # old chunks, and its readers get its meta message: those are granted per bucket.)
 _NEVER = (
@@ -114,27 +164,22 @@ PROVISION_READERS = tuple(
 )
 
 
-def _snapshot_reads(kind: str) -> tuple[str, ...]:
+def _snapshot_reads(kind: str, access_key: str) -> tuple[str, ...]:
     """Reading the snapshot of ``kind``: the bucket's info, its meta message (a message
-    get), its chunks (an ordered consumer and its flow control; nats-py finds the
-    consumer's stream by its subject, which asks for the names of streams)."""
+    get), its chunks (through the reader's names, as the log)."""
     stream = subj.snapshot_stream(kind)
     return (
-        f"{_JS}.STREAM.NAMES",
         f"{_JS}.STREAM.INFO.{stream}",
         f"{_JS}.STREAM.MSG.GET.{stream}",
-        f"{_JS}.CONSUMER.CREATE.{stream}",
-        f"{_JS}.CONSUMER.CREATE.{stream}.>",
-        f"{_JS}.CONSUMER.DELETE.{stream}.>",
-        f"$JS.FC.{stream}.>",
+        *_consumers(stream, reader_names(access_key), durable=False),
     )
 
 
-def _snapshot_writes(kind: str) -> tuple[str, ...]:
+def _snapshot_writes(kind: str, access_key: str) -> tuple[str, ...]:
     """Reading and writing the snapshot of ``kind``: its chunks and meta, and the purge of
     the chunks a new snapshot replaces."""
     return (
-        *_snapshot_reads(kind),
+        *_snapshot_reads(kind, access_key),
         f"$O.{subj.snapshot_bucket(kind)}.>",
         f"{_JS}.STREAM.PURGE.{subj.snapshot_stream(kind)}",
     )
@@ -199,9 +244,9 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
     if kind == "reader":
         return reader_permissions(access_key, agent_id or None)
     if service == "quota":
-        own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota"))
+        own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota", access_key))
     elif service == "scheduler":
-        own = (subj.LEDGER, *_snapshot_writes("scheduler"))
+        own = (subj.LEDGER, *_snapshot_writes("scheduler", access_key))
         listens = (subj.HEARTBEAT_WILDCARD,)
     elif service == "domain-feed":
         # Each domain's records of the log, into the domains' stream; where it stopped
@@ -210,22 +255,23 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             subj.DOMAINS_WILDCARD,
             f"{_JS}.STREAM.INFO.{subj.DOMAINS_STREAM}",
             f"{_JS}.STREAM.MSG.GET.{subj.DOMAINS_STREAM}",
-            *_snapshot_reads("scheduler"),
         )
     elif service == "registrar":
-        own = (subj.TENANCY, *_snapshot_reads("scheduler"))
+        own = (subj.TENANCY, *_snapshot_reads("scheduler", access_key))
     elif service == "archiver":
         # The log's past, once archived and said: removed from the stream (a purge, its
         # alone), what the actors' snapshots cover (read, to know how far it may go).
         own = (
             subj.ARCHIVE,
             f"{_JS}.STREAM.PURGE.{_STREAM}",
-            *_snapshot_reads("scheduler"),
-            *_snapshot_reads("quota"),
+            *_snapshot_reads("scheduler", access_key),
+            *_snapshot_reads("quota", access_key),
         )
         deny = tuple(d for d in _NEVER if d != f"{_JS}.STREAM.PURGE.{_STREAM}")
         return Permissions(
-            publish=own + _READS, subscribe=(f"{inbox(access_key)}.>",), deny_publish=deny
+            publish=own + log_reads(access_key),
+            subscribe=(f"{inbox(access_key)}.>",),
+            deny_publish=deny,
         )
     elif service == "api":
         # The read API's door, and the storage service beside it (its folders' scans).
@@ -254,7 +300,7 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             "fgpu.usage.>",
             subj.HEARTBEAT_WILDCARD,
             f"{subj.CHANNEL_PREFIX}.*.*.*.down",
-            *_snapshot_reads("scheduler"),
+            *_snapshot_reads("scheduler", access_key),
         )
         listens = (f"{subj.AGENT_RPC_PREFIX}.*.*", f"{subj.CHANNEL_PREFIX}.*.*.*.up")
         responds = True
@@ -265,14 +311,14 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
             f"fgpu.usage.{agent_id}.>",
             subj.heartbeat(agent_id),
             f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.down",  # its channels' answers
-            *_snapshot_reads("scheduler"),
+            *_snapshot_reads("scheduler", access_key),
         )
         listens = (f"{subj.agent_rpc(agent_id)}.*", f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.up")
         responds = True
     else:
         return None
     return Permissions(
-        publish=own + _READS,
+        publish=own + log_reads(access_key, durables(service)),
         subscribe=(f"{inbox(access_key)}.>", *listens),
         responds=responds,
     )
