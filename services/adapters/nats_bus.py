@@ -166,6 +166,11 @@ class NatsBus:
         pipe = _NatsPipe(self._client, speak, received)
 
         async def on_message(msg: Msg) -> None:
+            if msg.subject != listen:
+                # A stored record a JetStream consumer delivers here (one whose deliver
+                # subject its maker pointed at this pipe) keeps its own subject: it is
+                # nobody's bytes for this channel.
+                return
             pipe.queued += len(msg.data)
             if pipe.queued > _PIPE_QUEUED_BYTES:
                 send.close()
