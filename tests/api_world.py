@@ -281,8 +281,10 @@ def world(tmp: Path) -> Iterator[World]:
     with nats_server.nats_server() as server, start_blocking_portal("asyncio") as portal:
         running, w = portal.start_task(_cluster, server.url)
         try:
-            files = FolderFiles(tmp / "vfolders")
-            with read_api(server.url, tmp / "p.duckdb", SIGNER, files) as api:
+            with (
+                FolderFiles(tmp / "vfolders") as files,
+                read_api(server.url, tmp / "p.duckdb", SIGNER, files) as api,
+            ):
                 w.api = api.url
                 _upload(w)
                 _caught_up(w)
