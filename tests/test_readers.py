@@ -35,6 +35,7 @@ from events import (
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.jetstream_intake import JetStreamSender
+from services.adapters.nats_auth import GATE_USER
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
@@ -283,15 +284,23 @@ async def test_a_revoked_reader_loses_its_consumer_and_its_connections(world: Wo
         closed.set()
 
     nc = await _reader(world, "gone", closed_cb=on_close, disconnected_cb=on_close)
+    # Who may look at readers' consumers: the gatekeeper's static user, which makes them.
+    gate = await world.c.connect(
+        user=GATE_USER, password=world.c.auth.gate_password, inbox_prefix=inbox(GATE_USER)
+    )
     info = f"$JS.API.CONSUMER.INFO.{subj.DOMAINS_STREAM}.{key}"
-    assert "error" not in json.loads((await world.c.setup.nc.request(info, b"")).data)
-    await _apply(world.c, RevokeKeypair(access_key=key))
-    with anyio.fail_after(15):
-        await closed.wait()
-        for _ in range(300):  # the gatekeeper removes it once it has folded the revocation
-            if "error" in json.loads((await world.c.setup.nc.request(info, b"")).data):
-                break
-            await anyio.sleep(0.05)
+    try:
+        assert "error" not in json.loads((await gate.request(info, b"")).data)
+        await _apply(world.c, RevokeKeypair(access_key=key))
+        with anyio.fail_after(15):
+            await closed.wait()
+            for _ in range(300):  # the gatekeeper removes it once it has folded the revocation
+                if "error" in json.loads((await gate.request(info, b"")).data):
+                    break
+                await anyio.sleep(0.05)
+        assert "error" in json.loads((await gate.request(info, b"")).data)
+    finally:
+        await gate.close()
     await nc.close()
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await _reader(world, "gone")

@@ -64,7 +64,6 @@ SETUP_PERMISSIONS = Permissions(
         *STREAM_ADMIN,
         "fgpu.tenancy",
         *_known(service_permissions(SETUP_USER, "auth")).publish,
-        *PROVISION_READERS,
     ),
     subscribe=(f"{inbox(SETUP_USER)}.>",),
 )
