@@ -293,9 +293,10 @@ def up(
     from projections.paths import default_db_path
     from services.adapters import nats_server
     from services.adapters.nats_auth import SETUP_USER
-    from services.adapters.store_lock import StoreInUse, StoreLock, stop_orphan
+    from services.adapters.store_lock import Process, StoreInUse, stop_orphan
     from services.cli.agent_setup import container_runtime
     from services.cli.identities import service_keys
+    from services.cli.preflight import hold_home, hold_store
     from services.cli.stack import (
         StackInfo,
         connected,
@@ -315,17 +316,20 @@ def up(
         fail("give --store or --ephemeral, not both")
     private_process()  # its store, projections and keys hold every tenant's history
     vfolder_owner = _storage_owner(storage_uid)
+    home = state_file().parent
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
     else:
-        store_dir = (Path(store) if store else state_file().parent / "store").resolve()
+        store_dir = (Path(store) if store else home / "store").resolve()
+    # Nothing of a store or a home another holds is touched (its up.json, its server):
+    # the locks come first, and a refused second `fgpu up` says only why.
+    lock = hold_store(store_dir)
+    home_lock = hold_home(home, store_dir)
+    cfg, regions = agent.setup()
     try:
-        lock = StoreLock(store_dir)
+        orphan = stop_orphan(lock)
     except StoreInUse as e:
         fail(str(e), code=1)
-    # After the lock: a refused second `fgpu up` says only why it was refused.
-    cfg, regions = agent.setup()
-    orphan = stop_orphan(store_dir)
     if orphan is not None:
         warn(f"stopped nats-server {orphan}, left running on {store_dir} by an fgpu up that died")
     kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
@@ -333,9 +337,9 @@ def up(
     try:
         server = nats_server.start(str(store_dir), port, config=auth.config(), die_with_parent=True)
     except nats_server.NatsServerError as e:
-        lock.release()
         fail(str(e), code=1)
-    info = StackInfo(server.url, server.store_dir, cfg.agent_id, os.getpid())
+    me = Process.me()
+    info = StackInfo(server.url, server.store_dir, cfg.agent_id, me.pid, started=me.started)
     info.save()
     console = out()
     history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
@@ -425,7 +429,9 @@ def up(
         fail(str(e), code=1)
     finally:
         server.stop()
-        state_file().unlink(missing_ok=True)
+        state_file().unlink(missing_ok=True)  # ours: the home's lock is held
+        if home_lock is not None:
+            home_lock.release()
         lock.release()
         if ephemeral:
             shutil.rmtree(store_dir, ignore_errors=True)
@@ -441,14 +447,20 @@ def down(
     import signal
     import time
 
-    from services.adapters.store_lock import alive
+    from services.adapters.store_lock import Process, alive
 
     path = state_file()
     try:
-        pid = int(json.loads(path.read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        said = json.loads(path.read_text())
+        started = said.get("started")
+        owner = Process(int(said["pid"]), started if isinstance(started, int) else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         fail(f"fgpu up is not running here ({path} names none)", code=1)
+    pid = owner.pid
     try:
+        # A pid that another process took since is no fgpu up's: it gets no signal.
+        if not owner.runs():
+            raise ProcessLookupError
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         path.unlink(missing_ok=True)

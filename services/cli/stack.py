@@ -72,11 +72,16 @@ log = structlog.get_logger()
 
 @dataclass
 class StackInfo:
+    """What ``up.json`` says of the running ``fgpu up``: where it serves, and which
+    process it is (its pid and, so that a pid reused by another process is not taken
+    for it, when that started: ``store_lock.Process``)."""
+
     nats_url: str
     store_dir: str
     agent_id: str | None
     pid: int
     api_url: str | None = None
+    started: int | None = None
 
     def save(self) -> None:
         write_private(state_file(), json.dumps(self.__dict__))
