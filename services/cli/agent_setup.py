@@ -16,7 +16,7 @@ from events import subjects as subj
 from services.actors.agent import AgentConfig
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
-from services.cli.options import fail, state_file, warn
+from services.cli.options import HostProblem, fail, state_file, warn
 from services.domain.groups import DEFAULT_GROUP
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.ports import ContainerRuntime, SliceRegions
@@ -146,10 +146,21 @@ def _registry(text: str | None) -> str | None:
 
 @asynccontextmanager
 async def container_runtime(name: str) -> AsyncIterator[ContainerRuntime]:
+    """The runtime ``name`` for the block, its engine answering. Raises HostProblem if
+    it does not (before the block), ValueError for an unknown name."""
     if name == "docker":
         from services.adapters.docker_runtime import DockerRuntime
+        from services.ports import RuntimeUnavailable
 
         async with DockerRuntime() as rt:
+            try:
+                await rt.ping()
+            except RuntimeUnavailable as e:
+                where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+                raise HostProblem(
+                    f"no Docker engine answers at {where}: start one, or set DOCKER_HOST "
+                    "to one (--runtime dummy runs no containers)"
+                ) from e
             yield rt
     elif name == "dummy":
         from services.adapters.dummy_runtime import DummyRuntime

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from services.cli import sim_cmd
-from services.cli.home import private_process
+from services.cli.home import home_hint, private_process
 from services.cli.options import (
     Settings,
     default_archive_dir,
@@ -296,7 +296,7 @@ def up(
     from services.adapters.store_lock import Process, StoreInUse, stop_orphan
     from services.cli.agent_setup import container_runtime
     from services.cli.identities import service_keys
-    from services.cli.preflight import hold_home, hold_store
+    from services.cli.preflight import hold_home, hold_store, port_taken, writable
     from services.cli.stack import (
         StackInfo,
         connected,
@@ -316,11 +316,12 @@ def up(
         fail("give --store or --ephemeral, not both")
     private_process()  # its store, projections and keys hold every tenant's history
     vfolder_owner = _storage_owner(storage_uid)
-    home = state_file().parent
+    home = writable(state_file().parent, home_hint())
     if ephemeral:
         store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
     else:
         store_dir = (Path(store) if store else home / "store").resolve()
+        writable(store_dir, "give --store a directory you may write" if store else home_hint())
     # Nothing of a store or a home another holds is touched (its up.json, its server):
     # the locks come first, and a refused second `fgpu up` says only why.
     lock = hold_store(store_dir)
@@ -336,6 +337,8 @@ def up(
     auth = _server_auth(store_dir)
     try:
         server = nats_server.start(str(store_dir), port, config=auth.config(), die_with_parent=True)
+    except nats_server.PortInUse as e:
+        fail(f"{e}: give another --port (none: a free one)", code=1)
     except nats_server.NatsServerError as e:
         fail(str(e), code=1)
     me = Process.me()
@@ -359,6 +362,8 @@ def up(
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
+            # No engine: one line before anything has connected (the server stops).
+            rt = await stack.enter_async_context(container_runtime(cfg.runtime_name))
             # The embedded case is its own administrator: it sets the stream up, gives a
             # new cluster its superadmin, and keypairs to the services it runs.
             setup = await stack.enter_async_context(
@@ -381,7 +386,6 @@ def up(
                 )
                 for kind in kinds
             }
-            rt = await stack.enter_async_context(container_runtime(cfg.runtime_name))
             tg = await stack.enter_async_context(anyio.create_task_group())
             # The actors' reads cover the archive too: one that has no snapshot to start
             # from replays the whole history here.
@@ -413,7 +417,8 @@ def up(
                 serve = functools.partial(
                     run_read_api, vfolder_root=cfg.vfolder_root, vfolder_owner=vfolder_owner
                 )
-                api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
+                with port_taken("127.0.0.1", api_port, "--api-port"):
+                    api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
                 info.api_url = api.url
                 info.save()
                 console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
@@ -511,16 +516,18 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     import anyio
 
     from services.cli.agent_setup import container_runtime
+    from services.cli.preflight import writable
     from services.cli.stack import connected, run_agent
 
     private_process()  # its state (sessions' kept output, regions) is its user's alone
+    writable(state_file().parent, home_hint())  # where it keeps sessions' output
     cfg, regions = agent.setup()
     url = _url(ctx)
 
     async def main() -> None:
         async with (
-            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx, f"agent:{cfg.agent_id}")) as conn,
             container_runtime(cfg.runtime_name) as rt,
+            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx, f"agent:{cfg.agent_id}")) as conn,
             anyio.create_task_group() as tg,
         ):
             tg.start_soon(_until_signalled, tg)
@@ -552,12 +559,13 @@ def api(
     import anyio
 
     from projections.paths import default_db_path
+    from services.cli.preflight import writable
     from services.cli.stack import connected, run_read_api, with_archive
 
     url = _url(ctx)
     private_process()  # the projections hold every tenant's history
     path = db or default_db_path(state_file().parent)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writable(path.parent, "give --db a file in a directory you may write" if db else home_hint())
     root = str(Path(vfolder_root or default_vfolder_root()).resolve())
     owner = _storage_owner(storage_uid)
 

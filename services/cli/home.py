@@ -9,12 +9,20 @@ others (nats-server, DuckDB, Parquet), so it sets its umask to 077
 writes one file writes it with ``write_private``.
 """
 
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["fgpu_home", "private_dir", "private_files", "private_process", "write_private"]
+__all__ = [
+    "fgpu_home",
+    "home_hint",
+    "private_dir",
+    "private_files",
+    "private_process",
+    "write_private",
+]
 
 PRIVATE_UMASK = 0o077
 
@@ -22,6 +30,11 @@ PRIVATE_UMASK = 0o077
 def fgpu_home() -> Path:
     """``$FGPU_HOME``, else ``~/.fgpu``."""
     return Path(os.environ.get("FGPU_HOME", Path.home() / ".fgpu"))
+
+
+def home_hint() -> str:
+    """What to do when ``$FGPU_HOME`` will not do, for a message."""
+    return f"set FGPU_HOME to a directory you may write (it is {fgpu_home()})"
 
 
 def private_process() -> None:
@@ -45,10 +58,13 @@ def private_files() -> Iterator[None]:
 
 def private_dir(path: Path) -> Path:
     """``path`` as a directory, each part of it that this makes 0700 (parts already there
-    are left as they are). Returns ``path``. Raises OSError."""
+    are left as they are). Returns ``path``. Raises OSError (NotADirectoryError naming the
+    part that is a file)."""
     missing: list[Path] = []
     part = path
     while not part.is_dir() and part != part.parent:
+        if part.exists():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(part))
         missing.append(part)
         part = part.parent
     for part in reversed(missing):

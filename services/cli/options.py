@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from services.client import Client
 
 __all__ = [
+    "HostProblem",
     "Settings",
     "api_errors",
     "connection",
@@ -42,6 +43,7 @@ __all__ = [
 
 T = TypeVar("T")
 DEFAULT_NATS = "nats://127.0.0.1:4222"
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
 def state_file() -> Path:
@@ -68,6 +70,13 @@ def _from_state_file(key: str) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) and value else None
+
+
+class HostProblem(Exception):
+    """Something the host lacks, or another holds, that a command needs (a home it may
+    write in, a container engine, a free port), said with what to do: ``run_async`` says
+    it in one line and exits 1. For code that cannot exit where it finds it (a
+    coroutine's); elsewhere ``fail(..., code=1)``."""
 
 
 @dataclass
@@ -164,8 +173,17 @@ async def user_client(settings: Settings) -> "AsyncIterator[Client]":
 
 
 def resolve_nats(given: str | None) -> str:
-    """--nats, else $FGPU_NATS, else where `fgpu up` said it is, else the default port."""
-    return given or os.environ.get("FGPU_NATS") or _from_state_file("nats_url") or DEFAULT_NATS
+    """--nats, else $FGPU_NATS, else where `fgpu up` said it is, else the default port.
+    Exits 2 with one line if it is no NATS URL (an http:// one: the read API's, say)."""
+    url = given or os.environ.get("FGPU_NATS") or _from_state_file("nats_url") or DEFAULT_NATS
+    for one in url.split(","):
+        scheme = one.strip().partition("://")[0].lower() if "://" in one else "nats"
+        if scheme not in NATS_SCHEMES:
+            fail(
+                f"{one.strip()!r} is no NATS URL: nats://HOST:PORT (or tls://, ws://, wss://);"
+                " the read API's address goes to --api or FGPU_API"
+            )
+    return url
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -231,7 +249,7 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
             return anyio.run(fn)
         except BaseExceptionGroup as group:
             raise _sole(group) from None  # a task group's one failure, as itself
-    except StreamMissing as e:
+    except (StreamMissing, HostProblem) as e:
         fail(str(e), code=1)  # it says what to do: no hint about fgpu up
     except LogError as e:
         hint = "" if "refused" in str(e) else " (is `fgpu up` running? set --nats or FGPU_NATS)"

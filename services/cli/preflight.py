@@ -1,12 +1,38 @@
-"""What ``fgpu up`` must hold before it starts anything, each refusal said in one line
-(exit 1): its store and its home, held by no other ``fgpu up``."""
+"""What a daemon needs of its host, found before it starts anything, each lack said in
+one line with what to do (exit 1): directories it may write in (``$FGPU_HOME``, a
+store), and the store and the home held by no other ``fgpu up``.
 
+A port is checked where it is listened on (``nats_server.PortInUse``, ``port_taken``):
+checked ahead, another process could take it between the check and the listen.
+"""
+
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from services.adapters.store_lock import StoreInUse, StoreLock
-from services.cli.options import fail
+from services.cli.home import home_hint, private_dir
+from services.cli.options import HostProblem, fail
 
-__all__ = ["hold_home", "hold_store"]
+__all__ = ["hold_home", "hold_store", "port_taken", "writable"]
+
+
+def writable(path: Path, hint: str) -> Path:
+    """``path`` as a directory this process may write in (made as ``private_dir`` makes
+    one); else exit 1 naming it, why, and ``hint``. Returns ``path``."""
+    try:
+        private_dir(path)
+        # Modes say little (root passes them; a read-only filesystem does not): try.
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fgpu-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and Path(e.filename) != path else ""
+        fail(f"cannot write in {path}: {e.strerror or e}{where}: {hint}", code=1)
+    return path
 
 
 def hold_store(store: Path) -> StoreLock:
@@ -16,6 +42,8 @@ def hold_store(store: Path) -> StoreLock:
         return StoreLock(store)
     except StoreInUse as e:
         fail(str(e), code=1)
+    except OSError as e:
+        fail(f"cannot lock the store {store}: {e.strerror or e}", code=1)
 
 
 def hold_home(home: Path, store: Path) -> StoreLock | None:
@@ -33,3 +61,23 @@ def hold_home(home: Path, store: Path) -> StoreLock | None:
             "it (fgpu down), or give this one another FGPU_HOME",
             code=1,
         )
+    except OSError as e:
+        fail(f"cannot lock {home}: {e.strerror or e}: {home_hint()}", code=1)
+
+
+@contextmanager
+def port_taken(host: str, port: int, option: str) -> Iterator[None]:
+    """Raise HostProblem, naming ``option`` to change, for the OSError of a block that
+    listens on ``host:port`` if another process listens there (other errors pass)."""
+    try:
+        yield
+    except (OSError, BaseExceptionGroup) as e:
+        # Raised in task groups, it comes wrapped in theirs.
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        if not isinstance(e, OSError) or e.errno != errno.EADDRINUSE:
+            raise
+        raise HostProblem(
+            f"cannot listen on {host}:{port}: another process does: give another {option} "
+            "(0: a free one)"
+        ) from e

@@ -356,9 +356,18 @@ def keypair_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
 
 
 def _store(access_key: str, secret: str) -> None:
-    from services.cli.credentials import Credentials, save
+    from services.cli.credentials import Credentials, credentials_file, save
+    from services.cli.home import home_hint
 
-    path = save(Credentials(access_key, secret))
+    try:
+        path = save(Credentials(access_key, secret))
+    except OSError as e:
+        where = e.filename or credentials_file()
+        fail(
+            f"cannot store the keypair in {credentials_file()}: {e.strerror} ({where}): "
+            f"{home_hint()}",
+            code=1,
+        )
     warn(f"stored in {path}: this CLI now speaks as {access_key}")
 
 
