@@ -7,6 +7,7 @@ turns those into its own, ``nats_bus``)::
 
     JetStream API error, by its code (JsErr)
       WRONG_LAST_SEQUENCE        -> ConcurrencyConflict
+      ATOMIC_PUBLISH_DUPLICATE   -> ConcurrencyConflict (a batch holding a stored id)
       STREAM_NOT_FOUND           -> StreamMissing
       CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
       CONSUMER_EXISTS            -> ConsumerExists    (likewise: a read takes another name)
@@ -81,6 +82,7 @@ class JsErr(IntEnum):
     ATOMIC_PUBLISH_INVALID_BATCH_ID = 10179  # JSAtomicPublishInvalidBatchIDErr
     ATOMIC_PUBLISH_TOO_LARGE_BATCH = 10199  # JSAtomicPublishTooLargeBatchErrF
     ATOMIC_PUBLISH_INVALID_BATCH_COMMIT = 10200  # JSAtomicPublishInvalidBatchCommitErr
+    ATOMIC_PUBLISH_DUPLICATE = 10201  # JSAtomicPublishContainsDuplicateMessageErr
     ATOMIC_PUBLISH_TOO_MANY_INFLIGHT = 10210  # JSAtomicPublishTooManyInflight
 
 
@@ -104,7 +106,9 @@ class TimedOut(LogError):
 def js_error(what: str, code: int | None, description: str | None) -> LogError:
     """The port's error for JetStream's refusal ``code`` of the call ``what``."""
     text = description or "no description"
-    if code == JsErr.WRONG_LAST_SEQUENCE:
+    if code in (JsErr.WRONG_LAST_SEQUENCE, JsErr.ATOMIC_PUBLISH_DUPLICATE):
+        # A batch holding an event the stream has (its id) stores nothing: the log holds
+        # what the writer decided, or another's decision with it; re-read, decide again.
         return ConcurrencyConflict(f"{what}: {text}")
     if code == JsErr.STREAM_NOT_FOUND:
         return StreamMissing(NO_STREAM)
@@ -116,6 +120,11 @@ def js_error(what: str, code: int | None, description: str | None) -> LogError:
         return LogError(
             f"{what}: stream {subj.STREAM} takes no atomic batches: an administrator brings "
             "it up to date with 'fgpu stream create'"
+        )
+    if code == JsErr.ATOMIC_PUBLISH_UNSUPPORTED_HEADER:
+        return LogError(
+            f"{what}: this nats-server takes no Nats-Msg-Id inside an atomic batch "
+            f"({text}); fgpu needs one that does (2.12.0 does not; 2.15, which it ships, does)"
         )
     name = JsErr(code).name if code is not None and code in set(JsErr) else f"error {code}"
     return LogError(f"{what}: JetStream refused ({name}): {text}")
