@@ -11,6 +11,7 @@ turns those into its own, ``nats_bus``)::
       STREAM_NOT_FOUND           -> StreamMissing
       CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
       CONSUMER_EXISTS            -> ConsumerExists    (likewise: a read takes another name)
+      NO_MESSAGE_FOUND           -> MessageMissing    (a LogError: a message get found none)
       any other                  -> LogError, naming the code
     no responders                -> NoResponders      (a LogError: nothing stores the subject)
     no answer in time            -> TimedOut          (a LogError)
@@ -47,6 +48,7 @@ __all__ = [
     "ConsumerMissing",
     "Credentials",
     "JsErr",
+    "MessageMissing",
     "NatsClient",
     "NoResponders",
     "TimedOut",
@@ -68,6 +70,7 @@ class JsErr(IntEnum):
     (``server/errors.json``)."""
 
     CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
+    NO_MESSAGE_FOUND = 10037  # JSNoMessageFoundErr
     NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
     STREAM_NAME_IN_USE = 10058  # JSStreamNameExistErr: exists with another configuration
     STREAM_NOT_FOUND = 10059  # JSStreamNotFoundErr
@@ -94,6 +97,10 @@ class ConsumerExists(LogError):
     """A consumer of the name asked for exists, and the create may not change it."""
 
 
+class MessageMissing(LogError):
+    """A message get found no message of the sequence or subject asked for."""
+
+
 class NoResponders(LogError):
     """Nobody answered a request: no stream stores the subject, or no JetStream (or, on
     the bus, no agent serves the id)."""
@@ -116,6 +123,8 @@ def js_error(what: str, code: int | None, description: str | None) -> LogError:
         return ConsumerMissing(f"{what}: {text}")
     if code == JsErr.CONSUMER_EXISTS:
         return ConsumerExists(f"{what}: {text}")
+    if code == JsErr.NO_MESSAGE_FOUND:
+        return MessageMissing(f"{what}: {text}")
     if code == JsErr.ATOMIC_PUBLISH_DISABLED:
         return LogError(
             f"{what}: stream {subj.STREAM} takes no atomic batches: an administrator brings "
