@@ -1,26 +1,34 @@
 """Every event on the log carries its id as its ``Nats-Msg-Id``, those of atomic batches
 too: the first tenancy, the registrar's answers, the quota's admissions, the scheduler's
-rounds. A batch sent again is never stored twice: as it was, its expectation refuses it;
-with the subject's last sequence as expectation (the expectation alone would let it in),
-its ids do.
+rounds, the intake's requests of several. A batch sent again is never stored twice: as
+it was, its expectation refuses it; with the subject's last sequence as expectation (the
+expectation alone would let it in), its ids do.
 """
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack, aclosing
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
 
-from events import AnyEvent, CreateProject, Slots, decode
+from events import AnyEvent, CreateProject, SessionRequested, Slots, decode
 from events import subjects as subj
 from services.actors.bootstrap import bootstrap
 from services.actors.common import rebuild
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_pull import ack_seqs
+from services.adapters.jetstream_readers import deliveries, read_consumer
+from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
-from services.client import Client
+from services.client import Client, new_session_id
+from services.domain.permissions import inbox
+from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState
 from services.ports import ConcurrencyConflict
 from tests.cluster import GIB, agent_config, running_cluster
+from tests.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 
@@ -87,3 +95,60 @@ async def test_every_event_carries_its_id_and_no_batch_is_stored_twice(log: JetS
         msg = await log.js.get_msg(subj.STREAM, seq)
         assert msg.headers is not None and msg.data is not None
         assert msg.headers.get("Nats-Msg-Id") == decode(msg.data).id, (seq, msg.subject)
+
+
+async def test_a_request_of_several_is_one_batch_on_the_log_and_a_resend_adds_nothing() -> None:
+    """``session create --count 3`` through the intake, on a server with tenancy: the
+    three are stored as one atomic batch; the same request handed in again (a retry with
+    the same ids, or an intake that died before letting it go) stores nothing more."""
+    async with secured_cluster(services=("intake",)) as c, AsyncExitStack() as stack:
+        await start_actors(c, stack)
+        me = c.root.access_key
+        async with nats_connection(c.url, name="ana", **_as(me, c.root.secret)) as conn:
+            sender = conn.sender(me)
+            assert sender is not None
+            three = [_create(me) for _ in range(3)]
+            after = await c.setup.last_seq()
+            await sender.send(three)
+            await sender.send(three)  # again, the same events
+            marker = _create(me)
+            await sender.send([marker])  # handed after: written once the resend is let go
+            with anyio.fail_after(30):
+                await Client(c.setup, SystemClock(), me).wait_until(
+                    lambda s: marker.session_id in s.sessions
+                )
+        requests = [m for m in await _stored(c.setup, after) if m.subject.startswith("fgpu.req.")]
+        assert [decode(m.data) for m in requests] == [*three, marker]
+        batch_ids = {(m.headers or {}).get("Nats-Batch-Id") for m in requests[:3]}
+        assert len(batch_ids) == 1 and None not in batch_ids
+
+
+async def _stored(log: JetStreamLog, after: int) -> list[Msg]:
+    """The messages stored after ``after``, headers and all, as a read of ``log``'s
+    identity delivers them."""
+    end, found = await log.last_seq(), []
+    what = "read with headers"
+    async with (
+        read_consumer(log.client, subj.STREAM, subj.STREAM_WILDCARD, after, what) as name,
+        aclosing(deliveries(log.client, subj.STREAM, name, what)) as batches,
+    ):
+        async for msgs in batches:
+            found += msgs
+            if ack_seqs(msgs[-1].reply)[0] >= end:
+                return found
+    raise AssertionError("the read ended")
+
+
+def _as(key: str, secret: str) -> dict[str, str]:
+    return {"user": key, "password": secret, "inbox_prefix": inbox(key)}
+
+
+def _create(key: str) -> SessionRequested:
+    return stamp(
+        SessionRequested,
+        Provenance(key, SystemClock().now()),
+        session_id=new_session_id(),
+        owner=key,
+        image="fgpu/busybox:latest",
+        slots=Slots(cpu=100, mem=GIB, fgpu=25),
+    )
