@@ -218,6 +218,34 @@ class EventLogContract:
         )
 
     @pytest.mark.anyio
+    async def test_a_batch_s_events_are_deduped_by_their_ids(self, events: EventLog) -> None:
+        """Every event of a batch carries its id: appended again on its own it is not
+        stored twice, and a batch holding it, sent again with any expectation (the one it
+        had, or the subject's last), stores nothing."""
+        first, second = admitted(), admitted()
+        batch: list[tuple[str, AnyEvent]] = [(LEDGER, first), (QUOTA_A, second)]
+        last = await events.append_batch(batch, expect_subject=LEDGER, expected_last_subject_seq=0)
+        assert await events.append(QUOTA_B, second) == last
+        ledger = last - 1
+        for expected in (0, ledger):
+            with pytest.raises(ConcurrencyConflict):
+                await events.append_batch(
+                    batch, expect_subject=LEDGER, expected_last_subject_seq=expected
+                )
+            mixed: list[tuple[str, AnyEvent]] = [(LEDGER, admitted()), (QUOTA_A, second)]
+            with pytest.raises(ConcurrencyConflict):
+                await events.append_batch(
+                    mixed, expect_subject=LEDGER, expected_last_subject_seq=expected
+                )
+            alone: list[tuple[str, AnyEvent]] = [(LEDGER, first)]
+            with pytest.raises(ConcurrencyConflict):
+                await events.append_batch(
+                    alone, expect_subject=LEDGER, expected_last_subject_seq=expected
+                )
+        assert await events.last_seq() == last
+        assert [r.event for r in await read_all(events)] == [first, second]
+
+    @pytest.mark.anyio
     async def test_a_batch_must_hold_something_on_its_subject(self, events: EventLog) -> None:
         with pytest.raises(ValueError):
             await events.append_batch([], expect_subject=LEDGER, expected_last_subject_seq=0)

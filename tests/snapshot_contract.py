@@ -3,6 +3,7 @@ to subclass: a subclass provides the fixture ``store``. Run against MemorySnapsh
 real JetStreamSnapshots (``test_actor_snapshots.py``)."""
 
 import os
+from datetime import UTC, datetime
 
 import pytest
 
@@ -30,3 +31,13 @@ class SnapshotContract:
         data = os.urandom(size)
         await store.save(data)
         assert await store.load() == data
+
+    async def test_it_says_when_the_latest_was_saved(self, store: SnapshotStore) -> None:
+        assert await store.saved_at() is None
+        before = datetime.now(UTC)
+        await store.save(b"first")
+        first = await store.saved_at()
+        assert first is not None and before <= first <= datetime.now(UTC)
+        await store.save(b"second")
+        second = await store.saved_at()
+        assert second is not None and second >= first

@@ -2,16 +2,18 @@
 what it writes, in which order, what it drops and says, and nothing lost or doubled when
 a message is handed again."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 
 import anyio
 import pytest
 
 from events import (
     AdminRequested,
+    AnyEvent,
     CreateDomain,
     RequestsDropped,
     SessionDestroyRequested,
@@ -22,7 +24,7 @@ from events import subjects as subj
 from services.actors.intake import IntakeActor
 from services.domain.intake import Drops, KeyRates
 from services.domain.provenance import Provenance, stamp
-from services.ports import Handed
+from services.ports import Handed, LogError
 from services.testing.memory_intake import MemoryIntake
 from services.testing.memory_log import MemoryLog
 
@@ -188,3 +190,65 @@ async def test_a_message_handed_again_is_written_once() -> None:
         tg.cancel_scope.cancel()
     stored = [(r.subject, r.event) async for batch in log.read(0) for r in batch]
     assert stored == [(subj.request("ana", "s1"), c1), (subj.request("ana", "s2"), c2)]
+
+
+class FillsUp(MemoryLog):
+    """A log with room for ``room`` more events: an atomic batch that does not fit stores
+    nothing, pipelined events are stored until there is no room (as JetStream does with a
+    full disk or a stream's limit); ``refused`` is set at each refusal."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+        self.refused = anyio.Event()
+
+    def _refuse(self) -> NoReturn:
+        self.refused.set()
+        raise LogError("no space left on the log's disk")
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        if len(items) > self.room:
+            self._refuse()
+        seq = await super().append_batch(
+            items,
+            expect_subject=expect_subject,
+            expected_last_subject_seq=expected_last_subject_seq,
+        )
+        self.room -= len(items)
+        return seq
+
+    async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
+        seqs = []
+        for subject, event in items:
+            if self.room < 1:
+                self._refuse()
+            seqs.append(await self.append(subject, event))
+            self.room -= 1
+        return seqs
+
+
+async def test_requests_handed_together_are_written_all_or_none() -> None:
+    """``session create --count 3`` while the log has room for one: none of the three is
+    stored (not one of them, to run while the user is told it failed); once there is
+    room, all three, once each."""
+    intake, log, clock = MemoryIntake(wait_s=0.01), FillsUp(room=1), Clock()
+    three = [_create("ana", f"s{n}") for n in range(3)]
+    await intake.sender("ana").send(three)
+    async with anyio.create_task_group() as tg:
+        await tg.start(IntakeActor(intake, log, clock).run)
+        with anyio.fail_after(10):
+            await log.refused.wait()
+        assert await log.last_seq() == 0
+        log.room = 10
+        intake.expire()  # its time is up: handed again
+        with anyio.fail_after(10):
+            await intake.drained()
+        tg.cancel_scope.cancel()
+    stored = [(r.subject, r.event) async for batch in log.read(0) for r in batch]
+    assert stored == [(subj.request("ana", e.session_id), e) for e in three]

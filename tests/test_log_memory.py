@@ -72,13 +72,6 @@ async def test_an_id_is_remembered_for_the_logs_whole_life() -> None:
     assert await log.append(QUOTA_A, e) == first
 
 
-async def test_events_of_a_batch_are_not_deduped_as_on_jetstream() -> None:
-    log = MemoryLog()
-    e = admitted()
-    await log.append_batch([(QUOTA_A, e)], expect_subject=QUOTA_A, expected_last_subject_seq=0)
-    assert await log.append(QUOTA_A, e) == 2
-
-
 async def test_a_batch_too_large_is_refused() -> None:
     log = MemoryLog()
     items = [(QUOTA_A, admitted()) for _ in range(1001)]

@@ -9,6 +9,14 @@ message is let go of (``done``) only once its requests are on the log, or counte
 dropped: one handed again after a crash is written again, and the log keeps one of each
 (the stream's dedupe on the event's id), so nothing is lost and nothing doubled.
 
+A message of one request is written pipelined with the others. One of several (``session
+create --count N``) is one atomic batch, all or none, expecting its first request's
+subject (a session's or an administrator's request: no request stood there) to hold
+nothing: a failed write stores none of it, and a batch written before (handed again, or
+sent again by its client with the same ids) is refused whole by the log, which holds it
+already, and let go of. A client that names a session it asked for before has the whole
+message refused so: the fold would refuse that session's second request anyway.
+
 One intake reads at a time in practice (a key's requests are written in the order it
 handed them in only if one reader takes them); a second shares the work and is harmless.
 """
@@ -21,12 +29,14 @@ import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
-from events import AnyEvent, RequestsDropped, decode_many
+from events import AdminRequested, AnyEvent, RequestsDropped, SessionRequested, decode_many
 from events import subjects as subj
 from services.domain.intake import Dropped, Drops, KeyRates, routed
 from services.domain.provenance import Provenance, stamp
 from services.ports import (
+    MAX_BATCH,
     Clock,
+    ConcurrencyConflict,
     EventLog,
     Handed,
     IntakeQueue,
@@ -79,21 +89,37 @@ class IntakeActor:
         return self.clock.now().timestamp()
 
     async def _take(self, batch: list[Handed]) -> None:
-        """Write the requests of ``batch`` that may stand, in the order handed in (one
-        pipelined append), count the others dropped, then let the batch go. Raises
-        LogError (the log failed: the batch is handed again later)."""
+        """Write the requests of ``batch`` that may stand, in the order handed in (those
+        handed alone pipelined, those handed together each an atomic batch: see the
+        module), count the others dropped, then let the batch go. Raises LogError (the log
+        failed: the batch is handed again later)."""
         now = self._now()
-        route: list[tuple[str, AnyEvent]] = []
+        loose: list[tuple[str, AnyEvent]] = []  # requests handed in alone
         for h in batch:
-            route += self._judged(h, now)
+            route = self._judged(h, now)
+            first_new = _first_new(route)
+            if first_new is None:
+                loose += route
+                continue
+            await self._append_many(loose)  # in the order handed in
+            loose = []
+            try:
+                await self.events.append_batch(
+                    route, expect_subject=first_new, expected_last_subject_seq=0
+                )
+            except ConcurrencyConflict as e:
+                log.info("intake.written_before", owner=h.key, requests=len(route), said=str(e))
+        await self._append_many(loose)
+        for h in batch:
+            await h.done()
+
+    async def _append_many(self, route: list[tuple[str, AnyEvent]]) -> None:
         if route:
             # Each deduped by its id: written again after a crash, the log keeps one. (No
             # expected sequence: JetStream checks it before the id, so a create written
             # again would be refused as a conflict; the fold refuses a session id asked
             # for twice.)
             await self.events.append_many(route)
-        for h in batch:
-            await h.done()
 
     def _judged(self, h: Handed, now: float) -> list[tuple[str, AnyEvent]]:
         """``h``'s requests with their subjects, if they may stand now; else none, and
@@ -125,6 +151,17 @@ class IntakeActor:
             except LogError:
                 self.drops.unsay(d)  # said again with the next window's
                 raise
+
+
+def _first_new(route: list[tuple[str, AnyEvent]]) -> str | None:
+    """The subject of the first request of ``route`` if it stands on a subject of its own
+    (a session asked for, an administrator's request: its batch expects it to hold
+    nothing, and stays in the order handed in) and ``route`` is several requests one
+    atomic batch may hold; else None (written pipelined)."""
+    if not 1 < len(route) <= MAX_BATCH:
+        return None
+    subject, first = route[0]
+    return subject if isinstance(first, SessionRequested | AdminRequested) else None
 
 
 def _record(d: Dropped, clock: Clock) -> RequestsDropped:

@@ -1,25 +1,37 @@
 """An actor's snapshots: it starts from the latest one and the log's tail, and keeps one.
 
-A snapshot that is missing, unreadable, of another fold version or another log, or ahead
-of the log, is ignored with a warning: the actor replays the whole log, as without one.
-Saving never holds a decision up: the state is encoded between two batches (it holds live
-sessions, not history: a few milliseconds) and stored by a task of its own, one at a time;
-a save that fails is logged and tried again at the next one due. A state is saved only
-once every decision the actor applied ahead of the log has come back from it: a snapshot
-holds the fold of the log up to its sequence, nothing more.
+A snapshot that is missing, unreadable, corrupt (its bytes are not what was saved, or not
+a snapshot at all), of another fold version or another log, or ahead of the log, is
+ignored with a warning that says which (``snapshot.corrupt``, ``snapshot.unreadable``,
+``snapshot.ignored``, with the reason): the actor replays the whole log, as without one,
+and an actor that writes snapshots keeps one at once after that replay, in place of the
+one it could not use. Saving never holds a decision up: the state is encoded between two
+batches (it holds live sessions, not history: a few milliseconds) and stored by a task
+of its own, one at a time; a save that fails is logged and tried again at the next one
+due. A state is saved only once every decision the actor applied ahead of the log has
+come back from it: a snapshot holds the fold of the log up to its sequence, nothing
+more. ``check`` tells what an actor starting now would make of a store's snapshot
+(``fgpu admin snapshots``).
 """
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 import structlog
 from anyio.abc import TaskGroup
 
 from services.domain.state import ClusterState
-from services.domain.state_codec import SnapshotUnusable, decode_actor_state, encode_actor_state
-from services.ports import EventLog, LogError, SnapshotStore
+from services.domain.state_codec import (
+    SnapshotUndecodable,
+    SnapshotUnusable,
+    decode_actor_state,
+    encode_actor_state,
+)
+from services.ports import EventLog, LogError, SnapshotCorrupt, SnapshotStore
 
-__all__ = ["Snapshots"]
+__all__ = ["SnapshotHealth", "Snapshots", "check"]
 
 log = structlog.get_logger()
 
@@ -55,30 +67,12 @@ class Snapshots:
         """The latest usable snapshot's state, or an empty one (replay from the start)."""
         self._log = await events.identity()
         self.started_from = self._saved_seq = 0
-        try:
-            data = await self.store.load()
-        except LogError as e:
-            log.warning("snapshot.unreadable", actor=actor, error=str(e))
-            return ClusterState()
-        if data is None:
-            log.info("snapshot.none", actor=actor)
-            return ClusterState()
-        try:
-            state = decode_actor_state(data, self._log)
-        except SnapshotUnusable as e:
-            log.warning("snapshot.ignored", actor=actor, reason=str(e))
-            return ClusterState()
-        last = await events.last_seq()
-        if state.last_seq > last:
-            log.warning(
-                "snapshot.ignored",
-                actor=actor,
-                reason=f"at {state.last_seq}, the log ends at {last}",
-            )
+        state, health = await _examine(self.store, events, self._log)
+        _say(health, actor)
+        if state is None:
             return ClusterState()
         self.started_from = self._saved_seq = state.last_seq
         self._saved_at = self._clock()
-        log.info("snapshot.started", actor=actor, seq=state.last_seq, log_ends=last)
         return state
 
     def due(self, state: ClusterState) -> bool:
@@ -111,3 +105,72 @@ class Snapshots:
         finally:
             self._saved_at = self._clock()
             self._saving = False
+
+
+@dataclass(frozen=True)
+class SnapshotHealth:
+    """What an actor makes of the latest snapshot of a store. ``verdict``: ``ok`` (it
+    starts from it), ``none`` (none saved), ``corrupt`` (its bytes are not what was
+    saved, or no snapshot), ``unusable`` (of another log or fold version, or ahead of
+    the log), ``unreadable`` (the store failed); ``reason`` says why for the last three.
+    """
+
+    verdict: str
+    reason: str | None = None
+    seq: int = 0  # the sequence it covers, when ok
+    size: int = 0  # its bytes, when read
+    log_ends: int = 0  # the log's last sequence, when compared with it
+    saved_at: datetime | None = None  # when it was saved (``check`` alone says)
+
+
+async def check(store: SnapshotStore, events: EventLog) -> SnapshotHealth:
+    """What an actor starting now would make of ``store``'s latest snapshot, and when it
+    was saved. Raises LogError if the log cannot say its identity or its end."""
+    try:
+        saved_at = await store.saved_at()
+    except LogError as e:
+        return SnapshotHealth("unreadable", str(e))
+    _, health = await _examine(store, events, await events.identity())
+    return replace(health, saved_at=saved_at)
+
+
+async def _examine(
+    store: SnapshotStore, events: EventLog, log_identity: str
+) -> tuple[ClusterState | None, SnapshotHealth]:
+    """The state of ``store``'s latest snapshot if an actor of the log ``log_identity``
+    may start from it (else None), and why. Raises LogError if the log cannot say its
+    end."""
+    try:
+        data = await store.load()
+    except SnapshotCorrupt as e:
+        return None, SnapshotHealth("corrupt", str(e))
+    except LogError as e:
+        return None, SnapshotHealth("unreadable", str(e))
+    if data is None:
+        return None, SnapshotHealth("none")
+    try:
+        state = decode_actor_state(data, log_identity)
+    except SnapshotUndecodable as e:
+        return None, SnapshotHealth("corrupt", str(e), size=len(data))
+    except SnapshotUnusable as e:
+        return None, SnapshotHealth("unusable", str(e), size=len(data))
+    last = await events.last_seq()
+    if state.last_seq > last:
+        reason = f"at {state.last_seq}, the log ends at {last}"
+        return None, SnapshotHealth("unusable", reason, state.last_seq, len(data), last)
+    return state, SnapshotHealth("ok", None, state.last_seq, len(data), last)
+
+
+def _say(health: SnapshotHealth, actor: str) -> None:
+    """The log line an actor's start writes for ``health``."""
+    match health.verdict:
+        case "ok":
+            log.info("snapshot.started", actor=actor, seq=health.seq, log_ends=health.log_ends)
+        case "none":
+            log.info("snapshot.none", actor=actor)
+        case "corrupt":
+            log.warning("snapshot.corrupt", actor=actor, reason=health.reason)
+        case "unreadable":
+            log.warning("snapshot.unreadable", actor=actor, error=health.reason)
+        case _:
+            log.warning("snapshot.ignored", actor=actor, reason=health.reason)

@@ -3,7 +3,10 @@
 - The stream is an administrator's: ``create_or_update_stream`` makes it or brings it up to
   this version's configuration; ``connect`` only connects, and a client that finds no
   stream gets StreamMissing from whatever it calls.
-- Dedupe: every append carries ``Nats-Msg-Id`` = the event id, within a 2-minute window.
+- Dedupe: every append carries ``Nats-Msg-Id`` = the event id, within a 2-minute window,
+  each message of an atomic batch too: a batch holding an id the stream has seen is
+  refused whole (ConcurrencyConflict), so neither a resend nor another batch stores an
+  event twice. (nats-server 2.12.0 refused the header inside a batch; later ones take it.)
 - Optimistic concurrency: ``Nats-Expected-Last-Subject-Sequence`` on single appends, and on
   the first message of an atomic batch (server 2.12+, ``allow_atomic``), which stores all
   of the batch or none of it.
@@ -59,7 +62,14 @@ from services.adapters.nats_client import (
     NoResponders,
     open_client,
 )
-from services.ports import BulkReadUnavailable, LogError, Retention, StreamMissing, check_batch
+from services.ports import (
+    BulkReadUnavailable,
+    ConcurrencyConflict,
+    LogError,
+    Retention,
+    StreamMissing,
+    check_batch,
+)
 
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
@@ -196,15 +206,21 @@ class JetStreamLog:
         *,
         expected_last_subject_seq: int | None = None,
     ) -> int:
-        headers = {"Nats-Msg-Id": event.id}
-        if expected_last_subject_seq is not None:
-            headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
         what = f"append to {subject}"
+        return _ack_seq(what, await self._append(what, subject, event, expected_last_subject_seq))
+
+    async def _append(
+        self, what: str, subject: str, event: AnyEvent, expected: int | None
+    ) -> dict[str, Any]:
+        """One event appended, deduped by its id; the acknowledgement. Raises LogError."""
+        headers = {"Nats-Msg-Id": event.id}
+        if expected is not None:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
         async with self._appending(what):
             reply = await self.nc.request(
                 subject, encode(event), headers=headers, timeout=TIMEOUT_S
             )
-            return _ack_seq(what, reply.data)
+            return jetstream_api.answer(what, reply.data)
 
     async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
         """Append independent events, pipelined (not atomic); return their sequences."""
@@ -233,22 +249,26 @@ class JetStreamLog:
         expected_last_subject_seq: int,
     ) -> int:
         check_batch(items, expect_subject)
+        what = f"append a batch to {expect_subject}"
         if len(items) == 1 and items[0][0] == expect_subject:
             subject, event = items[0]
-            return await self.append(
-                subject, event, expected_last_subject_seq=expected_last_subject_seq
-            )
-        # Nats-Msg-Id is refused inside a batch; the expected sequence guards it instead.
+            ack = await self._append(what, subject, event, expected_last_subject_seq)
+            if ack.get("duplicate"):  # stored before: a batch's resend stores nothing
+                raise ConcurrencyConflict(f"{what}: event {event.id} is on the log already")
+            return _ack_seq(what, ack)
         # The check names the first message's subject, so that message must be on it.
         ordered = sorted(items, key=lambda item: item[0] != expect_subject)
         batch_id = uuid.uuid4().hex
         last = len(ordered)
-        what = f"append a batch to {expect_subject}"
         # One call: a connection lost anywhere in the batch fails it, and the server
         # stores none of a batch it did not see committed.
         async with self._appending(what):
             for i, (subject, event) in enumerate(ordered, start=1):
-                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(i)}
+                headers = {
+                    "Nats-Batch-Id": batch_id,
+                    "Nats-Batch-Sequence": str(i),
+                    "Nats-Msg-Id": event.id,
+                }
                 if i == 1:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
                 if i == last:
@@ -256,7 +276,7 @@ class JetStreamLog:
                     reply = await self.nc.request(
                         subject, encode(event), headers=headers, timeout=TIMEOUT_S
                     )
-                    return _ack_seq(what, reply.data)
+                    return _ack_seq(what, jetstream_api.answer(what, reply.data))
                 if i == 1:
                     # A request, so that a bad batch is refused before we send more.
                     reply = await self.nc.request(
@@ -473,11 +493,11 @@ class JetStreamLog:
                     yield raw
 
 
-def _ack_seq(what: str, data: bytes) -> int:
+def _ack_seq(what: str, ack: dict[str, Any]) -> int:
     """The sequence a publish's acknowledgement gives. Raises LogError."""
-    seq = jetstream_api.answer(what, data).get("seq")
+    seq = ack.get("seq")
     if not isinstance(seq, int):
-        raise LogError(f"{what}: an acknowledgement without a sequence: {data[:200]!r}")
+        raise LogError(f"{what}: an acknowledgement without a sequence: {str(ack)[:200]}")
     return seq
 
 

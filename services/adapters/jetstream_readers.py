@@ -1,5 +1,5 @@
 """Reads through consumers of the reader's own names: a replay or a tail of the log, the
-bulk reader's, a snapshot's chunks.
+bulk reader's.
 
 - A connection with an access key (the user it connected as) reads through the consumers
   its permissions name, ``permissions.reader_names``, and through no other: one identity

@@ -4,47 +4,61 @@
   (``JetStreamLog.create_or_update_stream`` calls it); a service only reads and writes.
 - A save puts the object anew: nats-py writes the new chunks, then the meta message (a
   rollup, so the bucket's meta holds only the latest), then purges the old chunks. A
-  reader sees the old object or the new one, never a mix; a digest checks the chunks.
-  A reader whose chunks were purged under it by a save gives up after ``_READ_S`` and
-  reads again, the new object then.
-- A load reads the meta message (a message get), then the chunks through a consumer of
-  the reader's own names (``jetstream_readers``), not nats-py's ordered consumer: its
-  create names no consumer, and a permission to make it is one to change any consumer of
-  the bucket.
+  reader sees the old object or the new one, never a mix.
+- A load reads the meta message, then each chunk, by message gets (the next message on
+  the object's chunk subject after the one before), which answer at once: a chunk or
+  none. It never waits for a chunk that is not coming. A chunk missing means either a
+  save replaced the object while it was read (the meta names another one then: it reads
+  that) or the object is damaged (the meta is the same: SnapshotCorrupt, at once). The
+  chunks are then checked against the meta's count, size and SHA-256 digest.
 - Who may write which bucket is the server's to enforce (``services.domain.permissions``):
-  a scheduler writes the scheduler's, which agents may only read.
+  a scheduler writes the scheduler's, which agents may only read (its info and message
+  gets).
 
-Every call into nats-py goes through ``NatsClient.call``: only LogError comes out.
+Every call into nats-py goes through ``NatsClient.call`` (``jetstream_api``): only
+LogError comes out.
 """
 
 import base64
+import binascii
 import hashlib
-from contextlib import aclosing
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-import anyio
 import structlog
 from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import (
-    BadObjectMetaError,
-    BucketNotFoundError,
-    NotFoundError,
-    ObjectNotFoundError,
-)
+from nats.js.errors import BadObjectMetaError, NotFoundError
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_DIGEST_TYPE
 
 from events import subjects as subj
-from services.adapters.jetstream_pull import ack_pending
-from services.adapters.jetstream_readers import deliveries, read_consumer
-from services.adapters.nats_client import NatsClient
-from services.ports import LogError
+from services.adapters import jetstream_api
+from services.adapters.nats_client import MessageMissing, NatsClient
+from services.ports import LogError, SnapshotCorrupt, StreamMissing
 
 __all__ = ["JetStreamSnapshots", "ensure_buckets"]
 
 log = structlog.get_logger()
 
 _OBJECT = "state"
-_READ_S = 5.0  # one read of a snapshot (a few MB on a loopback: well under a second)
-_TRIES = 3
+_TRIES = 3  # reads of an object replaced by a save while read, before giving up
+_NAMED = ("name", "bucket", "nuid")  # what every object's meta names (nats-py's ObjectInfo)
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """What an object's meta message says of it."""
+
+    nuid: str | None  # its chunks' subject token; None for a link or none
+    size: int
+    chunks: int
+    digest: bytes | None  # the SHA-256 of its bytes; None when the meta gives none
+    saved_at: datetime
+
+
+class _ChunkMissing(Exception):
+    """A chunk the meta names is not in the bucket (replaced, or lost)."""
 
 
 class JetStreamSnapshots:
@@ -57,58 +71,87 @@ class JetStreamSnapshots:
         self._js = client.nc.jetstream()
         self.kind = kind
         self.bucket = subj.snapshot_bucket(kind)
+        self._stream = subj.snapshot_stream(kind)
 
     async def load(self) -> bytes | None:
-        for _ in range(_TRIES - 1):
-            try:
-                with anyio.fail_after(_READ_S):
-                    return await self._load()
-            except (TimeoutError, LogError) as e:
-                log.info("snapshot.read_again", bucket=self.bucket, error=str(e) or "timed out")
-        try:
-            with anyio.fail_after(_READ_S):
-                return await self._load()
-        except TimeoutError as e:
-            raise LogError(f"load a snapshot from {self.bucket}: timed out") from e
-
-    async def _load(self) -> bytes | None:
         what = f"load a snapshot from {self.bucket}"
-        with self._client.call(what):
+        meta = await self._meta(what)
+        for _ in range(_TRIES):
+            if meta is None:
+                return None
             try:
-                store = await self._js.object_store(self.bucket)
-                info = await store.get_info(_OBJECT)
-            except (BucketNotFoundError, ObjectNotFoundError):
-                return None
-            except BadObjectMetaError:
-                # Something else stands where the object's meta should (a message aimed
-                # there by a client that could publish in this account): no snapshot,
-                # and the next save puts the meta back.
-                log.warning("snapshot.meta_unreadable", bucket=self.bucket)
-                return None
-        if info.is_link() or not info.nuid:
-            raise LogError(f"{what}: the object's meta names no chunks of this bucket")
-        if not info.size:
-            return b""
-        data = await self._chunks(what, info.nuid)
-        if hashlib.sha256(data).digest() != _digest(info.digest):
-            raise LogError(f"{what}: its chunks do not match its digest")
+                return await self._object(what, meta)
+            except _ChunkMissing as e:
+                again = await self._meta(what)
+                if again == meta:  # not replaced: what it names is gone
+                    raise SnapshotCorrupt(f"{what}: {e}") from None
+                meta = again  # a save replaced it while it was read: the new one
+        raise LogError(f"{what}: replaced by a save {_TRIES} times while it was read")
+
+    async def saved_at(self) -> datetime | None:
+        meta = await self._meta(f"the time of the snapshot in {self.bucket}")
+        return None if meta is None else meta.saved_at
+
+    async def _meta(self, what: str) -> _Meta | None:
+        """The object's meta; None when there is no bucket, no object, or something else
+        stands where its meta should (a message aimed there by a client that could publish
+        in this account: no snapshot, and the next save puts the meta back)."""
+        body = json.dumps({"last_by_subj": self._meta_subject()}).encode()
+        try:
+            message = await self._get(what, body)
+        except (StreamMissing, MessageMissing):
+            return None
+        try:
+            return _meta_of(message)
+        except ValueError as e:
+            log.warning("snapshot.meta_unreadable", bucket=self.bucket, error=str(e))
+            return None
+
+    async def _object(self, what: str, meta: _Meta) -> bytes:
+        """The object's bytes, checked against its meta. Raises _ChunkMissing, or
+        SnapshotCorrupt when they do not match it."""
+        if meta.nuid is None:
+            raise SnapshotCorrupt(f"{what}: its meta names no chunks of this bucket")
+        data = await self._chunks(what, meta)
+        if len(data) != meta.size:
+            raise SnapshotCorrupt(
+                f"{what}: its chunks hold {len(data)} bytes, its meta {meta.size}"
+            )
+        if hashlib.sha256(data).digest() != meta.digest:
+            raise SnapshotCorrupt(f"{what}: its chunks do not match its digest")
         return data
 
-    async def _chunks(self, what: str, nuid: str) -> bytes:
-        """Every chunk of the object ``nuid``, in order, joined."""
-        stream = subj.snapshot_stream(self.kind)
-        chunks = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=nuid)
+    async def _chunks(self, what: str, meta: _Meta) -> bytes:
+        """The ``meta.chunks`` chunks of the object, in order, joined. Raises _ChunkMissing
+        when fewer are stored."""
+        subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=meta.nuid)
         data = bytearray()
-        async with (
-            read_consumer(self._client, stream, chunks, 0, what) as name,
-            aclosing(deliveries(self._client, stream, name, what)) as batches,
-        ):
-            async for msgs in batches:
-                for msg in msgs:
-                    data += msg.data
-                if ack_pending(msgs[-1].reply) == 0:
-                    break
+        after = 0
+        for n in range(meta.chunks):
+            body = json.dumps({"seq": after + 1, "next_by_subj": subject}).encode()
+            try:
+                message = await self._get(what, body)
+            except MessageMissing:
+                raise _ChunkMissing(
+                    f"its meta names {meta.chunks} chunks, {n} are stored"
+                ) from None
+            try:
+                after = int(message["seq"])
+                data += base64.b64decode(message.get("data") or "", validate=True)
+            except (KeyError, TypeError, ValueError, binascii.Error) as e:
+                raise LogError(f"{what}: a message of no known form: {e!r}") from e
         return bytes(data)
+
+    async def _get(self, what: str, body: bytes) -> dict[str, Any]:
+        """The message a message get of the bucket's stream answers. Raises LogError
+        (MessageMissing for none, StreamMissing for no bucket)."""
+        answer = await jetstream_api.request(
+            self._client, what, f"STREAM.MSG.GET.{self._stream}", body
+        )
+        message = answer.get("message")
+        if not isinstance(message, dict):
+            raise LogError(f"{what}: an answer without a message: {str(answer)[:200]}")
+        return message
 
     async def save(self, data: bytes) -> None:
         with self._client.call(f"save a snapshot in {self.bucket}"):
@@ -152,10 +195,31 @@ async def ensure_buckets(client: NatsClient, replicas: int | None = None) -> lis
     return made
 
 
-def _digest(said: str | None) -> bytes | None:
+def _meta_of(message: dict[str, Any]) -> _Meta | None:
+    """What a meta message (as a message get answers it) says; None for a deleted
+    object's. Raises ValueError for a message that is no object's meta."""
+    try:
+        info = json.loads(base64.b64decode(message.get("data") or "", validate=True))
+        saved_at = datetime.fromisoformat(str(message["time"]))
+    except (KeyError, ValueError, binascii.Error) as e:
+        raise ValueError(f"no object's meta: {e}") from e
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), str) for k in _NAMED):
+        raise ValueError(f"no object's meta: {str(info)[:200]}")
+    if info.get("deleted"):
+        return None
+    size, chunks = info.get("size") or 0, info.get("chunks") or 0
+    if not isinstance(size, int) or not isinstance(chunks, int) or size < 0 or chunks < 0:
+        raise ValueError(f"a meta of no known form: size {size!r}, chunks {chunks!r}")
+    options = info.get("options")
+    link = options.get("link") if isinstance(options, dict) else None
+    nuid = info["nuid"] if info["nuid"] and link is None else None
+    return _Meta(nuid, size, chunks, _digest(info.get("digest")), saved_at)
+
+
+def _digest(said: object) -> bytes | None:
     """The SHA-256 an object's meta gives (``SHA-256=<base64url>``), or None if it gives
     none that reads."""
-    text = (said or "").strip()
+    text = said.strip() if isinstance(said, str) else ""
     if text[: len(OBJ_DIGEST_TYPE)].upper() != OBJ_DIGEST_TYPE.upper():
         return None
     text = text[len(OBJ_DIGEST_TYPE) :]

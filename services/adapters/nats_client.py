@@ -7,9 +7,11 @@ turns those into its own, ``nats_bus``)::
 
     JetStream API error, by its code (JsErr)
       WRONG_LAST_SEQUENCE        -> ConcurrencyConflict
+      ATOMIC_PUBLISH_DUPLICATE   -> ConcurrencyConflict (a batch holding a stored id)
       STREAM_NOT_FOUND           -> StreamMissing
       CONSUMER_NOT_FOUND         -> ConsumerMissing   (a LogError the log handles itself)
       CONSUMER_EXISTS            -> ConsumerExists    (likewise: a read takes another name)
+      NO_MESSAGE_FOUND           -> MessageMissing    (a LogError: a message get found none)
       any other                  -> LogError, naming the code
     no responders                -> NoResponders      (a LogError: nothing stores the subject)
     no answer in time            -> TimedOut          (a LogError)
@@ -46,6 +48,7 @@ __all__ = [
     "ConsumerMissing",
     "Credentials",
     "JsErr",
+    "MessageMissing",
     "NatsClient",
     "NoResponders",
     "TimedOut",
@@ -67,6 +70,7 @@ class JsErr(IntEnum):
     (``server/errors.json``)."""
 
     CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
+    NO_MESSAGE_FOUND = 10037  # JSNoMessageFoundErr
     NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
     STREAM_NAME_IN_USE = 10058  # JSStreamNameExistErr: exists with another configuration
     STREAM_NOT_FOUND = 10059  # JSStreamNotFoundErr
@@ -81,6 +85,7 @@ class JsErr(IntEnum):
     ATOMIC_PUBLISH_INVALID_BATCH_ID = 10179  # JSAtomicPublishInvalidBatchIDErr
     ATOMIC_PUBLISH_TOO_LARGE_BATCH = 10199  # JSAtomicPublishTooLargeBatchErrF
     ATOMIC_PUBLISH_INVALID_BATCH_COMMIT = 10200  # JSAtomicPublishInvalidBatchCommitErr
+    ATOMIC_PUBLISH_DUPLICATE = 10201  # JSAtomicPublishContainsDuplicateMessageErr
     ATOMIC_PUBLISH_TOO_MANY_INFLIGHT = 10210  # JSAtomicPublishTooManyInflight
 
 
@@ -90,6 +95,10 @@ class ConsumerMissing(LogError):
 
 class ConsumerExists(LogError):
     """A consumer of the name asked for exists, and the create may not change it."""
+
+
+class MessageMissing(LogError):
+    """A message get found no message of the sequence or subject asked for."""
 
 
 class NoResponders(LogError):
@@ -104,7 +113,9 @@ class TimedOut(LogError):
 def js_error(what: str, code: int | None, description: str | None) -> LogError:
     """The port's error for JetStream's refusal ``code`` of the call ``what``."""
     text = description or "no description"
-    if code == JsErr.WRONG_LAST_SEQUENCE:
+    if code in (JsErr.WRONG_LAST_SEQUENCE, JsErr.ATOMIC_PUBLISH_DUPLICATE):
+        # A batch holding an event the stream has (its id) stores nothing: the log holds
+        # what the writer decided, or another's decision with it; re-read, decide again.
         return ConcurrencyConflict(f"{what}: {text}")
     if code == JsErr.STREAM_NOT_FOUND:
         return StreamMissing(NO_STREAM)
@@ -112,10 +123,17 @@ def js_error(what: str, code: int | None, description: str | None) -> LogError:
         return ConsumerMissing(f"{what}: {text}")
     if code == JsErr.CONSUMER_EXISTS:
         return ConsumerExists(f"{what}: {text}")
+    if code == JsErr.NO_MESSAGE_FOUND:
+        return MessageMissing(f"{what}: {text}")
     if code == JsErr.ATOMIC_PUBLISH_DISABLED:
         return LogError(
             f"{what}: stream {subj.STREAM} takes no atomic batches: an administrator brings "
             "it up to date with 'fgpu stream create'"
+        )
+    if code == JsErr.ATOMIC_PUBLISH_UNSUPPORTED_HEADER:
+        return LogError(
+            f"{what}: this nats-server takes no Nats-Msg-Id inside an atomic batch "
+            f"({text}); fgpu needs one that does (2.12.0 does not; 2.15, which it ships, does)"
         )
     name = JsErr(code).name if code is not None and code in set(JsErr) else f"error {code}"
     return LogError(f"{what}: JetStream refused ({name}): {text}")

@@ -18,6 +18,7 @@ from services.cli import (
     group_cmd,
     images_cmd,
     session_cmd,
+    snapshots_cmd,
     tenancy_cmd,
     vfolder_cmd,
 )
@@ -90,6 +91,7 @@ app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(vfolder_cmd.app, name="vfolder")
 admin_cmd.register(app)
 group_cmd.register()
+snapshots_cmd.register()
 tenancy_cmd.register(app)
 images_cmd.register(app)
 daemon_cmd.register(app)

@@ -47,6 +47,7 @@ from services.domain.workload import Shape, Workload
 __all__ = [
     "ENDED_STUB",
     "FOLD_VERSION",
+    "SnapshotUndecodable",
     "SnapshotUnusable",
     "decode_actor_state",
     "decode_state",
@@ -272,6 +273,10 @@ class SnapshotUnusable(Exception):
     version, bytes that are not a snapshot)."""
 
 
+class SnapshotUndecodable(SnapshotUnusable):
+    """Bytes that are no actor snapshot at all: damaged, or never one (corrupt)."""
+
+
 class _ActorSnapshot(msgspec.Struct, array_like=True, frozen=True):
     """What an actor starts from: the projections' snapshot, and what the fold writes for
     the actors alone: each subject's last sequence (every optimistic-concurrency append
@@ -336,7 +341,7 @@ def _usable(data: bytes, log: str) -> _ActorSnapshot:
     try:
         snap = _actor_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+        raise SnapshotUndecodable(f"not a snapshot: {e}") from None
     if snap.version != FOLD_VERSION:
         raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
     if snap.log != log:
@@ -355,7 +360,7 @@ def decode_actor_state(data: bytes, log: str) -> ClusterState:
     try:
         s = decode_state(snap.state, snap.ended)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+        raise SnapshotUndecodable(f"not a snapshot: {e}") from None
     s.folded = snap.folded
     s.subject_seq = dict(snap.subject_seq)
     s.destroy_answers = dict(snap.destroy_answers)
@@ -372,4 +377,4 @@ def snapshot_seq(data: bytes, log: str) -> int:
     try:
         return _head_decoder.decode(snap.state).last_seq
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise SnapshotUnusable(f"not a snapshot: {e}") from None
+        raise SnapshotUndecodable(f"not a snapshot: {e}") from None

@@ -44,6 +44,7 @@ from services.ports.errors import (
     ImageNotFound,
     LogError,
     RuntimeUnavailable,
+    SnapshotCorrupt,
     StreamMissing,
 )
 from services.ports.gate import Connection, Grant, Kicker
@@ -132,6 +133,7 @@ __all__ = [
     "RuntimeUnavailable",
     "ShellRequest",
     "SliceRegions",
+    "SnapshotCorrupt",
     "SnapshotStore",
     "StreamMissing",
     "Upload",

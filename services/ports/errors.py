@@ -8,6 +8,8 @@
      +-- BulkReadUnavailable    (the fast bulk path cannot serve: read in order instead)
      +-- HistoryMissing         (part of the past is archived out of the stream and no
                                  snapshot covers it: start from one, or read the archive)
+     +-- SnapshotCorrupt        (a snapshot stored is not what was saved: do without it,
+                                 replay the log; the next save replaces it)
     ContainerError
      +-- ImageNotFound          (permanent for this session)
      +-- RuntimeUnavailable     (retryable: the engine is down or refused)
@@ -26,6 +28,7 @@ __all__ = [
     "ImageNotFound",
     "LogError",
     "RuntimeUnavailable",
+    "SnapshotCorrupt",
     "StreamMissing",
 ]
 
@@ -54,6 +57,12 @@ class HistoryMissing(LogError):
     """A state rebuilt from the stream lacks records that were archived out of it (and no
     snapshot covers them): it is not the log's state. Start from a snapshot that covers
     them, or read the archive with the stream (``projections.archive.ArchivedLog``)."""
+
+
+class SnapshotCorrupt(LogError):
+    """The store holds a snapshot whose bytes are not what was saved: chunks missing, not
+    matching its digest or its size, a meta naming none. Found by checking, never by
+    waiting; the caller does without it (a full replay) and the next save replaces it."""
 
 
 class ContainerError(Exception):

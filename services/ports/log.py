@@ -55,7 +55,11 @@ class EventLog(Protocol):
         """Append ``items`` atomically, all or none; return the last one's sequence.
 
         Succeeds only if ``expect_subject``'s last sequence is ``expected_last_subject_seq``
-        when the batch is stored, else ConcurrencyConflict and nothing is stored.
+        when the batch is stored, else ConcurrencyConflict and nothing is stored. Each
+        event's id dedupes as in ``append``, but a batch does not return a first sequence:
+        one holding an event the log holds already stores nothing and raises
+        ConcurrencyConflict (so a batch sent again is never stored twice, whatever it
+        expects).
         """
         ...
 

@@ -8,7 +8,8 @@ the one contract in ``tests/log_contract.py``:
   ids after its 2-minute window; this log remembers them for its whole life), but an
   expected sequence is checked first, so a resend expecting a stale one is a conflict;
 - ``expected_last_subject_seq`` guards a single append and an atomic batch, which stores all
-  of its events or none (as on JetStream, events in a batch carry no dedupe id);
+  of its events or none; a batch holding an event the log holds (its id) stores none and
+  is a conflict, as JetStream refuses a batch holding a message id it has seen;
 - payloads go through ``events.codec``, so what comes back was really encoded and decoded,
   and ``publish_raw`` can store a payload that is not an event at all (it reads as Malformed);
 - only the stream's subjects (``events.subjects.STREAM_SUBJECTS``) are stored, as a stream
@@ -104,17 +105,23 @@ class MemoryLog:
         """Append ``items`` all or none, in order; return the last one's sequence.
 
         Raises ConcurrencyConflict (nothing stored) if ``expect_subject``'s last sequence is
-        not ``expected_last_subject_seq``; ValueError for an empty or too large batch or one
-        with no event on ``expect_subject``; LogError for a subject outside the stream.
+        not ``expected_last_subject_seq``, or if the log holds one of its events (by id: as
+        JetStream refuses a batch holding a message id it has seen); ValueError for an
+        empty or too large batch or one with no event on ``expect_subject``; LogError for
+        a subject outside the stream.
         """
         check_batch(items, expect_subject)
         for subject, _ in items:
             self._check_subject(subject)
+        ids = [event.id for _, event in items]
+        if len(set(ids)) < len(ids) or any(i in self._seq_of_id for i in ids):
+            raise ConcurrencyConflict("the batch holds an event the log holds already")
         self._expect(expect_subject, expected_last_subject_seq)
         payloads = [(subject, encode(event)) for subject, event in items]
         seq = 0
-        for subject, payload in payloads:
+        for (subject, payload), event_id in zip(payloads, ids, strict=True):
             seq = self._store(subject, payload, notify=False)
+            self._seq_of_id[event_id] = seq
         self._notify()
         return seq
 
