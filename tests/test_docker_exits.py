@@ -213,6 +213,21 @@ async def test_an_exit_while_the_stream_was_down_is_found_when_it_is_back() -> N
     assert len(engine.since) == 2
 
 
+async def test_a_wait_begun_while_the_engine_is_away_is_told_once_it_is_back() -> None:
+    engine = FakeEngine()
+    a = engine.run(1)
+    async with watching(engine) as watch, anyio.create_task_group() as tg:
+        waits = Waits(tg, watch)
+        engine.up = False
+        waits.start(a)  # its look is refused
+        await anyio.wait_all_tasks_blocked()
+        await engine.end_stream()
+        engine.exit(a, 2)
+        engine.up = True
+        await waits.settled(a)
+    assert waits.out == {a: 2}
+
+
 async def test_a_container_gone_while_the_stream_was_down_fails_its_waiter() -> None:
     engine = FakeEngine()
     async with one_waiting(engine) as (waits, a):

@@ -25,6 +25,7 @@ The engine's side (``ExitEngine``) is the runtime's; a fake stands in for it in 
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
@@ -114,13 +115,14 @@ class ExitWatch:
         self._engine = engine
         self._sweep_s = sweep_s
         self._waiters: dict[str, list[_Waiter]] = {}  # by the container's full id
+        self._stream_scope: anyio.CancelScope | None = None  # the stream followed now
 
     async def wait(self, ref: str) -> int:
         """The exit code of the container ``ref`` names, at once if it does not run.
 
         Raises ContainerError if there is no such container or it goes before its exit is
-        seen, RuntimeUnavailable if the engine does not answer the look (or the watch
-        stops).
+        seen; RuntimeUnavailable if the engine does not answer when ``ref`` is a name (a
+        full id is waited on through the engine's absence), or if the watch stops.
         """
         full = ref
         if not _FULL_ID.fullmatch(ref):
@@ -131,7 +133,8 @@ class ExitWatch:
         waiter = _Waiter()
         self._waiters.setdefault(full, []).append(waiter)
         try:
-            self._settle(waiter, ref, await self._engine.look(full))
+            with contextlib.suppress(RuntimeUnavailable):  # the sweep once it is back tells
+                self._settle(waiter, ref, await self._engine.look(full))
             await waiter.done.wait()
             return waiter.outcome()
         finally:
@@ -149,9 +152,10 @@ class ExitWatch:
             while True:
                 opened = False
                 try:
-                    async with self._engine.events(await self._since()) as stream:
-                        opened = True
-                        await self._follow(stream)
+                    with anyio.CancelScope() as self._stream_scope:
+                        async with self._engine.events(await self._since()) as stream:
+                            opened = True
+                            await self._follow(stream)
                 except Exception as e:  # whatever broke the stream, the next one starts over
                     if failures == 0:
                         log.warning("docker.events_interrupted", error=f"{type(e).__name__}: {e}")
@@ -162,6 +166,13 @@ class ExitWatch:
             for waiters in self._waiters.values():
                 for w in waiters:
                     w.settle(error=gone)
+
+    def reconnect(self) -> None:
+        """End the stream followed now; the next one opens after the usual pause. For a
+        client that closes its connections under the stream: aiohttp then tells its reader
+        nothing, not even an end."""
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
 
     async def _since(self) -> int | None:
         now = await self._engine.clock()

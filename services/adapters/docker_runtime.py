@@ -291,7 +291,9 @@ class DockerRuntime:
         return self._long
 
     async def close(self) -> None:
-        """Close the HTTP sessions; the runtime may be used again (new ones are made)."""
+        """Close the HTTP sessions; the runtime may be used again (new ones are made, and
+        the waits go on, told by a new stream of events)."""
+        self._exits.reconnect()
         clients, self._docker, self._long = (self._docker, self._long), None, None
         for docker in clients:
             if docker is not None:
@@ -457,9 +459,11 @@ class DockerRuntime:
 
     async def wait(self, container_id: str) -> int:
         """The exit code, at once if it has exited already. ContainerError if unknown, or
-        removed before its exit was seen; RuntimeUnavailable if the engine does not answer
-        (or the runtime's block ends meanwhile). Told by the stream of the engine's events,
-        not by a request that would hold a connection for the container's life."""
+        removed before its exit was seen; RuntimeUnavailable if the runtime's block ends
+        meanwhile, or if the engine does not answer and ``container_id`` is a name (a full
+        id is waited on while the engine is away: it is looked at again once it is back).
+        Told by the stream of the engine's events, not by a request that would hold a
+        connection for the container's life."""
         if self._tg is None:
             raise RuntimeError("DockerRuntime.wait needs the runtime entered: async with")
         if not self._watching:
