@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
+	eval "$$(scripts/docker-up)" && $(PY) bench/density.py
 	$(PY) bench/queue_scale.py
 
 clean:

@@ -174,12 +174,22 @@ def stand_in_shim(where: Path) -> str:
 
 @asynccontextmanager
 async def stack(url: str, work: Path) -> AsyncIterator[None]:
-    """Quota, scheduler and the agent as processes of their own, ready, until the block
-    ends; they log into ``work``."""
+    """Quota, scheduler and the agent (the shim's mount and region) as processes of their
+    own, ready, until the block ends; they log into ``work``."""
     shim = shim_lib_dir() or stand_in_shim(work / "shim")
+    async with docker_stack(
+        url, work, AGENT, "--shim-dir", shim, "--regions-dir", str(work / "regions")
+    ):
+        yield
+
+
+@asynccontextmanager
+async def docker_stack(url: str, work: Path, agent_id: str, *options: str) -> AsyncIterator[None]:
+    """Quota, scheduler and a Docker agent of one mock GPU (and ``options``) as processes of
+    their own, ready, until the block ends; they log into ``work``."""
     agent = (
-        *("agent", "--agent-id", AGENT, "--mock-gpus", "1", "--runtime", "docker"),
-        *("--shim-dir", shim, "--regions-dir", str(work / "regions")),
+        *("agent", "--agent-id", agent_id, "--mock-gpus", "1", "--runtime", "docker"),
+        *options,
     )
     env = {**os.environ, "FGPU_HOME": str(work / "home")}
     parts = {"quota": ("quota",), "scheduler": ("scheduler",), "agent": agent}

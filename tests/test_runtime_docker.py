@@ -7,16 +7,20 @@ a broken setup must not pass as "skipped".
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
+from cli_stack import docker
 from docker_env import engine_problem, skip_or_fail
+from engine_proxy import engine_proxy
 from runtime_contract import DEADLINE_S, TEST_IMAGE, TEST_LABEL, ContainerRuntimeContract
 
-from services.adapters.docker_runtime import DockerRuntime, container_config
+from services.adapters.docker_exits import Look
+from services.adapters.docker_runtime import DockerRuntime, _ExitsOf, container_config
 from services.domain.container_spec import ContainerSpec, Mount
 from services.ports import ContainerError, RuntimeUnavailable
 
@@ -185,3 +189,74 @@ async def test_open_exec_in_a_container_not_running_raises(rt: DockerRuntime) ->
         with pytest.raises(ContainerError):
             async with rt.open_exec(info.id, ("true",)):
                 pass
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_the_exit_watch_reads_the_engine_s_clock_containers_and_looks(
+    rt: DockerRuntime,
+) -> None:
+    running = await rt.run(_spec("watch-running", "sleep 600"))
+    ended = await rt.run(_spec("watch-ended", "exit 3"))
+    engine = _ExitsOf(rt)
+    with anyio.fail_after(DEADLINE_S):
+        assert await rt.wait(ended.id) == 3
+        now = await engine.clock()
+        listed = await engine.running()
+        assert await engine.look(ended.name) == Look(ended.id, False, 3)
+        assert await engine.look("fgpu-test-extra-no-such") is None
+    # The engine runs on this host: its clock is this one (to the second it rounds to).
+    assert now is not None and abs(now - time.time()) < 60
+    assert (listed[running.id], listed[ended.id]) == (True, False)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_wait_outlives_its_stream_of_events_broken_under_it(rt: DockerRuntime) -> None:
+    # The runtime's connections closed under the stream (aiohttp then tells its reader
+    # nothing); the container ends at about that time. The wait tells its exit code.
+    info = await rt.run(_spec("outlives", "sleep 600"))
+
+    async def meanwhile() -> None:
+        await anyio.wait_all_tasks_blocked()
+        await rt.close()
+        await anyio.to_thread.run_sync(docker, "kill", info.id)
+
+    assert await _wait_while(rt, info.id, meanwhile) == 137
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_wait_outlives_an_engine_restart_as_its_client_sees_it(
+    rt: DockerRuntime, tmp_path: Path
+) -> None:
+    # Every connection to the engine closed from its side and new ones refused for a
+    # while, as a restart does (through a proxy: the engine is every test's); the
+    # container ends meanwhile. Its wait tells the exit code, from a new stream.
+    async with engine_proxy(tmp_path / "e.sock") as proxy, DockerRuntime(proxy.url) as cut:
+        info = await cut.run(_spec("restart", "sleep 600"))
+
+        async def meanwhile() -> None:
+            await proxy.wait_request(b"/events")
+            await proxy.cut()
+            await anyio.to_thread.run_sync(docker, "kill", info.id)
+            await proxy.resume()
+
+        assert await _wait_while(cut, info.id, meanwhile) == 137
+    assert proxy.requests(b"/events") >= 2
+
+
+async def _wait_while(
+    rt: DockerRuntime, container_id: str, meanwhile: Callable[[], Awaitable[None]]
+) -> int:
+    """``rt.wait(container_id)``, with ``meanwhile`` run beside it."""
+    codes: list[int] = []
+
+    async def waiting() -> None:
+        codes.append(await rt.wait(container_id))
+
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting)
+            await meanwhile()
+    return codes[0]

@@ -14,14 +14,24 @@ Errors are translated here, at the edge (see ``services.ports``)::
 
 Images are pulled only when the agent asks (``pull``), from the registry the image's
 reference names.
+
+Connections: calls the engine answers at once (create, start, inspect, list, delete, ...)
+share a pool of ``pool_size`` connections, each call bounded by ``request_timeout_s``
+(waiting for a free connection included). Nothing whose length a container or a registry
+decides holds one of them: the stop (as long as the container takes to go), an output's
+read, an exec, a pull each have a connection of their own, and every ``wait`` is told by
+one stream of the engine's events (``docker_exits``) instead of a request per container.
+So an agent with hundreds of containers can still start and stop the next.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
+import json
 import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Self
 
@@ -31,8 +41,10 @@ import anyio
 from aiodocker.exceptions import DockerError, DockerStreamError
 from aiodocker.execs import Exec
 from aiodocker.stream import Stream
+from anyio.abc import TaskGroup
 
 from events import ImageInfo
+from services.adapters.docker_exits import EventStream, ExitWatch, Look
 from services.domain.container_spec import ContainerSpec, container_env, env_from_list
 from services.ports import (
     EXEC_OUTPUT_KEPT,
@@ -55,6 +67,8 @@ _STDERR = 2  # the stream number of an exec's multiplexed output
 _EXIT_POLL_S, _EXIT_POLLS = 0.05, 100
 # What a registry says of an image it does not have, in a pull's error message.
 _NOT_IN_REGISTRY = ("manifest unknown", "not found", "name unknown")
+# A listed container's State when it runs (a paused one runs, as its inspect says).
+_RUNNING_STATES = ("running", "paused", "restarting")
 # Failures below the HTTP status: no socket, a dropped connection, a timeout.
 _TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
@@ -206,12 +220,33 @@ def _info(data: dict[str, Any]) -> ContainerInfo:
     )
 
 
-class DockerRuntime:
-    """A Docker engine as a ContainerRuntime. Use ``async with`` or call ``close()``.
+def _engine_client(url: str | None, timeout: aiohttp.ClientTimeout, limit: int) -> aiodocker.Docker:
+    """An aiodocker client whose connector opens at most ``limit`` connections at once
+    (0: no limit). Raises RuntimeUnavailable if no engine is configured."""
+    try:
+        docker = aiodocker.Docker(url=url, timeout=timeout)
+    except (ValueError, AssertionError) as e:
+        # aiodocker asserts when neither DOCKER_HOST nor a local socket exists.
+        raise RuntimeUnavailable(f"no Docker engine configured: {e}") from e
+    # aiodocker makes the connector the address calls for (a unix socket, TCP with or
+    # without TLS, ssh, a named pipe) with aiohttp's default limit of 100, and takes no
+    # limit of its own; the connector reads its limit at every acquire, so setting it
+    # before the first call is the limit.
+    docker.connector._limit = limit
+    return docker
 
-    ``url`` overrides ``DOCKER_HOST``. Plain calls time out after ``request_timeout_s``
-    (RuntimeUnavailable); ``wait``, ``remove`` and ``logs`` have no total limit.
-    The aiohttp session is made on first use, inside the event loop.
+
+class DockerRuntime:
+    """A Docker engine as a ContainerRuntime. Use ``async with`` (``wait`` needs it: its
+    stream of the engine's events runs in the block) or call ``close()``.
+
+    ``url`` overrides ``DOCKER_HOST``. Plain calls share ``pool_size`` connections and
+    time out after ``request_timeout_s``, the wait for a connection included
+    (RuntimeUnavailable). A stop may take its grace on top; reading an output may take
+    as long as the output keeps coming (``request_timeout_s`` without a byte ends it);
+    an exec, a pull and a wait have no limit. ``sweep_s``: how often the waits' stream is
+    checked against the containers themselves (``docker_exits``). The aiohttp sessions
+    are made on first use, inside the event loop.
     """
 
     def __init__(
@@ -222,31 +257,52 @@ class DockerRuntime:
         init: bool = True,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 5.0,
+        pool_size: int = 100,
+        sweep_s: float = 60.0,
     ) -> None:
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
         self._url = url
         self._network_mode = network_mode
         self._init = init
+        self._request_timeout_s = request_timeout_s
         self._timeout = aiohttp.ClientTimeout(
             total=request_timeout_s, sock_connect=connect_timeout_s
         )
-        self._docker: aiodocker.Docker | None = None
+        self._pool_size = pool_size
+        self._docker: aiodocker.Docker | None = None  # plain calls
+        self._long: aiodocker.Docker | None = None  # a connection per call, no pool limit
+        self._exits = ExitWatch(_ExitsOf(self), sweep_s=sweep_s)
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+        self._watching = False
 
     def _client(self) -> aiodocker.Docker:
+        """The client of plain calls: the engine answers them at once."""
         if self._docker is None:
-            try:
-                self._docker = aiodocker.Docker(url=self._url, timeout=self._timeout)
-            except (ValueError, AssertionError) as e:
-                # aiodocker asserts when neither DOCKER_HOST nor a local socket exists.
-                raise RuntimeUnavailable(f"no Docker engine configured: {e}") from e
+            self._docker = _engine_client(self._url, self._timeout, self._pool_size)
         return self._docker
 
+    def _streams(self) -> aiodocker.Docker:
+        """The client of the calls whose length a container or a registry decides: each
+        on a connection of its own, so none waits behind another."""
+        if self._long is None:
+            self._long = _engine_client(self._url, self._timeout, 0)
+        return self._long
+
     async def close(self) -> None:
-        """Close the HTTP session; the runtime may be used again (a new one is made)."""
-        docker, self._docker = self._docker, None
-        if docker is not None:
-            await docker.close()
+        """Close the HTTP sessions; the runtime may be used again (new ones are made, and
+        the waits go on, told by a new stream of events)."""
+        self._exits.reconnect()
+        clients, self._docker, self._long = (self._docker, self._long), None, None
+        for docker in clients:
+            if docker is not None:
+                await docker.close()
 
     async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(
@@ -255,7 +311,14 @@ class DockerRuntime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        stack, tg, self._stack, self._tg, self._watching = self._stack, self._tg, None, None, False
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()  # the watch of exits: its waiters are told
+            if stack is not None:
+                await stack.__aexit__(exc_type, exc, tb)
+        finally:
+            await self.close()
 
     async def ping(self) -> None:
         """Return when the engine answers; RuntimeUnavailable otherwise."""
@@ -281,7 +344,7 @@ class DockerRuntime:
         tally = PullTally()
         with _engine_call(f"pull {image}"):
             try:
-                async for message in self._client().images.pull(image, stream=True):
+                async for message in self._streams().images.pull(image, stream=True):
                     if isinstance(message, dict) and tally.add(message):
                         await progress(tally.current, tally.total)
             except DockerStreamError as e:
@@ -395,18 +458,40 @@ class DockerRuntime:
         return infos
 
     async def wait(self, container_id: str) -> int:
-        """The exit code, at once if it has exited already. ContainerError if unknown."""
-        with _engine_call(f"wait {container_id}"):
-            result = await self._client().containers.container(container_id).wait()
-        return int(result["StatusCode"])
+        """The exit code, at once if it has exited already. ContainerError if unknown, or
+        removed before its exit was seen; RuntimeUnavailable if the runtime's block ends
+        meanwhile, or if the engine does not answer and ``container_id`` is a name (a full
+        id is waited on while the engine is away: it is looked at again once it is back).
+        Told by the stream of the engine's events, not by a request that would hold a
+        connection for the container's life."""
+        if self._tg is None:
+            raise RuntimeError("DockerRuntime.wait needs the runtime entered: async with")
+        if not self._watching:
+            self._watching = True
+            self._tg.start_soon(self._exits.run)
+        return await self._exits.wait(container_id)
 
     async def remove(self, container_id: str, *, stop_timeout_s: float = 5.0) -> None:
-        """Stop (SIGTERM, SIGKILL after whole seconds, rounded up) and remove; gone is fine."""
-        container = self._client().containers.container(container_id)
+        """Stop (SIGTERM, SIGKILL after whole seconds, rounded up) and remove; gone is fine.
+
+        The stop, on a connection of its own, is bounded by its grace and
+        ``request_timeout_s``; the removal is a plain call."""
+        grace = max(0, math.ceil(stop_timeout_s))
+        stop_limit = aiohttp.ClientTimeout(
+            total=grace + self._request_timeout_s, sock_connect=self._timeout.sock_connect
+        )
         with _engine_call(f"remove {container_id}"):
             try:
-                await container.stop(t=max(0, math.ceil(stop_timeout_s)))
-                await container.delete(force=True)
+                await (
+                    self._streams()
+                    .containers.container(container_id)
+                    .stop(t=grace, timeout=stop_limit)
+                )
+                await (
+                    self._client()
+                    .containers.container(container_id)
+                    .delete(force=True, timeout=self._timeout)
+                )
             except DockerError as e:
                 if e.status in (404, 409):  # already gone; a removal already under way
                     return
@@ -429,9 +514,13 @@ class DockerRuntime:
         return total if isinstance(total, int) else None
 
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
-        container = self._client().containers.container(container_id)
+        """On a connection of its own, for as long as the output keeps coming."""
+        container = self._streams().containers.container(container_id)
+        reading = aiohttp.ClientTimeout(
+            sock_read=self._request_timeout_s, sock_connect=self._timeout.sock_connect
+        )
         with _engine_call(f"logs {container_id}"):
-            lines = await container.log(stdout=True, stderr=True, tail=tail)
+            lines = await container.log(stdout=True, stderr=True, tail=tail, timeout=reading)
         return "".join(lines)
 
     async def exec(
@@ -441,7 +530,7 @@ class DockerRuntime:
         it ends; then the exit code from the exec's inspect. A 404 (no such container) or
         409 (not running) is ContainerError. ContainerError too if the engine records no
         exit while the command, its output closed, still runs."""
-        container = self._client().containers.container(container_id)
+        container = self._streams().containers.container(container_id)
         out, err = _Kept(keep), _Kept(keep)
         with _engine_call(f"exec in {container_id}"):
             execution = await container.exec(list(argv), stdout=True, stderr=True, tty=False)
@@ -470,7 +559,7 @@ class DockerRuntime:
     ) -> AsyncIterator[ExecChannel]:
         """The engine's exec, attached with its input open (a hijacked connection). A 404
         (no such container) or 409 (not running) is ContainerError."""
-        container = self._client().containers.container(container_id)
+        container = self._streams().containers.container(container_id)
         what = f"exec in {container_id}"
         with _engine_call(what):
             # Without a terminal, stdout alone: a relay's complaints must not go into the
@@ -485,6 +574,74 @@ class DockerRuntime:
         finally:
             with anyio.CancelScope(shield=True), contextlib.suppress(*_TRANSPORT_ERRORS):
                 await stream.close()
+
+
+class _ExitsOf:
+    """A DockerRuntime's engine as its ExitWatch asks it (``docker_exits.ExitEngine``)."""
+
+    def __init__(self, runtime: DockerRuntime) -> None:
+        self._rt = runtime
+
+    async def clock(self) -> int | None:
+        """The engine's time, from the ``Date`` of its answer to a ping."""
+        with _engine_call("ping"):
+            async with self._rt._client()._query("_ping", versioned_api=False) as response:
+                await response.read()
+                date = response.headers.get("Date")
+        try:
+            return int(email.utils.parsedate_to_datetime(date).timestamp()) if date else None
+        except (TypeError, ValueError):
+            return None
+
+    @asynccontextmanager
+    async def events(self, since: int | None) -> AsyncIterator[EventStream]:
+        filters = {"type": ["container"], "event": ["die", "destroy"]}
+        params = {"filters": json.dumps(filters)}
+        if since is not None:
+            params["since"] = str(since)
+        # It lasts the runtime's life and is quiet while nothing ends: no total, no read
+        # limit. A connection of its own.
+        lasting = aiohttp.ClientTimeout(
+            connect=self._rt._request_timeout_s, sock_connect=self._rt._timeout.sock_connect
+        )
+        with _engine_call("events"):
+            response = await self._rt._streams()._do_query(
+                "events", "GET", params=params, timeout=lasting
+            )
+        try:
+            yield _EventLines(response)
+        finally:
+            response.close()
+
+    async def look(self, ref: str) -> Look | None:
+        data = await self._rt._inspect(ref)
+        if data is None:
+            return None
+        state = data.get("State") or {}
+        return Look(
+            id=str(data["Id"]),
+            running=bool(state.get("Running")),
+            exit_code=int(state.get("ExitCode") or 0),
+        )
+
+    async def running(self) -> dict[str, bool]:
+        with _engine_call("list containers"):
+            listed = await self._rt._client()._query_json("containers/json", params={"all": "1"})
+        return {str(c["Id"]): c.get("State") in _RUNNING_STATES for c in listed}
+
+
+class _EventLines:
+    """The engine's events response, one JSON object a line."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def next(self) -> dict[str, Any] | None:
+        while line := await self._response.content.readline():
+            if line.strip():
+                event = json.loads(line)
+                return event if isinstance(event, dict) else {}
+        return None  # the engine ended it
 
 
 async def _exit_of(execution: Exec) -> int | None:
