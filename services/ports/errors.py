@@ -10,6 +10,9 @@
                                  snapshot covers it: start from one, or read the archive)
      +-- SnapshotCorrupt        (a snapshot stored is not what was saved: do without it,
                                  replay the log; the next save replaces it)
+     +-- OutcomeUnknown         (a write was sent and no answer came: it may be stored or
+                                 not; send it again as it was, its ids dedupe it)
+     +-- RequestsRefused        (ports.intake: the intake took none of the requests)
     ContainerError
      +-- ImageNotFound          (permanent for this session)
      +-- RuntimeUnavailable     (retryable: the engine is down or refused)
@@ -27,6 +30,7 @@ __all__ = [
     "HistoryMissing",
     "ImageNotFound",
     "LogError",
+    "OutcomeUnknown",
     "RuntimeUnavailable",
     "SnapshotCorrupt",
     "StreamMissing",
@@ -63,6 +67,12 @@ class SnapshotCorrupt(LogError):
     """The store holds a snapshot whose bytes are not what was saved: chunks missing, not
     matching its digest or its size, a meta naming none. Found by checking, never by
     waiting; the caller does without it (a full replay) and the next save replaces it."""
+
+
+class OutcomeUnknown(LogError):
+    """A write left and no answer came (none in time, or the connection was lost): it may
+    have been stored, or not. Sent again as it was (the same events, the same ids), it is
+    stored once: the stream dedupes the ids."""
 
 
 class ContainerError(Exception):
