@@ -19,6 +19,7 @@
     AgentUnreachable            (no agent answered a request: it may be down)
     ConnectionsUnknown          (a server could not be asked which clients it holds:
                                  ask again)
+    ServerUnavailable           (the log's server could not be started again: try later)
 """
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "LogError",
     "OutcomeUnknown",
     "RuntimeUnavailable",
+    "ServerUnavailable",
     "SnapshotCorrupt",
     "StreamMissing",
 ]
@@ -94,3 +96,8 @@ class AgentUnreachable(Exception):
 class ConnectionsUnknown(Exception):
     """The servers could not be asked which client connections they hold (one did not
     answer, or the system account is away): ask again later."""
+
+
+class ServerUnavailable(Exception):
+    """The log's server could not be started again (its port taken, it exited at once):
+    try again later."""
