@@ -22,6 +22,7 @@ from events.agent import (
 from events.archive import LogArchived
 from events.base import Event
 from events.codec import SCHEMA_VERSION, decode, decode_many, encode, encode_many, json_schema
+from events.health import LogHealth, SpaceState
 from events.records import Malformed, RawBatch, Record, record_of, records_of
 from events.session import (
     DestroyRejected,
@@ -136,6 +137,7 @@ __all__ = [
     "GroupSettings",
     "ImageInfo",
     "LogArchived",
+    "LogHealth",
     "Malformed",
     "PayloadRejected",
     "PolicyLevel",
@@ -180,6 +182,7 @@ __all__ = [
     "SetRole",
     "ShareVfolder",
     "Slots",
+    "SpaceState",
     "UnshareVfolder",
     "UpdateGroup",
     "VfolderCommand",

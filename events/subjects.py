@@ -24,6 +24,8 @@ fgpu.access.<door>                   the access audit of one door (nats: the gat
                                      api: the read API): sign-ins, refusals
 fgpu.storage.<host>                  what the storage service of one storage host found
                                      in its virtual folders (scans)
+fgpu.health.<server>                 the log's health: the room on the disk under one
+                                     server's store, said by the watcher beside it
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
 fgpu.in.<access_key>                 people's requests on their way to the log: the intake
                                      stream (FGPU_IN, a work queue holding a few per key),
@@ -69,6 +71,7 @@ __all__ = [
     "agent_session",
     "channel",
     "domain_feed",
+    "health",
     "heartbeat",
     "intake",
     "is_token",
@@ -107,6 +110,7 @@ STREAM_SUBJECTS = (
     "fgpu.access.>",
     ARCHIVE,
     "fgpu.storage.>",
+    "fgpu.health.>",
 )
 # Kept in the stream for good when the past leaves it for the archive: few records, read
 # from the start by those who fold them alone (the gatekeeper folds the tenancy).
@@ -191,6 +195,11 @@ def agent_exec(agent_id: str, session_id: str) -> str:
 
 def usage(agent_id: str, session_id: str) -> str:
     return f"fgpu.usage.{agent_id}.{session_id}"
+
+
+def health(server: str) -> str:
+    """The subject of the log's health at ``server`` (its name: the disk under its store)."""
+    return f"fgpu.health.{server}"
 
 
 def storage(host: str) -> str:

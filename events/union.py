@@ -13,6 +13,7 @@ from events.agent import (
     AgentRegistered,
 )
 from events.archive import LogArchived
+from events.health import LogHealth
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -93,6 +94,7 @@ AnyEvent = (
     | VfolderScanned
     | GpuOverSlice
     | GpuShareExceeded
+    | LogHealth
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

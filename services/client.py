@@ -8,7 +8,9 @@ there; reads fold the log.
 
 import secrets
 from collections.abc import Callable, Iterable
-from contextlib import aclosing
+from contextlib import aclosing, suppress
+
+from msgspec.structs import replace
 
 from events import (
     AdminCommand,
@@ -21,9 +23,10 @@ from events import (
     VfolderMount,
 )
 from events import subjects as subj
-from services.domain.provenance import Provenance, new_id, stamp
+from services.domain.provenance import Provenance, stamp
+from services.domain.request_ids import RequestIds, new_request_id
 from services.domain.state import ClusterState, fold
-from services.ports import Clock, EventLog, RequestSender
+from services.ports import Clock, ConcurrencyConflict, EventLog, RequestSender
 
 __all__ = ["Client", "new_session_id"]
 
@@ -35,7 +38,12 @@ def new_session_id() -> str:
 class Client:
     """A user's requests, in the name of ``access_key``: appended to ``events``, or handed
     to the intake through ``sender`` when there is one (people on a cluster with tenancy
-    may not append: the server lets them hand requests to the intake alone)."""
+    may not append: the server lets them hand requests to the intake alone).
+
+    Each request has a request id (given, else a fresh one), from which every id it puts
+    on the log is made (``services.domain.request_ids``, keyed with ``secret``): sent
+    again with the same request id, a request is stored once, never twice.
+    """
 
     def __init__(
         self,
@@ -44,6 +52,7 @@ class Client:
         access_key: str,
         *,
         sender: RequestSender | None = None,
+        secret: str | None = None,
     ) -> None:
         if not subj.is_token(access_key):
             raise ValueError(f"access key {access_key!r} must be 1-64 letters, digits, - or _")
@@ -51,6 +60,10 @@ class Client:
         self.clock = clock
         self.access_key = access_key
         self.sender = sender
+        self.secret = secret
+
+    def _ids(self, request_id: str | None) -> RequestIds:
+        return RequestIds(self.access_key, request_id or new_request_id(), self.secret)
 
     async def create(
         self,
@@ -68,18 +81,25 @@ class Client:
         lifetime_s: int | None = None,
         session_type: SessionType | None = None,
         mounts: Iterable[VfolderMount] = (),
+        request_id: str | None = None,
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
         GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), in resource
         group ``group`` (None: the default one) for ``lifetime_s`` at most (None: the
         group's default), batch or interactive (``session_type``; None: batch with a
         command, else interactive), with the virtual folders ``mounts``; their ids, in
-        order. They share a correlation id."""
-        correlation = new_id()
-        prov = Provenance(self.access_key, self.clock.now(), None, correlation)
+        order. They share a correlation id.
+
+        All of them are stored or none (one atomic batch), and once: asked again with the
+        same ``request_id``, the same sessions are asked for, which the log holds already
+        (then this returns their ids as if it had stored them). Raises RequestsRefused
+        (nothing was taken), OutcomeUnknown (ask again with the same request id), LogError.
+        """
+        ids = self._ids(request_id)
+        prov = Provenance(self.access_key, self.clock.now(), None, ids.event("correlation"))
         items = []
-        for _ in range(count):
-            sid = new_session_id()
+        for n in range(count):
+            sid = ids.session(n)
             e = stamp(
                 SessionRequested,
                 prov,
@@ -98,18 +118,22 @@ class Client:
                 session_type=session_type,
                 mounts=tuple(mounts),
             )
-            items.append((subj.request(self.access_key, sid), e))
+            items.append((subj.request(self.access_key, sid), replace(e, id=ids.event(str(n)))))
         if self.sender is not None:
             await self.sender.send([e for _, e in items])
-        elif count == 1:
-            await self.events.append(items[0][0], items[0][1], expected_last_subject_seq=0)
         else:
-            await self.events.append_many(items)
+            # The intake writes them so (``services.actors.intake``): all or none, and a
+            # batch the log holds already is refused whole (it was this request's).
+            with suppress(ConcurrencyConflict):
+                await self.events.append_batch(
+                    items, expect_subject=items[0][0], expected_last_subject_seq=0
+                )
         return [e.session_id for _, e in items]
 
-    async def destroy(self, session_id: str) -> str:
+    async def destroy(self, session_id: str, *, request_id: str | None = None) -> str:
         """Ask to end ``session_id``; the id of the request (its answer names it as its
-        cause)."""
+        cause). Asked again with the same ``request_id``, it is the same request.
+        Raises as ``create``."""
         if not subj.is_token(session_id):
             raise ValueError(f"{session_id!r} is not a session id")
         e = stamp(
@@ -118,18 +142,21 @@ class Client:
             session_id=session_id,
             requester=self.access_key,
         )
+        e = replace(e, id=self._ids(request_id).event(f"destroy\0{session_id}"))
         await self._ask(subj.request(self.access_key, session_id), e)
         return e.id
 
-    async def admin(self, command: AdminCommand) -> str:
+    async def admin(self, command: AdminCommand, *, request_id: str | None = None) -> str:
         """Ask the registrar to apply ``command``; the request's id (its answer names it as
-        its cause)."""
+        its cause). Asked again with the same ``request_id``, it is the same request.
+        Raises as ``create``."""
         e = stamp(
             AdminRequested,
             Provenance(self.access_key, self.clock.now()),
             requester=self.access_key,
             command=command,
         )
+        e = replace(e, id=self._ids(request_id).event("admin"))
         await self._ask(subj.admin(self.access_key, e.id), e)
         return e.id
 

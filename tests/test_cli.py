@@ -384,6 +384,7 @@ def test_up_and_agent_take_every_agent_option() -> None:
         "retain_days",
         "archive_every",
         "snapshot_events",
+        "low_space",
     }
 
 

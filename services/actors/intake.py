@@ -9,13 +9,15 @@ message is let go of (``done``) only once its requests are on the log, or counte
 dropped: one handed again after a crash is written again, and the log keeps one of each
 (the stream's dedupe on the event's id), so nothing is lost and nothing doubled.
 
-A message of one request is written pipelined with the others. One of several (``session
-create --count N``) is one atomic batch, all or none, expecting its first request's
-subject (a session's or an administrator's request: no request stood there) to hold
-nothing: a failed write stores none of it, and a batch written before (handed again, or
-sent again by its client with the same ids) is refused whole by the log, which holds it
-already, and let go of. A client that names a session it asked for before has the whole
-message refused so: the fold would refuse that session's second request anyway.
+A message of one request is written pipelined with the others (a session asked for twice
+is refused by the fold, a destroy asked twice answered once). One of several (``session
+create --count N``), and an administrator's request, is one atomic batch, all or none,
+expecting its first request's subject (a session's or an administrator's request: no
+request stood there) to hold nothing: a failed write stores none of it, and a batch
+written before (handed again, or sent again by its client with the same ids, however
+long after) is refused whole by the log, which holds it already, and let go of. A client
+that names a session it asked for before has the whole message refused so: the fold
+would refuse that session's second request anyway.
 
 One intake reads at a time in practice (a key's requests are written in the order it
 handed them in only if one reader takes them); a second shares the work and is harmless.
@@ -157,10 +159,13 @@ def _first_new(route: list[tuple[str, AnyEvent]]) -> str | None:
     """The subject of the first request of ``route`` if it stands on a subject of its own
     (a session asked for, an administrator's request: its batch expects it to hold
     nothing, and stays in the order handed in) and ``route`` is several requests one
-    atomic batch may hold; else None (written pipelined)."""
-    if not 1 < len(route) <= MAX_BATCH:
+    atomic batch may hold, or one administrator's request (the registrar would apply it
+    again); else None (written pipelined)."""
+    if not route or len(route) > MAX_BATCH:
         return None
     subject, first = route[0]
+    if len(route) == 1:
+        return subject if isinstance(first, AdminRequested) else None
     return subject if isinstance(first, SessionRequested | AdminRequested) else None
 
 

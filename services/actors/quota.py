@@ -1,7 +1,9 @@
 """The quota actor: admits or rejects each request against the policies of its keypair,
 user, project and domain (``services.domain.quota``), and against its domain's image
 allow-list, an alias of the domain resolved first (``services.domain.images``): the
-image a session runs is recorded on its admission (``SessionAdmitted.image``).
+image a session runs is recorded on its admission (``SessionAdmitted.image``). While the
+log's disk is low (its latest ``log.health``, ``services.domain.log_space``), it admits
+no new session: each is rejected with code ``disk`` and the reason.
 
 It also answers payloads that are not valid events with ``PayloadRejected``, so bad
 input leaves a trace on the log instead of vanishing or crashing a reader.
@@ -21,6 +23,7 @@ from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.groups import admission_problem
 from services.domain.images import image_refusal, resolve_image
+from services.domain.log_space import refusal as space_refusal
 from services.domain.quota import admission_refusal, mounted_hosts
 from services.domain.state import ClusterState, apply_decision
 from services.ports import Clock, EventLog
@@ -54,6 +57,9 @@ class QuotaActor(LogActor):
             why = v.invalid
             code = "invalid"
             mounted: tuple[str, ...] | str = ()
+            if why is None:
+                why = space_refusal(s.log_space.values())
+                code = "disk"
             if why is None:
                 why = admission_problem(s.tenancy.groups, v.group, v.project, v.lifetime_s)
                 code = "group"

@@ -20,7 +20,9 @@
   permissions name the durables of its kind (``permissions.durables``).
 
 Every call into nats-py goes through ``NatsClient.call`` (``nats_client``), so only the
-log port's errors come out of here.
+log port's errors come out of here. An append that left and got no answer (none in time,
+or the connection lost meanwhile) is OutcomeUnknown: a server whose disk is full stores
+nothing and answers nothing, and one that stored it may have lost the answer.
 """
 
 import asyncio
@@ -60,12 +62,14 @@ from services.adapters.nats_client import (
     Credentials,
     NatsClient,
     NoResponders,
+    TimedOut,
     open_client,
 )
 from services.ports import (
     BulkReadUnavailable,
     ConcurrencyConflict,
     LogError,
+    OutcomeUnknown,
     Retention,
     StreamMissing,
     check_batch,
@@ -291,13 +295,24 @@ class JetStreamLog:
     @asynccontextmanager
     async def _appending(self, what: str) -> AsyncIterator[None]:
         """``call(what)`` for appends: nobody answering is StreamMissing when the stream is
-        gone, else a LogError: no stream stores the subject."""
+        gone, else a LogError: no stream stores the subject. No answer once a message may
+        have left (none in time, the connection lost during the call) is OutcomeUnknown:
+        the server may have stored it (a full disk answers nothing at all)."""
+        epoch = self._client.epoch
         try:
             with self._call(what):
                 yield
         except NoResponders as e:
             await self.stream_info()  # raises StreamMissing if that is why
             raise LogError(f"{what}: no stream stores the subject") from e
+        except TimedOut as e:
+            raise OutcomeUnknown(str(e)) from e
+        except LogError as e:
+            # A refusal the server answered is of its own type, or came on the same
+            # connection; a plain LogError across a lost connection says nothing of it.
+            if self._client.epoch != epoch and type(e) is LogError:
+                raise OutcomeUnknown(str(e)) from e
+            raise
 
     # ---- reads ----------------------------------------------------------------------------
 

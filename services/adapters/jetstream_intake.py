@@ -2,10 +2,16 @@
 the intake reads them through its durable consumer (``JetStreamIntake``).
 
 The stream (``jetstream_stream.intake_config``) keeps a few requests per key and refuses
-more at once; the sender turns that refusal into RequestsRefused. A request carries no
-``Nats-Msg-Id`` here: the stream's dedupe window is every key's, so a key could suppress
-another's message by taking its id first. A request handed twice (an acknowledgement
-lost) is written twice by the intake, and the log's dedupe on each event's id keeps one.
+more at once; the sender turns that refusal, and any other the stream answers, into
+RequestsRefused (nothing taken). A message carries its first request's id as its
+``Nats-Msg-Id``: handed again within the stream's dedupe window (2 minutes) it is taken
+once. The window is every key's, so an id another key could know before it is stored
+could be taken first and the message dropped: request ids are random or keyed with the
+requester's secret (``services.domain.request_ids``), and once stored, a message dropped
+as a duplicate is the same request. One handed twice beyond the window is written twice
+by the intake, and the log keeps one (its dedupe on each event's id, and a batch expects
+its first subject to be new). No answer (none in time, the connection lost after the
+message left) is OutcomeUnknown: the caller hands the same events again.
 """
 
 import contextlib
@@ -18,8 +24,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from events import AnyEvent, encode_many
 from events import subjects as subj
-from services.adapters.nats_client import NatsClient, TimedOut, js_error
-from services.ports import Handed, LogError, RequestsRefused
+from services.adapters.nats_client import JsErr, NatsClient, TimedOut, js_error
+from services.ports import Handed, LogError, OutcomeUnknown, RequestsRefused
 
 __all__ = ["INTAKE_CONSUMER", "JetStreamIntake", "JetStreamSender"]
 
@@ -39,22 +45,34 @@ class JetStreamSender:
 
     async def send(self, events: Sequence[AnyEvent]) -> None:
         what = "hand requests to the intake"
-        with self._client.call(what):
-            reply = await self._client.nc.request(
-                self.subject, encode_many(events), timeout=_TIMEOUT_S
-            )
+        epoch = self._client.epoch
+        headers = {"Nats-Msg-Id": events[0].id} if events else None
+        try:
+            with self._client.call(what):
+                reply = await self._client.nc.request(
+                    self.subject, encode_many(events), headers=headers, timeout=_TIMEOUT_S
+                )
+        except TimedOut as e:
+            raise OutcomeUnknown(f"{what}: no answer within {_TIMEOUT_S:g} s") from e
+        except LogError as e:
+            if self._client.epoch != epoch:  # lost after the message may have left
+                raise OutcomeUnknown(str(e)) from e
+            raise  # nothing left: not connected, or nothing stores the subject
         try:
             error = json.loads(reply.data).get("error")
         except (ValueError, AttributeError) as e:
             raise LogError(f"{what}: an answer of no known form: {reply.data[:200]!r}") from e
         if not error:
-            return
+            return  # taken, or taken before (a duplicate): either way once
         if _PER_SUBJECT_FULL in str(error.get("description", "")):
             raise RequestsRefused(
                 f"the intake holds as many of your requests as it keeps waiting: "
                 f"wait until they are through ({self.subject})"
             )
-        raise js_error(what, error.get("err_code"), error.get("description"))
+        refused = js_error(what, error.get("err_code"), error.get("description"))
+        if error.get("err_code") == JsErr.STREAM_NOT_FOUND:
+            raise refused
+        raise RequestsRefused(str(refused)) from refused
 
 
 class JetStreamIntake:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 _BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
+LISTEN_WITHIN_S = 15  # a server starting on a long log replays it first
 
 
 class NatsServerError(RuntimeError):
@@ -60,6 +61,8 @@ class NatsServer:
     store_dir: str
     process: subprocess.Popen[bytes]
     log_path: str
+    command: list[str] = field(default_factory=list)  # how it was started
+    die_with_parent: bool = False
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -69,6 +72,22 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    def respawn(self) -> None:
+        """Start the stopped server again as it was started: the same store, port and
+        configuration, its log appended to. Does not wait for it to listen (``exited``
+        says if it failed). From the thread that started it when it dies with it (the
+        kernel ends the server with the thread that started it). Raises PortInUse if
+        another process took the port meanwhile, NatsServerError if it cannot start."""
+        if self.process.poll() is None:
+            raise NatsServerError(f"nats-server {self.process.pid} still runs")
+        _check_free(self.port)
+        self.process = _spawn(self.command, self.log_path, self.die_with_parent)
+
+    def exited(self) -> NatsServerError | None:
+        """Why the server exited (its log's last fatal line), or None if it runs."""
+        code = self.process.poll()
+        return None if code is None else _exited(code, self.log_path, self.port)
 
 
 def start(
@@ -103,22 +122,27 @@ def start(
         f.write(_BASE.read_text() + "\n" + config)
     command = [find_binary(), "-c", str(conf), "-js", "-a", "127.0.0.1", "-p", str(port)]
     command += ["-sd", store, "-P", os.path.join(store, "nats-server.pid"), *args]
-    preexec = _die_with_parent if die_with_parent and sys.platform == "linux" else None
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec
-        )
-    deadline = time.monotonic() + 15
+    process = _spawn(command, log_path, die_with_parent)
+    url = f"nats://127.0.0.1:{port}"
+    server = NatsServer(url, port, store, process, log_path, command, die_with_parent)
+    deadline = time.monotonic() + LISTEN_WITHIN_S
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise _exited(process.returncode, log_path, port)
+        exited = server.exited()
+        if exited is not None:
+            raise exited
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return NatsServer(f"nats://127.0.0.1:{port}", port, store, process, log_path)
+                return server
         except OSError:
             time.sleep(0.05)
     process.kill()
-    raise NatsServerError(f"nats-server did not listen on port {port} within 15 s")
+    raise NatsServerError(f"nats-server did not listen on port {port} within {LISTEN_WITHIN_S} s")
+
+
+def _spawn(command: list[str], log_path: str, die_with_parent: bool) -> subprocess.Popen[bytes]:
+    preexec = _die_with_parent if die_with_parent and sys.platform == "linux" else None
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
 
 
 def _check_free(port: int) -> None:

@@ -29,6 +29,7 @@ from services.api import (
     console,
     export_routes,
     guard,
+    health_routes,
     image_routes,
     models,
     shapes,
@@ -91,11 +92,13 @@ def create_app(
     signer: TokenSigner | None = None,
     recorder: AccessRecorder | None = None,
     storage: vfolder_routes.Storage | None = None,
+    health: health_routes.Health | None = None,
 ) -> FastAPI:
     """The API over ``source``; ``closing`` (set on shutdown) ends the event streams.
     ``signer`` signs its tokens (a fresh key if None); ``recorder`` hears of sign-ins and
     refusals, for the audit log; ``storage``: the storage service's routes (virtual
-    folders' files) on this host's folders."""
+    folders' files) on this host's folders; ``health``: the log's health (none known:
+    an empty list)."""
     app = FastAPI(
         title="fgpu read API",
         version="1",
@@ -376,6 +379,7 @@ def create_app(
     if storage is not None:
         vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, _utc)
+    health_routes.mount(app, query, health or tuple)
     console.mount(app)
     return app
 

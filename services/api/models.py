@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 __all__ = [
     "AdminAnswer",
     "Agent",
+    "AgentCount",
     "AgentList",
     "AgentUsage",
     "Amounts",
@@ -25,11 +26,13 @@ __all__ = [
     "FileStat",
     "Gpu",
     "GpuUsage",
+    "Health",
     "ImageName",
     "ImagePolicy",
     "ImageTag",
     "Images",
     "KeypairInfo",
+    "LogSpace",
     "Mount",
     "Moved",
     "OwnerUsage",
@@ -41,6 +44,7 @@ __all__ = [
     "SessionHistory",
     "SessionPage",
     "Share",
+    "Status",
     "StoryLine",
     "Times",
     "Transition",
@@ -463,3 +467,40 @@ class Removed(BaseModel):
 class Moved(BaseModel):
     path: str
     to: str
+
+
+class LogSpace(BaseModel):
+    """The room on the disk under one of the log's servers (``log.health``)."""
+
+    server: str
+    path: str = Field(description="the server's store")
+    state: str = Field(description="ok, low (no new sessions are admitted) or full")
+    reason: str = Field(description="the state in one line; empty when ok")
+    free_bytes: int
+    total_bytes: int
+    watermark_bytes: int = Field(description="under this much free, the disk is low")
+    unwritable_since: datetime | None = Field(
+        description="the server could write nothing from then until this record"
+    )
+    at: datetime = Field(description="when it was found")
+    live: bool = Field(
+        description="found now by the watcher beside the server (else read off the log)"
+    )
+
+
+class Health(BaseModel):
+    log: list[LogSpace]
+
+
+class AgentCount(BaseModel):
+    alive: int
+    lost: int
+
+
+class Status(BaseModel):
+    """The stack at a glance (``fgpu status``)."""
+
+    ok: bool = Field(description="every log server has room and no agent is lost")
+    last_seq: int = Field(description="how far the projections have read the log")
+    log: list[LogSpace]
+    agents: AgentCount

@@ -6,7 +6,7 @@ that writes the file, and reads it through cursors of the same database.
 
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import structlog
 import uvicorn
 from anyio.abc import TaskStatus
 
+from events import LogHealth
 from projections import ProjectionStore, Projector, SchemaMismatch
 from services.api.app import create_app
 from services.api.auth import TokenSigner
@@ -73,6 +74,18 @@ def open_store(path: str | Path, identity: str | None = None) -> ProjectionStore
     return store
 
 
+def _log_health(
+    store: ProjectionStore, live: Callable[[], LogHealth | None] | None
+) -> list[tuple[LogHealth, bool]]:
+    """Each server's latest ``log.health`` the projections folded, but where the watcher
+    beside one found something now (``live``): that, marked so."""
+    found = {server: (h, False) for server, h in store.state.log_space.items()}
+    now = None if live is None else live()
+    if now is not None:
+        found[now.server] = (now, True)
+    return list(found.values())
+
+
 def _afresh(path: str | Path) -> ProjectionStore:
     for stale in (Path(path), Path(f"{path}.wal")):
         stale.unlink(missing_ok=True)
@@ -105,6 +118,7 @@ async def serve_read_api(
     signer: TokenSigner | None = None,
     recorder: AccessRecorder | None = None,
     vfolders: FolderStore | None = None,
+    live_health: Callable[[], LogHealth | None] | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -114,7 +128,8 @@ async def serve_read_api(
     ``signer`` signs the API's tokens (a fresh key if None); ``recorder`` hears of
     sign-ins and refusals (the caller runs it: ``AccessAudit``). With ``vfolders`` it is
     also the storage service of the virtual folders there (their scans appended to
-    ``events``), and deletes the files of folders purged from the trash.
+    ``events``), and deletes the files of folders purged from the trash. ``live_health``:
+    what the watcher beside the log's server finds now, laid over what the log holds.
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
@@ -125,7 +140,12 @@ async def serve_read_api(
         closing = anyio.Event()
         storage = None if vfolders is None else Storage(vfolders, events)
         app = create_app(
-            projector, closing=closing, signer=signer, recorder=recorder, storage=storage
+            projector,
+            closing=closing,
+            signer=signer,
+            recorder=recorder,
+            storage=storage,
+            health=lambda: _log_health(store, live_health),
         )
         sock = _listen(host, port)
         bound = sock.getsockname()[1]

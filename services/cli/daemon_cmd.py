@@ -28,6 +28,7 @@ from services.cli.options import (
     warn,
 )
 from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE
+from services.domain.log_space import DEFAULT_LOW_SPACE
 from services.ports import LogError
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from services.actors.agent import AgentConfig
     from services.adapters.nats_auth import ServerAuth
     from services.cli.identities import Identity
+    from services.domain.log_space import Watermark
     from services.ports import EventLog, Retention, SliceRegions
 
 __all__ = ["AgentOptions", "register"]
@@ -246,6 +248,16 @@ def _storage_owner(given: str | None) -> tuple[int, int] | None:
     return int(uid), int(gid or uid)
 
 
+def _watermark(spec: str) -> "Watermark":
+    """--low-space as a Watermark; exits 2 with one line if it is none."""
+    from services.domain.log_space import Watermark
+
+    try:
+        return Watermark.parse(spec)
+    except ValueError as e:
+        fail(str(e))
+
+
 def _url(ctx: typer.Context) -> str:
     settings: Settings = ctx.obj
     return resolve_nats(settings.nats)
@@ -282,6 +294,13 @@ def up(
             "every 5 minutes with some).",
         ),
     ] = 50_000,
+    low_space: Annotated[
+        str,
+        typer.Option(
+            help="The log's disk is low under this much free: a share of it, an amount, or "
+            "both (the smaller holds). Low, no new session is admitted; it does not start.",
+        ),
+    ] = DEFAULT_LOW_SPACE,
 ) -> None:
     """Start an embedded NATS server and every actor in this process, until Ctrl-C or
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
@@ -296,7 +315,13 @@ def up(
     from services.adapters.store_lock import Process, StoreInUse, stop_orphan
     from services.cli.agent_setup import container_runtime
     from services.cli.identities import service_keys
-    from services.cli.preflight import hold_home, hold_store, port_taken, writable
+    from services.cli.preflight import (
+        hold_home,
+        hold_store,
+        port_taken,
+        room_for_the_log,
+        writable,
+    )
     from services.cli.stack import (
         StackInfo,
         connected,
@@ -309,9 +334,11 @@ def up(
         run_read_api,
         run_registrar,
         run_scheduler,
+        run_store_watch,
         with_archive,
     )
 
+    watermark = _watermark(low_space)
     if ephemeral and store:
         fail("give --store or --ephemeral, not both")
     private_process()  # its store, projections and keys hold every tenant's history
@@ -326,6 +353,7 @@ def up(
     # the locks come first, and a refused second `fgpu up` says only why.
     lock = hold_store(store_dir)
     home_lock = hold_home(home, store_dir)
+    room_for_the_log(store_dir, watermark)
     cfg, regions = agent.setup()
     try:
         orphan = stop_orphan(lock)
@@ -387,6 +415,9 @@ def up(
                 for kind in kinds
             }
             tg = await stack.enter_async_context(anyio.create_task_group())
+            # The room on the store's disk, and the server started again once it can
+            # write again (the archiver's key: the log's keeper).
+            watch = await tg.start(run_store_watch, conns["archiver"], server, watermark)
             # The actors' reads cover the archive too: one that has no snapshot to start
             # from replays the whole history here.
             logs = {k: await with_archive(c.log, archive_dir) for k, c in conns.items()}
@@ -415,7 +446,10 @@ def up(
                 # The projections live with the log they project: a new store, a new file.
                 db = default_db_path(Path(server.store_dir))
                 serve = functools.partial(
-                    run_read_api, vfolder_root=cfg.vfolder_root, vfolder_owner=vfolder_owner
+                    run_read_api,
+                    vfolder_root=cfg.vfolder_root,
+                    vfolder_owner=vfolder_owner,
+                    watch=watch,
                 )
                 with port_taken("127.0.0.1", api_port, "--api-port"):
                     api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)

@@ -19,6 +19,7 @@ from services.cli import (
     images_cmd,
     session_cmd,
     snapshots_cmd,
+    status_cmd,
     tenancy_cmd,
     vfolder_cmd,
 )
@@ -95,3 +96,4 @@ snapshots_cmd.register()
 tenancy_cmd.register(app)
 images_cmd.register(app)
 daemon_cmd.register(app)
+status_cmd.register(app)

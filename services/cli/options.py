@@ -86,6 +86,7 @@ class Settings:
     access_key: str
     secret_key: str | None = None
     service_keys: str | None = None  # a services.json: daemons take their keypair there
+    request_id: str | None = None  # ``fgpu admin --request-id``: the request's id
 
     @property
     def url(self) -> str:
@@ -169,7 +170,9 @@ async def user_client(settings: Settings) -> "AsyncIterator[Client]":
         fail(f"access key {settings.access_key!r} must be 1-64 letters, digits, '-' or '_'")
     async with connection(settings) as conn:
         sender = conn.sender(settings.access_key)
-        yield Client(conn.log, SystemClock(), settings.access_key, sender=sender)
+        yield Client(
+            conn.log, SystemClock(), settings.access_key, sender=sender, secret=settings.secret_key
+        )
 
 
 def resolve_nats(given: str | None) -> str:
@@ -238,8 +241,9 @@ def _leaves(e: BaseException) -> Iterator[BaseException]:
         yield e
 
 
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn`` and turn the errors a user can act on into one clear line."""
+def run_async(fn: Callable[[], Awaitable[T]], *, passing: tuple[type[Exception], ...] = ()) -> T:
+    """Run ``fn`` and turn the errors a user can act on into one clear line; those of
+    ``passing`` are raised as they are, for the caller to say."""
     import anyio
 
     from services.ports import LogError, StreamMissing
@@ -249,6 +253,8 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
             return anyio.run(fn)
         except BaseExceptionGroup as group:
             raise _sole(group) from None  # a task group's one failure, as itself
+    except passing:
+        raise
     except (StreamMissing, HostProblem) as e:
         fail(str(e), code=1)  # it says what to do: no hint about fgpu up
     except LogError as e:

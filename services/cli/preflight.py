@@ -13,11 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from services.adapters.nats_supervisor import StoreDirDisk
 from services.adapters.store_lock import StoreInUse, StoreLock
 from services.cli.home import home_hint, private_dir
 from services.cli.options import HostProblem, fail
+from services.domain.log_space import Watermark
 
-__all__ = ["hold_home", "hold_store", "port_taken", "writable"]
+__all__ = ["hold_home", "hold_store", "port_taken", "room_for_the_log", "writable"]
 
 
 def writable(path: Path, hint: str) -> Path:
@@ -63,6 +65,21 @@ def hold_home(home: Path, store: Path) -> StoreLock | None:
         )
     except OSError as e:
         fail(f"cannot lock {home}: {e.strerror or e}: {home_hint()}", code=1)
+
+
+def room_for_the_log(store: Path, watermark: Watermark) -> None:
+    """Exit 1 if the disk under ``store`` has less room than the watermark: the server
+    would start on it only to fail its writes (and one that was writing an atomic batch
+    when its disk filled could not finish it: it would drop the rest)."""
+    disk = StoreDirDisk(str(store))
+    usage = disk.usage()
+    mark = watermark.of(usage.total)
+    if usage.free < mark:
+        fail(
+            f"the log's disk is low: {usage.free} bytes free at {store}, under its watermark "
+            f"of {mark} bytes: free some room (or lower --low-space), then start again",
+            code=1,
+        )
 
 
 @contextmanager

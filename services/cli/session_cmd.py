@@ -24,6 +24,7 @@ from services.cli.options import (
     user_client,
     warn,
 )
+from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 from services.cli.render import session_lines, sessions_table
 from services.cli.watch import Session, answers, position, read_sessions, wait_for
 from services.domain.status import ENDED as _ENDED
@@ -225,10 +226,13 @@ def create(
         bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 120.0,
+    request_id: RequestIdOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ask for sessions. The command to run comes after `--`."""
+    """Ask for sessions. The command to run comes after `--`. All of them are asked for,
+    or none; sent again with the same --request-id, the same sessions, once."""
     settings = _settings(ctx)
+    rid = chosen_request_id(request_id)
     if project is not None and not subj.is_token(project):
         fail(
             f"project {project!r}: give the name of a project of your domain, without its "
@@ -274,9 +278,10 @@ def create(
                 lifetime_s=lifetime,
                 session_type=_session_type(session_type),
                 mounts=mounts,
+                request_id=rid,
             )
 
-    ids = run_async(publish)
+    ids = sent(settings, publish, f"--request-id {rid}")
     if not wait:
         _warn_if_nobody_offers(settings, image)
         if as_json:
@@ -500,10 +505,13 @@ def rm(
     session_ids: Annotated[list[str], typer.Argument(help="Sessions to destroy.")],
     wait: Annotated[bool, typer.Option(help="Wait until each has ended.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 60.0,
+    request_id: RequestIdOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Destroy sessions: a pending one is cancelled, a running one stopped and removed."""
+    """Destroy sessions: a pending one is cancelled, a running one stopped and removed.
+    Sent again with the same --request-id, each destroy is the same request."""
     settings = _settings(ctx)
+    rid = chosen_request_id(request_id)
     session_ids = list(dict.fromkeys(_id(sid) for sid in session_ids))  # each once
     api = _reachable_api(settings)
     with api_errors():
@@ -511,9 +519,9 @@ def rm(
 
     async def publish() -> dict[str, str]:
         async with user_client(settings) as client:
-            return {sid: await client.destroy(sid) for sid in session_ids}
+            return {sid: await client.destroy(sid, request_id=rid) for sid in session_ids}
 
-    requests = run_async(publish)
+    requests = sent(settings, publish, f"--request-id {rid}")
     with _after_publishing([f"destroy {sid}" for sid in requests]):
         results = _destroy_results(api, requests, after, wait=wait, timeout_s=timeout)
     failed = {sid: r for sid, r in results.items() if r["result"] in ("refused", "unanswered")}

@@ -27,6 +27,7 @@ from services.actors.reader_consumers import ReaderConsumersActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots
+from services.actors.store_watch import StoreWatch
 from services.adapters.gpu_probe import NvmlProcessWatch
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.jetstream_domains import JetStreamDomainFeed, JetStreamReaderConsumers
@@ -34,6 +35,7 @@ from services.adapters.jetstream_intake import JetStreamIntake
 from services.adapters.nats_auth import GATE_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
+from services.adapters.nats_server import NatsServer
 from services.adapters.nats_server_log import Violation, follow_violations
 from services.adapters.output_files import OutputFiles
 from services.adapters.proc_cgroups import CgroupContainers
@@ -48,6 +50,7 @@ from services.domain.intake import (
     Drops,
     KeyRates,
 )
+from services.domain.log_space import Watermark
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
@@ -65,6 +68,7 @@ __all__ = [
     "run_quota",
     "run_registrar",
     "run_scheduler",
+    "run_store_watch",
 ]
 
 log = structlog.get_logger()
@@ -309,6 +313,33 @@ async def run_agent_host(
         task_status.started()
 
 
+async def run_store_watch(
+    conn: NatsConnection,
+    server: NatsServer,
+    watermark: Watermark,
+    *,
+    task_status: TaskStatus[StoreWatch] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The watcher beside ``server``, a server this process started: the room on its
+    store's disk said on the log (as ``conn``'s keypair, the archiver's), the server
+    started again once it can write again. Started with the watcher, once it has looked."""
+    from services.adapters.nats_supervisor import StoreDirDisk, SupervisedServer
+
+    supervised = SupervisedServer(server)
+    watch = StoreWatch(
+        conn.log,
+        StoreDirDisk(server.store_dir),
+        supervised,
+        SystemClock(),
+        server_name="fgpu",  # as nats-base.conf names every fgpu server
+        watermark=watermark,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(supervised.follow)
+        await tg.start(watch.run)
+        task_status.started(watch)
+
+
 async def with_archive(events: JetStreamLog, root: Path) -> EventLog:
     """``events`` whose reads cover its archive under ``root`` too (projections.archive)."""
     from projections.archive import Archive, ArchivedLog  # DuckDB: only when served
@@ -341,12 +372,14 @@ async def run_read_api(
     *,
     vfolder_root: str | None = None,
     vfolder_owner: tuple[int, int] | None = None,
+    watch: StoreWatch | None = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The projector and the read API, its sign-ins and refusals audited on the log; the
     storage service of the virtual folders under ``vfolder_root``, if given, kept as
-    ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice). Raises HelperFailed if
-    the folders' helper cannot start."""
+    ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice); the log's health as
+    ``watch`` (the watcher beside its server, in this process) finds it now, over what
+    the log holds. Raises HelperFailed if the folders' helper cannot start."""
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
@@ -358,7 +391,10 @@ async def run_read_api(
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(audit.run)
-            serve = functools.partial(serve_read_api, recorder=audit, vfolders=files)
+            live = None if watch is None else (lambda: watch.current)
+            serve = functools.partial(
+                serve_read_api, recorder=audit, vfolders=files, live_health=live
+            )
             api = await tg.start(serve, events, db, host, port)
             task_status.started(api)
     finally:

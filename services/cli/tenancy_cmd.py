@@ -23,6 +23,7 @@ from services.cli.options import (
     user_client,
     warn,
 )
+from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
 if TYPE_CHECKING:
     from events import AdminCommand, ResourcePolicy
@@ -37,6 +38,16 @@ project_app = typer.Typer(help="Projects of a domain (DOMAIN/PROJECT).", no_args
 user_app = typer.Typer(help="Users of a domain.", no_args_is_help=True)
 keypair_app = typer.Typer(help="Keypairs (access key + secret).", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies at four levels.", no_args_is_help=True)
+
+
+@admin_app.callback()
+def _admin_options(ctx: typer.Context, request_id: RequestIdOpt = None) -> None:
+    """Tenancy and resource policies (administrators). Each change is a request; sent
+    again with the same --request-id (before the command), it is done once."""
+    settings: Settings = ctx.obj
+    settings.request_id = request_id
+
+
 for _name, _sub in (
     ("domain", domain_app),
     ("project", project_app),
@@ -63,6 +74,7 @@ def ask(
     from services.cli.watch import answers, position
 
     settings = _settings(ctx)
+    rid = chosen_request_id(settings.request_id)
     api = settings.read_api()
     with api_errors():
         api.get("/v1/domains")  # reachable: asked before anything is published
@@ -72,9 +84,9 @@ def ask(
 
     async def publish() -> str:
         async with user_client(settings) as client:
-            return await client.admin(command)
+            return await client.admin(command, request_id=rid)
 
-    request_id = run_async(publish)
+    request_id = sent(settings, publish, f"fgpu admin --request-id {rid} ...")
     path = f"/v1/admin/requests/{request_id}"
     with api_errors():
         found = answers(api, [path], after, timeout_s=timeout)

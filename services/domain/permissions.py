@@ -260,9 +260,12 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
         own = (subj.TENANCY, *_snapshot_reads("scheduler", access_key))
     elif service == "archiver":
         # The log's past, once archived and said: removed from the stream (a purge, its
-        # alone), what the actors' snapshots cover (read, to know how far it may go).
+        # alone), what the actors' snapshots cover (read, to know how far it may go); and
+        # the log's health, the room on its servers' disks (the watcher beside a server
+        # speaks as the archiver: ``fgpu up``).
         own = (
             subj.ARCHIVE,
+            subj.health("*"),
             f"{_JS}.STREAM.PURGE.{_STREAM}",
             *_snapshot_reads("scheduler", access_key),
             *_snapshot_reads("quota", access_key),

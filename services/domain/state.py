@@ -33,6 +33,7 @@ from events import (
     GpuShareExceeded,
     GpuUsageSampled,
     LogArchived,
+    LogHealth,
     Malformed,
     PayloadRejected,
     PolicySet,
@@ -476,6 +477,10 @@ def _vfolder_scanned(s: ClusterState, seq: int, e: VfolderScanned) -> None:
     note_scan(s.tenancy, e)
 
 
+def _log_health(s: ClusterState, seq: int, e: LogHealth) -> None:
+    s.log_space[e.server] = e  # the latest of each server's stands
+
+
 def _nothing(s: ClusterState, seq: int, e: AnyEvent) -> None:
     """Events that change no state: a refusal (it only answers its destroy request),
     measurements, the access audit and commands run in sessions (the projections keep
@@ -524,6 +529,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     SessionChannelOpened: _nothing,
     SessionChannelClosed: _nothing,
     VfolderScanned: _vfolder_scanned,
+    LogHealth: _log_health,
 }
 
 

@@ -23,6 +23,7 @@ from events import (
     AdminRequested,
     GroupSettings,
     ImageInfo,
+    LogHealth,
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
@@ -182,6 +183,9 @@ class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     # Since fold version 2 (snapshots from before restore none: an empty forecast).
     workload: tuple[list[Shape], int, list[tuple[Shape, int]], int] = ([], 0, [], 0)
     last_placed: str | None = None
+    # Since the log's health was folded (older snapshots: none known; the watcher says
+    # each server's at its start).
+    log_space: list[LogHealth] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -221,6 +225,7 @@ def encode_state(s: ClusterState) -> bytes:
             admin_requests=list(s.admin_requests.values()),
             workload=_workload(s.workload),
             last_placed=s.last_placed,
+            log_space=[s.log_space[k] for k in sorted(s.log_space)],
         )
     )
 
@@ -265,6 +270,7 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     recent, admitted, typical, version = snap.workload
     s.workload = Workload.of(recent, admitted, tuple(typical), version)
     s.last_placed = snap.last_placed
+    s.log_space = {h.server: h for h in snap.log_space}
     return s
 
 

@@ -102,6 +102,7 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.SessionChannelOpened, _exec),
         _rule(ev.SessionChannelClosed, _exec),
         _rule(ev.VfolderScanned, lambda e: subj.storage(e.host)),
+        _rule(ev.LogHealth, lambda e: subj.health(e.server)),
     ]
 )
 

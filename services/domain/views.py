@@ -13,6 +13,7 @@ from events import (
     DevicePlacement,
     GpuInfo,
     ImageInfo,
+    LogHealth,
     PolicySet,
     SessionDestroyRequested,
     SessionType,
@@ -210,6 +211,9 @@ class ClusterState:
     # against them) and the agent of the latest placement (round-robin goes on from it).
     workload: Workload = field(default_factory=Workload)
     last_placed: str | None = None
+    # The log's health: each server's latest record of the room on its store's disk (the
+    # quota actor admits no new session while one is not ok).
+    log_space: dict[str, LogHealth] = field(default_factory=dict)
     # Sessions and agents whose state changed since the owner last cleared these; lets an
     # actor look at what a batch changed instead of everything it knows. Invariant: every
     # change to a session's fields marks it (the projection store rewrites the rows of

@@ -4,7 +4,8 @@ One module a concern: ``errors`` (the tree every port raises from), ``log`` (the
 and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the log),
 ``containers``, ``regions`` (the shim's shared regions), ``gpu_watch`` (what the GPU
 driver counts of each process, and whose container it is), ``host`` (GPUs, the clock),
-``snapshots`` (where an actor keeps the state it starts from).
+``snapshots`` (where an actor keeps the state it starts from), ``store`` (the disk under
+a log's server, and the server, for the watcher beside it).
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
 
@@ -43,7 +44,9 @@ from services.ports.errors import (
     HistoryMissing,
     ImageNotFound,
     LogError,
+    OutcomeUnknown,
     RuntimeUnavailable,
+    ServerUnavailable,
     SnapshotCorrupt,
     StreamMissing,
 )
@@ -68,6 +71,7 @@ from services.ports.log import (
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
+from services.ports.store import DiskUsage, LogServer, StoreDisk
 from services.ports.vfolders import Entry, FileState, FolderError, FolderStore, OpenFile, Upload
 
 __all__ = [
@@ -92,6 +96,7 @@ __all__ = [
     "ContainerInfo",
     "ContainerRuntime",
     "DeviceUsageSample",
+    "DiskUsage",
     "DomainFeed",
     "Entry",
     "EventLog",
@@ -116,10 +121,12 @@ __all__ = [
     "KeptOutput",
     "Kicker",
     "LogError",
+    "LogServer",
     "LogsReply",
     "LogsRequest",
     "OomRefusal",
     "OpenFile",
+    "OutcomeUnknown",
     "OutputStore",
     "Pipe",
     "ProcessContainers",
@@ -131,10 +138,12 @@ __all__ = [
     "RetainingLog",
     "Retention",
     "RuntimeUnavailable",
+    "ServerUnavailable",
     "ShellRequest",
     "SliceRegions",
     "SnapshotCorrupt",
     "SnapshotStore",
+    "StoreDisk",
     "StreamMissing",
     "Upload",
     "check_batch",

@@ -10,12 +10,16 @@
                                  snapshot covers it: start from one, or read the archive)
      +-- SnapshotCorrupt        (a snapshot stored is not what was saved: do without it,
                                  replay the log; the next save replaces it)
+     +-- OutcomeUnknown         (a write was sent and no answer came: it may be stored or
+                                 not; send it again as it was, its ids dedupe it)
+     +-- RequestsRefused        (ports.intake: the intake took none of the requests)
     ContainerError
      +-- ImageNotFound          (permanent for this session)
      +-- RuntimeUnavailable     (retryable: the engine is down or refused)
     AgentUnreachable            (no agent answered a request: it may be down)
     ConnectionsUnknown          (a server could not be asked which clients it holds:
                                  ask again)
+    ServerUnavailable           (the log's server could not be started again: try later)
 """
 
 __all__ = [
@@ -27,7 +31,9 @@ __all__ = [
     "HistoryMissing",
     "ImageNotFound",
     "LogError",
+    "OutcomeUnknown",
     "RuntimeUnavailable",
+    "ServerUnavailable",
     "SnapshotCorrupt",
     "StreamMissing",
 ]
@@ -65,6 +71,12 @@ class SnapshotCorrupt(LogError):
     waiting; the caller does without it (a full replay) and the next save replaces it."""
 
 
+class OutcomeUnknown(LogError):
+    """A write left and no answer came (none in time, or the connection was lost): it may
+    have been stored, or not. Sent again as it was (the same events, the same ids), it is
+    stored once: the stream dedupes the ids."""
+
+
 class ContainerError(Exception):
     """The container runtime failed an operation."""
 
@@ -84,3 +96,8 @@ class AgentUnreachable(Exception):
 class ConnectionsUnknown(Exception):
     """The servers could not be asked which client connections they hold (one did not
     answer, or the system account is away): ask again later."""
+
+
+class ServerUnavailable(Exception):
+    """The log's server could not be started again (its port taken, it exited at once):
+    try again later."""

@@ -16,8 +16,9 @@ __all__ = ["Handed", "IntakeQueue", "RequestSender", "RequestsRefused"]
 
 
 class RequestsRefused(LogError):
-    """The intake holds as many of this key's requests as it keeps waiting: nothing was
-    taken; ask again once the earlier ones are through (a flood only ever blocks itself)."""
+    """The intake took none of the requests: it holds as many of this key's as it keeps
+    waiting (ask again once the earlier ones are through: a flood only ever blocks
+    itself), or its stream said it cannot store them (the reason says why)."""
 
 
 @dataclass(frozen=True)
@@ -42,5 +43,8 @@ class IntakeQueue(Protocol):
 class RequestSender(Protocol):
     async def send(self, events: Sequence[AnyEvent]) -> None:
         """Hand ``events`` (requests of one person) to the intake, in one message: all of
-        them are written, in order, or none. Raises RequestsRefused, LogError."""
+        them are written, in order, or none. The message is known by its first event's id:
+        handed again within the intake stream's dedupe window (2 minutes), it is taken
+        once. Raises RequestsRefused (nothing taken), OutcomeUnknown (no answer: hand the
+        same events again), LogError (nothing sent: the connection is away)."""
         ...

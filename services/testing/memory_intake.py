@@ -2,9 +2,10 @@
 ``sender(key)``; the fake that the intake's actor tests run on instead of JetStream, and
 that passes the same contract (``tests/intake_contract.py``).
 
-As the intake stream: at most ``backlog`` waiting per key, more refused at once; handed
-out oldest first; one handed and not let go of is handed again once ``expire`` says its
-time is up (JetStream: after the consumer's ack wait).
+As the intake stream: at most ``backlog`` waiting per key, more refused at once; a
+message known by the id of one taken before is taken once (the stream's dedupe: for its
+window, here for good); handed out oldest first; one handed and not let go of is handed
+again once ``expire`` says its time is up (JetStream: after the consumer's ack wait).
 """
 
 from collections import deque
@@ -25,7 +26,7 @@ class MemorySender:
         self.key = key
 
     async def send(self, events: Sequence[AnyEvent]) -> None:
-        self._intake.hand(self.key, encode_many(events))
+        self._intake.hand(self.key, encode_many(events), events[0].id if events else None)
 
 
 class MemoryIntake:
@@ -33,6 +34,7 @@ class MemoryIntake:
         self.backlog = backlog
         self.wait_s = wait_s
         self._next = 0
+        self._taken: set[str] = set()  # the ids of the messages taken
         self._waiting: deque[tuple[int, str, bytes]] = deque()  # not handed out yet
         self._out: dict[int, tuple[str, bytes]] = {}  # handed out, not let go of
         self._more = anyio.Event()
@@ -41,14 +43,19 @@ class MemoryIntake:
     def sender(self, key: str) -> MemorySender:
         return MemorySender(self, key)
 
-    def hand(self, key: str, data: bytes) -> None:
-        """What the server does with a message on ``fgpu.in.<key>``. Raises
-        RequestsRefused when ``key`` has ``backlog`` waiting already."""
+    def hand(self, key: str, data: bytes, message_id: str | None = None) -> None:
+        """What the server does with a message on ``fgpu.in.<key>`` (``message_id``: its
+        ``Nats-Msg-Id``). Raises RequestsRefused when ``key`` has ``backlog`` waiting
+        already."""
+        if message_id is not None and message_id in self._taken:
+            return
         held = sum(1 for _, k, _ in self._waiting if k == key)
         held += sum(1 for k, _ in self._out.values() if k == key)
         if held >= self.backlog:
             raise RequestsRefused(f"the intake holds {held} requests of {key}")
         self._next += 1
+        if message_id is not None:
+            self._taken.add(message_id)
         self._waiting.append((self._next, key, bytes(data)))
         self._more.set()
 

@@ -358,7 +358,8 @@ const CATALOGUE = [
   "log.archived.v1", "session.exec-started.v1", "session.exec-finished.v1",
   "session.cpu-sampled.v1", "session.channel-opened.v1", "session.channel-closed.v1",
   "session.pulling.v1", "agent.images-reported.v1", "vfolder.scanned.v1",
-  "access.requests-dropped.v1", "gpu.over-slice.v1", "gpu.share-exceeded.v1", "malformed",
+  "access.requests-dropped.v1", "gpu.over-slice.v1", "gpu.share-exceeded.v1", "log.health.v1",
+  "malformed",
 ];
 
 // ---- wiring -----------------------------------------------------------------------------
