@@ -20,6 +20,7 @@ __all__ = [
     "free_port",
     "nats_cluster",
     "nats_server",
+    "restart",
 ]
 
 _BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
@@ -54,6 +55,8 @@ class NatsServer:
     store_dir: str
     process: subprocess.Popen[bytes]
     log_path: str
+    args: Sequence[str] = ()  # what it was started with (``start``), for ``restart``
+    config: str = ""
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -105,11 +108,22 @@ def start(
             raise NatsServerError(f"nats-server exited with {process.returncode}:\n{tail}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return NatsServer(f"nats://127.0.0.1:{port}", port, store, process, log_path)
+                url = f"nats://127.0.0.1:{port}"
+                return NatsServer(url, port, store, process, log_path, args, config)
         except OSError:
             time.sleep(0.05)
     process.kill()
     raise NatsServerError(f"nats-server did not listen on port {port} within 15 s")
+
+
+def restart(server: NatsServer) -> None:
+    """Start ``server`` again once its process has ended (killed, say), on the same port,
+    store and configuration; ``server.process`` is the new process. Raises
+    NatsServerError if the old one still runs or the new one does not start."""
+    if server.process.poll() is None:
+        raise NatsServerError(f"nats-server on port {server.port} is still running")
+    again = start(server.store_dir, server.port, server.args, config=server.config)
+    server.process = again.process
 
 
 def _die_with_parent() -> None:
@@ -138,7 +152,8 @@ def nats_server(
 def nats_cluster(n: int = 3, *, config: str = "") -> Iterator[dict[str, NatsServer]]:
     """``n`` servers clustered on loopback ports (names ``n0``...), each with ``config``
     after its own cluster settings, for the duration of the block; their stores removed
-    after. Clients may connect to any, or to all: ``",".join(s.url for s in ...)``."""
+    after. Clients may connect to any, or to all: ``",".join(s.url for s in ...)``. One
+    killed in the block comes back, on its own store and port, with ``restart``."""
     routes = [free_port() for _ in range(n)]
     servers: dict[str, NatsServer] = {}
     try:
