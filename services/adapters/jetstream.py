@@ -28,19 +28,22 @@ nothing and answers nothing, and one that stored it may have lost the answer.
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager, suppress
 from functools import partial
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 from urllib.parse import ParseResult
 
+import anyio
+import nats.errors
+import nats.js.errors
 import structlog
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from events import AnyEvent, RawBatch, Record, encode, record_of
 from events import subjects as subj
 from services.adapters import jetstream_api, raw_reader
-from services.adapters.jetstream_api import TIMEOUT_S
+from services.adapters.jetstream_api import ASK_AGAIN_S, TIMEOUT_S
 from services.adapters.jetstream_pull import Puller, ack_seqs
 from services.adapters.jetstream_readers import deliveries, read_consumer
 from services.adapters.jetstream_snapshots import ensure_buckets
@@ -78,6 +81,10 @@ from services.ports import (
 __all__ = ["JetStreamLog", "StreamChange", "StreamInfo", "connect"]
 
 log = structlog.get_logger()
+_T = TypeVar("_T")
+RESEND_S = 1.0  # an append not answered by then is sent again (see _answered)
+# Nobody took it: nats-py's words for a request and for an async publish.
+_UNANSWERED = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
 _REPLAY_WAIT_S = 30  # a replay's next record, at most, when it is stored
 # From this many messages on, a raw read parses in a child process (its start costs more
 # than parsing a short read here; parsing a long one here takes the GIL from the caller).
@@ -118,6 +125,7 @@ class JetStreamLog:
         self._call = client.call
         self.nc = client.nc
         self.js = client.nc.jetstream()
+        self._leader_asked: asyncio.Future[bool] | None = None  # see _has_leader
 
     @property
     def client(self) -> NatsClient:
@@ -221,14 +229,15 @@ class JetStreamLog:
         if expected is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
         async with self._appending(what):
-            reply = await self.nc.request(
-                subject, encode(event), headers=headers, timeout=TIMEOUT_S
+            reply = await self._answered(
+                partial(self.nc.request, subject, encode(event), TIMEOUT_S, headers=headers)
             )
             return jetstream_api.answer(what, reply.data)
 
     async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
         """Append independent events, pipelined (not atomic); return their sequences."""
-        async with self._appending("append many"):
+
+        async def send() -> list[int]:  # again whole: what an earlier one stored, ids dedupe
             futures = [
                 await self.js.publish_async(s, encode(e), headers={"Nats-Msg-Id": e.id})
                 for s, e in items
@@ -243,7 +252,10 @@ class JetStreamLog:
                 if isinstance(ack, BaseException):
                     raise ack
                 seqs.append(ack.seq)
-        return seqs
+            return seqs
+
+        async with self._appending("append many"):
+            return await self._answered(send)
 
     async def append_batch(
         self,
@@ -262,11 +274,12 @@ class JetStreamLog:
             return _ack_seq(what, ack)
         # The check names the first message's subject, so that message must be on it.
         ordered = sorted(items, key=lambda item: item[0] != expect_subject)
-        batch_id = uuid.uuid4().hex
         last = len(ordered)
+
         # One call: a connection lost anywhere in the batch fails it, and the server
         # stores none of a batch it did not see committed.
-        async with self._appending(what):
+        async def send() -> int:
+            batch_id = uuid.uuid4().hex  # each send its own: the server began none
             for i, (subject, event) in enumerate(ordered, start=1):
                 headers = {
                     "Nats-Batch-Id": batch_id,
@@ -290,7 +303,10 @@ class JetStreamLog:
                         jetstream_api.answer(what, reply.data)
                 else:
                     await self.nc.publish(subject, encode(event), headers=headers)
-        raise AssertionError("unreachable")
+            raise AssertionError("unreachable")
+
+        async with self._appending(what):
+            return await self._answered(send)
 
     @asynccontextmanager
     async def _appending(self, what: str) -> AsyncIterator[None]:
@@ -313,6 +329,68 @@ class JetStreamLog:
             if self._client.epoch != epoch and type(e) is LogError:
                 raise OutcomeUnknown(str(e)) from e
             raise
+
+    async def _answered(self, send: Callable[[], Awaitable[_T]]) -> _T:
+        """What ``send()`` gets, sent again while the stream elects a leader; inside
+        ``_appending``, which makes the port's error of what the last send raised.
+
+        Every append may be sent again: single appends and ``append_many`` carry their
+        events' ids (the stream stores an id once, and answers a resend with the stored
+        sequence), a batch expects its subject's last sequence (a resend of one stored is
+        refused: ConcurrencyConflict, and the caller re-reads). So:
+
+        - Nobody answering means no server took it: the stream has no leader (an
+          election), or is gone, or stores no such subject. Its info, asked until someone
+          answers (``_has_leader``), says which: it is sent again until a send is
+          answered, or one after an answer naming a leader is not either.
+        - A send not answered within ``RESEND_S`` (twice that the next time...) may have
+          been lost with the leader it went to (a killed server answers nothing, and
+          elections take seconds): the stream's info is asked, then it is sent again.
+
+        Until ``TIMEOUT_S``: then TimeoutError."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TIMEOUT_S
+        wait = RESEND_S
+        leader = False
+        while True:
+            try:
+                with anyio.fail_after(min(wait, deadline - loop.time())):
+                    return await send()
+            except _UNANSWERED as e:
+                if leader:
+                    raise
+                if loop.time() >= deadline:
+                    raise TimeoutError(f"the stream had no leader for {TIMEOUT_S} s") from e
+            except TimeoutError as e:
+                if loop.time() >= deadline - 0.05:
+                    raise TimeoutError(f"no answer within {TIMEOUT_S} s") from e
+                wait *= 2
+            leader = await self._has_leader()
+            if not leader:
+                await anyio.sleep(ASK_AGAIN_S)
+
+    async def _has_leader(self) -> bool:
+        """Whether the stream's info, asked until someone answers, names a leader. Raises
+        StreamMissing, LogError. Appends waiting at once (an election stops all of a
+        connection's) share one question: hundreds asking each would slow the servers
+        just as they recover."""
+        if self._leader_asked is not None:
+            shared: bool = await asyncio.shield(self._leader_asked)
+            return shared
+        asked = self._leader_asked = asyncio.get_running_loop().create_future()
+        asked.add_done_callback(_retrieved)
+        try:
+            info = await self._api("stream info", f"STREAM.INFO.{subj.STREAM}")
+            asked.set_result(bool((info.get("cluster") or {}).get("leader")))
+        except LogError as e:
+            asked.set_exception(e)
+        except BaseException:
+            asked.set_exception(LogError("stream info: the asking call was cancelled"))
+            raise
+        finally:
+            self._leader_asked = None
+        leader: bool = await asked
+        return leader
 
     # ---- reads ----------------------------------------------------------------------------
 
@@ -408,18 +486,25 @@ class JetStreamLog:
     async def _check_consumer(self, durable: str) -> None:
         """Raise LogError if ``durable`` is no longer as this reader made it (someone with
         the right to manage consumers changed its filter or acknowledgements: it would
-        hand out nothing more, silently). The caller rebuilds; the next ``follow`` makes
-        it anew."""
-        with self._call(f"consumer {durable}"):
-            info = await self.js.consumer_info(subj.STREAM, durable)
+        hand out nothing more, silently), ConsumerMissing if it is gone. The caller
+        rebuilds; the next ``follow`` makes it anew."""
+        info = await self._consumer_info(durable)
         changed = _consumer_changed(info.config)
         if changed is not None:
             log.error("jetstream.consumer_changed", consumer=durable, change=changed)
             raise LogError(f"consumer {durable} was changed ({changed}): it is made anew")
 
+    async def _consumer_info(self, durable: str) -> ConsumerInfo:
+        """``durable``'s info. Raises ConsumerMissing if there is none, LogError."""
+        what = f"consumer {durable}"
+        body = await self._api(what, f"CONSUMER.INFO.{subj.STREAM}.{durable}")
+        try:
+            info: ConsumerInfo = ConsumerInfo.from_response(body)
+        except (TypeError, ValueError, KeyError) as e:
+            raise LogError(f"{what}: an answer of no known form: {e!r}") from e
+        return info
+
     async def _ensure_consumer(self, durable: str, after: int) -> None:
-        # Named: nats-py makes it on ``CONSUMER.CREATE.<stream>.<name>.<filter>``, the
-        # subject a service's permissions name its durables on (not ``DURABLE.CREATE``).
         config = ConsumerConfig(
             name=durable,
             durable_name=durable,
@@ -431,24 +516,26 @@ class JetStreamLog:
             max_waiting=4,
             filter_subject=subj.STREAM_WILDCARD,
         )
+        # Named, on ``CONSUMER.CREATE.<stream>.<name>.<filter>``: the subject a service's
+        # permissions name its durables on (not ``DURABLE.CREATE``).
+        create = f"CONSUMER.CREATE.{subj.STREAM}.{durable}.{subj.STREAM_WILDCARD}"
+        body = json.dumps({"stream_name": subj.STREAM, "config": config.as_dict()}).encode()
         try:
-            with self._call(f"consumer {durable}"):
-                info = await self.js.consumer_info(subj.STREAM, durable)
+            info = await self._consumer_info(durable)
         except ConsumerMissing:
-            with self._call(f"create consumer {durable}"):
-                await self.js.add_consumer(subj.STREAM, config)
+            await self._api(f"create consumer {durable}", create, body)
             return
         if _consumer_changed(info.config) is not None:
             # Not as this reader made it: made anew from where the caller's state is.
-            with suppress(ConsumerMissing), self._call(f"delete consumer {durable}"):
-                await self.js.delete_consumer(subj.STREAM, durable)
-            with self._call(f"create consumer {durable}"):
-                await self.js.add_consumer(subj.STREAM, config)
+            await self.delete_consumer(durable)
+            await self._api(f"create consumer {durable}", create, body)
 
     async def delete_consumer(self, durable: str) -> None:
         """Forget the durable cursor ``durable`` (no error if there is none)."""
-        with suppress(ConsumerMissing), self._call(f"delete consumer {durable}"):
-            await self.js.delete_consumer(subj.STREAM, durable)
+        with suppress(ConsumerMissing):
+            await self._api(
+                f"delete consumer {durable}", f"CONSUMER.DELETE.{subj.STREAM}.{durable}"
+            )
 
     async def read_raw(
         self,
@@ -506,6 +593,12 @@ class JetStreamLog:
             async with aclosing(read(src)) as batches:
                 async for raw in batches:
                     yield raw
+
+
+def _retrieved(future: asyncio.Future[bool]) -> None:
+    """Mark ``future``'s exception seen: whoever awaits it raises it, and nobody may."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _ack_seq(what: str, ack: dict[str, Any]) -> int:

@@ -4,60 +4,101 @@ consumers reads go through (``jetstream_readers``).
 
 Only the log port's errors come out: a refusal by its code (``nats_client.js_error``),
 anything else through ``NatsClient.call``.
+
+While a cluster elects a leader (a server holding one was lost: nats-server's followers
+wait 4-9 s of silence before they vote) the API does not answer, or answers that
+JetStream is unavailable; a question is asked again every ``ASK_AGAIN_S`` and the first
+real answer to any of its asks is taken, so a caller goes on as soon as there is a leader.
 """
 
 import asyncio
 import json
 from typing import Any
 
-import nats.errors
+from nats.aio.msg import Msg
 
-from services.adapters.nats_client import NatsClient, NoResponders, js_error
+from services.adapters.nats_client import JsErr, NatsClient, NoResponders, TimedOut, js_error
 from services.ports import LogError
 
-__all__ = ["TIMEOUT_S", "answer", "request"]
+__all__ = ["ASK_AGAIN_S", "TIMEOUT_S", "answer", "request"]
 
 TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
-_ASK_AGAIN_S = 2.0  # an API question not answered by then is asked again (leader elections)
+# A question not answered by then is asked again (leader elections). Short, as nats.go's
+# publish retries on no responders are (250 ms, ADR-22): an ask is one small message,
+# and an earlier ask's late answer is still taken.
+ASK_AGAIN_S = 0.25
 
 
 def answer(what: str, data: bytes) -> dict[str, Any]:
     """A JetStream answer's body, or its error as the port's. Raises LogError."""
-    try:
-        body = json.loads(data)
-    except ValueError as e:
-        raise LogError(f"{what}: an answer that is no JSON: {data[:200]!r}") from e
-    if not isinstance(body, dict):
-        raise LogError(f"{what}: an answer of no known form: {data[:200]!r}")
+    body = _body(what, data)
     err = body.get("error")
     if err:
         raise js_error(what, err.get("err_code"), err.get("description"))
     return body
 
 
+def _body(what: str, data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except ValueError as e:
+        raise LogError(f"{what}: an answer that is no JSON: {data[:200]!r}") from e
+    if not isinstance(body, dict):
+        raise LogError(f"{what}: an answer of no known form: {data[:200]!r}")
+    return body
+
+
 async def request(
     client: NatsClient, what: str, endpoint: str, body: bytes = b""
 ) -> dict[str, Any]:
-    """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError.
+    """A request to ``$JS.API.<endpoint>``; its answer. Raises LogError (TimedOut when
+    none came in ``TIMEOUT_S``).
 
-    Asked again every ``_ASK_AGAIN_S`` until ``TIMEOUT_S``: while a cluster elects a new
-    leader its API does not answer, and a question asked again is answered as soon as it
-    has one, not at the end of the first question's timeout. Only for idempotent
-    endpoints: info, create or update to one configuration, delete."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + TIMEOUT_S
+    Asked again every ``ASK_AGAIN_S`` until answered (see the module), so only for
+    idempotent endpoints: info, create or update to one configuration, delete. An answer
+    that JetStream is unavailable (an election) is waited past, and is the error only
+    when no other came."""
     try:
         with client.call(what):
-            while True:
-                left = deadline - loop.time()
-                try:
-                    reply = await client.nc.request(
-                        f"$JS.API.{endpoint}", body, timeout=min(_ASK_AGAIN_S, left)
-                    )
-                    break
-                except nats.errors.TimeoutError:
-                    if deadline - loop.time() <= 0.05:
-                        raise
+            return await _asked(client, what, f"$JS.API.{endpoint}", body)
     except NoResponders as e:
         raise LogError(f"{what}: no JetStream answers on this server") from e
-    return answer(what, reply.data)
+
+
+async def _asked(client: NatsClient, what: str, subject: str, body: bytes) -> dict[str, Any]:
+    """The first answer to ``body`` on ``subject`` but 'unavailable', asked again every
+    ``ASK_AGAIN_S`` on one inbox. Raises LogError; runs inside ``client.call``."""
+    nc = client.nc
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TIMEOUT_S
+    inbox = nc.new_inbox()
+    answers: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def on_answer(msg: Msg) -> None:
+        answers.put_nowait(msg)
+
+    sub = await nc.subscribe(inbox, cb=on_answer)
+    unavailable: LogError | None = None
+    try:
+        ask_at = loop.time()
+        while True:
+            now = loop.time()
+            if now >= deadline:
+                raise unavailable or TimedOut(f"{what}: no answer within {TIMEOUT_S} s")
+            if now >= ask_at:
+                await nc.publish(subject, body, reply=inbox)
+                ask_at = now + ASK_AGAIN_S
+            try:
+                msg = await asyncio.wait_for(answers.get(), min(ask_at, deadline) - now)
+            except TimeoutError:
+                continue
+            if msg.headers and msg.headers.get("Status") == "503":
+                raise NoResponders(f"{what}: nobody answered")
+            got = _body(what, msg.data)
+            err = got.get("error") or {}
+            if err.get("err_code") == JsErr.CLUSTER_NOT_AVAILABLE:
+                unavailable = js_error(what, err["err_code"], err.get("description"))
+                continue
+            return answer(what, msg.data)
+    finally:
+        await client.unsubscribe(sub)

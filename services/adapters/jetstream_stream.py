@@ -165,6 +165,7 @@ class StreamInfo:
     first_seq: int
     last_seq: int
     created: datetime
+    leader: str = ""  # the server leading it; none while a cluster elects one
 
 
 def stream_info_of(data: dict[str, Any]) -> StreamInfo:
@@ -180,6 +181,7 @@ def stream_info_of(data: dict[str, Any]) -> StreamInfo:
             first_seq=int(state["first_seq"]),
             last_seq=int(state["last_seq"]),
             created=datetime.fromisoformat(created),
+            leader=str((data.get("cluster") or {}).get("leader") or ""),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise LogError(f"stream info: an answer of no known form: {e!r}") from e

@@ -21,21 +21,25 @@ turns those into its own, ``nats_bus``)::
 
 The client reconnects for ever once connected, so a caller that catches LogError can try
 again when the server is back; a call never waits on a reconnection it cannot see end.
+Given several servers (a cluster), it reconnects at once to the one it tried longest ago:
+nats-py's own choice waited 2 s whenever the next server of its shuffled list had been
+tried within 2 s, even with another one up (a server killed soon after another came back).
 """
 
 import contextlib
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import nats.errors
 import nats.js.errors
 import structlog
-from nats.aio.client import Client
+from nats.aio.client import Client, Server
 from nats.aio.subscription import Subscription
 
 from events import subjects as subj
@@ -51,6 +55,7 @@ __all__ = [
     "MessageMissing",
     "NatsClient",
     "NoResponders",
+    "Reconnects",
     "TimedOut",
     "js_error",
     "open_client",
@@ -63,12 +68,14 @@ NO_STREAM = (
 )
 _FOREIGN = (nats.errors.Error, TimeoutError, OSError)
 _CONNECT_TIMEOUT_S = 5
+_RETRY_SERVER_S = 2.0  # a server is tried again this long after the last try, at the soonest
 
 
 class JsErr(IntEnum):
     """JetStream API error codes this adapter meets, named after nats-server's constants
     (``server/errors.json``)."""
 
+    CLUSTER_NOT_AVAILABLE = 10008  # JSClusterNotAvailErr: no leader (an election)
     CONSUMER_NOT_FOUND = 10014  # JSConsumerNotFoundErr
     NO_MESSAGE_FOUND = 10037  # JSNoMessageFoundErr
     NOT_ENABLED_FOR_ACCOUNT = 10039  # JSNotEnabledForAccountErr
@@ -153,6 +160,29 @@ class Credentials:
     inbox_prefix: str = "_INBOX"  # where replies to the connection go
 
 
+class Reconnects:
+    """Which server of several a client reconnects to, and when (nats-py's
+    ``reconnect_to_server_handler``): the one tried longest ago (one never tried first, in
+    the pool's order), at once unless it was tried within ``retry_s``. The server just
+    lost counts as tried then, so the others come first."""
+
+    def __init__(self, retry_s: float = _RETRY_SERVER_S) -> None:
+        self.retry_s = retry_s
+        self._tried: dict[str, float] = {}  # host:port -> when, on the monotonic clock
+
+    def lost(self, netloc: str) -> None:
+        self._tried[netloc] = time.monotonic()
+
+    def next(self, servers: list[Server], _info: dict[str, Any]) -> tuple[Server, float]:
+        """The server to try next, and how long to wait before."""
+        now = time.monotonic()
+        chosen = min(servers, key=lambda s: self._tried.get(s.uri.netloc, float("-inf")))
+        last = self._tried.get(chosen.uri.netloc)
+        wait = 0.0 if last is None else max(0.0, last + self.retry_s - now)
+        self._tried[chosen.uri.netloc] = now + wait
+        return chosen, wait
+
+
 class NatsClient:
     """A nats-py client and what this adapter knows of its connection.
 
@@ -170,6 +200,8 @@ class NatsClient:
         # The server's refusal of who the client is: kept through the transport errors
         # that follow it (the server closes the connection after saying it).
         self.refused: str | None = None
+        self.reconnects = Reconnects()
+        self._server: str | None = None  # the one connected to, or last connected to (host:port)
 
     def authenticates(self) -> bool:
         """Whether the server asked this connection who it is (it has tenancy then)."""
@@ -228,7 +260,13 @@ class NatsClient:
 
     # nats-py's callbacks (given at connect).
 
+    def on_connected(self) -> None:
+        url = self.nc.connected_url
+        self._server = url.netloc if url is not None else None
+
     async def on_disconnected(self) -> None:
+        if self._server is not None:
+            self.reconnects.lost(self._server)
         self.epoch += 1
         for scope in list(self._in_flight):
             scope.cancel()
@@ -236,6 +274,7 @@ class NatsClient:
             log.warning("nats.disconnected", calls_failed=len(self._in_flight))
 
     async def on_reconnected(self) -> None:
+        self.on_connected()
         log.info("nats.reconnected", url=_redacted(str(self.nc.connected_url)))
 
     async def on_error(self, e: Exception) -> None:
@@ -284,6 +323,7 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
             # nats-py's first connection honours this too: with "for ever" it never gives
             # up on an unreachable server. Two tries here; for ever once connected, below.
             max_reconnect_attempts=1,
+            reconnect_to_server_handler=client.reconnects.next,
             error_cb=client.on_error,
             disconnected_cb=client.on_disconnected,
             reconnected_cb=client.on_reconnected,
@@ -298,6 +338,7 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
             ) from e
         raise LogError(f"cannot connect to NATS at {_redacted(url)}: {e}") from e
     client.nc.options["max_reconnect_attempts"] = -1
+    client.on_connected()
     return client
 
 

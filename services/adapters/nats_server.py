@@ -22,6 +22,7 @@ __all__ = [
     "free_port",
     "nats_cluster",
     "nats_server",
+    "restart",
 ]
 
 _BASE = Path(__file__).resolve().parents[2] / "nats-base.conf"
@@ -170,6 +171,25 @@ def _exited(code: int, log_path: str, port: int) -> NatsServerError:
     return NatsServerError(f"nats-server exited with {code}: {said}")
 
 
+def restart(server: NatsServer) -> None:
+    """Start ``server`` again once its process has ended (killed, say), on the same port,
+    store and configuration, and wait until it listens. Raises NatsServerError if the old
+    one still runs or the new one does not start."""
+    server.respawn()
+    deadline = time.monotonic() + LISTEN_WITHIN_S
+    while time.monotonic() < deadline:
+        exited = server.exited()
+        if exited is not None:
+            raise exited
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    server.process.kill()
+    raise NatsServerError(f"nats-server did not listen on port {server.port} again")
+
+
 def _die_with_parent() -> None:
     """In the child before it runs the server: SIGTERM when the parent ends."""
     import ctypes
@@ -196,7 +216,8 @@ def nats_server(
 def nats_cluster(n: int = 3, *, config: str = "") -> Iterator[dict[str, NatsServer]]:
     """``n`` servers clustered on loopback ports (names ``n0``...), each with ``config``
     after its own cluster settings, for the duration of the block; their stores removed
-    after. Clients may connect to any, or to all: ``",".join(s.url for s in ...)``."""
+    after. Clients may connect to any, or to all: ``",".join(s.url for s in ...)``. One
+    killed in the block comes back, on its own store and port, with ``restart``."""
     routes = [free_port() for _ in range(n)]
     servers: dict[str, NatsServer] = {}
     try:
