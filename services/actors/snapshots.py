@@ -15,9 +15,10 @@ more. ``check`` tells what an actor starting now would make of a store's snapsho
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 from anyio.abc import TaskGroup
@@ -121,6 +122,31 @@ class SnapshotHealth:
     size: int = 0  # its bytes, when read
     log_ends: int = 0  # the log's last sequence, when compared with it
     saved_at: datetime | None = None  # when it was saved (``check`` alone says)
+
+
+def summary(kind: str, h: SnapshotHealth, now: datetime) -> dict[str, Any]:
+    """``h`` as an operator reads it (``fgpu admin snapshots --json``, ``fgpu status``):
+    ``kind``, ``health`` (the verdict), ``reason``, ``seq`` and ``behind`` (how far the
+    log is past it: ok alone), ``bytes``, ``saved_at`` and ``age_s`` (None: unknown)."""
+    ok = h.verdict == "ok"
+    return {
+        "kind": kind,
+        "health": h.verdict,
+        "reason": h.reason,
+        "seq": h.seq if ok else None,
+        "behind": h.log_ends - h.seq if ok else None,
+        "bytes": h.size or None,
+        "saved_at": None if h.saved_at is None else h.saved_at.isoformat(),
+        "age_s": None if h.saved_at is None else round((now - h.saved_at).total_seconds(), 1),
+    }
+
+
+async def survey(stores: Mapping[str, SnapshotStore], events: EventLog) -> list[dict[str, Any]]:
+    """``summary`` of each kind's latest snapshot in ``stores``, as of now. Raises
+    LogError if the log cannot say its identity or its end."""
+    found = [(kind, await check(store, events)) for kind, store in stores.items()]
+    now = datetime.now(UTC)
+    return [summary(kind, h, now) for kind, h in found]
 
 
 async def check(store: SnapshotStore, events: EventLog) -> SnapshotHealth:

@@ -93,12 +93,13 @@ def create_app(
     recorder: AccessRecorder | None = None,
     storage: vfolder_routes.Storage | None = None,
     health: health_routes.Health | None = None,
+    snapshots: health_routes.Snapshots | None = None,
 ) -> FastAPI:
     """The API over ``source``; ``closing`` (set on shutdown) ends the event streams.
     ``signer`` signs its tokens (a fresh key if None); ``recorder`` hears of sign-ins and
     refusals, for the audit log; ``storage``: the storage service's routes (virtual
     folders' files) on this host's folders; ``health``: the log's health (none known:
-    an empty list)."""
+    an empty list); ``snapshots``: the actors' snapshots' health (None: not known here)."""
     app = FastAPI(
         title="fgpu read API",
         version="1",
@@ -379,7 +380,7 @@ def create_app(
     if storage is not None:
         vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, _utc)
-    health_routes.mount(app, query, health or tuple)
+    health_routes.mount(app, query, health or tuple, snapshots)
     console.mount(app)
     return app
 

@@ -497,10 +497,31 @@ class AgentCount(BaseModel):
     lost: int
 
 
+class SnapshotState(BaseModel):
+    """One kind of actor snapshot, as an actor starting now would find its latest (the
+    rows of ``fgpu admin snapshots --json``)."""
+
+    kind: str = Field(description="scheduler or quota")
+    health: str = Field(description="ok, none, corrupt, unusable or unreadable")
+    reason: str | None = Field(description="why, when not ok or none")
+    seq: int | None = Field(description="the log's sequence it covers (ok alone)")
+    behind: int | None = Field(description="how far the log is past it (ok alone)")
+    bytes: int | None
+    saved_at: datetime | None
+    age_s: float | None
+
+
 class Status(BaseModel):
     """The stack at a glance (``fgpu status``)."""
 
-    ok: bool = Field(description="every log server has room and no agent is lost")
+    ok: bool = Field(
+        description="every log server has room, no agent is lost, no snapshot is corrupt, "
+        "unusable or unreadable"
+    )
     last_seq: int = Field(description="how far the projections have read the log")
     log: list[LogSpace]
     agents: AgentCount
+    snapshots: list[SnapshotState] | None = Field(
+        description="the actors' snapshots; null where this API cannot read them (a read "
+        "API of its own, not fgpu up's: fgpu admin snapshots says)"
+    )

@@ -20,6 +20,7 @@ from projections import ProjectionStore, Projector, SchemaMismatch
 from services.api.app import create_app
 from services.api.auth import TokenSigner
 from services.api.guard import AccessRecorder
+from services.api.health_routes import Snapshots
 from services.api.vfolder_routes import Storage
 from services.ports import EventLog, FolderStore
 
@@ -119,6 +120,7 @@ async def serve_read_api(
     recorder: AccessRecorder | None = None,
     vfolders: FolderStore | None = None,
     live_health: Callable[[], LogHealth | None] | None = None,
+    snapshots: Snapshots | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -129,7 +131,8 @@ async def serve_read_api(
     sign-ins and refusals (the caller runs it: ``AccessAudit``). With ``vfolders`` it is
     also the storage service of the virtual folders there (their scans appended to
     ``events``), and deletes the files of folders purged from the trash. ``live_health``:
-    what the watcher beside the log's server finds now, laid over what the log holds.
+    what the watcher beside the log's server finds now, laid over what the log holds;
+    ``snapshots``: the actors' snapshots' health, for ``/v1/status``.
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
@@ -146,6 +149,7 @@ async def serve_read_api(
             recorder=recorder,
             storage=storage,
             health=lambda: _log_health(store, live_health),
+            snapshots=snapshots,
         )
         sock = _listen(host, port)
         bound = sock.getsockname()[1]

@@ -450,6 +450,7 @@ def up(
                     vfolder_root=cfg.vfolder_root,
                     vfolder_owner=vfolder_owner,
                     watch=watch,
+                    snapshots=conns["archiver"],
                 )
                 with port_taken("127.0.0.1", api_port, "--api-port"):
                     api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)

@@ -4,16 +4,12 @@ It asks what an actor starting now would make of each kind's latest snapshot
 (``services.actors.snapshots.check``): the same reading, the same verdict.
 """
 
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from services.cli.options import Settings, connection, fail, out, print_json, run_async
 from services.cli.tenancy_cmd import JsonOpt, admin_app
-
-if TYPE_CHECKING:
-    from services.actors.snapshots import SnapshotHealth
 
 __all__ = ["register"]
 
@@ -38,12 +34,12 @@ def snapshots(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         print_json(rows)
         return
     for r in rows:
-        out().print(_line(r), highlight=False)
+        out().print(snapshot_line(r), highlight=False)
 
 
 async def _rows(settings: Settings) -> list[dict[str, Any]]:
     from events import subjects as subj
-    from services.actors.snapshots import check
+    from services.actors.snapshots import survey
 
     as_reader = settings.identity(_READER)
     async with connection(settings, _READER) as conn:
@@ -54,29 +50,12 @@ async def _rows(settings: Settings) -> list[dict[str, Any]]:
                 "(the keypair of the archiver service there)",
                 code=1,
             )
-        found = [
-            (kind, await check(conn.snapshots(kind), conn.log)) for kind in subj.SNAPSHOT_KINDS
-        ]
-    now = datetime.now(UTC)
-    return [_row(kind, h, now) for kind, h in found]
+        stores = {kind: conn.snapshots(kind) for kind in subj.SNAPSHOT_KINDS}
+        return await survey(stores, conn.log)
 
 
-def _row(kind: str, h: "SnapshotHealth", now: datetime) -> dict[str, Any]:
-    """One kind's snapshot, in the shape ``--json`` prints."""
-    ok = h.verdict == "ok"
-    return {
-        "kind": kind,
-        "health": h.verdict,
-        "reason": h.reason,
-        "seq": h.seq if ok else None,
-        "behind": h.log_ends - h.seq if ok else None,
-        "bytes": h.size or None,
-        "saved_at": None if h.saved_at is None else h.saved_at.isoformat(),
-        "age_s": None if h.saved_at is None else round((now - h.saved_at).total_seconds(), 1),
-    }
-
-
-def _line(r: dict[str, Any]) -> str:
+def snapshot_line(r: dict[str, Any]) -> str:
+    """One kind's snapshot (``survey``'s row) in one line."""
     parts = [f"{r['kind']:<10} {r['health']:<10}"]
     if r["seq"] is not None:
         parts.append(f"covers the log to {r['seq']}, {r['behind']} behind its end")

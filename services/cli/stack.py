@@ -6,12 +6,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from events import subjects as subj
 from services.actors.access_audit import AccessAudit
 from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_channels import Channels
@@ -26,7 +27,7 @@ from services.actors.quota import QuotaActor
 from services.actors.reader_consumers import ReaderConsumersActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
-from services.actors.snapshots import Snapshots
+from services.actors.snapshots import Snapshots, survey
 from services.actors.store_watch import StoreWatch
 from services.adapters.gpu_probe import NvmlProcessWatch
 from services.adapters.jetstream import JetStreamLog
@@ -364,6 +365,12 @@ async def run_archiver(
     await archiver.run(every_s, task_status=task_status)
 
 
+async def _survey(conn: NatsConnection) -> list[dict[str, Any]]:
+    """Each kind of actor snapshot's health, read through ``conn``."""
+    stores = {kind: conn.snapshots(kind) for kind in subj.SNAPSHOT_KINDS}
+    return await survey(stores, conn.log)
+
+
 async def run_read_api(
     events: EventLog,
     db: Path,
@@ -373,13 +380,16 @@ async def run_read_api(
     vfolder_root: str | None = None,
     vfolder_owner: tuple[int, int] | None = None,
     watch: StoreWatch | None = None,
+    snapshots: NatsConnection | None = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The projector and the read API, its sign-ins and refusals audited on the log; the
     storage service of the virtual folders under ``vfolder_root``, if given, kept as
     ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice); the log's health as
     ``watch`` (the watcher beside its server, in this process) finds it now, over what
-    the log holds. Raises HelperFailed if the folders' helper cannot start."""
+    the log holds; each actor snapshot's health read through ``snapshots`` (a service's
+    connection that may read them: the archiver's), for ``/v1/status``. Raises
+    HelperFailed if the folders' helper cannot start."""
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
@@ -392,8 +402,13 @@ async def run_read_api(
         async with anyio.create_task_group() as tg:
             await tg.start(audit.run)
             live = None if watch is None else (lambda: watch.current)
+            survey = None if snapshots is None else functools.partial(_survey, snapshots)
             serve = functools.partial(
-                serve_read_api, recorder=audit, vfolders=files, live_health=live
+                serve_read_api,
+                recorder=audit,
+                vfolders=files,
+                live_health=live,
+                snapshots=survey,
             )
             api = await tg.start(serve, events, db, host, port)
             task_status.started(api)

@@ -3,7 +3,9 @@
 Superadmins only: the cluster's operators (the read API answers others 403, said in one
 line, exit 1). It shows whether all is well, the room on the disk under each of the log's
 servers (ok, low: no new sessions are admitted; full: nothing can be written, said with
-what the watcher beside the server finds now), and the agents alive and lost.
+what the watcher beside the server finds now), the agents alive and lost, and each actor
+snapshot's health and age (``fgpu admin snapshots``' lines), where the read API can read
+them (``fgpu up``'s).
 """
 
 from typing import Annotated, Any
@@ -12,6 +14,7 @@ import typer
 
 from services.cli.options import Settings, api_errors, out, print_json
 from services.cli.render import mem
+from services.cli.snapshots_cmd import snapshot_line
 
 __all__ = ["register"]
 
@@ -20,7 +23,8 @@ def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the read API's JSON.")] = False,
 ) -> None:
-    """The stack's health at a glance (superadmins): the log's disk, the agents."""
+    """The stack's health at a glance (superadmins): the log's disk, the agents, the
+    actors' snapshots."""
     settings: Settings = ctx.obj
     with api_errors():
         found = settings.read_api().get("/v1/status")
@@ -48,6 +52,10 @@ def status_lines(found: dict[str, Any]) -> list[str]:
         lines.append("log: no health known (no watcher beside its server has said any)")
     agents = found["agents"]
     lines.append(f"agents: {agents['alive']} alive, {agents['lost']} lost")
+    if found.get("snapshots") is None:
+        lines.append("snapshots: not read by this read API (fgpu admin snapshots)")
+    for r in found.get("snapshots") or ():
+        lines.append(f"snapshot {snapshot_line(r)}")
     lines.append(f"projections at event #{found['last_seq']}")
     return lines
 
