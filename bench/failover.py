@@ -210,6 +210,8 @@ def _stream_elections(
     """For each kill, how long until the stream had its next leader (None: none came
     before the next kill, as after a follower's)."""
     kills = [at for at, fault, _ in done if fault != "restart"]
+    if not kills:
+        return []
     found: list[float | None] = []
     for at, end in zip(kills, [*kills[1:], datetime.max.replace(tzinfo=UTC)], strict=True):
         nxt = (e for e, what in elections if what == "stream" and at < e < end)
