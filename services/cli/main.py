@@ -6,7 +6,7 @@ with ``add_typer``, in one place. With a name (``app.add_typer(session_cmd.app,
 name="session")``) it is a group of its own, ``fgpu session ...``; without one
 (``app.add_typer(daemon_cmd.app)``) its commands and groups sit beside the group's own
 (``fgpu up``, ``fgpu status``). This module mounts the root's, in ``fgpu --help``'s order;
-``admin_cmd`` mounts ``fgpu admin``'s; ``sim_cmd`` holds ``fgpu sim``.
+``admin_cmd`` mounts ``fgpu admin``'s, and ``session_cmd`` ``channel_cmd``'s (shell, app).
 
 Every module it imports to start is light (typer and the standard library): a command
 imports what it uses when it runs, so a read through the API pays for no NATS client,
