@@ -171,7 +171,7 @@ def whatif(
     Who may: it reads the whole log, which a person's keypair may not (the server lets
     users read the cluster only through the read API): an administrator runs it with the
     services' keypairs (fgpu --service-keys services.json sim whatif ..., the file from
-    fgpu admin init), reading as the `api` service, as `fgpu admin projections rebuild`
+    fgpu admin init), reading as the `api` service, as `fgpu projections rebuild`
     does. A cluster without
     authentication lets anyone read its log."""
     from services.cli.audit_cmd import parse_time
