@@ -129,7 +129,7 @@ def test_rebuild_defaults_to_the_file_fgpu_up_serves(
 ) -> None:
     """`fgpu up` keeps its projections beside its log; `fgpu projections rebuild` must
     find that file, not one of its own beside the state file."""
-    from services.cli.admin_cmd import _default_db
+    from services.cli.log_cmd import _default_db
     from services.cli.options import state_file
     from services.cli.stack import StackInfo
 

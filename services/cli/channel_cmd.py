@@ -2,7 +2,7 @@
 local port forwarded to a port in its container. Both go over NATS alone, to the
 session's agent, as the keypair the CLI speaks as (the owner of the session, or an
 administrator of its domain: the agent checks, and writes each opening and closing on
-the log). Registered on ``fgpu session`` by ``session_cmd``.
+the log). ``session_cmd`` puts its ``app`` in ``fgpu session``.
 """
 
 import sys
@@ -14,9 +14,11 @@ import typer
 from events import subjects as subj
 from services.cli.options import Settings, api_errors, connection, fail, run_async, warn
 
-__all__ = ["app_cmd", "shell_cmd"]
+__all__ = ["app"]
 
 NOT_OPENED = 125  # as exec's: the shell did not run (or its exit is unknown)
+
+app = typer.Typer()  # no group of its own: session_cmd puts these in ``fgpu session``
 
 
 def _running_agent(settings: Settings, session_id: str) -> str:
@@ -31,6 +33,7 @@ def _running_agent(settings: Settings, session_id: str) -> str:
     return agent
 
 
+@app.command("shell")
 def shell_cmd(ctx: typer.Context, session_id: str) -> None:
     """A terminal in a running session's container (bash if the image has it, else sh),
     resized with yours. Exits with the shell's status. Over NATS, as its owner or an
@@ -77,6 +80,7 @@ def shell_cmd(ctx: typer.Context, session_id: str) -> None:
     raise SystemExit(NOT_OPENED if code is None else code)
 
 
+@app.command("app")
 def app_cmd(
     ctx: typer.Context,
     session_id: str,

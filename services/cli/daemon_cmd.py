@@ -1,6 +1,6 @@
 """``fgpu up`` (everything in one process), ``fgpu agent|scheduler|quota|api`` (one each),
-and ``fgpu sim agents``. Their wiring is imported when a command runs, not before: the
-other commands do not pay for it."""
+and ``sim_agents`` (``fgpu sim agents``, which ``sim_cmd`` puts in its group). Their wiring
+is imported when a command runs, not before: the other commands do not pay for it."""
 
 import dataclasses
 import functools
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli import sim_cmd
 from services.cli.home import home_hint, private_process
 from services.cli.options import (
     Settings,
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from services.domain.log_space import Watermark
     from services.ports import EventLog, Retention, SliceRegions
 
-__all__ = ["AgentOptions", "register"]
+__all__ = ["AgentOptions", "app", "sim_agents"]
 
 AgentIdOpt = Annotated[str | None, typer.Option(help="This agent's id (default: host name).")]
 MockOpt = Annotated[
@@ -873,20 +872,15 @@ def _single(
     run_async(main)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the commands that run parts of the cluster to ``app``."""
-    app.command("up")(up)
-    app.command("down")(down)
-    app.command("agent")(agent_cmd)
-    app.command("scheduler")(scheduler)
-    app.command("quota")(quota)
-    app.command("registrar")(registrar)
-    app.command("intake")(intake)
-    app.command("domain-feed")(domain_feed)
-    app.command("gatekeeper")(gatekeeper)
-    app.command("api")(api)
-    sim = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
-    sim.command("agents")(sim_agents)
-    sim.command("replay")(sim_cmd.replay)
-    sim.command("whatif")(sim_cmd.whatif)
-    app.add_typer(sim, name="sim")
+# No group of its own: main puts these beside its own commands, in this order (--help's).
+app = typer.Typer()
+app.command("up")(up)
+app.command("down")(down)
+app.command("agent")(agent_cmd)
+app.command("scheduler")(scheduler)
+app.command("quota")(quota)
+app.command("registrar")(registrar)
+app.command("intake")(intake)
+app.command("domain-feed")(domain_feed)
+app.command("gatekeeper")(gatekeeper)
+app.command("api")(api)

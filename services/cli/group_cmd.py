@@ -15,7 +15,6 @@ from services.cli.options import fail, out, print_json
 from services.cli.tenancy_cmd import (
     JsonOpt,
     TimeoutOpt,
-    admin_app,
     ask,
     listed,
     refused,
@@ -25,9 +24,9 @@ from services.cli.tenancy_cmd import (
 if TYPE_CHECKING:
     from events import GroupSettings
 
-__all__ = ["group_app", "register"]
+__all__ = ["app"]
 
-group_app = typer.Typer(
+app = typer.Typer(
     help="Resource groups: agents serve one; sessions ask for one.", no_args_is_help=True
 )
 
@@ -115,7 +114,7 @@ def _make(fields: dict[str, Any]) -> "GroupSettings":
         fail(f"bad group settings: {e}")
 
 
-@group_app.command("create")
+@app.command("create")
 def group_create(
     ctx: typer.Context,
     group: str,
@@ -142,7 +141,7 @@ def group_create(
     said(answer, f"resource group {group} created", as_json)
 
 
-@group_app.command("update")
+@app.command("update")
 def group_update(
     ctx: typer.Context,
     group: str,
@@ -195,7 +194,7 @@ def group_update(
     fail(f"resource group {group} kept changing while this change was made; try again", code=1)
 
 
-@group_app.command("rm")
+@app.command("rm")
 def group_rm(
     ctx: typer.Context, group: str, timeout: TimeoutOpt = 30.0, as_json: JsonOpt = False
 ) -> None:
@@ -208,7 +207,7 @@ def group_rm(
     said(answer, f"resource group {group} removed", as_json)
 
 
-@group_app.command("ls")
+@app.command("ls")
 def group_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """The groups you may use, with their settings (a superadmin: all)."""
     found = listed(ctx, "/v1/groups")
@@ -224,8 +223,3 @@ def group_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
             shown["projects"] = ",".join(shown["projects"])
         text = ", ".join(f"{k}={v}" for k, v in shown.items())
         out().print(f"{g['group']}: {text}", highlight=False)
-
-
-def register() -> None:
-    """Put ``group`` under ``fgpu admin``."""
-    admin_app.add_typer(group_app, name="group")

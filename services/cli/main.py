@@ -1,5 +1,13 @@
 """The ``fgpu`` command.
 
+One convention puts every command in the tree: each ``*_cmd`` module exports one
+``app: typer.Typer`` and never touches another module's, and the group above it mounts it
+with ``add_typer``, in one place. With a name (``app.add_typer(session_cmd.app,
+name="session")``) it is a group of its own, ``fgpu session ...``; without one
+(``app.add_typer(daemon_cmd.app)``) its commands and groups sit beside the group's own
+(``fgpu up``, ``fgpu status``). This module mounts the root's, in ``fgpu --help``'s order;
+``admin_cmd`` mounts ``fgpu admin``'s, and ``session_cmd`` ``channel_cmd``'s (shell, app).
+
 Every module it imports to start is light (typer and the standard library): a command
 imports what it uses when it runs, so a read through the API pays for no NATS client,
 DuckDB or web framework.
@@ -15,12 +23,12 @@ from services.cli import (
     audit_cmd,
     daemon_cmd,
     events_cmd,
-    group_cmd,
     images_cmd,
+    log_cmd,
+    login_cmd,
     session_cmd,
-    snapshots_cmd,
+    sim_cmd,
     status_cmd,
-    tenancy_cmd,
     vfolder_cmd,
 )
 from services.cli.credentials import resolve
@@ -85,15 +93,15 @@ def version(
         print(f"fgpu {v}")
 
 
+app.add_typer(login_cmd.app)  # login, whoami
+app.add_typer(daemon_cmd.app)  # up, down, agent, scheduler, quota, ..., api
+app.add_typer(status_cmd.app)  # status
 app.add_typer(session_cmd.app, name="session")
 app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(vfolder_cmd.app, name="vfolder")
-admin_cmd.register(app)
-group_cmd.register()
-snapshots_cmd.register()
-tenancy_cmd.register(app)
-images_cmd.register(app)
-daemon_cmd.register(app)
-status_cmd.register(app)
+app.add_typer(log_cmd.app)  # projections, stream, archive
+app.add_typer(admin_cmd.app, name="admin")
+app.add_typer(images_cmd.app, name="images")
+app.add_typer(sim_cmd.app, name="sim")

@@ -610,5 +610,4 @@ def _id(session_id: str) -> str:
 
 
 # The channels into a session, in a module of their own.
-app.command("shell")(channel_cmd.shell_cmd)
-app.command("app")(channel_cmd.app_cmd)
+app.add_typer(channel_cmd.app)  # shell, app

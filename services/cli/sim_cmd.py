@@ -1,11 +1,13 @@
-"""``fgpu sim replay`` (a cluster trace replayed through the scheduler, no server needed)
-and ``fgpu sim whatif`` (the cluster's own log replayed under another policy)."""
+"""``fgpu sim ...``: ``agents`` (simulated agents on a cluster: ``daemon_cmd.sim_agents``),
+``replay`` (a cluster trace replayed through the scheduler, no server needed) and
+``whatif`` (the cluster's own log replayed under another policy)."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from services.cli.daemon_cmd import sim_agents
 from services.cli.options import (
     connection,
     default_archive_dir,
@@ -22,11 +24,15 @@ if TYPE_CHECKING:
 
     from services.cli.options import Settings
 
-__all__ = ["replay", "whatif"]
+__all__ = ["app"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
+app = typer.Typer(help="Simulation at scale with the dummy runtime (never the default).")
+app.command("agents")(sim_agents)
 
+
+@app.command("replay")
 def replay(
     nodes: Annotated[
         Path, typer.Option(help="The node list (CSV: sn, cpu_milli, memory_mib, gpu, model).")
@@ -132,6 +138,7 @@ def _timed(
     out().print(timed_table(result["policies"]))
 
 
+@app.command("whatif")
 def whatif(
     ctx: typer.Context,
     group: Annotated[str, typer.Option(help="The resource group.")],
@@ -164,7 +171,7 @@ def whatif(
     Who may: it reads the whole log, which a person's keypair may not (the server lets
     users read the cluster only through the read API): an administrator runs it with the
     services' keypairs (fgpu --service-keys services.json sim whatif ..., the file from
-    fgpu admin init), reading as the `api` service, as `fgpu admin projections rebuild`
+    fgpu admin init), reading as the `api` service, as `fgpu projections rebuild`
     does. A cluster without
     authentication lets anyone read its log."""
     from services.cli.audit_cmd import parse_time

@@ -9,13 +9,16 @@ from typing import Any
 import typer
 
 from services.cli.options import Settings, connection, fail, out, print_json, run_async
-from services.cli.tenancy_cmd import JsonOpt, admin_app
+from services.cli.tenancy_cmd import JsonOpt
 
-__all__ = ["register"]
+__all__ = ["app", "snapshot_line"]
 
 _READER = "archiver"  # the service that reads every kind's snapshot (how far it may archive)
 
+app = typer.Typer()  # no group of its own: admin_cmd puts it in ``fgpu admin``
 
+
+@app.command("snapshots")
 def snapshots(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """Each kind's latest actor snapshot (scheduler, quota): ok (an actor starting now
     starts from it), none, corrupt (its bytes are not what was saved: actors replay the
@@ -66,7 +69,3 @@ def snapshot_line(r: dict[str, Any]) -> str:
     if r["age_s"] is not None:
         parts.append(f"saved {r['age_s']:,.0f} s ago")
     return "  ".join(parts)
-
-
-def register() -> None:
-    admin_app.command("snapshots")(snapshots)

@@ -16,9 +16,12 @@ from services.cli.options import Settings, api_errors, out, print_json
 from services.cli.render import mem
 from services.cli.snapshots_cmd import snapshot_line
 
-__all__ = ["register"]
+__all__ = ["app", "status_lines"]
+
+app = typer.Typer()  # no group of its own: main puts it beside its own commands
 
 
+@app.command("status")
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the read API's JSON.")] = False,
@@ -58,7 +61,3 @@ def status_lines(found: dict[str, Any]) -> list[str]:
         lines.append(f"snapshot {snapshot_line(r)}")
     lines.append(f"projections at event #{found['last_seq']}")
     return lines
-
-
-def register(app: typer.Typer) -> None:
-    app.command("status")(status)

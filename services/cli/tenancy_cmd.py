@@ -1,5 +1,5 @@
-"""``fgpu admin ...``: domains, projects, users, keypairs and resource policies; and
-``fgpu login`` / ``fgpu whoami``.
+"""``fgpu admin ...``'s tenancy: domains, projects, users, keypairs and resource policies,
+``server-auth`` and ``init``; and the asking every admin change shares (``ask``).
 
 A change is a request on the log (``AdminRequested``) that the registrar applies or
 refuses after checking the requester's role; the command waits for that answer through
@@ -23,29 +23,19 @@ from services.cli.options import (
     user_client,
     warn,
 )
-from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
+from services.cli.outcome import chosen_request_id, sent
 
 if TYPE_CHECKING:
     from events import AdminCommand, ResourcePolicy
 
-__all__ = ["admin_app", "register"]
+__all__ = ["app", "store_keypair"]
 
-admin_app = typer.Typer(
-    help="Tenancy and resource policies (administrators).", no_args_is_help=True
-)
+app = typer.Typer()  # no group of its own: admin_cmd puts these in ``fgpu admin``
 domain_app = typer.Typer(help="Domains.", no_args_is_help=True)
 project_app = typer.Typer(help="Projects of a domain (DOMAIN/PROJECT).", no_args_is_help=True)
 user_app = typer.Typer(help="Users of a domain.", no_args_is_help=True)
 keypair_app = typer.Typer(help="Keypairs (access key + secret).", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies at four levels.", no_args_is_help=True)
-
-
-@admin_app.callback()
-def _admin_options(ctx: typer.Context, request_id: RequestIdOpt = None) -> None:
-    """Tenancy and resource policies (administrators). Each change is a request; sent
-    again with the same --request-id (before the command), it is done once."""
-    settings: Settings = ctx.obj
-    settings.request_id = request_id
 
 
 for _name, _sub in (
@@ -55,7 +45,7 @@ for _name, _sub in (
     ("keypair", keypair_app),
     ("policy", policy_app),
 ):
-    admin_app.add_typer(_sub, name=_name)
+    app.add_typer(_sub, name=_name)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the answer.")]
@@ -329,7 +319,7 @@ def keypair_create(
         fail(f"no role {role!r}: user or reader")
     answer = ask(ctx, command, timeout)
     if save:
-        _store(key, secret)
+        store_keypair(key, secret)
     if as_json:
         print_json({**answer, "access_key": key, "secret_key": secret, **extra})
         return
@@ -367,7 +357,9 @@ def keypair_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         out().print(f"{k['access_key']}  {whose}  {state}", highlight=False)
 
 
-def _store(access_key: str, secret: str) -> None:
+def store_keypair(access_key: str, secret: str) -> None:
+    """Keep ``access_key`` and its secret as the keypair this CLI speaks as (0600); a
+    failure to write exits 1 with where and why."""
     from services.cli.credentials import Credentials, credentials_file, save
     from services.cli.home import home_hint
 
@@ -480,49 +472,7 @@ def policy_ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         out().print(f"{p['level']} {p['target']}: {shown}", highlight=False)
 
 
-# ---- who this CLI speaks as -------------------------------------------------------------
-
-
-def login(
-    access_key: Annotated[str, typer.Option(help="Your access key.")],
-    secret_stdin: Annotated[
-        bool, typer.Option("--secret-stdin", help="Read the secret from standard input.")
-    ] = False,
-) -> None:
-    """Store your keypair (mode 0600) for the commands that follow. The secret is asked
-    for, never taken on the command line (every local user can read that)."""
-    import getpass
-    import sys
-
-    secret = sys.stdin.readline().strip() if secret_stdin else getpass.getpass("secret key: ")
-    if not secret:
-        fail("no secret given")
-    _store(access_key, secret)
-
-
-def whoami(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """The access key this CLI speaks as, and whose it is (from the read API)."""
-    settings = _settings(ctx)
-    keys = {k["access_key"]: k for k in listed(ctx, "/v1/keypairs")}
-    mine = keys.get(settings.access_key)
-    found = {
-        "access_key": settings.access_key,
-        "secret": settings.secret_key is not None,
-        "user": mine["user"] if mine else None,
-        "revoked": mine["revoked"] if mine else None,
-    }
-    if as_json:
-        print_json(found)
-    elif mine is None:
-        out().print(f"{settings.access_key} (no keypair the cluster knows)", highlight=False)
-    else:
-        state = ", revoked" if mine["revoked"] else ""
-        out().print(
-            f"{settings.access_key}: {mine['user'] or mine['service']}{state}", highlight=False
-        )
-
-
-@admin_app.command("server-auth")
+@app.command("server-auth")
 def server_auth(
     directory: Annotated[Path, typer.Option("--dir", help="Where to write the secrets.")],
     force: Annotated[bool, typer.Option("--force", help="Replace secrets already there.")] = False,
@@ -539,7 +489,7 @@ def server_auth(
     out().print(f"wrote {directory / 'auth.conf'} and {path}")
 
 
-@admin_app.command("init")
+@app.command("init")
 def init(
     ctx: typer.Context,
     secrets_dir: Annotated[
@@ -596,7 +546,7 @@ def init(
         out().print("this cluster has a tenancy already: no superadmin was made")
         return
     if save:
-        _store(first.access_key, first.secret)
+        store_keypair(first.access_key, first.secret)
     if as_json:
         print_json({"user": first.user, "access_key": first.access_key, "secret_key": first.secret})
         return
@@ -604,9 +554,3 @@ def init(
         f"superadmin {first.user}\naccess key {first.access_key}\nsecret key {first.secret}"
     )
     warn("the secret is shown this once: keep it (fgpu login stores it)")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(admin_app, name="admin")
-    app.command("login")(login)
-    app.command("whoami")(whoami)
