@@ -177,6 +177,8 @@ GETS = (
     "/v1/images",
     "/v1/image-policies",
     "/v1/groups",
+    "/v1/health",
+    "/v1/status",
 )
 
 
