@@ -8,18 +8,16 @@ __all__ = ["AMOUNT_LIMIT", "FGPU_QUANTUM_PER_UNIT", "Slots"]
 
 # One fGPU is 100 quanta: 0.01 fGPU is the smallest amount a session can ask for.
 FGPU_QUANTUM_PER_UNIT = 100
-# No amount on the log is negative or larger: a payload holding one is no event (decoding
+# No amount on the log is larger in magnitude: a payload holding one is no event (decoding
 # refuses it), so every amount, and the sum of a few, fits a reader's 64-bit integers.
 AMOUNT_LIMIT = 1 << 62
-_Amount = Annotated[int, msgspec.Meta(ge=0, le=AMOUNT_LIMIT)]
+_Amount = Annotated[int, msgspec.Meta(ge=-AMOUNT_LIMIT, le=AMOUNT_LIMIT)]
 
 
 class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """A bundle of resources: ``cpu`` in milli-cores, ``mem`` in bytes, ``fgpu`` in quanta.
 
-    ``fgpu=250`` is 2.5 fGPU. All fields are non-negative integers, at most
-    ``AMOUNT_LIMIT``: decoding refuses any other (arithmetic on decoded values, such as
-    ``resources.sub``, is not checked).
+    ``fgpu=250`` is 2.5 fGPU. All fields are non-negative integers.
     """
 
     cpu: _Amount = 0
