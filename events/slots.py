@@ -17,7 +17,11 @@ _Amount = Annotated[int, msgspec.Meta(ge=-AMOUNT_LIMIT, le=AMOUNT_LIMIT)]
 class Slots(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """A bundle of resources: ``cpu`` in milli-cores, ``mem`` in bytes, ``fgpu`` in quanta.
 
-    ``fgpu=250`` is 2.5 fGPU. All fields are non-negative integers.
+    ``fgpu=250`` is 2.5 fGPU. Each field is an integer of magnitude at most
+    ``AMOUNT_LIMIT`` (decoding refuses any other). A request's amounts must be
+    non-negative, which validation says (``invalid_request``: the session is rejected
+    with its reason), not decoding: v1 logs hold what they hold, and a state's arithmetic
+    (a difference of two bundles) may go below zero in a snapshot.
     """
 
     cpu: _Amount = 0

@@ -10,6 +10,7 @@ from gpu_shim.usage import DeviceUsage, Happening, ProcessSlot
 MAX_DEVICES: int
 MAX_SLOTS: int
 RING_SIZE: int
+SHARE_FULL: int
 SLICE_SUFFIX: str
 
 class Region:

@@ -20,12 +20,12 @@ from gpu_shim.usage import (
     RegionClosed,
     RegionInvalid,
     RegionNotFound,
-    SHARE_FULL_PPM,
 )
 
 MAX_DEVICES = FGPU_MAX_DEVICES
 MAX_SLOTS = FGPU_MAX_SLOTS
 RING_SIZE = FGPU_RING_SIZE
+SHARE_FULL = FGPU_SHARE_FULL  # an SM share of the whole device, in parts per million
 SLICE_SUFFIX = FGPU_SLICE_SUFFIX.decode()
 
 
@@ -61,13 +61,13 @@ cdef class Region:
         ndev = max(len(limits), len(shares))
         if ndev > FGPU_MAX_DEVICES:
             raise ValueError(f"at most {FGPU_MAX_DEVICES} devices")
-        if any(v < 0 for v in limits) or not all(0 <= v <= SHARE_FULL_PPM for v in shares):
-            raise ValueError("mem_limits must be >= 0 and sm_shares_ppm in [0, 1000000]")
+        if any(v < 0 for v in limits) or not all(0 <= v <= FGPU_SHARE_FULL for v in shares):
+            raise ValueError(f"mem_limits must be >= 0 and sm_shares_ppm in [0, {SHARE_FULL}]")
         memset(&cfg, 0, sizeof(cfg))
         cfg.ndev = ndev
         for i in range(ndev):
             cfg.mem_limit[i] = limits[i] if i < len(limits) else 0
-            cfg.sm_share_ppm[i] = shares[i] if i < len(shares) else SHARE_FULL_PPM
+            cfg.sm_share_ppm[i] = shares[i] if i < len(shares) else FGPU_SHARE_FULL
         encoded = self.path.encode()
         if _create:
             rc = fgpu_region_create(encoded, &cfg, &r)

@@ -1,4 +1,4 @@
-"""Typed values read from a container's shared usage region, and exact slice parsing.
+"""Typed values read from a container's shared usage region.
 
 Pure Python: importing this module never needs the compiled reader.  The
 reader (``gpu_shim._reader.Region``, opened through :func:`open_region`)
@@ -17,14 +17,12 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpu_shim._reader import Region
 
 __all__ = [
-    "SHARE_FULL_PPM",
     "DeviceUsage",
     "Happening",
     "HappeningKind",
@@ -35,11 +33,7 @@ __all__ = [
     "RegionNotFound",
     "create_region",
     "open_region",
-    "parse_share_ppm",
 ]
-
-SHARE_FULL_PPM = 1_000_000
-"""An SM share of the whole device, in parts per million (shares are exact integers)."""
 
 
 class RegionError(Exception):
@@ -140,21 +134,6 @@ class ProcessSlot:
     start_time: int
     alive: bool
     bytes: tuple[int, ...]
-
-
-def parse_share_ppm(text: str) -> int:
-    """Parse an SM share ("0.5", "1", "0.25") into exact parts per million.
-
-    Raises ValueError unless 0 < share <= 1 with at most 6 decimal places.
-    """
-    try:
-        value = Decimal(text.strip())
-    except InvalidOperation as e:
-        raise ValueError(f"not a decimal share: {text!r}") from e
-    ppm = value * SHARE_FULL_PPM
-    if not value.is_finite() or ppm != ppm.to_integral_value() or not 0 < ppm <= SHARE_FULL_PPM:
-        raise ValueError(f"share must be in (0, 1] with at most 6 decimals: {text!r}")
-    return int(ppm)
 
 
 def open_region(path: str | os.PathLike[str]) -> Region:

@@ -7,8 +7,10 @@ there; reads fold the log.
 """
 
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import aclosing, suppress
+from datetime import datetime
+from typing import Required, TypedDict, Unpack
 
 from msgspec.structs import replace
 
@@ -28,11 +30,50 @@ from services.domain.request_ids import RequestIds, new_request_id
 from services.domain.state import ClusterState, fold
 from services.ports import Clock, ConcurrencyConflict, EventLog, RequestSender
 
-__all__ = ["Client", "new_session_id"]
+__all__ = ["Client", "SessionAsk", "new_session_id", "session_requests"]
 
 
 def new_session_id() -> str:
     return "s" + secrets.token_hex(6)
+
+
+class SessionAsk(TypedDict, total=False):
+    """What each session of a request asks for: ``SessionRequested``'s fields of the same
+    names, whose defaults stand for those left out (sequences given as any iterable)."""
+
+    image: Required[str]
+    slots: Required[Slots]
+    command: Iterable[str]
+    priority: int
+    name: str | None
+    project: str | None
+    gpu_models: Iterable[str]
+    cpu_only: bool
+    group: str | None
+    lifetime_s: int | None
+    session_type: SessionType | None
+    mounts: Iterable[VfolderMount]
+
+
+def session_requests(
+    ids: RequestIds, at: datetime, count: int = 1, **ask: Unpack[SessionAsk]
+) -> list[SessionRequested]:
+    """The ``count`` requests of request ``ids``, each asking for ``ask``, made at ``at``
+    in the name of ``ids.access_key``, exactly as ``Client.create`` sends them: a door may
+    check one (``validation.invalid_request``, as the fold does) before sending them all
+    (``Client.send_requests``). Pure: the same arguments, the same requests."""
+    prov = Provenance(ids.access_key, at, None, ids.event("correlation"))
+    fields: dict[str, object] = {
+        **ask,
+        "command": tuple(ask.get("command", ())),
+        "gpu_models": tuple(ask.get("gpu_models", ())),
+        "mounts": tuple(ask.get("mounts", ())),
+    }
+    out = []
+    for n in range(count):
+        e = stamp(SessionRequested, prov, session_id=ids.session(n), owner=ids.access_key, **fields)
+        out.append(replace(e, id=ids.event(str(n))))
+    return out
 
 
 class Client:
@@ -66,22 +107,7 @@ class Client:
         return RequestIds(self.access_key, request_id or new_request_id(), self.secret)
 
     async def create(
-        self,
-        *,
-        image: str,
-        slots: Slots,
-        command: Iterable[str] = (),
-        count: int = 1,
-        priority: int = 0,
-        name: str | None = None,
-        project: str | None = None,
-        gpu_models: Iterable[str] = (),
-        cpu_only: bool = False,
-        group: str | None = None,
-        lifetime_s: int | None = None,
-        session_type: SessionType | None = None,
-        mounts: Iterable[VfolderMount] = (),
-        request_id: str | None = None,
+        self, *, count: int = 1, request_id: str | None = None, **ask: Unpack[SessionAsk]
     ) -> list[str]:
         """Ask for ``count`` sessions (in ``project``; None: the user's default one), on a
         GPU of one of ``gpu_models`` (none: any), or with no GPU (``cpu_only``), in resource
@@ -95,30 +121,15 @@ class Client:
         (then this returns their ids as if it had stored them). Raises RequestsRefused
         (nothing was taken), OutcomeUnknown (ask again with the same request id), LogError.
         """
-        ids = self._ids(request_id)
-        prov = Provenance(self.access_key, self.clock.now(), None, ids.event("correlation"))
-        items = []
-        for n in range(count):
-            sid = ids.session(n)
-            e = stamp(
-                SessionRequested,
-                prov,
-                session_id=sid,
-                owner=self.access_key,
-                image=image,
-                command=tuple(command),
-                slots=slots,
-                priority=priority,
-                name=name,
-                project=project,
-                gpu_models=tuple(gpu_models),
-                cpu_only=cpu_only,
-                group=group,
-                lifetime_s=lifetime_s,
-                session_type=session_type,
-                mounts=tuple(mounts),
-            )
-            items.append((subj.request(self.access_key, sid), replace(e, id=ids.event(str(n)))))
+        requests = session_requests(self._ids(request_id), self.clock.now(), count, **ask)
+        return await self.send_requests(requests)
+
+    async def send_requests(self, requests: Sequence[SessionRequested]) -> list[str]:
+        """Send ``requests`` (``session_requests``' of this client's access key), all of
+        them or none, once; their session ids, in order. Raises as ``create``."""
+        if any(e.owner != self.access_key for e in requests):
+            raise ValueError(f"requests not made in the name of {self.access_key!r}")
+        items = [(subj.request(self.access_key, e.session_id), e) for e in requests]
         if self.sender is not None:
             await self.sender.send([e for _, e in items])
         else:

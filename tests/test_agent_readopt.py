@@ -23,6 +23,7 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import session_spec
+from services.domain.gpu_slice import slices
 from tests.cluster import agent_config, statuses
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -114,12 +115,12 @@ async def test_a_container_created_and_never_started_is_started_not_taken_for_en
         )
         with anyio.fail_after(30):
             s = await client.wait_until(lambda s: statuses(s, [sid]) == ["SCHEDULED"])
+        v = s.sessions[sid]
         gpus = {g.index: g for g in config.gpus}
         spec = session_spec(
-            s.sessions[sid],
+            v,
             AGENT,
-            gpus,
-            config.fgpu_per_gpu,
+            slices(v.devices, gpus, config.fgpu_per_gpu),
             request_devices=False,
             log_identity=await log.identity(),
         )

@@ -6,11 +6,13 @@ notes each removal in the same trace as the log notes each append, so the order 
 """
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import pytest
 
-from events import AnyEvent, Slots
+import services.actors.agent as agent_module
+from events import AnyEvent, DevicePlacement, Slots
 from services.actors.agent import AgentActor
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
@@ -18,6 +20,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
+from services.domain.gpu_slice import DeviceSlice, slices
 from services.domain.state import ClusterState
 from services.ports import (
     ContainerError,
@@ -62,9 +65,11 @@ class FakeRegions:
         self.trace = trace
         self.live: set[str] = set()
         self.group = 4242
+        self.slices: dict[str, tuple[list[int], list[int]]] = {}  # key -> limits, shares
 
     def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
         self.live.add(key)
+        self.slices[key] = (list(mem_limits), list(sm_shares_ppm))
         return f"/run/fgpu/regions/{key}.region"
 
     def sample(self, key: str) -> list[DeviceUsageSample]:
@@ -90,6 +95,18 @@ class FailingRuntime(DummyRuntime):
 
     async def run(self, spec: ContainerSpec) -> ContainerInfo:
         raise self.error
+
+
+class SpecRuntime(DummyRuntime):
+    """A DummyRuntime that keeps the spec of each container it runs, by its name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: dict[str, ContainerSpec] = {}
+
+    async def run(self, spec: ContainerSpec) -> ContainerInfo:
+        self.specs[spec.name] = spec
+        return await super().run(spec)
 
 
 def of(trace: Trace, sid: str) -> list[str]:
@@ -202,3 +219,47 @@ async def test_region_outlives_a_shutdown_and_goes_when_the_next_agent_ends_the_
         assert of(trace, sid)[-2:] == ["removed", "SessionTerminated"]
         assert of(trace, sid).count("removed") == 1
     assert regions.live == set()
+
+
+async def test_the_region_and_the_environment_hold_one_slice_computed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """2.5 fGPU at 2 fGPU per GPU: two devices whole and half of a third, in integers (bytes
+    and parts per million) in the region the shim enforces and in the container's
+    environment alike, from one computation of the slice."""
+    computed: list[str] = []
+
+    def counted(devices: tuple[DevicePlacement, ...], *args: Any) -> list[DeviceSlice]:
+        computed.append("slices")
+        return slices(devices, *args)
+
+    monkeypatch.setattr(agent_module, "slices", counted)
+    trace: Trace = []
+    log = TracedLog(trace)
+    regions = FakeRegions(trace)
+    runtime = SpecRuntime()
+    clock = SystemClock()
+    client = Client(log, clock, "alice")
+    config = agent_config(AGENT, gpus=3)
+    async with anyio.create_task_group() as tg:
+        await tg.start(QuotaActor(log, clock).run)
+        await tg.start(SchedulerActor(log, clock).run)
+        await tg.start(AgentActor(log, runtime, clock, config, regions).run)
+        slots = Slots(cpu=100, mem=GIB, fgpu=500)
+        (sid,) = await client.create(image=IMAGE, slots=slots, command=["sleep", "infinity"])
+        with anyio.fail_after(10):
+            s = await client.wait_until(lambda s: statuses(s, [sid]) == ["RUNNING"])
+        tg.cancel_scope.cancel()
+    assert computed == ["slices"]
+    (spec,) = runtime.specs.values()
+    limits, shares = regions.slices[sid]
+    assert spec.env["FGPU_MEM_LIMIT"] == ",".join(map(str, limits))
+    assert spec.env["FGPU_SM_SHARE_PPM"] == ",".join(map(str, shares))
+    assert "FGPU_AMOUNT" not in spec.env
+    assert sorted(shares) == [500_000, 1_000_000, 1_000_000]
+    gpus = {g.index: g for g in config.gpus}
+    expected = slices(s.sessions[sid].devices, gpus, config.fgpu_per_gpu)
+    assert (limits, shares) == (
+        [p.mem_limit for p in expected],
+        [p.sm_share_ppm for p in expected],
+    )

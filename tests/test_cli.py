@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -21,6 +22,7 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 from typer.testing import CliRunner
 
+from events import AnyEvent, Slots
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
@@ -286,6 +288,47 @@ def test_bad_input_exits_2_before_anything_is_published(args: list[str], message
     assert result.exit_code == 2, result.output
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
     assert result.stdout == ""
+
+
+def test_the_door_checks_the_requests_it_sends() -> None:
+    """The door runs the fold's check on the requests as they are sent, mounts among them
+    (a 17th folder is refused here, not on the log)."""
+    many = [arg for i in range(17) for arg in ("--mount", f"f{i}")]
+    args = ["session", "create", "--image", IMAGE, "--fgpu", "0.5", *many, "--", "true"]
+    result = CliRunner().invoke(app, ["--nats", DEAD_NATS, *args])
+    assert result.exit_code == 2, result.output
+    assert "mounts must be at most 16 folder names" in result.stderr
+
+
+@pytest.mark.parametrize(("fgpu", "code"), [("0", 1), ("0.000", 1), ("00", 1), ("0.01", 2)])
+def test_cpu_only_takes_an_fgpu_of_zero_as_a_number(fgpu: str, code: int) -> None:
+    """Any zero passes the door (then publishing to no server fails: 1); any other amount
+    is refused there (2)."""
+    args = ["session", "create", "--image", IMAGE, "--cpu-only", "--fgpu", fgpu, "--", "true"]
+    result = CliRunner().invoke(app, ["--nats", DEAD_NATS, *args])
+    assert result.exit_code == code, result.output
+    assert ("give no --fgpu" in result.stderr) is (code == 2)
+
+
+def test_the_door_checks_what_the_client_sends() -> None:
+    """``session_requests`` (what the door checks) is what ``Client.create`` sends."""
+    from services.client import session_requests
+    from services.domain.request_ids import RequestIds
+    from services.testing import MemoryLog
+
+    class Still:
+        def now(self) -> datetime:
+            return datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def stored() -> list[AnyEvent]:
+        log = MemoryLog()
+        client = Client(log, Still(), "alice", secret="s3")
+        await client.create(**shape, count=2, request_id="r1")
+        return [r.event async for batch in log.read(0) for r in batch]
+
+    shape: dict[str, Any] = {"image": IMAGE, "slots": Slots(cpu=1000, mem=1 << 30, fgpu=50)}
+    drafts = session_requests(RequestIds("alice", "r1", "s3"), Still().now(), count=2, **shape)
+    assert anyio.run(stored) == drafts
 
 
 @pytest.mark.parametrize(

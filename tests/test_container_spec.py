@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import container_config
 from services.domain.container_spec import env_from_list, session_spec
-from services.domain.gpu_slice import container_order
+from services.domain.gpu_slice import DeviceSlice, container_order, slices
 from services.domain.state import SessionView
 
 GIB = 1 << 30
@@ -34,6 +34,11 @@ def _session(devices: tuple[DevicePlacement, ...], fgpu: int) -> SessionView:
     )
 
 
+def _half(v: SessionView) -> list[DeviceSlice]:
+    """``v``'s slice where 1 GPU = 2 fGPU."""
+    return slices(v.devices, GPUS, 200)
+
+
 def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> None:
     # 1 GPU = 2 fGPU (200 quanta); 5 fGPU = 2.5 GPUs: devices 2 and 0 whole, half of 3.
     v = _session(
@@ -45,7 +50,7 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
         fgpu=500,
     )
     spec = session_spec(
-        v, "node1", GPUS, 200, request_devices=True,
+        v, "node1", slices(v.devices, GPUS, 200), request_devices=True,
         shim_lib_dir="/opt/fgpu-shim", region_path="/run/fgpu/regions/s1.region",
         region_group=4242,
     )  # fmt: skip
@@ -53,7 +58,7 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
     # the container's device index, which NVML and CUDA (PCI_BUS_ID) number that way.
     assert spec.gpu_uuids == ("GPU-0", "GPU-2", "GPU-3")
     assert spec.env["FGPU_MEM_LIMIT"] == f"{80 * GIB},{80 * GIB},{40 * GIB}"
-    assert spec.env["FGPU_SM_SHARE"] == "1,1,0.5"
+    assert spec.env["FGPU_SM_SHARE_PPM"] == "1000000,1000000,500000"
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
     assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-0,GPU-2,GPU-3"
     assert spec.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -76,9 +81,9 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
 
 def test_a_third_of_a_gpu_rounds_the_slice_down_never_up() -> None:
     v = _session((DevicePlacement(gpu_index=1, fgpu=100),), fgpu=100)  # 1 GPU = 3 fGPU
-    spec = session_spec(v, "node1", GPUS, 300, request_devices=False)
+    spec = session_spec(v, "node1", slices(v.devices, GPUS, 300), request_devices=False)
     assert spec.env["FGPU_MEM_LIMIT"] == str(80 * GIB // 3)
-    assert spec.env["FGPU_SM_SHARE"] == "0.333333"
+    assert spec.env["FGPU_SM_SHARE_PPM"] == "333333"
     assert spec.gpu_uuids == () and spec.mounts == ()  # mock GPUs, no shim: nothing asked
 
 
@@ -97,7 +102,7 @@ def _env(body: dict[str, object]) -> dict[str, str]:
 def test_the_shim_goes_in_front_of_the_images_library_path() -> None:
     # CUDA images set LD_LIBRARY_PATH; a container's Env replaces the image's value.
     v = _session((DevicePlacement(gpu_index=0, fgpu=100),), fgpu=100)
-    spec = session_spec(v, "node1", GPUS, 200, request_devices=True, shim_lib_dir="/opt/s")
+    spec = session_spec(v, "node1", _half(v), request_devices=True, shim_lib_dir="/opt/s")
     assert "LD_LIBRARY_PATH" not in spec.env
     env = _env(container_config(spec, image_env=CUDA_IMAGE_ENV))
     assert env["LD_LIBRARY_PATH"] == "/opt/fgpu/lib:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
@@ -109,7 +114,7 @@ def test_the_shim_goes_in_front_of_the_images_library_path() -> None:
 
 def test_without_the_shim_the_images_library_path_is_left_alone() -> None:
     v = _session((DevicePlacement(gpu_index=0, fgpu=100),), fgpu=100)
-    spec = session_spec(v, "node1", GPUS, 200, request_devices=False)
+    spec = session_spec(v, "node1", _half(v), request_devices=False)
     assert spec.env_prepend == {}
     assert "LD_LIBRARY_PATH" not in _env(container_config(spec, image_env=CUDA_IMAGE_ENV))
 
@@ -127,8 +132,8 @@ def test_each_device_gets_its_own_limit_in_the_containers_order() -> None:
         (DevicePlacement(gpu_index=2, fgpu=200), DevicePlacement(gpu_index=1, fgpu=100)),
         fgpu=300,
     )
-    spec = session_spec(v, "node1", GPUS, 200, request_devices=True)
+    spec = session_spec(v, "node1", _half(v), request_devices=True)
     assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-1,GPU-2"
     assert spec.env["FGPU_MEM_LIMIT"] == f"{40 * GIB},{80 * GIB}"
-    assert spec.env["FGPU_SM_SHARE"] == "0.5,1"
+    assert spec.env["FGPU_SM_SHARE_PPM"] == "500000,1000000"
     assert [d.gpu_index for d in container_order(v.devices)] == [1, 2]

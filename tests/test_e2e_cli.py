@@ -73,7 +73,7 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
             assert labels["fgpu.agent"] == stack.agent_id
             env = dict(e.split("=", 1) for e in inspect["Config"]["Env"])
             assert env["FGPU_MEM_LIMIT"] == str(8 * GIB)  # half of 16 GiB
-            assert env["FGPU_SM_SHARE"] == "0.5"
+            assert env["FGPU_SM_SHARE_PPM"] == "500000"
             assert env["FGPU_REGION"] == "/run/fgpu/region"
             assert env["LD_LIBRARY_PATH"] == "/opt/fgpu/lib"
             mounts = {m["Destination"]: m for m in inspect["Mounts"]}

@@ -706,3 +706,17 @@ def test_every_current_event_type_has_an_encoded_sample() -> None:
 )
 def test_a_subject_token_is_letters_digits_dash_and_underscore_only(value: str, ok: bool) -> None:
     assert subj.is_token(value) is ok
+
+
+@pytest.mark.parametrize("amount", [-AMOUNT_LIMIT, -1, 0, AMOUNT_LIMIT])
+def test_an_amount_within_the_limit_decodes_whatever_its_sign(amount: int) -> None:
+    """Decoding bounds an amount's magnitude only: a negative one in a request is the
+    fold's to refuse (a session rejected with its reason), and a snapshot's state may
+    hold a difference below zero."""
+    assert msgspec.json.decode(f'{{"cpu": {amount}}}'.encode(), type=Slots).cpu == amount
+
+
+@pytest.mark.parametrize("amount", [-AMOUNT_LIMIT - 1, AMOUNT_LIMIT + 1])
+def test_an_amount_beyond_the_limit_is_refused(amount: int) -> None:
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(f'{{"fgpu": {amount}}}'.encode(), type=Slots)

@@ -44,6 +44,14 @@ def test_parse_fgpu_accepts(text: str, quanta: int) -> None:
     assert parse_fgpu(text) == quanta
 
 
+def test_an_fgpu_of_zero_is_a_number_where_zero_is_allowed() -> None:
+    quanta = [parse_fgpu(t, zero=True) for t in ("0", "0.00", "0.000", "00", "0.5")]
+    assert quanta == [0, 0, 0, 0, 50]
+    for text, zero in (("0", False), ("-0.01", True), ("0.001", True), ("nan", True)):
+        with pytest.raises(InvalidAmount):
+            parse_fgpu(text, zero=zero)
+
+
 def test_point_one_plus_point_two_is_exactly_point_three() -> None:
     assert parse_fgpu("0.1") + parse_fgpu("0.2") == parse_fgpu("0.3") == 30
     assert format_fgpu(parse_fgpu("0.1") + parse_fgpu("0.2")) == "0.3"

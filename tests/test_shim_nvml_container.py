@@ -21,6 +21,7 @@ from runtime_contract import DEADLINE_S, TEST_IMAGE
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.domain.container_spec import session_spec
+from services.domain.gpu_slice import slices
 from services.domain.state import SessionView
 from tests.shim.shim_kit import build_shim
 
@@ -81,7 +82,9 @@ async def test_the_shim_is_first_on_the_images_library_path(
     shim = build_shim(tmp_path / "shim")
     gpus = {0: GpuInfo(index=0, uuid="GPU-0", model="Fake", mem=16 * GIB, sm_count=1)}
     v = shim_session(cuda_like_image, 'echo "$LD_LIBRARY_PATH"; ls /opt/fgpu/lib')
-    spec = session_spec(v, "nvmltest", gpus, 200, request_devices=False, shim_lib_dir=str(shim))
+    spec = session_spec(
+        v, "nvmltest", slices(v.devices, gpus, 200), request_devices=False, shim_lib_dir=str(shim)
+    )
     async with DockerRuntime() as rt:
         info = await rt.run(spec)
         try:

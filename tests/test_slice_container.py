@@ -39,6 +39,7 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
+from services.domain.gpu_slice import slices
 from tests.shim.shim_kit import GIB, build_fake, build_harness, build_shim, build_tamper
 from tests.test_shim_nvml_container import shim_session
 
@@ -137,8 +138,8 @@ async def test_the_tenant_cannot_raise_its_slice_and_the_shim_refuses_beyond_it(
     regions = ShimRegions(str(tmp_path / "regions"))
     region = regions.create(v.session_id, [LIMIT], [SHARE_PPM])
     spec = session_spec(
-        v, "tenanttest", gpus, 200, request_devices=False, shim_lib_dir=str(shim),
-        region_path=region, region_group=regions.group,
+        v, "tenanttest", slices(v.devices, gpus, 200), request_devices=False,
+        shim_lib_dir=str(shim), region_path=region, region_group=regions.group,
     )  # fmt: skip
     spec = msgspec.structs.replace(
         spec,

@@ -1,7 +1,7 @@
 /*
  * config.c - the slice and tunables from the environment.  Amounts are parsed
- * exactly: sizes as integers with binary units, shares as decimals into parts
- * per million (no floating point).  Unparsable values are ignored (reported
+ * exactly: sizes as integers with binary units, shares as integer parts per
+ * million or as decimals into them (no floating point).  Unparsable values are ignored (reported
  * only under FGPU_DEBUG).
  */
 #define _GNU_SOURCE
@@ -77,6 +77,24 @@ static int parse_share(const char *s, uint32_t *out) {
     return 0;
 }
 
+/* "500000" -> 500000: a share already in parts per million, as the agent passes it.
+ * The same range as parse_share's: 1..FGPU_SHARE_FULL. 0 on success. */
+static int parse_share_ppm(const char *s, uint32_t *out) {
+    uint64_t ppm = 0;
+    const char *p = s;
+    if (*p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9') {
+        ppm = ppm * 10 + (uint64_t)(*p++ - '0');
+        if (ppm > FGPU_SHARE_FULL)
+            return -1;
+    }
+    if (*p != '\0' || ppm == 0)
+        return -1;
+    *out = (uint32_t)ppm;
+    return 0;
+}
+
 /* Split a comma list; a single value applies to every device. Returns count or -1. */
 static int parse_list(const char *env, int (*one)(const char *, void *), void *vals,
                       size_t elem) {
@@ -101,6 +119,7 @@ static int parse_list(const char *env, int (*one)(const char *, void *), void *v
 
 static int one_size(const char *s, void *out) { return parse_size(s, out); }
 static int one_share(const char *s, void *out) { return parse_share(s, out); }
+static int one_share_ppm(const char *s, void *out) { return parse_share_ppm(s, out); }
 
 /* The list in the variable name, parsed into vals: its count, or -1 if unset or unparsable. */
 static int env_list(const char *name, int (*one)(const char *, void *), void *vals,
@@ -117,8 +136,12 @@ static int env_list(const char *name, int (*one)(const char *, void *), void *va
 int fgpu_config_from_env(fgpu_config *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     int nmem = env_list("FGPU_MEM_LIMIT", one_size, cfg->mem_limit, sizeof(cfg->mem_limit[0]));
-    int nshare =
-        env_list("FGPU_SM_SHARE", one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
+    /* Parts per million first (the agent's), else the decimal share (a person's). */
+    int nshare = env_list("FGPU_SM_SHARE_PPM", one_share_ppm, cfg->sm_share_ppm,
+                          sizeof(cfg->sm_share_ppm[0]));
+    if (nshare < 0)
+        nshare =
+            env_list("FGPU_SM_SHARE", one_share, cfg->sm_share_ppm, sizeof(cfg->sm_share_ppm[0]));
     int n = nmem > nshare ? nmem : nshare;
     if (n < 0)
         return 0;

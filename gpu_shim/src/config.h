@@ -7,7 +7,8 @@
 #include "fgpu_region.h"
 #include "common.h"
 
-/* Slice from FGPU_MEM_LIMIT / FGPU_SM_SHARE into cfg; returns 1 when either was set.
+/* Slice from FGPU_MEM_LIMIT / FGPU_SM_SHARE_PPM (else FGPU_SM_SHARE) into cfg; returns 1
+ * when any was set.
  * A single value applies to every device; a comma list gives device 0, 1, ... */
 FGPU_HIDDEN int fgpu_config_from_env(fgpu_config *cfg);
 /* Integer environment variable within [lo, hi], dflt when unset or invalid. */

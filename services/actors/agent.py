@@ -34,7 +34,7 @@ back at their log.
 """
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -68,7 +68,7 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
-from services.domain.gpu_slice import slices
+from services.domain.gpu_slice import DeviceSlice, slices
 from services.domain.gpu_watch import WatchSettings
 from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
@@ -447,7 +447,8 @@ class AgentActor:
             if isinstance(folders, str):
                 await self._end(session_id, SessionErrored, reason=folders)
                 return
-            spec = self._spec(v, self._create_region(v), folders)
+            parts = self._slice(v)  # one slice, for the region and the environment alike
+            spec = self._spec(v, parts, self._create_region(v, parts), folders)
             try:
                 c = await self._run_pulling(session_id, spec, sup)
             except ImageNotFound as e:
@@ -564,12 +565,16 @@ class AgentActor:
             self.regions.remove(session_id)
         await self._report(session_id, cls, **fields)
 
-    def _create_region(self, v: SessionView) -> str | None:
-        """The session's shared region with its slice, if this agent enforces slices."""
+    def _slice(self, v: SessionView) -> list[DeviceSlice]:
+        """``v``'s slice of this agent's devices, per device in the container's order."""
+        c = self.config
+        return slices(v.devices, {g.index: g for g in c.gpus}, c.fgpu_per_gpu)
+
+    def _create_region(self, v: SessionView, parts: Sequence[DeviceSlice]) -> str | None:
+        """The session's shared region holding the slice ``parts``, if this agent
+        enforces slices."""
         if self.regions is None:
             return None
-        c = self.config
-        parts = slices(v.devices, {g.index: g for g in c.gpus}, c.fgpu_per_gpu)
         return self.regions.create(
             v.session_id, [p.mem_limit for p in parts], [p.sm_share_ppm for p in parts]
         )
@@ -602,15 +607,17 @@ class AgentActor:
         return mounts
 
     def _spec(
-        self, v: SessionView, region_path: str | None, vfolders: tuple[Mount, ...] = ()
+        self,
+        v: SessionView,
+        parts: Sequence[DeviceSlice],
+        region_path: str | None,
+        vfolders: tuple[Mount, ...] = (),
     ) -> ContainerSpec:
         c = self.config
-        gpus = {g.index: g for g in c.gpus}
         return session_spec(
             v,
             c.agent_id,
-            gpus,
-            c.fgpu_per_gpu,
+            parts,
             request_devices=not c.mock_gpus,
             shim_lib_dir=c.shim_lib_dir if region_path is not None else None,
             region_path=region_path,

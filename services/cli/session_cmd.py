@@ -31,7 +31,7 @@ from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
 if TYPE_CHECKING:
-    from events import SessionType, Slots, VfolderMount
+    from events import SessionRequested, SessionType, VfolderMount
     from services.cli.api_client import ReadApi
     from services.ports import ExecReply
 
@@ -79,13 +79,25 @@ class Shape(NamedTuple):
     session_type: str | None = None
 
 
-def _checked_request(settings: Settings, shape: Shape) -> "Slots":
-    """The slots asked for; exits 2 with one line for anything that could never be run:
-    what the door says in words, then every rule the quota actor would reject it by."""
+def _checked_request(
+    settings: Settings,
+    shape: Shape,
+    *,
+    count: int,
+    project: str | None,
+    mounts: "list[VfolderMount]",
+    request_id: str,
+) -> "list[SessionRequested]":
+    """The requests to send, as they will be sent; exits 2 with one line for anything that
+    could never be run: what the door says in words, then every rule the quota actor would
+    reject them by (``invalid_request``, as the fold calls it, on the first of them: they
+    differ in their ids alone)."""
     from datetime import UTC, datetime
 
-    from events import SessionRequested, Slots
+    from events import Slots
+    from services.client import session_requests
     from services.domain.image_ref import image_reference_problem
+    from services.domain.request_ids import RequestIds
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
     from services.domain.validation import invalid_request
 
@@ -104,27 +116,37 @@ def _checked_request(settings: Settings, shape: Shape) -> "Slots":
         slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=quanta)
     except InvalidAmount as e:
         fail(str(e))
-    as_published = SessionRequested(
-        id="door",
-        at=datetime.now(UTC),
-        actor=settings.access_key,
-        session_id="s0",
-        owner=settings.access_key,
+    drafts = session_requests(
+        RequestIds(settings.access_key, request_id, settings.secret_key),
+        datetime.now(UTC),
         image=image,
-        command=tuple(command),
         slots=slots,
+        command=command,
+        count=count,
         priority=priority,
         name=name,
+        project=project,
         gpu_models=gpu_models,
         cpu_only=cpu_only,
         group=group,
         lifetime_s=lifetime_s,
         session_type=_session_type(kind),
+        mounts=mounts,
     )
-    why = invalid_request(as_published)
+    why = invalid_request(drafts[0])
     if why is not None:
         fail(why)
-    return slots
+    return drafts
+
+
+def _asks_for_no_gpu(fgpu: str) -> bool:
+    """Whether ``fgpu`` is an amount of zero ("0", "0.00", "0.000"), compared as quanta."""
+    from services.domain.resources import InvalidAmount, parse_fgpu
+
+    try:
+        return parse_fgpu(fgpu, zero=True) == 0
+    except InvalidAmount:
+        return False
 
 
 def _session_type(kind: str | None) -> "SessionType | None":
@@ -239,7 +261,7 @@ def create(
             "domain (1-64 letters, digits, '-' or '_')"
         )
     command = list(ctx.args)
-    if cpu_only and fgpu is not None and fgpu.strip() not in ("0", "0.0", "0.00"):
+    if cpu_only and fgpu is not None and not _asks_for_no_gpu(fgpu):
         fail("--cpu-only asks for no GPU: give no --fgpu")
     if not cpu_only and fgpu is None:
         fail("give --fgpu (the fGPU to hold), or --cpu-only for a session with no GPU")
@@ -259,27 +281,14 @@ def create(
         session_type,
     )
     mounts = _mounts(mount or [])
-    slots = _checked_request(settings, shape)
+    drafts = _checked_request(
+        settings, shape, count=count, project=project, mounts=mounts, request_id=rid
+    )
     api = _reachable_api(settings) if wait else None
 
     async def publish() -> list[str]:
         async with user_client(settings) as client:
-            return await client.create(
-                image=image,
-                slots=slots,
-                command=command,
-                count=count,
-                priority=priority,
-                name=name,
-                project=project,
-                gpu_models=models,
-                cpu_only=cpu_only,
-                group=group,
-                lifetime_s=lifetime,
-                session_type=_session_type(session_type),
-                mounts=mounts,
-                request_id=rid,
-            )
+            return await client.send_requests(drafts)
 
     ids = sent(settings, publish, f"--request-id {rid}")
     if not wait:

@@ -1,10 +1,11 @@
 """The container a session gets: limits, labels, and the fGPU shim's configuration."""
 
+from collections.abc import Sequence
+
 import msgspec
 
-from events import GpuInfo, SessionType
-from services.domain.gpu_slice import format_share, slices
-from services.domain.resources import format_fgpu
+from events import SessionType
+from services.domain.gpu_slice import DeviceSlice
 from services.domain.state import SessionView
 
 __all__ = [
@@ -88,8 +89,7 @@ def container_name(agent_id: str, session_id: str) -> str:
 def session_spec(
     v: SessionView,
     agent_id: str,
-    gpus: dict[int, GpuInfo],
-    fgpu_per_gpu: int,
+    parts: Sequence[DeviceSlice],
     *,
     request_devices: bool,
     shim_lib_dir: str | None = None,
@@ -98,10 +98,13 @@ def session_spec(
     log_identity: str | None = None,
     vfolders: tuple[Mount, ...] = (),
 ) -> ContainerSpec:
-    """The spec for ``v``'s container on ``agent_id``.
+    """The spec for ``v``'s container on ``agent_id``, holding the slice ``parts``
+    (``gpu_slice.slices`` of ``v``'s devices: the agent computes it once, for this spec
+    and for the session's region alike).
 
     The environment tells the shim its slice, per visible device in order (the shim's own
-    variables, see gpu_shim/README.md): FGPU_MEM_LIMIT (bytes) and FGPU_SM_SHARE (0-1).
+    variables, see gpu_shim/README.md): FGPU_MEM_LIMIT (bytes) and FGPU_SM_SHARE_PPM
+    (parts per million of the SMs' time, as ``DeviceSlice.sm_share_ppm``).
     With ``shim_lib_dir`` the shim is mounted first on the library path (in front of the
     image's own ``LD_LIBRARY_PATH``, see ``ContainerSpec.env_prepend``); with
     ``region_path`` the session's shared region: its counters read-write (the container's
@@ -112,14 +115,12 @@ def session_spec(
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
     session it is: an agent never removes a container of another log.
     """
-    parts = slices(v.devices, gpus, fgpu_per_gpu)
     uuids = tuple(p.gpu.uuid for p in parts)
     env = {
         "FGPU_SESSION_ID": v.session_id,
         "FGPU_OWNER": v.owner,
-        "FGPU_AMOUNT": format_fgpu(v.slots.fgpu),
         "FGPU_MEM_LIMIT": ",".join(str(p.mem_limit) for p in parts),
-        "FGPU_SM_SHARE": ",".join(format_share(p.sm_share_ppm) for p in parts),
+        "FGPU_SM_SHARE_PPM": ",".join(str(p.sm_share_ppm) for p in parts),
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(parts))),
         # The shim's per-device limits are in PCI order (NVML's, and ``container_order``):
         # CUDA's default puts the fastest device first instead.

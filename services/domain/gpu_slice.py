@@ -6,13 +6,14 @@ rounded down, so a slice never exceeds its share.
 """
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 from events import DevicePlacement, GpuInfo
 
-__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "container_order", "format_share", "slices"]
+__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "container_order", "slices"]
 
-SHARE_FULL_PPM = 1_000_000  # the shim's unit: parts per million of the SMs' time
+# The shim's unit: parts per million of the SMs' time, the whole device's share. The shim
+# defines it in C (gpu_shim/src/fgpu_region.h, FGPU_SHARE_FULL); a test pins the two equal.
+SHARE_FULL_PPM = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +47,3 @@ def slices(
             )
         )
     return out
-
-
-def format_share(ppm: int) -> str:
-    """ "0.5" for 500000 ppm, exactly (at most 6 decimals)."""
-    return f"{(Decimal(ppm) / SHARE_FULL_PPM).normalize():f}"

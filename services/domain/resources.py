@@ -41,14 +41,14 @@ MAX_AMOUNT = 1 << 50
 UNLIMITED = AMOUNT_LIMIT
 
 
-def _decimal(text: str, what: str) -> Decimal:
+def _decimal(text: str, what: str, *, zero: bool = False) -> Decimal:
     try:
         value = Decimal(text.strip())
     except InvalidOperation as e:
         raise InvalidAmount(f"{what} must be a number, got {text!r}") from e
     if not value.is_finite():
         raise InvalidAmount(f"{what} must be a finite number, got {text!r}")
-    if value <= 0:
+    if value < 0 or (value == 0 and not zero):
         raise InvalidAmount(f"{what} must be greater than zero, got {text!r}")
     if value > _LARGEST:
         raise InvalidAmount(f"{what} is too large, got {text!r}")
@@ -71,9 +71,10 @@ def _exact(value: Decimal, scale: int, what: str, text: str, step: str) -> int:
     return int(scaled)
 
 
-def parse_fgpu(text: str) -> int:
-    """Quanta of fGPU in ``text`` ("0.5" -> 50). Raises InvalidAmount."""
-    value = _decimal(text, "fGPU")
+def parse_fgpu(text: str, *, zero: bool = False) -> int:
+    """Quanta of fGPU in ``text`` ("0.5" -> 50), greater than zero unless ``zero`` (then
+    "0", "0.00" -> 0). Raises InvalidAmount."""
+    value = _decimal(text, "fGPU", zero=zero)
     return _exact(value, FGPU_QUANTUM_PER_UNIT, "fGPU", text, "0.01")
 
 

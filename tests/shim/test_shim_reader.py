@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -12,15 +13,16 @@ import pytest
 from shim_kit import MIB, Kit
 
 from gpu_shim import (
-    SHARE_FULL_PPM,
     HappeningKind,
     RegionClosed,
     RegionInvalid,
     RegionNotFound,
     create_region,
     open_region,
-    parse_share_ppm,
 )
+from services.domain.gpu_slice import SHARE_FULL_PPM
+
+HEADER = Path(__file__).resolve().parents[2] / "gpu_shim" / "src" / "fgpu_region.h"
 
 
 def test_import_does_not_need_the_extension() -> None:
@@ -28,14 +30,49 @@ def test_import_does_not_need_the_extension() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_shares_parse_exactly() -> None:
-    assert parse_share_ppm("0.5") == 500_000
-    assert parse_share_ppm("1") == SHARE_FULL_PPM
-    assert parse_share_ppm("0.000001") == 1
-    assert parse_share_ppm("0.1") + parse_share_ppm("0.2") == parse_share_ppm("0.3")
-    for bad in ("0", "1.5", "-0.1", "0.0000001", "abc", "nan"):
-        with pytest.raises(ValueError):
-            parse_share_ppm(bad)
+def _header_define(name: str) -> int:
+    """The value of ``#define name <integer>[u]`` in the shim's public header."""
+    (value,) = re.findall(rf"^#define {name} (\d+)u?\b", HEADER.read_text(), re.MULTILINE)
+    return int(value)
+
+
+def test_the_full_share_is_the_headers() -> None:
+    # The agent's shares (services.domain.gpu_slice) and the shim's are one unit.
+    assert _header_define("FGPU_SHARE_FULL") == SHARE_FULL_PPM
+    from gpu_shim._reader import SHARE_FULL
+
+    assert SHARE_FULL == SHARE_FULL_PPM
+
+
+def _share_from_env(kit: Kit, state: Path, region: Path, **share: str) -> int:
+    """The SM share of device 0 in the region the first process makes from ``share``."""
+    kit.run("exit", str(MIB), env=kit.env(state=state, region=region, mem_limit="1G", **share))
+    with open_region(region) as r:
+        return r.device(0).sm_share_ppm
+
+
+@pytest.mark.parametrize(
+    ("decimal", "ppm"), [("0.5", 500_000), ("1", SHARE_FULL_PPM), ("0.000001", 1)]
+)
+def test_shares_parse_exactly(
+    kit: Kit, state: Path, tmp_path: Path, decimal: str, ppm: int
+) -> None:
+    # The one parser of a share is the shim's: a decimal, or parts per million (the agent's).
+    assert _share_from_env(kit, state, tmp_path / "d", sm_share=decimal) == ppm
+    assert _share_from_env(kit, state, tmp_path / "p", FGPU_SM_SHARE_PPM=str(ppm)) == ppm
+    # Parts per million win over the decimal where both are set.
+    both = {"sm_share": "0.25", "FGPU_SM_SHARE_PPM": str(ppm)}
+    assert _share_from_env(kit, state, tmp_path / "b", **both) == ppm
+
+
+@pytest.mark.parametrize("bad", ["0", "1.5", "-0.1", "0.0000001", "abc", "nan"])
+def test_a_bad_decimal_share_is_no_share(kit: Kit, state: Path, tmp_path: Path, bad: str) -> None:
+    assert _share_from_env(kit, state, tmp_path / "r", sm_share=bad) == SHARE_FULL_PPM
+
+
+@pytest.mark.parametrize("bad", ["0", "1000001", "-1", "0.5", "5e5", "99999999999999999999"])
+def test_a_bad_ppm_share_is_no_share(kit: Kit, state: Path, tmp_path: Path, bad: str) -> None:
+    assert _share_from_env(kit, state, tmp_path / "r", FGPU_SM_SHARE_PPM=bad) == SHARE_FULL_PPM
 
 
 def test_open_errors(tmp_path: Path) -> None:
