@@ -131,6 +131,20 @@ def _who(e: AnyEvent) -> str:
 
 
 def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> str:
+    """``e`` in words; ``admitted`` and ``running``: when the session was admitted and
+    started running (None: not yet), for how long it waited and ran."""
+    told = (
+        _asking_text(e, admitted)
+        or _starting_text(e)
+        or _ending_text(e, running)
+        or _access_text(e)
+        or _gpu_text(e)
+    )
+    return told or str(e.__struct_config__.tag or type(e).__name__)
+
+
+def _asking_text(e: AnyEvent, admitted: datetime | None) -> str | None:
+    """A request, and the decisions on it up to a place; None for any other event."""
     match e:
         case SessionRequested():
             s = e.slots
@@ -152,6 +166,13 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             waited = _duration(admitted, e.at)
             after = f" after waiting {waited}" if waited else ""
             return f"placed on {e.agent_id} ({where or 'no GPU'}){after}"
+        case _:
+            return None
+
+
+def _starting_text(e: AnyEvent) -> str | None:
+    """An agent readying and starting a session's container; None for any other event."""
+    match e:
         case SessionPreparing():
             return f"{e.agent_id} prepares its container"
         case SessionPulling() if e.current == 0 and e.total == 0:
@@ -161,6 +182,14 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             return f"{e.agent_id} pulled {format_mem(e.current)}{of} of {e.image}"
         case SessionRunning():
             return f"running on {e.agent_id} in container {e.container_id[:12]}"
+        case _:
+            return None
+
+
+def _ending_text(e: AnyEvent, running: datetime | None) -> str | None:
+    """A destroy request and every way a session ends or is taken back; None for any
+    other event."""
+    match e:
         case SessionDestroyRequested():
             return f"{e.requester} asked to destroy it"
         case DestroyRejected():
@@ -179,6 +208,14 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             return f"taken back from {e.agent_id} to be placed again: {e.reason}"
         case SessionLost():
             return f"ended with its agent: {e.reason}"
+        case _:
+            return None
+
+
+def _access_text(e: AnyEvent) -> str | None:
+    """A command run or a channel opened into the session (the audit of people's access);
+    None for any other event."""
+    match e:
         case SessionExecStarted():
             return f"{e.requester} ran {shlex.join(e.argv)} in it"
         case SessionExecFinished():
@@ -194,6 +231,14 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
             moved = f"{format_mem(e.bytes_in)} in, {format_mem(e.bytes_out)} out"
             code = "" if e.exit_code is None else f", exit {e.exit_code}"
             return f"the channel {e.requester} opened closed: {e.reason} ({moved}{code})"
+        case _:
+            return None
+
+
+def _gpu_text(e: AnyEvent) -> str | None:
+    """What the shim and the agent measured and enforced on the session's GPUs; None for
+    any other event."""
+    match e:
         case GpuOomRefused():
             return (
                 f"the shim refused {format_mem(e.requested)} on gpu{e.gpu_index} to pid {e.pid}:"
@@ -218,7 +263,7 @@ def _text(e: AnyEvent, admitted: datetime | None, running: datetime | None) -> s
                 f" {e.launches} kernel launches, {e.oom_refusals} refused allocations"
             )
         case _:
-            return str(e.__struct_config__.tag or type(e).__name__)
+            return None
 
 
 def _pids(pids: Sequence[int]) -> str:

@@ -20,7 +20,13 @@ from events import SessionExecFinished, SessionExecStarted
 from events import subjects as subj
 from services.actors.agent_channels import Channels, Opening
 from services.actors.common import Provenance, stamp
-from services.domain.channels import app_program, app_target, channel_problem, shell_program
+from services.domain.channels import (
+    Program,
+    app_program,
+    app_target,
+    channel_problem,
+    shell_program,
+)
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
 from services.domain.session_access import (
     exec_problem,
@@ -31,7 +37,6 @@ from services.domain.session_access import (
 from services.domain.state import ClusterState
 from services.ports import (
     EXEC_OUTPUT_KEPT,
-    AgentHandler,
     AgentReply,
     AgentRequest,
     AppRequest,
@@ -50,104 +55,96 @@ from services.ports import (
     ShellRequest,
 )
 
-__all__ = ["answering"]
+__all__ = ["AgentAnswers", "answering"]
 
 log = structlog.get_logger()
 
 
-def answering(
-    agent_id: str,
-    runtime: ContainerRuntime,
-    state: Callable[[], ClusterState],
-    events: EventLog,
-    clock: Clock,
-    *,
-    keep: int = EXEC_OUTPUT_KEPT,
-    output: OutputStore | None = None,
-    channels: Channels | None = None,
-) -> AgentHandler:
-    """The handler of ``agent_id``'s requests, over its container engine, the fold
-    (``state``, the agent's) and the log it writes the audit of commands to. Only the
-    agent's own containers are looked at; who may ask what is
-    ``services.domain.session_access``'s. A command's output keeps ``keep`` bytes of each
-    stream. Once a session's container is gone, its logs are what ``output`` kept.
-    Terminals and app ports are opened through ``channels`` (none without it)."""
-    labels = {LABEL_AGENT: agent_id}
+class AgentAnswers:
+    """``agent_id``'s answers, over its container engine, the fold (``state``, the
+    agent's) and the log it writes the audit of commands to. Only the agent's own
+    containers are looked at; who may ask what is ``services.domain.session_access``'s. A
+    command's output keeps ``keep`` bytes of each stream. Once a session's container is
+    gone, its logs are what ``output`` kept. Terminals and app ports are opened through
+    ``channels`` (none without it). An instance is the agent's ``AgentHandler``."""
 
-    async def container_of(session_id: str) -> str | None:
-        found = await runtime.list({**labels, LABEL_SESSION: session_id})
-        return found[0].id if found else None
+    def __init__(
+        self,
+        agent_id: str,
+        runtime: ContainerRuntime,
+        state: Callable[[], ClusterState],
+        events: EventLog,
+        clock: Clock,
+        *,
+        keep: int = EXEC_OUTPUT_KEPT,
+        output: OutputStore | None = None,
+        channels: Channels | None = None,
+    ) -> None:
+        self._agent_id, self._runtime, self._state = agent_id, runtime, state
+        self._events, self._clock, self._keep = events, clock, keep
+        self._output, self._channels = output, channels
 
-    async def logs(requester: str, request: LogsRequest) -> LogsReply:
+    async def __call__(self, requester: str, request: AgentRequest) -> AgentReply:
+        """The reply to ``request`` from ``requester`` (an access key); a refusal is a
+        reply, not an error."""
+        match request:
+            case LogsRequest():
+                return await self.logs(requester, request)
+            case ExecRequest():
+                return await self.run(requester, request)
+            case ShellRequest() | AppRequest():
+                return await self.open_channel(requester, request)
+
+    async def logs(self, requester: str, request: LogsRequest) -> LogsReply:
+        """The tail of a session's output: its container's, else what was kept of it."""
         try:
-            container = await container_of(request.session_id)
+            container = await self._container_of(request.session_id)
         except ContainerError as e:
             return LogsReply(ok=False, error=str(e))
         if container is None:
-            return await kept_logs(requester, request)
-        refused = may_not_read(state(), requester, request.session_id)
+            return await self._kept_logs(requester, request)
+        refused = may_not_read(self._state(), requester, request.session_id)
         if refused is not None:
             return LogsReply(ok=False, error=refused)
         try:
-            return LogsReply(ok=True, logs=await runtime.logs(container, tail=request.tail))
+            return LogsReply(ok=True, logs=await self._runtime.logs(container, tail=request.tail))
         except ContainerError as e:
             return LogsReply(ok=False, error=str(e))
 
-    async def kept_logs(requester: str, request: LogsRequest) -> LogsReply:
-        """An ended session's output, as the agent kept it when the container went."""
-        sid = request.session_id
-        kept = None if output is None else await output.kept(sid)
-        if kept is None:
-            refused = may_not_read(state(), requester, sid)
-            return LogsReply(ok=False, error=refused or f"no container of {sid} here")
-        refused = may_not_read_kept(state(), requester, kept.owner, kept.domain)
-        if refused is not None:
-            return LogsReply(ok=False, error=refused)
-        lines = kept.text.splitlines(keepends=True)
-        return LogsReply(ok=True, logs="".join(lines[-request.tail :] if request.tail else []))
-
-    async def run(requester: str, request: ExecRequest) -> ExecReply:
-        s, sid = state(), request.session_id
-        refused = may_not_exec(s, requester, sid, agent_id) or exec_problem(
+    async def run(self, requester: str, request: ExecRequest) -> ExecReply:
+        """A command run in a session's container, audited on the log before it starts
+        and once it has ended (see the module's docstring)."""
+        s, sid = self._state(), request.session_id
+        refused = may_not_exec(s, requester, sid, self._agent_id) or exec_problem(
             request.argv, request.timeout_s
         )
         if refused is not None:
             return ExecReply(ok=False, error=refused)
         correlation = s.sessions[sid].correlation_id  # read before the fold moves on
         try:
-            container = await container_of(sid)
+            container = await self._container_of(sid)
         except ContainerError as e:
             return ExecReply(ok=False, error=str(e))
         if container is None:
             return ExecReply(ok=False, error=f"no container of {sid} here")
-        audit = _Audit(events, subj.agent_exec(agent_id, sid), clock, f"agent:{agent_id}")
-        fields = {"session_id": sid, "agent_id": agent_id, "requester": requester}
+        audit = _Audit(
+            self._events,
+            subj.agent_exec(self._agent_id, sid),
+            self._clock,
+            f"agent:{self._agent_id}",
+        )
+        fields = {"session_id": sid, "agent_id": self._agent_id, "requester": requester}
         try:
             opened = await audit.write(
                 SessionExecStarted, None, correlation, argv=request.argv, **fields
             )
         except LogError as e:
             return ExecReply(ok=False, error=f"not run: it could not be written on the log ({e})")
-        result: ExecResult | None = None
-        error: str | None = None
-        with anyio.move_on_after(request.timeout_s):
-            try:
-                result = await runtime.exec(container, request.argv, keep=keep)
-            except ContainerError as e:
-                error = str(e)
-        if result is None and error is None:
-            error = f"timed out after {request.timeout_s:g} s: it may still run in the container"
-        closing = (
-            {"error": error}
-            if result is None
-            else {
-                "exit_code": result.exit_code,
-                "stdout_bytes": result.stdout_bytes,
-                "stderr_bytes": result.stderr_bytes,
-            }
-        )
+        result, error = await self._exec(container, request)
         try:
-            await audit.write(SessionExecFinished, opened, correlation, **closing, **fields)
+            await audit.write(
+                SessionExecFinished, opened, correlation, **_closing(result, error), **fields
+            )
         except LogError as e:  # the opening stands: the log shows it ran, not how it ended
             log.warning("agent.exec_end_not_written", session=sid, error=str(e))
         if result is None:
@@ -161,30 +158,30 @@ def answering(
             stderr_bytes=result.stderr_bytes,
         )
 
-    async def open_channel(requester: str, request: ShellRequest | AppRequest) -> ChannelReply:
+    async def open_channel(
+        self, requester: str, request: ShellRequest | AppRequest
+    ) -> ChannelReply:
         """A terminal or an app connection, allowed as a command is (and audited: the
         opening, then the closing, on the same subject)."""
-        s, sid = state(), request.session_id
-        refused = may_not_exec(s, requester, sid, agent_id) or channel_problem(request.channel)
+        s, sid = self._state(), request.session_id
+        refused = may_not_exec(s, requester, sid, self._agent_id) or channel_problem(
+            request.channel
+        )
         if refused is not None:
             return ChannelReply(ok=False, error=refused)
-        if channels is None:
-            return ChannelReply(ok=False, error=f"agent {agent_id} opens no channels")
+        if self._channels is None:
+            return ChannelReply(ok=False, error=f"agent {self._agent_id} opens no channels")
         correlation = s.sessions[sid].correlation_id  # read before the fold moves on
         try:
-            found = await runtime.list({**labels, LABEL_SESSION: sid})
+            found = await self._runtime.list(self._labels(sid))
         except ContainerError as e:
             return ChannelReply(ok=False, error=str(e))
         if not found:
             return ChannelReply(ok=False, error=f"no container of {sid} here")
         container = found[0]
-        if isinstance(request, ShellRequest):
-            program = shell_program(request.rows, request.cols, request.term)
-        else:
-            service = app_target(container.labels, request.target)
-            if isinstance(service, str):
-                return ChannelReply(ok=False, error=service)
-            program = app_program(service)
+        program = _program(request, container.labels)
+        if isinstance(program, str):
+            return ChannelReply(ok=False, error=program)
         opening = Opening(
             session_id=sid,
             requester=requester,
@@ -193,22 +190,74 @@ def answering(
             container_id=container.id,
             program=program,
         )
-        error = await channels.open(opening)
+        error = await self._channels.open(opening)
         if error is not None:
             return ChannelReply(ok=False, error=error)
         port = None if program.kind == "shell" else int(program.target)
         return ChannelReply(ok=True, port=port, service=program.service)
 
-    async def answer(requester: str, request: AgentRequest) -> AgentReply:
-        match request:
-            case LogsRequest():
-                return await logs(requester, request)
-            case ExecRequest():
-                return await run(requester, request)
-            case ShellRequest() | AppRequest():
-                return await open_channel(requester, request)
+    def _labels(self, session_id: str) -> dict[str, str]:
+        """The labels of this agent's container of ``session_id``."""
+        return {LABEL_AGENT: self._agent_id, LABEL_SESSION: session_id}
 
-    return answer
+    async def _container_of(self, session_id: str) -> str | None:
+        found = await self._runtime.list(self._labels(session_id))
+        return found[0].id if found else None
+
+    async def _kept_logs(self, requester: str, request: LogsRequest) -> LogsReply:
+        """An ended session's output, as the agent kept it when the container went."""
+        sid = request.session_id
+        kept = None if self._output is None else await self._output.kept(sid)
+        if kept is None:
+            refused = may_not_read(self._state(), requester, sid)
+            return LogsReply(ok=False, error=refused or f"no container of {sid} here")
+        refused = may_not_read_kept(self._state(), requester, kept.owner, kept.domain)
+        if refused is not None:
+            return LogsReply(ok=False, error=refused)
+        lines = kept.text.splitlines(keepends=True)
+        return LogsReply(ok=True, logs="".join(lines[-request.tail :] if request.tail else []))
+
+    async def _exec(
+        self, container: str, request: ExecRequest
+    ) -> tuple[ExecResult | None, str | None]:
+        """The command's result, or why there is none (the engine's error, or the time
+        it had run out: it may still run, the engine cannot be asked to stop it)."""
+        result: ExecResult | None = None
+        error: str | None = None
+        with anyio.move_on_after(request.timeout_s):
+            try:
+                result = await self._runtime.exec(container, request.argv, keep=self._keep)
+            except ContainerError as e:
+                error = str(e)
+        if result is None and error is None:
+            error = f"timed out after {request.timeout_s:g} s: it may still run in the container"
+        return result, error
+
+
+def _closing(result: ExecResult | None, error: str | None) -> dict[str, object]:
+    """The fields of ``session.exec-finished``: how the command ended, or why unknown."""
+    if result is None:
+        return {"error": error}
+    return {
+        "exit_code": result.exit_code,
+        "stdout_bytes": result.stdout_bytes,
+        "stderr_bytes": result.stderr_bytes,
+    }
+
+
+def _program(request: ShellRequest | AppRequest, labels: dict[str, str]) -> Program | str:
+    """What a channel runs in the container (of ``labels``): a terminal, or a connection
+    to an app's port; a refusal's reason for an app the container does not serve."""
+    if isinstance(request, ShellRequest):
+        return shell_program(request.rows, request.cols, request.term)
+    service = app_target(labels, request.target)
+    if isinstance(service, str):
+        return service
+    return app_program(service)
+
+
+# The handler of an agent's requests, by the name the stack wires it with.
+answering = AgentAnswers
 
 
 class _Audit:

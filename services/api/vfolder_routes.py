@@ -176,7 +176,14 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
-    """The storage routes, on ``app`` (see the module's docstring)."""
+    """The storage routes, on ``app`` (see the module's docstring), in the order the
+    schema lists them."""
+    _mount_listings(app, storage, tenancy)
+    _mount_files(app, storage, tenancy)
+
+
+def _mount_listings(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
+    """The folders, what each holds, and its scan."""
 
     @app.get("/v1/vfolders", tags=["vfolders"])
     async def list_vfolders(
@@ -233,6 +240,10 @@ def mount(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> Non
         f = _folder(t, viewer, vfolder_id, "ro")
         total, files = await storage.scanned(f)
         return _info(t, _user(t, viewer), f).model_copy(update={"bytes": total, "files": files})
+
+
+def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
+    """A folder's files: uploaded, downloaded, removed and moved."""
 
     @app.put(
         "/v1/vfolders/{vfolder_id}/files/{path:path}",

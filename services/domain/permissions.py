@@ -14,6 +14,7 @@ Actors that fold the log start from a snapshot: the scheduler and quota write th
 kind's (nobody else may), the other actors read the scheduler's, which they already obey.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from events import Role
@@ -238,90 +239,142 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
     """A part of the cluster's: what it decides, and reading the log; None for a service
     of no known kind."""
     kind, _, agent_id = service.partition(":")
-    own: tuple[str, ...]
-    listens: tuple[str, ...] = ()
-    responds = False
     if kind == "reader":
         return reader_permissions(access_key, agent_id or None)
-    if service == "quota":
-        own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota", access_key))
-    elif service == "scheduler":
-        own = (subj.LEDGER, *_snapshot_writes("scheduler", access_key))
-        listens = (subj.HEARTBEAT_WILDCARD,)
-    elif service == "domain-feed":
-        # Each domain's records of the log, into the domains' stream; where it stopped
-        # is that stream's last message (its info, and a message get: its own stream's).
-        own = (
-            subj.DOMAINS_WILDCARD,
-            f"{_JS}.STREAM.INFO.{subj.DOMAINS_STREAM}",
-            f"{_JS}.STREAM.MSG.GET.{subj.DOMAINS_STREAM}",
-        )
-    elif service == "registrar":
-        own = (subj.TENANCY, *_snapshot_reads("scheduler", access_key))
-    elif service == "archiver":
-        # The log's past, once archived and said: removed from the stream (a purge, its
-        # alone), what the actors' snapshots cover (read, to know how far it may go); and
-        # the log's health, the room on its servers' disks (the watcher beside a server
-        # speaks as the archiver: ``fgpu up``).
-        own = (
-            subj.ARCHIVE,
-            subj.health("*"),
-            f"{_JS}.STREAM.PURGE.{_STREAM}",
-            *_snapshot_reads("scheduler", access_key),
-            *_snapshot_reads("quota", access_key),
-        )
-        deny = tuple(d for d in _NEVER if d != f"{_JS}.STREAM.PURGE.{_STREAM}")
-        return Permissions(
-            publish=own + log_reads(access_key),
-            subscribe=(f"{inbox(access_key)}.>",),
-            deny_publish=deny,
-        )
-    elif service == "api":
-        # The read API's door, and the storage service beside it (its folders' scans).
-        own = (subj.access("api"), subj.storage("*"))
-    elif service == "intake":
-        # People's requests: read from the intake stream through its one durable consumer,
-        # written on their subjects of the log, and what was dropped said on its own.
-        name = f"{subj.INTAKE_STREAM}.intake"
-        own = (
-            "fgpu.req.>",
-            "fgpu.admin.>",
-            subj.access("intake"),
-            f"{_JS}.CONSUMER.INFO.{name}",
-            f"{_JS}.CONSUMER.CREATE.{name}.>",
-            f"{_JS}.CONSUMER.MSG.NEXT.{name}",
-            f"$JS.ACK.{name}.>",
-            f"{_JS}.STREAM.INFO.{_STREAM}",
-        )
-        return Permissions(publish=own, subscribe=(f"{inbox(access_key)}.>",))
-    elif service == "auth":
-        own = (subj.access("nats"),)
-    elif service == "agent-host":
-        # Any agent's subjects: a process hosting many (``fgpu sim agents``).
-        own = (
-            "fgpu.agent.>",
-            "fgpu.usage.>",
-            subj.HEARTBEAT_WILDCARD,
-            f"{subj.CHANNEL_PREFIX}.*.*.*.down",
-            *_snapshot_reads("scheduler", access_key),
-        )
-        listens = (f"{subj.AGENT_RPC_PREFIX}.*.*", f"{subj.CHANNEL_PREFIX}.*.*.*.up")
-        responds = True
-    elif kind == "agent" and subj.is_token(agent_id):
-        own = (
-            subj.agent(agent_id),
-            f"{subj.agent(agent_id)}.>",
-            f"fgpu.usage.{agent_id}.>",
-            subj.heartbeat(agent_id),
-            f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.down",  # its channels' answers
-            *_snapshot_reads("scheduler", access_key),
-        )
-        listens = (f"{subj.agent_rpc(agent_id)}.*", f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.up")
-        responds = True
-    else:
-        return None
+    grant = _SERVICES.get(service)
+    if grant is not None:
+        return grant(access_key)
+    if kind == "agent" and subj.is_token(agent_id):
+        return _agent(access_key, agent_id)
+    return None
+
+
+def _follower(
+    access_key: str,
+    service: str,
+    own: tuple[str, ...],
+    listens: tuple[str, ...] = (),
+    *,
+    responds: bool = False,
+) -> Permissions:
+    """A service that publishes ``own``, follows the log through its kind's durables and
+    hears its inbox and ``listens``; ``responds``: it answers requests sent there."""
     return Permissions(
         publish=own + log_reads(access_key, durables(service)),
         subscribe=(f"{inbox(access_key)}.>", *listens),
         responds=responds,
     )
+
+
+def _quota(access_key: str) -> Permissions:
+    own = (subj.ADMISSION, subj.SYS, *_snapshot_writes("quota", access_key))
+    return _follower(access_key, "quota", own)
+
+
+def _scheduler(access_key: str) -> Permissions:
+    own = (subj.LEDGER, *_snapshot_writes("scheduler", access_key))
+    return _follower(access_key, "scheduler", own, (subj.HEARTBEAT_WILDCARD,))
+
+
+def _domain_feed(access_key: str) -> Permissions:
+    # Each domain's records of the log, into the domains' stream; where it stopped is
+    # that stream's last message (its info, and a message get: its own stream's).
+    own = (
+        subj.DOMAINS_WILDCARD,
+        f"{_JS}.STREAM.INFO.{subj.DOMAINS_STREAM}",
+        f"{_JS}.STREAM.MSG.GET.{subj.DOMAINS_STREAM}",
+    )
+    return _follower(access_key, "domain-feed", own)
+
+
+def _registrar(access_key: str) -> Permissions:
+    own = (subj.TENANCY, *_snapshot_reads("scheduler", access_key))
+    return _follower(access_key, "registrar", own)
+
+
+def _archiver(access_key: str) -> Permissions:
+    # The log's past, once archived and said: removed from the stream (a purge, its
+    # alone), what the actors' snapshots cover (read, to know how far it may go); and the
+    # log's health, the room on its servers' disks (the watcher beside a server speaks as
+    # the archiver: ``fgpu up``). It follows no durable.
+    purge = f"{_JS}.STREAM.PURGE.{_STREAM}"
+    own = (
+        subj.ARCHIVE,
+        subj.health("*"),
+        purge,
+        *_snapshot_reads("scheduler", access_key),
+        *_snapshot_reads("quota", access_key),
+    )
+    return Permissions(
+        publish=own + log_reads(access_key),
+        subscribe=(f"{inbox(access_key)}.>",),
+        deny_publish=tuple(d for d in _NEVER if d != purge),
+    )
+
+
+def _api(access_key: str) -> Permissions:
+    # The read API's door, and the storage service beside it (its folders' scans).
+    return _follower(access_key, "api", (subj.access("api"), subj.storage("*")))
+
+
+def _intake(access_key: str) -> Permissions:
+    # People's requests: read from the intake stream through its one durable consumer,
+    # written on their subjects of the log, and what was dropped said on its own. Of the
+    # log it reads the stream's info alone.
+    name = f"{subj.INTAKE_STREAM}.intake"
+    own = (
+        "fgpu.req.>",
+        "fgpu.admin.>",
+        subj.access("intake"),
+        f"{_JS}.CONSUMER.INFO.{name}",
+        f"{_JS}.CONSUMER.CREATE.{name}.>",
+        f"{_JS}.CONSUMER.MSG.NEXT.{name}",
+        f"$JS.ACK.{name}.>",
+        f"{_JS}.STREAM.INFO.{_STREAM}",
+    )
+    return Permissions(publish=own, subscribe=(f"{inbox(access_key)}.>",))
+
+
+def _auth(access_key: str) -> Permissions:
+    return _follower(access_key, "auth", (subj.access("nats"),))
+
+
+def _agent_host(access_key: str) -> Permissions:
+    # Any agent's subjects: a process hosting many (``fgpu sim agents``).
+    own = (
+        "fgpu.agent.>",
+        "fgpu.usage.>",
+        subj.HEARTBEAT_WILDCARD,
+        f"{subj.CHANNEL_PREFIX}.*.*.*.down",
+        *_snapshot_reads("scheduler", access_key),
+    )
+    listens = (f"{subj.AGENT_RPC_PREFIX}.*.*", f"{subj.CHANNEL_PREFIX}.*.*.*.up")
+    return _follower(access_key, "agent-host", own, listens, responds=True)
+
+
+def _agent(access_key: str, agent_id: str) -> Permissions:
+    own = (
+        subj.agent(agent_id),
+        f"{subj.agent(agent_id)}.>",
+        f"fgpu.usage.{agent_id}.>",
+        subj.heartbeat(agent_id),
+        f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.down",  # its channels' answers
+        *_snapshot_reads("scheduler", access_key),
+    )
+    listens = (f"{subj.agent_rpc(agent_id)}.*", f"{subj.CHANNEL_PREFIX}.{agent_id}.*.*.up")
+    return _follower(access_key, f"agent:{agent_id}", own, listens, responds=True)
+
+
+# The services of which there is one kind by each name; readers and agents are kinds of
+# many (``reader:<domain>``, ``agent:<id>``).
+_SERVICES: dict[str, Callable[[str], Permissions]] = {
+    "quota": _quota,
+    "scheduler": _scheduler,
+    "domain-feed": _domain_feed,
+    "registrar": _registrar,
+    "archiver": _archiver,
+    "api": _api,
+    "intake": _intake,
+    "auth": _auth,
+    "agent-host": _agent_host,
+}

@@ -318,89 +318,109 @@ def _policy_domain(t: Tenancy, level: PolicyLevel, target: str) -> str | None:
 
 def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
     """Why ``c`` cannot hold as written, or conflicts with what holds; None if it can."""
-
-    def bad(reason: str) -> Refusal:
-        return Refusal("invalid", reason)
-
-    def taken(reason: str) -> Refusal:
-        return Refusal("conflict", reason)
-
     match c:
         case CreateDomain(domain=d):
             if not subj.is_token(d):
-                return bad(f"domain {d!r} must be 1-64 letters, digits, '-' or '_'")
-            if d in t.domains:
-                return taken(f"domain {d} exists")
-        case CreateProject(domain=d, project=p):
-            if d not in t.domains:
-                return bad(f"no domain {d}")
-            if not subj.is_token(p):
-                return bad(f"project {p!r} must be 1-64 letters, digits, '-' or '_'")
-            if p in t.domains[d]:
-                return taken(f"project {project_key(d, p)} exists")
-        case RemoveProject(domain=d, project=p):
-            if p not in t.domains.get(d, {}):
-                return bad(f"no project {project_key(d, p)}")
+                return _bad(f"domain {d!r} must be 1-64 letters, digits, '-' or '_'")
+            return _taken(f"domain {d} exists") if d in t.domains else None
+        case CreateProject() | RemoveProject():
+            return _invalid_project(t, c)
         case CreateUser():
-            if not _NAME.fullmatch(c.user):
-                return bad(f"user name {c.user!r} must be 1-128 letters, digits, '_.@+-'")
-            if c.domain not in t.domains:
-                return bad(f"no domain {c.domain}")
-            if c.user in t.users:
-                return taken(f"user {c.user} exists")
-            missing = [p for p in c.projects if p not in t.domains[c.domain]]
-            if missing:
-                return bad(f"no project {missing[0]} in domain {c.domain}")
-            if c.default_project is not None and c.default_project not in c.projects:
-                return bad("the default project must be one of the user's projects")
+            return _invalid_user(t, c)
         case RemoveUser(user=n) | SetRole(user=n):
-            if n not in t.users:
-                return bad(f"no user {n}")
+            return None if n in t.users else _bad(f"no user {n}")
         case AddMember(user=n, project=p) | RemoveMember(user=n, project=p):
             if n not in t.users:
-                return bad(f"no user {n}")
+                return _bad(f"no user {n}")
             if p not in t.domains.get(t.users[n].domain, {}):
-                return bad(f"no project {p} in the domain of {n}")
-        case CreateKeypair(access_key=key) | CreateServiceKey(access_key=key):
-            if not subj.is_token(key):
-                return bad(f"access key {key!r} must be 1-64 letters, digits, '-' or '_'")
-            if key in t.keypairs:
-                return taken(f"access key {key} exists")
-            if isinstance(c, CreateKeypair) and c.user not in t.users:
-                return bad(f"no user {c.user}")
-            if isinstance(c, CreateServiceKey) and not _service(c.service):
-                return bad(f"no service {c.service!r}")
-            readers = reader_domain(c.service) if isinstance(c, CreateServiceKey) else None
-            if readers is not None and readers not in t.domains:
-                return bad(f"no domain {readers}")
+                return _bad(f"no project {p} in the domain of {n}")
+        case CreateKeypair() | CreateServiceKey():
+            return _invalid_key(t, c)
         case RevokeKeypair(access_key=key):
-            if key not in t.keypairs:
-                return bad(f"no access key {key}")
+            return None if key in t.keypairs else _bad(f"no access key {key}")
         case SetPolicy(level=level, target=target, policy=policy):
             return _invalid_policy(t, level, target, policy)
         case CreateGroup() | UpdateGroup() | RemoveGroup():
             wrong = invalid_group_command(t.groups, t.domains, c)
             if wrong is not None:
                 conflict, reason = wrong
-                return taken(reason) if conflict else bad(reason)
-        case SetImages(domain=d, images=names):
-            if d not in t.domains:
-                return bad(f"no domain {d}")
-            for entry in names or ():
-                problem = image_reference_problem(entry)
-                if problem is not None:
-                    return bad(problem)
-        case SetImageAlias(domain=d, alias=alias, image=image):
-            if d not in t.domains:
-                return bad(f"no domain {d}")
-            for ref in (alias, image):
-                problem = None if ref is None else image_reference_problem(ref)
-                if problem is not None:
-                    return bad(problem)
-            if image == alias:
-                return bad(f"alias {alias} would name itself")
-            if image is None and alias not in t.aliases.get(d, {}):
-                return bad(f"no alias {alias} in domain {d}")
+                return _taken(reason) if conflict else _bad(reason)
+        case SetImages():
+            return _invalid_images(t, c)
+        case SetImageAlias():
+            return _invalid_alias(t, c)
+    return None
+
+
+def _bad(reason: str) -> Refusal:
+    return Refusal("invalid", reason)
+
+
+def _taken(reason: str) -> Refusal:
+    return Refusal("conflict", reason)
+
+
+def _invalid_project(t: Tenancy, c: CreateProject | RemoveProject) -> Refusal | None:
+    d, p = c.domain, c.project
+    if isinstance(c, RemoveProject):
+        return None if p in t.domains.get(d, {}) else _bad(f"no project {project_key(d, p)}")
+    if d not in t.domains:
+        return _bad(f"no domain {d}")
+    if not subj.is_token(p):
+        return _bad(f"project {p!r} must be 1-64 letters, digits, '-' or '_'")
+    return _taken(f"project {project_key(d, p)} exists") if p in t.domains[d] else None
+
+
+def _invalid_user(t: Tenancy, c: CreateUser) -> Refusal | None:
+    if not _NAME.fullmatch(c.user):
+        return _bad(f"user name {c.user!r} must be 1-128 letters, digits, '_.@+-'")
+    if c.domain not in t.domains:
+        return _bad(f"no domain {c.domain}")
+    if c.user in t.users:
+        return _taken(f"user {c.user} exists")
+    missing = [p for p in c.projects if p not in t.domains[c.domain]]
+    if missing:
+        return _bad(f"no project {missing[0]} in domain {c.domain}")
+    if c.default_project is not None and c.default_project not in c.projects:
+        return _bad("the default project must be one of the user's projects")
+    return None
+
+
+def _invalid_key(t: Tenancy, c: CreateKeypair | CreateServiceKey) -> Refusal | None:
+    key = c.access_key
+    if not subj.is_token(key):
+        return _bad(f"access key {key!r} must be 1-64 letters, digits, '-' or '_'")
+    if key in t.keypairs:
+        return _taken(f"access key {key} exists")
+    if isinstance(c, CreateKeypair):
+        return None if c.user in t.users else _bad(f"no user {c.user}")
+    if not _service(c.service):
+        return _bad(f"no service {c.service!r}")
+    readers = reader_domain(c.service)
+    if readers is not None and readers not in t.domains:
+        return _bad(f"no domain {readers}")
+    return None
+
+
+def _invalid_images(t: Tenancy, c: SetImages) -> Refusal | None:
+    if c.domain not in t.domains:
+        return _bad(f"no domain {c.domain}")
+    problems = (image_reference_problem(entry) for entry in c.images or ())
+    problem = next((p for p in problems if p is not None), None)
+    return None if problem is None else _bad(problem)
+
+
+def _invalid_alias(t: Tenancy, c: SetImageAlias) -> Refusal | None:
+    if c.domain not in t.domains:
+        return _bad(f"no domain {c.domain}")
+    for ref in (c.alias, c.image):
+        problem = None if ref is None else image_reference_problem(ref)
+        if problem is not None:
+            return _bad(problem)
+    if c.image == c.alias:
+        return _bad(f"alias {c.alias} would name itself")
+    if c.image is None and c.alias not in t.aliases.get(c.domain, {}):
+        return _bad(f"no alias {c.alias} in domain {c.domain}")
     return None
 
 
