@@ -12,50 +12,34 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from services.actors.access_audit import AccessAudit
-from services.actors.agent import AgentActor, AgentConfig
-from services.actors.agent_channels import Channels
-from services.actors.agent_host import AgentHost
-from services.actors.agent_requests import answering
-from services.actors.archiver import Archiver
-from services.actors.domain_feed import DomainFeedActor
-from services.actors.gatekeeper import GatekeeperActor
-from services.actors.intake import IntakeActor
-from services.actors.liveness import send_heartbeats, watch_heartbeats
+from services.actors.liveness import watch_heartbeats
 from services.actors.quota import QuotaActor
-from services.actors.reader_consumers import ReaderConsumersActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots
-from services.actors.store_watch import StoreWatch
-from services.adapters.gpu_probe import NvmlProcessWatch
-from services.adapters.jetstream import JetStreamLog
-from services.adapters.jetstream_domains import JetStreamDomainFeed, JetStreamReaderConsumers
-from services.adapters.jetstream_intake import JetStreamIntake
-from services.adapters.nats_auth import GATE_USER, ServerAuth
-from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
-from services.adapters.nats_server import NatsServer
-from services.adapters.nats_server_log import Violation, follow_violations
-from services.adapters.output_files import OutputFiles
-from services.adapters.proc_cgroups import CgroupContainers
 from services.adapters.system_clock import SystemClock
 from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
-from services.domain.intake import (
-    DEFAULT_BURST,
-    DEFAULT_RATE,
-    DEFAULT_WINDOW_S,
-    Drops,
-    KeyRates,
-)
-from services.domain.log_space import Watermark
+from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE, DEFAULT_WINDOW_S
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
+# What the agent, the gatekeeper and the other edge services are wired from is imported by
+# the function that wires each: ``fgpu scheduler`` or ``fgpu quota`` imports none of it
+# (tests/test_cli.py).
 if TYPE_CHECKING:
+    from services.actors.access_audit import AccessAudit
+    from services.actors.agent import AgentConfig
+    from services.actors.gatekeeper import GatekeeperActor
+    from services.actors.store_watch import StoreWatch
+    from services.adapters.jetstream import JetStreamLog
+    from services.adapters.nats_auth import ServerAuth
+    from services.adapters.nats_server import NatsServer
+    from services.adapters.nats_server_log import Violation
     from services.api.serve import ReadApi
+    from services.domain.log_space import Watermark
 
 __all__ = [
     "StackInfo",
@@ -124,7 +108,7 @@ async def run_quota(
 
 async def run_gatekeeper(
     url: str,
-    auth: ServerAuth,
+    auth: "ServerAuth",
     server_log: str | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -134,6 +118,14 @@ async def run_gatekeeper(
     revoked keys as the system user.
     Connections let in and refused go to the access audit, and so do the permission
     violations the server writes to ``server_log`` (when it runs beside the server)."""
+    from services.actors.access_audit import AccessAudit
+    from services.actors.gatekeeper import GatekeeperActor
+    from services.actors.reader_consumers import ReaderConsumersActor
+    from services.adapters.jetstream_domains import JetStreamReaderConsumers
+    from services.adapters.nats_auth import GATE_USER
+    from services.adapters.nats_callout import SystemKicker, serve_callout
+    from services.adapters.nats_server_log import follow_violations
+
     gate = Identity(GATE_USER, auth.gate_password)
     async with connected(url, "fgpu-gatekeeper", gate) as conn:
         kicker = await SystemKicker.connect(url, auth)
@@ -155,11 +147,11 @@ async def run_gatekeeper(
 
 
 def violations_to(
-    audit: AccessAudit, keeper: GatekeeperActor
-) -> Callable[[Violation], Awaitable[None]]:
+    audit: "AccessAudit", keeper: "GatekeeperActor"
+) -> "Callable[[Violation], Awaitable[None]]":
     """What tells the access audit of a permission violation the server logged."""
 
-    async def told(v: Violation) -> None:
+    async def told(v: "Violation") -> None:
         reason = f"permissions violation ({v.identity})"
         audit.refused(keeper.key_of(v.identity), f"{v.kind} {v.subject}", reason, v.client)
 
@@ -171,6 +163,9 @@ async def run_domain_feed(
 ) -> None:
     """The domain feed on ``conn`` (its service keypair's): each domain's records of the
     log, for the domain's readers."""
+    from services.actors.domain_feed import DomainFeedActor
+    from services.adapters.jetstream_domains import JetStreamDomainFeed
+
     feed = DomainFeedActor(conn.log, JetStreamDomainFeed(conn.client))
     await feed.run(task_status=task_status)
 
@@ -185,6 +180,10 @@ async def run_intake(
 ) -> None:
     """The intake on ``conn`` (its service keypair's): people's requests onto the log, each
     key at ``rate`` a second (``burst`` at once), its drops said once per ``window_s``."""
+    from services.actors.intake import IntakeActor
+    from services.adapters.jetstream_intake import JetStreamIntake
+    from services.domain.intake import Drops, KeyRates
+
     actor = IntakeActor(
         JetStreamIntake(conn.client),
         conn.log,
@@ -243,7 +242,7 @@ async def run_scheduler(
 async def run_agent(
     conn: NatsConnection,
     runtime: ContainerRuntime,
-    config: AgentConfig,
+    config: "AgentConfig",
     regions: SliceRegions | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -253,6 +252,14 @@ async def run_agent(
     Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``. With real GPUs, the
     agent watches what their driver counts of its sessions' processes (NVML, and their
     cgroups under ``/proc``: the agent must see the host's pids)."""
+    from services.actors.agent import AgentActor
+    from services.actors.agent_channels import Channels
+    from services.actors.agent_requests import answering
+    from services.actors.liveness import send_heartbeats
+    from services.adapters.gpu_probe import NvmlProcessWatch
+    from services.adapters.output_files import OutputFiles
+    from services.adapters.proc_cgroups import CgroupContainers
+
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     output = OutputFiles(state_file().parent / "output" / config.agent_id)
     clock = SystemClock()
@@ -295,7 +302,7 @@ async def run_agent(
 
 async def run_agent_host(
     conn: NatsConnection,
-    configs: list[AgentConfig],
+    configs: "list[AgentConfig]",
     runtime: Callable[[], ContainerRuntime],
     *,
     durable: str = "agent-host",
@@ -303,6 +310,10 @@ async def run_agent_host(
 ) -> None:
     """Many simulated agents sharing one fold of the log, and their heartbeats; ``durable``:
     their cursor on the log, one per process."""
+    from services.actors.agent import AgentActor
+    from services.actors.agent_host import AgentHost
+    from services.actors.liveness import send_heartbeats
+
     clock = SystemClock()
     agents = [AgentActor(conn.log, runtime(), clock, c) for c in configs]
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
@@ -315,14 +326,15 @@ async def run_agent_host(
 
 async def run_store_watch(
     conn: NatsConnection,
-    server: NatsServer,
-    watermark: Watermark,
+    server: "NatsServer",
+    watermark: "Watermark",
     *,
-    task_status: TaskStatus[StoreWatch] = anyio.TASK_STATUS_IGNORED,
+    task_status: "TaskStatus[StoreWatch]" = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The watcher beside ``server``, a server this process started: the room on its
     store's disk said on the log (as ``conn``'s keypair, the archiver's), the server
     started again once it can write again. Started with the watcher, once it has looked."""
+    from services.actors.store_watch import StoreWatch
     from services.adapters.nats_supervisor import StoreDirDisk, SupervisedServer
 
     supervised = SupervisedServer(server)
@@ -340,7 +352,7 @@ async def run_store_watch(
         task_status.started(watch)
 
 
-async def with_archive(events: JetStreamLog, root: Path) -> EventLog:
+async def with_archive(events: "JetStreamLog", root: Path) -> EventLog:
     """``events`` whose reads cover its archive under ``root`` too (projections.archive)."""
     from projections.archive import Archive, ArchivedLog  # DuckDB: only when served
 
@@ -357,6 +369,7 @@ async def run_archiver(
     """The archiver of a log made with retention (it does nothing on one that keeps
     everything), writing the archive under ``root``, a pass every ``every_s``."""
     from projections.archive import Archive
+    from services.actors.archiver import Archiver
 
     archive = Archive(root, await conn.log.identity())
     stores = [conn.snapshots("scheduler"), conn.snapshots("quota")]
@@ -372,7 +385,7 @@ async def run_read_api(
     *,
     vfolder_root: str | None = None,
     vfolder_owner: tuple[int, int] | None = None,
-    watch: StoreWatch | None = None,
+    watch: "StoreWatch | None" = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The projector and the read API, its sign-ins and refusals audited on the log; the
@@ -380,6 +393,7 @@ async def run_read_api(
     ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice); the log's health as
     ``watch`` (the watcher beside its server, in this process) finds it now, over what
     the log holds. Raises HelperFailed if the folders' helper cannot start."""
+    from services.actors.access_audit import AccessAudit
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
