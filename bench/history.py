@@ -6,21 +6,29 @@ the log filled, then the scheduler, the quota actor and a dummy agent started, a
 processes of their own (`fgpu scheduler`, `fgpu quota`, `fgpu agent --runtime dummy`),
 all at once: first with no snapshot (a full replay; the scheduler and quota then save
 theirs), then again, from the snapshots (the agent from the scheduler's). Figures: seconds
-until each says it is ready, and each one's peak resident memory (VmHWM) once ready, both
-times. Baseline, same run: a raw ordered replay of the same log (nats-py, nothing done
-per message).
+until each says it is ready, and each one's peak resident memory (VmHWM) and CPU seconds
+(user and system) once ready, both times. Baseline, same run: a raw ordered replay of the
+same log (nats-py, nothing done per message).
 
 Goals (issue "a cluster that lives for years"), on the start from snapshots:
 `ready_s_1m` <= 1 s and `ratio_rss_1m_to_10k` <= 1.5.
+
+The sources are byte-compiled first, as an installed fgpu is (pip compiles what it
+installs): with PYTHONDONTWRITEBYTECODE set and no compiled files beside a checkout, each
+actor would compile every module it imports at each start (`compile_s`, what one import
+of the scheduler's modules costs from source, says how much).
 
 Prints one JSON line. Usage: python bench/history.py [--sizes 10000,200000,1000000]
 """
 
 import argparse
 import asyncio
+import compileall
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +45,41 @@ ACTORS = {
     "agent": ["agent", "--agent-id", "agent-0", "--mock-gpus", "4", "--runtime", "dummy"],
 }
 SAVES = ("scheduler", "quota")  # the actors that write snapshots
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("events", "services", "projections")
+# What `fgpu scheduler` imports before it connects (services/cli/daemon_cmd.py's order).
+_SCHEDULER_IMPORTS = (
+    "import services.cli.main\n"
+    "from services.adapters.nats_import import import_nats_client\n"
+    "import_nats_client(websockets=False)\n"
+    "import services.cli.stack\n"
+)
+
+
+def compile_sources(tries: int = 3) -> float:
+    """Byte-compile the packages; seconds one import of the scheduler's modules takes
+    from source over what it takes compiled (each in a new process, the best of
+    ``tries``)."""
+
+    def import_s(*flags: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, *flags, "-c", _SCHEDULER_IMPORTS], check=True, cwd=ROOT)
+        return time.perf_counter() - t0
+
+    for package in PACKAGES:
+        for cache in (ROOT / package).rglob("__pycache__"):
+            shutil.rmtree(cache)
+    from_source = min(import_s("-B") for _ in range(tries))  # -B: none written
+    for package in PACKAGES:
+        compileall.compile_dir(ROOT / package, quiet=1)
+    return round(from_source - min(import_s() for _ in range(tries)), 2)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) the process has used: on a host loaded by other
+    jobs, what its start costs whatever it waited for."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -68,6 +111,7 @@ async def _start(url: str, log_dir: str, size: int, run: str) -> dict[str, dict[
                     figures[name] = {
                         "ready_s": round(time.perf_counter() - t0, 2),
                         "rss_mb": round(_peak_rss_mb(p.pid), 1),
+                        "cpu_s": round(_cpu_s(p.pid), 2),
                     }
                 elif p.poll() is not None:
                     raise RuntimeError(f"{name} exited {p.returncode}: {log.read_text()[-2000:]}")
@@ -112,6 +156,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     # What the actors keep (an agent's slice regions) goes there, not in ~/.fgpu.
     os.environ["FGPU_HOME"] = log_dir
     sizes = [int(x) for x in args.sizes.split(",")]
+    compile_s = compile_sources()
     runs = {str(size): await measure(size, log_dir) for size in sizes}
     first, last = runs[str(sizes[0])], runs[str(sizes[-1])]
 
@@ -129,6 +174,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         "bench": "history",
         "runs": runs,
         f"ready_s_{_short(sizes[-1])}": worst(last, "ready_s"),
+        f"cpu_s_{_short(sizes[-1])}": worst(last, "cpu_s"),
+        f"cpu_s_{_short(sizes[0])}": worst(first, "cpu_s"),
         f"ratio_rss_{_short(sizes[-1])}_to_{_short(sizes[0])}": round(
             worst(last, "rss_mb") / worst(first, "rss_mb"), 2
         ),
@@ -136,6 +183,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             worst(last, "ready_s") / float(str(last["raw_replay_s"])), 2
         ),
         f"ready_s_{_short(sizes[-1])}_no_snapshot": worst_cold(last),
+        "compile_s": compile_s,
         "logs": log_dir,
     }
 

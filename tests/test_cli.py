@@ -489,6 +489,63 @@ def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
     assert p.returncode == 0 and p.stdout.strip() == "ok aiohttp", p.stderr
 
 
+_DAEMON_PROBE = """
+import json, sys
+sys.argv = ["fgpu", *json.loads(sys.argv[1])]
+from services.cli.main import app
+try:
+    app()
+except SystemExit:
+    pass
+sys.stderr.write("LOADED " + json.dumps(sorted(sys.modules)) + "\\n")
+"""
+
+
+def _daemon_loaded(home: Path, *args: str) -> set[str]:
+    """The modules a daemon command had imported when it gave up on a dead server."""
+    p = subprocess.run(
+        [sys.executable, "-c", _DAEMON_PROBE, json.dumps(["--nats", DEAD_NATS, *args])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "FGPU_HOME": str(home)},
+        check=False,
+    )
+    line = next((x for x in p.stderr.splitlines() if x.startswith("LOADED ")), None)
+    assert line is not None, p.stderr
+    assert "cannot connect to NATS" in p.stderr
+    return set(json.loads(line.removeprefix("LOADED ")))
+
+
+def _tops(modules: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m.split(".")[0] for m in modules} & set(names)
+
+
+def test_an_actor_imports_neither_websockets_nor_what_other_services_use(tmp_path: Path) -> None:
+    """``fgpu scheduler`` and ``fgpu quota`` import nats-py without aiohttp (websockets
+    only) and none of the agent's, the gatekeeper's or the read API's modules; a dummy
+    agent none of the Docker client's or the read API's: what an actor imports is most of
+    its start."""
+    web = ("aiohttp", "aiodocker", "duckdb", "pyarrow", "fastapi", "uvicorn", "nacl")
+    others = {
+        "services.actors.agent",
+        "services.actors.agent_channels",
+        "services.actors.gatekeeper",
+        "services.actors.intake",
+        "services.adapters.nats_auth",
+        "services.adapters.gpu_probe",
+    }
+    for command in (["scheduler"], ["quota"]):
+        loaded = _daemon_loaded(tmp_path, *command)
+        assert "nats" in _tops(loaded, ("nats",))
+        assert _tops(loaded, web) == set(), command
+        assert loaded & others == set(), command
+    agent = ["agent", "--agent-id", "a-0", "--mock-gpus", "1", "--runtime", "dummy"]
+    loaded = _daemon_loaded(tmp_path, *agent)
+    assert "services.actors.agent" in loaded
+    assert _tops(loaded, web) == set()
+
+
 def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) -> None:
     """`fgpu api` projects a log it only reads and serves it; a second one on the same
     file is refused with one line (DuckDB lets one process write it)."""

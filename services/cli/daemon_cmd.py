@@ -258,8 +258,15 @@ def _watermark(spec: str) -> "Watermark":
 
 
 def _url(ctx: typer.Context) -> str:
+    """The NATS URL, with nats-py imported for it: without its websocket transport (and
+    so without aiohttp, a fifth of a daemon's start) unless the URL is a ws:// one. Call
+    it before importing the stack, which imports nats-py."""
+    from services.adapters.nats_import import import_nats_client
+
     settings: Settings = ctx.obj
-    return resolve_nats(settings.nats)
+    url = resolve_nats(settings.nats)
+    import_nats_client(websockets=url.startswith(("ws://", "wss://")))
+    return url
 
 
 @_with_agent_options
@@ -551,12 +558,13 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
 
     from services.cli.agent_setup import container_runtime
     from services.cli.preflight import writable
+
+    url = _url(ctx)
     from services.cli.stack import connected, run_agent
 
     private_process()  # its state (sessions' kept output, regions) is its user's alone
     writable(state_file().parent, home_hint())  # where it keeps sessions' output
     cfg, regions = agent.setup()
-    url = _url(ctx)
 
     async def main() -> None:
         async with (
@@ -594,9 +602,10 @@ def api(
 
     from projections.paths import default_db_path
     from services.cli.preflight import writable
-    from services.cli.stack import connected, run_read_api, with_archive
 
     url = _url(ctx)
+    from services.cli.stack import connected, run_read_api, with_archive
+
     private_process()  # the projections hold every tenant's history
     path = db or default_db_path(state_file().parent)
     writable(path.parent, "give --db a file in a directory you may write" if db else home_hint())
@@ -670,10 +679,11 @@ def sim_agents(
     from services.actors.agent import AgentConfig
     from services.adapters.dummy_runtime import DummyRuntime
     from services.adapters.gpu_probe import MockGpus
-    from services.cli.stack import connected, run_agent_host
     from services.domain.resources import InvalidAmount, parse_fgpu, parse_mem
 
     url = _url(ctx)
+    from services.cli.stack import connected, run_agent_host
+
     durable = _durable("agent-host", durable)
     try:
         ratio, mem_each = parse_fgpu(fgpu_per_gpu), parse_mem(gpu_mem)
@@ -743,6 +753,7 @@ def domain_feed(ctx: typer.Context) -> None:
     """Run the domain feed against --nats URL (as a domain-feed service keypair): it
     writes each domain's records of the log where the domain's reader keypairs read them.
     One at a time (a second writes the same records again, kept once)."""
+    _url(ctx)  # nats-py imported for the URL before the stack imports it
     from services.cli.stack import run_domain_feed
 
     _service(ctx, "domain-feed", run_domain_feed)
@@ -759,6 +770,7 @@ def intake(
 ) -> None:
     """Run the intake against --nats URL (as an intake service keypair): it writes people's
     requests on the log, each key at its rate, and counts what it drops."""
+    _url(ctx)  # nats-py imported for the URL before the stack imports it
     from services.cli.stack import run_intake
 
     _service(ctx, "intake", functools.partial(run_intake, rate=rate, burst=burst))
@@ -770,9 +782,8 @@ def _service(
     """Run ``run`` (given the connection as service ``kind``'s keypair) until signalled."""
     import anyio
 
-    from services.cli.stack import connected
-
     url = _url(ctx)
+    from services.cli.stack import connected
 
     async def main() -> None:
         async with (
@@ -806,9 +817,10 @@ def gatekeeper(
     import anyio
 
     from services.adapters.nats_auth import ServerAuth
-    from services.cli.stack import run_gatekeeper
 
     url = _url(ctx)
+    from services.cli.stack import run_gatekeeper
+
     try:
         auth = ServerAuth.load(secrets_dir)
     except (OSError, ValueError) as e:
@@ -839,9 +851,8 @@ def _single(
 ) -> None:
     import anyio
 
-    from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
-
     url = _url(ctx)
+    from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
 
     async def main() -> None:
         async with (

@@ -13,50 +13,34 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import subjects as subj
-from services.actors.access_audit import AccessAudit
-from services.actors.agent import AgentActor, AgentConfig
-from services.actors.agent_channels import Channels
-from services.actors.agent_host import AgentHost
-from services.actors.agent_requests import answering
-from services.actors.archiver import Archiver
-from services.actors.domain_feed import DomainFeedActor
-from services.actors.gatekeeper import GatekeeperActor
-from services.actors.intake import IntakeActor
-from services.actors.liveness import send_heartbeats, watch_heartbeats
+from services.actors.liveness import watch_heartbeats
 from services.actors.quota import QuotaActor
-from services.actors.reader_consumers import ReaderConsumersActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.actors.snapshots import Snapshots, survey
-from services.actors.store_watch import StoreWatch
-from services.adapters.gpu_probe import NvmlProcessWatch
-from services.adapters.jetstream import JetStreamLog
-from services.adapters.jetstream_domains import JetStreamDomainFeed, JetStreamReaderConsumers
-from services.adapters.jetstream_intake import JetStreamIntake
-from services.adapters.nats_auth import GATE_USER, ServerAuth
-from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_connection import NatsConnection, nats_connection
-from services.adapters.nats_server import NatsServer
-from services.adapters.nats_server_log import Violation, follow_violations
-from services.adapters.output_files import OutputFiles
-from services.adapters.proc_cgroups import CgroupContainers
 from services.adapters.system_clock import SystemClock
 from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
-from services.domain.intake import (
-    DEFAULT_BURST,
-    DEFAULT_RATE,
-    DEFAULT_WINDOW_S,
-    Drops,
-    KeyRates,
-)
-from services.domain.log_space import Watermark
+from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE, DEFAULT_WINDOW_S
 from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
+# What the agent, the gatekeeper and the other edge services are wired from is imported by
+# the function that wires each: ``fgpu scheduler`` or ``fgpu quota`` imports none of it
+# (tests/test_cli.py).
 if TYPE_CHECKING:
+    from services.actors.access_audit import AccessAudit
+    from services.actors.agent import AgentConfig
+    from services.actors.gatekeeper import GatekeeperActor
+    from services.actors.store_watch import StoreWatch
+    from services.adapters.jetstream import JetStreamLog
+    from services.adapters.nats_auth import ServerAuth
+    from services.adapters.nats_server import NatsServer
+    from services.adapters.nats_server_log import Violation
     from services.api.serve import ReadApi
+    from services.domain.log_space import Watermark
 
 __all__ = [
     "StackInfo",
@@ -125,7 +109,7 @@ async def run_quota(
 
 async def run_gatekeeper(
     url: str,
-    auth: ServerAuth,
+    auth: "ServerAuth",
     server_log: str | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -135,6 +119,14 @@ async def run_gatekeeper(
     revoked keys as the system user.
     Connections let in and refused go to the access audit, and so do the permission
     violations the server writes to ``server_log`` (when it runs beside the server)."""
+    from services.actors.access_audit import AccessAudit
+    from services.actors.gatekeeper import GatekeeperActor
+    from services.actors.reader_consumers import ReaderConsumersActor
+    from services.adapters.jetstream_domains import JetStreamReaderConsumers
+    from services.adapters.nats_auth import GATE_USER
+    from services.adapters.nats_callout import SystemKicker, serve_callout
+    from services.adapters.nats_server_log import follow_violations
+
     gate = Identity(GATE_USER, auth.gate_password)
     async with connected(url, "fgpu-gatekeeper", gate) as conn:
         kicker = await SystemKicker.connect(url, auth)
@@ -156,11 +148,11 @@ async def run_gatekeeper(
 
 
 def violations_to(
-    audit: AccessAudit, keeper: GatekeeperActor
-) -> Callable[[Violation], Awaitable[None]]:
+    audit: "AccessAudit", keeper: "GatekeeperActor"
+) -> "Callable[[Violation], Awaitable[None]]":
     """What tells the access audit of a permission violation the server logged."""
 
-    async def told(v: Violation) -> None:
+    async def told(v: "Violation") -> None:
         reason = f"permissions violation ({v.identity})"
         audit.refused(keeper.key_of(v.identity), f"{v.kind} {v.subject}", reason, v.client)
 
@@ -172,6 +164,9 @@ async def run_domain_feed(
 ) -> None:
     """The domain feed on ``conn`` (its service keypair's): each domain's records of the
     log, for the domain's readers."""
+    from services.actors.domain_feed import DomainFeedActor
+    from services.adapters.jetstream_domains import JetStreamDomainFeed
+
     feed = DomainFeedActor(conn.log, JetStreamDomainFeed(conn.client))
     await feed.run(task_status=task_status)
 
@@ -186,6 +181,10 @@ async def run_intake(
 ) -> None:
     """The intake on ``conn`` (its service keypair's): people's requests onto the log, each
     key at ``rate`` a second (``burst`` at once), its drops said once per ``window_s``."""
+    from services.actors.intake import IntakeActor
+    from services.adapters.jetstream_intake import JetStreamIntake
+    from services.domain.intake import Drops, KeyRates
+
     actor = IntakeActor(
         JetStreamIntake(conn.client),
         conn.log,
@@ -244,7 +243,7 @@ async def run_scheduler(
 async def run_agent(
     conn: NatsConnection,
     runtime: ContainerRuntime,
-    config: AgentConfig,
+    config: "AgentConfig",
     regions: SliceRegions | None = None,
     *,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -254,6 +253,14 @@ async def run_agent(
     Ended sessions' output is kept in ``$FGPU_HOME/output/<agent>``. With real GPUs, the
     agent watches what their driver counts of its sessions' processes (NVML, and their
     cgroups under ``/proc``: the agent must see the host's pids)."""
+    from services.actors.agent import AgentActor
+    from services.actors.agent_channels import Channels
+    from services.actors.agent_requests import answering
+    from services.actors.liveness import send_heartbeats
+    from services.adapters.gpu_probe import NvmlProcessWatch
+    from services.adapters.output_files import OutputFiles
+    from services.adapters.proc_cgroups import CgroupContainers
+
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
     output = OutputFiles(state_file().parent / "output" / config.agent_id)
     clock = SystemClock()
@@ -296,7 +303,7 @@ async def run_agent(
 
 async def run_agent_host(
     conn: NatsConnection,
-    configs: list[AgentConfig],
+    configs: "list[AgentConfig]",
     runtime: Callable[[], ContainerRuntime],
     *,
     durable: str = "agent-host",
@@ -304,6 +311,10 @@ async def run_agent_host(
 ) -> None:
     """Many simulated agents sharing one fold of the log, and their heartbeats; ``durable``:
     their cursor on the log, one per process."""
+    from services.actors.agent import AgentActor
+    from services.actors.agent_host import AgentHost
+    from services.actors.liveness import send_heartbeats
+
     clock = SystemClock()
     agents = [AgentActor(conn.log, runtime(), clock, c) for c in configs]
     from_scheduler = Snapshots(conn.snapshots("scheduler"), writes=False)
@@ -316,14 +327,15 @@ async def run_agent_host(
 
 async def run_store_watch(
     conn: NatsConnection,
-    server: NatsServer,
-    watermark: Watermark,
+    server: "NatsServer",
+    watermark: "Watermark",
     *,
-    task_status: TaskStatus[StoreWatch] = anyio.TASK_STATUS_IGNORED,
+    task_status: "TaskStatus[StoreWatch]" = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The watcher beside ``server``, a server this process started: the room on its
     store's disk said on the log (as ``conn``'s keypair, the archiver's), the server
     started again once it can write again. Started with the watcher, once it has looked."""
+    from services.actors.store_watch import StoreWatch
     from services.adapters.nats_supervisor import StoreDirDisk, SupervisedServer
 
     supervised = SupervisedServer(server)
@@ -341,7 +353,7 @@ async def run_store_watch(
         task_status.started(watch)
 
 
-async def with_archive(events: JetStreamLog, root: Path) -> EventLog:
+async def with_archive(events: "JetStreamLog", root: Path) -> EventLog:
     """``events`` whose reads cover its archive under ``root`` too (projections.archive)."""
     from projections.archive import Archive, ArchivedLog  # DuckDB: only when served
 
@@ -358,6 +370,7 @@ async def run_archiver(
     """The archiver of a log made with retention (it does nothing on one that keeps
     everything), writing the archive under ``root``, a pass every ``every_s``."""
     from projections.archive import Archive
+    from services.actors.archiver import Archiver
 
     archive = Archive(root, await conn.log.identity())
     stores = [conn.snapshots("scheduler"), conn.snapshots("quota")]
@@ -379,7 +392,7 @@ async def run_read_api(
     *,
     vfolder_root: str | None = None,
     vfolder_owner: tuple[int, int] | None = None,
-    watch: StoreWatch | None = None,
+    watch: "StoreWatch | None" = None,
     snapshots: NatsConnection | None = None,
     task_status: TaskStatus["ReadApi"] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -390,6 +403,7 @@ async def run_read_api(
     the log holds; each actor snapshot's health read through ``snapshots`` (a service's
     connection that may read them: the archiver's), for ``/v1/status``. Raises
     HelperFailed if the folders' helper cannot start."""
+    from services.actors.access_audit import AccessAudit
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
 
