@@ -21,7 +21,13 @@ from anyio.abc import TaskStatus
 
 from events import AnyEvent, Malformed, Record, SessionRequested
 from services.domain.event_domains import domains_of
-from services.domain.state import ENDED_STUB, ClusterState, evolve, forget_ended
+from services.domain.state import (
+    ENDED_STUB,
+    ClusterState,
+    clear_changes,
+    evolve,
+    forget_ended,
+)
 from services.domain.status import ENDED
 from services.ports import DomainFeed, EventLog, LogError
 
@@ -118,8 +124,4 @@ class DomainFeedActor:
             if v is not None and v is not ENDED_STUB and v.status in ENDED and v.user is not None:
                 self.ended[sid] = (v.domain, v.request_id)
         forget_ended(s, s.changed)
-        s.changed.clear()
-        s.changed_agents.clear()
-        s.answered.clear()
-        s.admin_answered.clear()
-        s.tenancy_changed = False
+        clear_changes(s)
