@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import statistics
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is no package
 
@@ -250,6 +253,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    # The adapters' debug lines (a connection's) are no part of the one JSON line.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--runtime", choices=("dummy", "docker"), default="dummy")
