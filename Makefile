@@ -49,6 +49,7 @@ bench: $(STAMP)
 	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/density.py
 	$(PY) bench/queue_scale.py
+	$(PY) bench/soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

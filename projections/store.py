@@ -49,7 +49,7 @@ from events import (
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, ROWS, SCHEMA_VERSION, STORED, WHOLE
-from services.domain.state import ClusterState, SessionView, evolve
+from services.domain.state import ClusterState, SessionView, clear_changes, evolve
 from services.domain.state_codec import ENDED_STUB, decode_state, encode_state
 from services.domain.status import ENDED
 
@@ -336,11 +336,7 @@ class ProjectionStore:
         agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
         tables["agents"] = rows.agent_table(agents)
         _compact(s, views)  # their rows are built: ended sessions can go
-        s.changed.clear()
-        s.changed_agents.clear()
-        s.answered.clear()
-        s.admin_answered.clear()
-        s.tenancy_changed = False
+        clear_changes(s)
         return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replaced=replaced)
 
     def write(self, batch: "Batch") -> None:

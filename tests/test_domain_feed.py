@@ -17,7 +17,9 @@ from events import (
     CreateProject,
     CreateServiceKey,
     CreateUser,
+    DestroyRejected,
     RevokeKeypair,
+    SessionRejected,
     SessionRequested,
     Slots,
     encode,
@@ -28,6 +30,8 @@ from services.actors.domain_feed import DomainFeedActor
 from services.actors.reader_consumers import ReaderConsumersActor
 from services.adapters.system_clock import SystemClock
 from services.domain.provenance import Provenance, stamp
+from services.domain.state import ENDED_STUB
+from services.domain.subject_rules import SUBJECT_OF
 from services.testing.memory_domains import MemoryDomainFeed, MemoryReaderConsumers
 from services.testing.memory_log import MemoryLog
 
@@ -110,6 +114,42 @@ async def test_a_feed_started_again_goes_on_where_it_stopped() -> None:
         await _fed_through(feed, log, second)
     assert feed.written[: len(fed)] == fed
     assert [r.seq for _, r in feed.written[len(fed) :]] == [second]
+
+
+async def test_the_feed_lets_go_of_ended_sessions_and_still_places_their_records() -> None:
+    log, feed = MemoryLog(), MemoryDomainFeed()
+    await _two_domains(log)
+    quota = Provenance("SKq", datetime(2026, 1, 1, tzinfo=UTC))
+    actor = DomainFeedActor(log, feed)
+    async with anyio.create_task_group() as tg:
+        await tg.start(actor.run)
+        for n in range(20):
+            await log.append(subj.request("AKana", f"s{n}"), _ask("AKana", f"s{n}"))
+            no = stamp(
+                SessionRejected, quota, session_id=f"s{n}", owner="AKana", code="x", reason="x"
+            )
+            await log.append(SUBJECT_OF[SessionRejected](no), no)
+        # Of s0's, after its end, by a key of no domain: the session's domain's still.
+        late = stamp(DestroyRejected, quota, session_id="s0", requester="SKq", reason="ended")
+        late_seq = await log.append(SUBJECT_OF[DestroyRejected](late), late)
+        # olga asks for s0's id: hers alone, as while s0 was alive.
+        taken = await log.append(subj.request("AKolga", "s0"), _ask("AKolga", "s0"))
+        await _fed_through(feed, log, taken)
+        tg.cancel_scope.cancel()
+    s = actor.state
+    assert len(s.sessions) == 20 and all(v is ENDED_STUB for v in s.sessions.values())
+    assert not s.changed and not s.answered
+    assert not [k for k in s.subject_seq if k.startswith(subj.request("AKana", ""))]
+    lab = [r.seq for r in feed.of("lab")]
+    assert late_seq in lab and taken not in lab
+    assert taken in [r.seq for r in feed.of("other")]
+    # Started again, it folds the log up to there as it went: the same placement.
+    fed = len(feed.written)
+    more = stamp(DestroyRejected, quota, session_id="s1", requester="SKq", reason="ended")
+    more_seq = await log.append(SUBJECT_OF[DestroyRejected](more), more)
+    async with feeding(log, feed):
+        await _fed_through(feed, log, more_seq)
+    assert [(d, r.seq) for d, r in feed.written[fed:]] == [("lab", more_seq)]
 
 
 async def test_readers_consumers_follow_the_tenancy() -> None:

@@ -12,7 +12,7 @@ from anyio.abc import TaskStatus
 from events import AnyEvent, Record
 from services.actors.snapshots import Snapshots
 from services.domain.provenance import Provenance, new_id, stamp
-from services.domain.state import ClusterState, fold, forget_ended
+from services.domain.state import ClusterState, clear_changes, fold, forget_ended
 from services.ports import Clock, EventLog, HistoryMissing, LogError
 
 __all__ = [
@@ -88,11 +88,7 @@ async def _react(react: React, state: ClusterState) -> None:
     sessions that ended are let go of then."""
     await react(state)
     forget_ended(state, state.changed)
-    state.changed.clear()
-    state.changed_agents.clear()
-    state.answered.clear()
-    state.admin_answered.clear()
-    state.tenancy_changed = False
+    clear_changes(state)
 
 
 class LogActor:

@@ -19,9 +19,16 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import Malformed, Record
+from events import AnyEvent, Malformed, Record, SessionRequested
 from services.domain.event_domains import domains_of
-from services.domain.state import ClusterState, evolve
+from services.domain.state import (
+    ENDED_STUB,
+    ClusterState,
+    clear_changes,
+    evolve,
+    forget_ended,
+)
+from services.domain.status import ENDED
 from services.ports import DomainFeed, EventLog, LogError
 
 __all__ = ["DomainFeedActor"]
@@ -35,6 +42,9 @@ class DomainFeedActor:
         self.events = events
         self.feed = feed
         self.state = ClusterState()
+        # The domain and request id of each session let go of (``_let_go``): what the
+        # feed still needs of it, for a record that names it after its end.
+        self.ended: dict[str, tuple[str, str]] = {}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write the domains' records for ever; started once it has caught up with where
@@ -61,12 +71,14 @@ class DomainFeedActor:
         up to there)."""
         last = await self.feed.last_fed()
         self.state = ClusterState()
+        self.ended = {}
         if last == 0:
             return
         async with aclosing(self.events.read(0, until=last)) as batches:
             async for batch in batches:
                 for r in batch:
                     evolve(self.state, r)
+                self._let_go()
 
     async def _feed(self, batch: list[Record]) -> None:
         """Fold ``batch``, writing each record to the domains it belongs to."""
@@ -77,11 +89,39 @@ class DomainFeedActor:
             if isinstance(r.event, Malformed):
                 evolve(self.state, r)
                 continue
-            before = domains_of(self.state, r.event)
+            before = self._domains(r.event)
             evolve(self.state, r)
             if r.seq in self.state.malformed:
                 continue  # the fold refused it (a subject not its own): nobody's record
-            for domain in sorted(before | domains_of(self.state, r.event)):
+            for domain in sorted(before | self._domains(r.event)):
                 out.append((domain, r))
+        self._let_go()
         if out:
             await self.feed.feed(out)
+
+    def _domains(self, e: AnyEvent) -> frozenset[str]:
+        """``domains_of`` as if the state still held every session it let go of."""
+        found = domains_of(self.state, e)
+        sid = getattr(e, "session_id", None)
+        gone = self.ended.get(sid) if isinstance(sid, str) else None
+        if gone is None:
+            return found
+        domain, request_id = gone
+        # A request names a session it did not make (an id taken already): it is its
+        # sender's alone, as domains_of says.
+        if isinstance(e, SessionRequested) and e.id != request_id:
+            return found
+        return found | {domain}
+
+    def _let_go(self) -> None:
+        """Let go of the sessions that ended (``forget_ended``), keeping each one's domain,
+        and of the fold's notes of what changed, which only actors that react read: the
+        feed's memory follows live sessions, not history, and it places every record as
+        with the whole fold."""
+        s = self.state
+        for sid in s.changed:
+            v = s.sessions.get(sid)
+            if v is not None and v is not ENDED_STUB and v.status in ENDED and v.user is not None:
+                self.ended[sid] = (v.domain, v.request_id)
+        forget_ended(s, s.changed)
+        clear_changes(s)

@@ -48,6 +48,9 @@ class JetStreamDomainFeed:
 
     def __init__(self, client: NatsClient) -> None:
         self._client = client
+        # One context for the feed's life: each subscribes its own inbox for the acks of
+        # its first publish and never lets go of it (one per batch piled up for good).
+        self._js = client.nc.jetstream()
 
     async def last_fed(self) -> int:
         stream = subj.DOMAINS_STREAM
@@ -66,10 +69,9 @@ class JetStreamDomainFeed:
         raise LogError(f"the domains' stream holds a message without {SEQ_HEADER} at {last}")
 
     async def feed(self, items: Sequence[tuple[str, Record]]) -> None:
-        js = self._client.nc.jetstream()
         with self._client.call("feed the domains"):
             futures = [
-                await js.publish_async(
+                await self._js.publish_async(
                     subj.domain_feed(domain, r.subject),
                     encode(r.event),  # type: ignore[arg-type]  # fed records are events
                     headers={"Nats-Msg-Id": f"{domain}.{r.seq}", SEQ_HEADER: str(r.seq)},

@@ -88,6 +88,7 @@ __all__ = [
     "SessionView",
     "Transition",
     "apply_decision",
+    "clear_changes",
     "evolve",
     "fold",
     "forget_ended",
@@ -685,6 +686,16 @@ def forget_ended(s: ClusterState, session_ids: Iterable[str]) -> None:
         for subject in own_subjects(v):
             seqs.pop(subject, None)
         s.sessions[sid] = ENDED_STUB
+
+
+def clear_changes(s: ClusterState) -> None:
+    """Forget the fold's notes of what changed (``changed``, ``answered`` and the rest):
+    their owner has looked at them. They grow with every batch until it does."""
+    s.changed.clear()
+    s.changed_agents.clear()
+    s.answered.clear()
+    s.admin_answered.clear()
+    s.tenancy_changed = False
 
 
 def own_subjects(v: SessionView) -> tuple[str, ...]:
