@@ -36,7 +36,7 @@ import struct
 import subprocess
 import sys
 from array import array
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import asdict, dataclass
 from itertools import accumulate, pairwise
 from typing import IO, Any
@@ -181,129 +181,180 @@ def _subjects(names: bytes, count: int) -> list[str]:
     return subjects
 
 
+class Protocol:
+    """The pure part of a raw read: the server's bytes in, the messages of the read and
+    what to send the server out; no socket. ``_read`` is its I/O loop.
+
+    It keeps two pulls in flight, sized by the payloads seen so far: they bound what the
+    server has sent and this reader not yet read (a reader with more than the server
+    allows buffered for it, 64 MB by default, is cut off as a slow consumer, as pulls of
+    100,000 events were). Before any message it assumes the largest payload the server
+    takes (``largest``): the first pulls are small, the next ones sized by what came.
+    """
+
+    def __init__(self, src: Source, largest: int = 1 << 20) -> None:
+        self.src = src
+        self.largest = largest
+        self.inbox = f"{src.inbox_prefix}.{src.consumer}".encode()
+        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
+        # The usual line, the header of a message with a reply from this read's consumer,
+        # is read by one match instead of a split. Groups: H, subject, stream sequence (as
+        # _reply_seq takes it), header bytes (HMSG only), bytes. Its fields hold no
+        # whitespace, so the line ends at the first CRLF and splits into these fields:
+        # both paths read it alike. Any other line (a PING, an error, a status, a line not
+        # yet whole, a reply of another form) takes the general path.
+        self._ours = f"$JS.ACK.{src.stream}.{src.consumer}.".encode()
+        self._message = re.compile(
+            rb"(H)?MSG (\S+) \S+ "
+            + re.escape(self._ours)
+            + rb"\d+\.(\d+)\.\d+\.\d+\.\d+ (?(1)(\d+) )(\d+)\r\n"
+        ).match
+        self.seq = src.after  # the last message's stream sequence
+        self.got = 0  # messages of the read received
+        self._got_bytes = 0
+        self._pending = 0  # messages asked for and not yet received
+        self._first = 0  # the size of the last pull
+        self._buf = b""
+        self._seqs: list[int] = []
+        self._subjects: list[bytes] = []
+        self._payloads: list[bytes] = []
+
+    @property
+    def done(self) -> bool:
+        return self.seq >= self.src.end
+
+    def start(self) -> bytes:
+        """What to send once the server took the connection: the subscription to the
+        read's inbox and two pulls, so that the server never waits for us."""
+        self._first = self._pull_size()
+        self._pending = 2 * self._first
+        return b"SUB %s 1\r\n%s" % (self.inbox, self._pull(self._first) * 2)
+
+    def _pull(self, n: int) -> bytes:
+        request = json.dumps({"batch": n, "expires": 30_000_000_000}).encode()
+        return b"PUB %s %s %d\r\n%s\r\n" % (self._next, self.inbox, len(request), request)
+
+    def _pull_size(self) -> int:
+        average = (self._got_bytes // self.got) if self.got else self.largest
+        return max(1, min(self.src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
+
+    def feed(self, data: bytes) -> bytes:
+        """Take ``data``, the next bytes from the server; what to send it back (PONGs,
+        pulls). Raises LogError (BulkReadUnavailable) on a refusal, a reply of another
+        form or a line that is not the protocol; IndexError, ValueError on a line this
+        parser cannot split (``_read`` says them as LogError)."""
+        buf = self._buf + data if self._buf else data
+        out: list[bytes] = []
+        # Locals in the loop: it runs once a message, the reader's hot path.
+        pos, size, end, message = 0, len(buf), self.src.end, self._message
+        seqs, subjects, payloads = self._seqs.append, self._subjects.append, self._payloads.append
+        seq, pending = self.seq, self._pending
+        while seq < end:
+            m = message(buf, pos)
+            if m is not None:  # the usual line, whole: read without a split
+                _, name, stream_seq, skip, total = m.groups()
+                start = m.end()
+            else:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                head = buf[pos:eol]
+                if head[:1] not in (b"H", b"M"):
+                    pos = eol + 2
+                    self._control(head, out)
+                    continue  # not a message: pending is unchanged, no pull is due
+                name, stream_seq, skip, total = self._general(head)
+                start = eol + 2
+            length = int(total)
+            stop = start + length
+            if stop + 2 > size:
+                break
+            pos = stop + 2
+            if stream_seq is None:  # a status: the pull expired or ended short; ask afresh
+                pending = 0
+            else:
+                seq = int(stream_seq)
+                seqs(seq)
+                subjects(name)
+                payloads(buf[start + int(skip) : stop] if skip else buf[start:stop])
+                pending -= 1
+                self.got += 1
+                self._got_bytes += length
+            if pending <= self._first and seq < end:
+                self._first = self._pull_size()
+                out.append(self._pull(self._first))
+                pending += self._first
+        self.seq, self._pending = seq, pending
+        self._buf = buf[pos:]
+        return b"".join(out)
+
+    def _control(self, head: bytes, out: list[bytes]) -> None:
+        """A line that is no message: a PING is answered, an ``-ERR`` raised."""
+        if head == b"PING":
+            out.append(b"PONG\r\n")
+        elif head[:4] == b"-ERR":
+            raise _refusal(head, self.got)
+
+    def _general(self, head: bytes) -> tuple[bytes, bytes | None, bytes | None, bytes]:
+        """A message's line split: its subject, stream sequence (None: a status), header
+        bytes (None: no header) and bytes.
+
+        MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes; a status
+        has no reply: HMSG subject sid header-bytes bytes."""
+        parts = head.split(b" ")
+        if head[:1] == b"M" or len(parts) == 6:
+            seq = _reply_seq(parts[3], self._ours, self.src.consumer, head)
+            return parts[1], seq, None if head[:1] == b"M" else parts[4], parts[-1]
+        return b"", None, None, parts[-1]
+
+    def batches(self) -> Iterator[tuple[list[int], list[bytes], list[bytes]]]:
+        """The batches whole so far (``src.batch`` messages, or the last): sequences,
+        subjects, payloads. A message stored after the read began is dropped."""
+        seqs, subjects, payloads = self._seqs, self._subjects, self._payloads
+        end, batch = self.src.end, self.src.batch
+        while seqs and seqs[-1] > end:
+            del seqs[-1], subjects[-1], payloads[-1]
+        while len(seqs) >= batch or (seqs and self.seq >= end):
+            yield seqs[:batch], subjects[:batch], payloads[:batch]
+            del seqs[:batch], subjects[:batch], payloads[:batch]
+
+
+def _hello(src: Source) -> dict[str, Any]:
+    """The CONNECT of a raw read, with the source's credentials."""
+    hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
+    hello.update(name="fgpu-raw-reader", lang="python", version="0", protocol=1)
+    if src.user:
+        hello.update(user=src.user, **{"pass": src.password or ""})
+    elif src.token:
+        hello.update(auth_token=src.token)
+    return hello
+
+
 async def _read(src: Source) -> AsyncGenerator[tuple[list[int], list[bytes], list[bytes]], None]:
     """``read_stored(src)`` with the subjects undecoded, as the child sends them."""
     if src.end <= src.after:
         return
-    inbox = f"{src.inbox_prefix}.{src.consumer}".encode()
-    next_msg = f"$JS.API.CONSUMER.MSG.NEXT.{src.stream}.{src.consumer}".encode()
-
-    def pull(n: int) -> bytes:
-        request = json.dumps({"batch": n, "expires": 30_000_000_000}).encode()
-        return b"PUB %s %s %d\r\n%s\r\n" % (next_msg, inbox, len(request), request)
-
-    def pull_size() -> int:
-        # Two pulls in flight, sized by the payloads seen so far, bound what the server
-        # has sent and this reader not yet read: a reader with more than the server
-        # allows buffered for it (64 MB by default) is cut off as a slow consumer, as
-        # pulls of 100,000 events were.
-        # Before any message, assume the largest the server takes: the first pulls are
-        # small, and the next ones sized by what came.
-        average = (got_bytes // got) if got else largest
-        return max(1, min(src.batch, _PULL, _IN_FLIGHT // 2 // max(average, 1)))
-
-    # The usual line, the header of a message with a reply from this read's consumer, is
-    # read by one match instead of a split. Groups: H, subject, stream sequence (as
-    # _reply_seq takes it), header bytes (HMSG only), bytes. Its fields hold no
-    # whitespace, so the line ends at the first CRLF and splits into these fields: both
-    # paths read it alike. Any other line (a PING, an error, a status, a line not yet
-    # whole, a reply of another form) takes the general path.
-    ours = f"$JS.ACK.{src.stream}.{src.consumer}.".encode()
-    message = re.compile(
-        rb"(H)?MSG (\S+) \S+ "
-        + re.escape(ours)
-        + rb"\d+\.(\d+)\.\d+\.\d+\.\d+ (?(1)(\d+) )(\d+)\r\n"
-    ).match
-    got = got_bytes = 0
-    largest = 1 << 20
-    batch, end = src.batch, src.end
     try:
         reader, writer = await asyncio.open_connection(src.host, src.port, limit=1 << 22)
     except OSError as e:
         raise LogError(f"cannot reach NATS at {src.host}:{src.port}: {e}") from e
     try:
         info = json.loads((await reader.readline()).split(b" ", 1)[1])
-        largest = int(info.get("max_payload", largest))
         if info.get("tls_required"):
             raise BulkReadUnavailable("the server requires TLS, which the bulk reader lacks")
-        hello: dict[str, Any] = {"verbose": False, "pedantic": False, "headers": True}
-        hello.update(name="fgpu-raw-reader", lang="python", version="0", protocol=1)
-        if src.user:
-            hello.update(user=src.user, **{"pass": src.password or ""})
-        elif src.token:
-            hello.update(auth_token=src.token)
-        await _handshake(reader, writer, hello)
-        first = pull_size()
-        # Two pulls in flight: the server never waits for us.
-        writer.write(b"SUB %s 1\r\n%s" % (inbox, pull(first) * 2))
+        protocol = Protocol(src, int(info.get("max_payload", 1 << 20)))
+        await _handshake(reader, writer, _hello(src))
+        writer.write(protocol.start())
         await writer.drain()
-        pending = 2 * first  # messages asked for and not yet received
-        seqs: list[int] = []
-        subjects: list[bytes] = []
-        payloads: list[bytes] = []
-        buf = b""
-        seq = src.after
-        while seq < end:
+        while not protocol.done:
             data = await reader.read(1 << 20)
             if not data:
                 raise LogError("the server closed the connection during a raw read")
-            buf = buf + data if buf else data
-            pos = 0
-            size = len(buf)
-            while seq < end:
-                m = message(buf, pos)
-                if m is not None:  # the usual line, whole: read without a split
-                    _, name, stream_seq, skip, total = m.groups()
-                    start = m.end()
-                else:
-                    eol = buf.find(b"\r\n", pos)
-                    if eol < 0:
-                        break
-                    head = buf[pos:eol]
-                    kind = head[:1]
-                    if kind not in (b"H", b"M"):
-                        pos = eol + 2
-                        if head == b"PING":
-                            writer.write(b"PONG\r\n")
-                        elif head[:4] == b"-ERR":
-                            raise _refusal(head, got)
-                        continue  # not a message: pending is unchanged, no pull is due
-                    # MSG subject sid reply bytes; HMSG subject sid reply header-bytes bytes;
-                    # a status has no reply: HMSG subject sid header-bytes bytes
-                    parts = head.split(b" ")
-                    total = parts[-1]
-                    start = eol + 2
-                    if kind == b"M" or len(parts) == 6:
-                        name = parts[1]
-                        stream_seq = _reply_seq(parts[3], ours, src.consumer, head)
-                        skip = None if kind == b"M" else parts[4]
-                    else:
-                        stream_seq = None
-                length = int(total)
-                stop = start + length
-                if stop + 2 > size:
-                    break
-                pos = stop + 2
-                if stream_seq is None:  # a status: the pull expired or ended short; ask afresh
-                    pending = 0
-                else:
-                    seq = int(stream_seq)
-                    seqs.append(seq)
-                    subjects.append(name)
-                    payloads.append(buf[start + int(skip) : stop] if skip else buf[start:stop])
-                    pending -= 1
-                    got += 1
-                    got_bytes += length
-                if pending <= first and seq < end:
-                    first = pull_size()
-                    writer.write(pull(first))
-                    pending += first
-            buf = buf[pos:]
-            while seqs and seqs[-1] > end:  # stored after the read began
-                del seqs[-1], subjects[-1], payloads[-1]
-            while len(seqs) >= batch or (seqs and seq >= end):
-                yield seqs[:batch], subjects[:batch], payloads[:batch]
-                del seqs[:batch], subjects[:batch], payloads[:batch]
+            answer = protocol.feed(data)
+            if answer:
+                writer.write(answer)
+            for batch in protocol.batches():
+                yield batch
     except OSError as e:
         raise LogError(f"raw read failed: {e}") from e
     except (IndexError, ValueError) as e:  # a line that is not the protocol we speak
