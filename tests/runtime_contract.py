@@ -177,14 +177,28 @@ class ContainerRuntimeContract:
         assert second.running
 
     @pytest.mark.anyio
-    async def test_remove_of_an_unknown_container_is_fine(self, rt: ContainerRuntime) -> None:
-        await rt.remove("fgpu-test-no-such-container")
+    async def test_remove_of_an_unknown_container_is_fine(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        """No error, and nothing else touched: the containers there are stay as they were."""
+        info = await rt.run(self.spec(tag, "a"))
+        with anyio.fail_after(DEADLINE_S):
+            await rt.remove(f"fgpu-test-{tag}-no-such-container")
+        [listed] = await rt.list({TEST_LABEL: tag})
+        assert (listed.id, listed.running) == (info.id, True)
 
     @pytest.mark.anyio
     async def test_remove_twice_is_fine(self, rt: ContainerRuntime, tag: str) -> None:
+        """The second removal finds it gone, says nothing, and it stays gone."""
         info = await rt.run(self.spec(tag, "a", ("sh", "-c", "exit 0")))
-        await rt.remove(info.id, stop_timeout_s=0)
-        await rt.remove(info.id, stop_timeout_s=0)
+        await self.wait(rt, info.id)
+        for _ in range(2):
+            with anyio.fail_after(DEADLINE_S):
+                await rt.remove(info.id, stop_timeout_s=0)
+            assert await rt.list({TEST_LABEL: tag}) == []
+            with pytest.raises(ContainerError) as caught:
+                await rt.wait(info.id)
+            assert not isinstance(caught.value, RuntimeUnavailable)
 
     # ---- logs -------------------------------------------------------------------------
 

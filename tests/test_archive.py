@@ -24,7 +24,7 @@ from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
-from services.domain.state_codec import encode_actor_state, live_sessions
+from services.domain.state_codec import encode_actor_state, live_sessions, snapshot_seq
 from services.ports import HistoryMissing, LogError, Retention
 from services.sim.whatif import read_group, whatif
 from services.testing import MemoryLog, MemorySnapshots
@@ -47,7 +47,26 @@ def _status(s: ClusterState, sid: str) -> str | None:
     return None if v is None else v.status.value
 
 
-async def _history(log: MemoryLog, stores: tuple[MemorySnapshots, MemorySnapshots]) -> None:
+class _SaidSnapshots(MemorySnapshots):
+    """A store that says each save: an actor saves its snapshots from a task of its own,
+    so a test waits for the save, not for time to pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._saved = anyio.Event()
+
+    async def save(self, data: bytes) -> None:
+        await super().save(data)
+        self._saved.set()
+        self._saved = anyio.Event()
+
+    async def covering(self, seq: int, identity: str) -> None:
+        """Back once the latest snapshot covers the log up to ``seq``."""
+        while self.data is None or snapshot_seq(self.data, identity) < seq:
+            await self._saved.wait()
+
+
+async def _history(log: MemoryLog, stores: tuple[_SaidSnapshots, _SaidSnapshots]) -> None:
     """A cluster that ran sessions, some ended; the scheduler and quota kept snapshots."""
     sched, quota = stores
     runtime = DummyRuntime()
@@ -64,14 +83,17 @@ async def _history(log: MemoryLog, stores: tuple[MemorySnapshots, MemorySnapshot
             for sid in ids[:5]:
                 await client.destroy(sid)
             await client.wait_until(lambda s: all(_status(s, i) == "TERMINATED" for i in ids[:5]))
-            await anyio.sleep(0.2)  # the last snapshots saved
+            # The last snapshots saved: each covers the whole log as it ends.
+            end, identity = await log.last_seq(), await log.identity()
+            for store in stores:
+                await store.covering(end, identity)
             tg.cancel_scope.cancel()
 
 
 @pytest.fixture
 async def ran(tmp_path: Path) -> AsyncIterator[tuple[MemoryLog, Archiver, Archive, list[Record]]]:
     log = MemoryLog(retention=Retention(max_events=10))
-    stores = (MemorySnapshots(), MemorySnapshots())
+    stores = (_SaidSnapshots(), _SaidSnapshots())
     await _history(log, stores)
     archive = Archive(tmp_path / "archive", await log.identity())
     before = await _all(log)

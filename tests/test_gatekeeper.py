@@ -115,9 +115,32 @@ async def test_a_user_publishes_its_own_requests_only() -> None:
             violations = await c.told("permissions violation", len(denied))
         assert [subj.LEDGER in v for v in violations].count(True) == 1
         assert await c.stored_since(before) == []  # nothing stored
-        with pytest.raises(nats.errors.Error):  # denied: no answer comes
-            await nc.jetstream(timeout=0.5).delete_stream(subj.STREAM)
+        await _may_not_delete_the_stream(c, nc)
         await nc.close()
+
+
+async def _held(c: Secured, until: int) -> list[tuple[int, str]]:
+    """What the stream holds up to ``until``: each record's sequence and subject."""
+    return [(r.seq, r.subject) async for batch in c.setup.read(0, until=until) for r in batch]
+
+
+async def _may_not_delete_the_stream(c: Secured, nc: nats.NATS) -> None:
+    """``nc`` asks the server to delete the log's stream: the server refuses the request
+    as a permissions violation (so no answer comes), and the stream is still the same one,
+    with every record it held."""
+    identity, before = await c.setup.identity(), await c.setup.stream_info()
+    held = await _held(c, before.last_seq)
+    api = f"$JS.API.STREAM.DELETE.{subj.STREAM}"
+    with pytest.raises(nats.errors.TimeoutError):  # denied: no answer comes
+        await nc.jetstream(timeout=0.5).delete_stream(subj.STREAM)
+    # The server says why (nats-py tells it in lower case): refused, not lost.
+    with anyio.fail_after(10):
+        [refused] = await c.told(f'publish to "{api.lower()}"', 1)
+    assert refused.startswith("nats: permissions violation")
+    after = await c.setup.stream_info()
+    assert await c.setup.identity() == identity  # not deleted, nor made anew
+    assert (after.first_seq, after.last_seq >= before.last_seq) == (before.first_seq, True)
+    assert await _held(c, before.last_seq) == held
 
 
 async def test_a_revoked_keypair_is_disconnected_at_once_and_refused_after() -> None:

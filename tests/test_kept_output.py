@@ -49,6 +49,17 @@ async def test_files_refuse_a_name_that_is_no_session_id_and_skip_a_broken_file(
     assert await files.kept("s9") is None
 
 
+async def _printed(runtime: DummyRuntime, sid: str, text: str) -> None:
+    """Back once the container of ``sid`` has printed ``text``. A runtime tells of no line
+    printed, so its logs are looked at until they hold it, within a deadline."""
+    with anyio.fail_after(10):
+        while True:
+            [info] = await runtime.list({"fgpu.session": sid})
+            if text in await runtime.logs(info.id):
+                return
+            await anyio.sleep(0.01)  # a look's pause; what is awaited is the line
+
+
 async def _ended_with_output(
     output: MemoryOutput, script: str = "echo first; echo second; exit 3", destroy: bool = False
 ) -> tuple[MemoryLog, str, AgentActor, DummyRuntime]:
@@ -69,7 +80,7 @@ async def _ended_with_output(
                 await client.wait_until(
                     lambda s: sid in s.sessions and s.sessions[sid].status.value == "RUNNING"
                 )
-                await anyio.sleep(0.1)  # its first line printed
+                await _printed(runtime, sid, "working\n")
                 await client.destroy(sid)
             await client.wait_until(
                 lambda s: sid in s.sessions and s.sessions[sid].status.value == "TERMINATED"

@@ -1,6 +1,7 @@
 """Property: across random tenancy histories, no admission takes a keypair, user, project
-or domain past the policy it has at that moment, and the quota held at each level is
-always exactly what its admitted sessions hold (no counter drifts).
+or domain past the policy it has at that moment, every request that fits them all (from a
+member of its project) is admitted, and the quota held at each level is always exactly
+what its admitted sessions hold (no counter drifts).
 
 The fold and the quota rule (``services.domain.quota.admission_refusal``) are driven as
 the quota actor drives them: each request folded, judged, and its decision folded.
@@ -209,6 +210,47 @@ def _tenancy(h: History) -> None:
     )
 
 
+def _admissible(v: SessionView, h: History) -> bool:
+    """The policy as a reference, before ``v`` is decided: its owner's user is a member
+    of its project (as the tenancy above made them), and admitting it takes no level past
+    a limit of its policy."""
+    s, t = h.s, h.s.tenancy
+    user = KEYS[v.owner]
+    domain, projects = USERS[user]
+    if v.invalid is not None or v.project not in {f"{domain}/{p}" for p in projects}:
+        return False
+    none = OwnerUsage()
+    levels = [
+        (keypair_policy(s, v.owner), s.usage.get(v.owner, none), s.pending.get(v.owner, none)),
+        (t.policies.get((PolicyLevel.USER, user)), s.held.get(f"user:{user}", none), None),
+        (
+            t.policies.get((PolicyLevel.PROJECT, v.project)),
+            s.held.get(f"project:{v.project}", none),
+            None,
+        ),
+        (t.policies.get((PolicyLevel.DOMAIN, domain)), s.held.get(f"domain:{domain}", none), None),
+    ]
+    for policy, held, pending in levels:
+        if policy is None:
+            continue
+        if policy.max_sessions is not None and held.sessions >= policy.max_sessions:
+            return False
+        if policy.total_slots is not None and not fits(
+            add(held.slots, v.slots), policy.total_slots
+        ):
+            return False
+        if policy.max_priority is not None and v.priority > policy.max_priority:
+            return False
+        if pending is None:
+            continue
+        n, most = policy.max_pending_sessions, policy.max_pending_slots
+        if n is not None and pending.sessions >= n:
+            return False
+        if most is not None and not fits(add(pending.slots, v.slots), most):
+            return False
+    return True
+
+
 def _within(v: SessionView, h: History) -> None:
     """Right after ``v`` was admitted: every level it counts against is within its policy."""
     s, t = h.s, h.s.tenancy
@@ -278,7 +320,10 @@ def test_admissions_never_exceed_a_level_s_policy(
             ids.append(f"s{len(ids)}")
             h.request(key, ids[-1], project, need, priority)
             v = h.s.sessions[ids[-1]]
-            if h.decide(v):
+            admissible = _admissible(v, h)
+            admitted = h.decide(v)
+            assert admitted == admissible, h.s.sessions[v.session_id]
+            if admitted:
                 _within(v, h)
         elif ids:
             v = h.s.sessions[ids[int(arg) % len(ids)]]  # type: ignore[call-overload]

@@ -7,11 +7,12 @@ again on top of it.
 
 import collections
 import random
+from collections.abc import Sequence
 
 import anyio
 import pytest
 
-from events import SessionScheduled, Slots
+from events import AnyEvent, SessionScheduled, Slots
 from services.actors.agent import AgentActor
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
@@ -20,11 +21,44 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
+from services.ports import ConcurrencyConflict
 from tests.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 
 SIZES = [25, 50, 75, 100, 150, 250, 400]  # 0.25 ... 4 fGPU; an agent holds 2 x 2 fGPU
+
+
+class _Writer(JetStreamLog):
+    """The log (the same connection) as one scheduler writes to it: each decision batch it
+    stores is counted, its placements named, and each one refused for a stale view is
+    counted, so a test can tell which of two schedulers decided what."""
+
+    def __init__(self, log: JetStreamLog) -> None:
+        super().__init__(log.client)
+        self.stored = 0
+        self.conflicts = 0
+        self.placed: list[str] = []
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        try:
+            seq = await super().append_batch(
+                items,
+                expect_subject=expect_subject,
+                expected_last_subject_seq=expected_last_subject_seq,
+            )
+        except ConcurrencyConflict:
+            self.conflicts += 1
+            raise
+        self.stored += 1
+        self.placed += [e.session_id for _, e in items if isinstance(e, SessionScheduled)]
+        return seq
 
 
 def settled(ids: list[str]) -> "collections.abc.Callable[[ClusterState], bool]":
@@ -49,8 +83,9 @@ async def test_two_schedulers_and_two_quota_actors_never_over_allocate(log: JetS
     async with anyio.create_task_group() as tg:
         for durable in ("quota", "quota-b"):
             await tg.start(QuotaActor(log, clock, durable=durable).run)
-        for durable in ("scheduler", "scheduler-b"):
-            await tg.start(SchedulerActor(log, clock, durable=durable).run)
+        writers = {"scheduler": _Writer(log), "scheduler-b": _Writer(log)}
+        for durable, writer in writers.items():
+            await tg.start(SchedulerActor(writer, clock, durable=durable).run)
         for n in range(3):
             config = agent_config(f"a{n}", gpus=2, fgpu_per_gpu=200)
             await tg.start(AgentActor(log, DummyRuntime(), clock, config).run)
@@ -70,6 +105,14 @@ async def test_two_schedulers_and_two_quota_actors_never_over_allocate(log: JetS
             if isinstance(r.event, SessionScheduled):
                 placed[r.event.session_id] += 1
     assert placed and max(placed.values()) == 1  # no session placed twice
+    # They raced: each read the work and decided on it, and at least once both decided
+    # from the same view, so one batch was refused whole and decided again.
+    for durable, w in writers.items():
+        assert w.stored + w.conflicts > 0, f"{durable} never decided"
+    assert sum(w.conflicts for w in writers.values()) > 0, "no decision ever conflicted"
+    # What the log holds is what the two stored, each placement by one of them only.
+    by_either = collections.Counter(sid for w in writers.values() for sid in w.placed)
+    assert by_either == placed
     for a in s.agents.values():
         for g in a.gpus.values():
             assert 0 <= g.allocated <= g.capacity
