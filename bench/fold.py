@@ -29,7 +29,8 @@ from rebuild import synthetic_log  # bench/rebuild.py, beside this file
 from events import AnyEvent, RawBatch, Record, decode
 from projections.projector import REBUILD_BATCH
 from projections.store import ProjectionStore
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 
 
 def _best(repeat: int, run: Callable[[], object]) -> float:

@@ -301,8 +301,8 @@ def test_bad_input_exits_2_before_anything_is_published(args: list[str], message
 )
 def test_the_door_and_the_fold_agree_on_good_references(image: str) -> None:
     """What the CLI lets through is never rejected later as invalid."""
+    from services.domain.fold.validation import valid_image
     from services.domain.image_ref import image_reference_problem
-    from services.domain.validation import valid_image
 
     assert image_reference_problem(image) is None
     assert valid_image(image)

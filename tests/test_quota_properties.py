@@ -35,11 +35,12 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.domain.quota import admission_refusal, keypair_policy
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
+from services.domain.records import OwnerUsage, SessionView
 from services.domain.resources import add, fits
-from services.domain.state import ClusterState, evolve
+from services.domain.scheduling.quota import admission_refusal, keypair_policy
 from services.domain.status import SessionStatus
-from services.domain.views import OwnerUsage, SessionView
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 # Two domains; users of one or two projects; u1 with two keypairs.

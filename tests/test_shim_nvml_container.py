@@ -21,7 +21,7 @@ from runtime_contract import DEADLINE_S, TEST_IMAGE
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.domain.container_spec import session_spec
-from services.domain.state import SessionView
+from services.domain.records import SessionView
 from tests.shim.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -68,13 +68,14 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.gpu_slice import slices
 from services.domain.gpu_watch import WatchSettings
-from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
-from services.domain.state import ENDED_STUB, ClusterState, SessionView
+from services.domain.records import SessionView
+from services.domain.scheduling.images import pulls_from
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
-from services.domain.vfolders import folder_dir, mount_plan
+from services.domain.tenancy.vfolders import folder_dir, mount_plan
 from services.ports import (
     Clock,
     ContainerError,

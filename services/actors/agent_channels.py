@@ -25,9 +25,9 @@ from events import SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
 from services.actors.relay import Closing, relay
+from services.domain.access.session_access import key_refusal
 from services.domain.channels import IDLE_S, PING_S, Program
-from services.domain.session_access import key_refusal
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import (
     AgentRequests,
     AgentUnreachable,

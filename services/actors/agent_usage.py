@@ -19,8 +19,9 @@ import structlog
 from events import AnyEvent, GpuOomRefused, GpuUsageSampled, SessionCpuSampled, SessionType
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import container_order
-from services.domain.state import ClusterState, SessionView
+from services.domain.records import SessionView
 from services.ports import Clock, ContainerError, ContainerRuntime, EventLog, LogError, SliceRegions
 
 if TYPE_CHECKING:

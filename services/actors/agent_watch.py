@@ -26,6 +26,7 @@ import anyio
 import structlog
 
 from events import AnyEvent, GpuOverSlice, GpuShareExceeded
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import slices
 from services.domain.gpu_watch import (
     OverSlice,
@@ -34,8 +35,8 @@ from services.domain.gpu_watch import (
     over_slice,
     used_by_session,
 )
+from services.domain.records import SessionView
 from services.domain.resources import format_mem
-from services.domain.state import ClusterState, SessionView
 from services.ports import (
     GpuProcess,
     GpuProcessWatch,

@@ -11,8 +11,9 @@ so two registrars running by mistake never both apply from one view of the tenan
 from events import AdminApplied, AdminRefused, AnyEvent
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
-from services.domain.state import ClusterState, apply_decision
-from services.domain.tenancy import refusal
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import apply_decision
+from services.domain.tenancy.admin import refusal
 
 __all__ = ["RegistrarActor"]
 

@@ -39,9 +39,9 @@ from services.api import (
 from services.api.auth import Authenticator, TokenSigner
 from services.api.guard import AccessRecorder, Guard, Who, WhoStreaming
 from services.api.sse import event_stream
+from services.domain.access.visibility import Viewer
 from services.domain.status import ENDED, SessionStatus
-from services.domain.tenancy import Tenancy
-from services.domain.visibility import Viewer
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["MAX_SEQ", "ReadSource", "create_app"]
 

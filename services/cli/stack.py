@@ -44,6 +44,7 @@ from services.adapters.system_clock import SystemClock
 from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
+from services.domain.fold.cluster import ClusterState
 from services.domain.intake import (
     DEFAULT_BURST,
     DEFAULT_RATE,
@@ -52,7 +53,6 @@ from services.domain.intake import (
     KeyRates,
 )
 from services.domain.log_space import Watermark
-from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ import msgspec
 
 from events import GpuInfo, SessionType
 from services.domain.gpu_slice import format_share, slices
+from services.domain.records import SessionView
 from services.domain.resources import format_fgpu
-from services.domain.state import SessionView
 
 __all__ = [
     "LABEL_AGENT",
