@@ -20,12 +20,12 @@ fails (the driver away) is logged, and the next one tries again.
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
 from events import AnyEvent, GpuOverSlice, GpuShareExceeded
+from services.actors.agent_config import AgentConfig
 from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import slices
 from services.domain.gpu_watch import (
@@ -45,9 +45,6 @@ from services.ports import (
     LogError,
     ProcessContainers,
 )
-
-if TYPE_CHECKING:
-    from services.actors.agent import AgentConfig
 
 __all__ = ["GpuWatch"]
 
