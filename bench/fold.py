@@ -4,7 +4,7 @@ Builds the synthetic history of ``bench/rebuild.py`` in memory (no server), then
 same run times:
 
 1. ``events.codec.decode`` of every payload (typed msgspec decode of the event union);
-2. ``services.domain.state.evolve`` over every decoded record (seq 1..N, with its
+2. ``services.domain.fold.state.evolve`` over every decoded record (seq 1..N, with its
    subject), from an empty state;
 3. baseline: a bare ``msgspec.json.decode`` of every payload to dicts (untyped);
 4. what a rebuild's folding thread does: ``ProjectionStore.decode`` and ``prepare`` (fold,

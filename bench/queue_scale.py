@@ -1,7 +1,7 @@
 """Queue scale: 10,000 agents, 100,000 PENDING sessions, and one destroy freeing a share.
 
 In process, through the scheduler actor's own ``decide`` on a state folded as the actors
-fold the log (``services.domain.state.evolve``), agents on the dummy runtime (what a
+fold the log (``services.domain.fold.state.evolve``), agents on the dummy runtime (what a
 dummy agent appends, folded at once: it starts a session the moment it is placed):
 
 1. a cluster of ``--agents`` agents of 4 GPUs, every GPU held whole by a running session,

@@ -2,8 +2,8 @@
 or domain past the policy it has at that moment, and the quota held at each level is
 always exactly what its admitted sessions hold (no counter drifts).
 
-The fold and the quota rule (``services.domain.quota.admission_refusal``) are driven as
-the quota actor drives them: each request folded, judged, and its decision folded.
+The fold and the quota rule (``services.domain.scheduling.quota.admission_refusal``) are
+driven as the quota actor drives them: each request folded, judged, and its decision folded.
 """
 
 from dataclasses import dataclass, field
