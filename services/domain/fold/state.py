@@ -7,6 +7,8 @@ report, a decision that lost a race) changes nothing, which is what makes every 
 idempotent under redelivery.
 
 For speed the state is mutated in place and returned; treat it as owned by the fold.
+The handlers of each family of events are beside this module (``sessions``, ``agents``,
+``admin``); the state they change is ``services.domain.fold.cluster.ClusterState``.
 """
 
 from collections.abc import Callable, Iterable
