@@ -30,8 +30,8 @@ from services.actors.archiver import Archiver
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
-from services.domain.state import ClusterState
-from services.domain.state_codec import encode_actor_state
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state_codec import encode_actor_state
 from services.ports import Retention
 from services.testing import MemorySnapshots
 

@@ -51,7 +51,7 @@ from services.adapters.gpu_probe import MockGpus
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from services.ports import LogError
 

@@ -31,7 +31,7 @@ from services.adapters.jetstream import connect
 from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.permissions import inbox
+from services.domain.access.permissions import inbox
 
 _FLOODER = """
 import asyncio, json, sys, time

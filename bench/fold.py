@@ -4,7 +4,7 @@ Builds the synthetic history of ``bench/rebuild.py`` in memory (no server), then
 same run times:
 
 1. ``events.codec.decode`` of every payload (typed msgspec decode of the event union);
-2. ``services.domain.state.evolve`` over every decoded record (seq 1..N, with its
+2. ``services.domain.fold.state.evolve`` over every decoded record (seq 1..N, with its
    subject), from an empty state;
 3. baseline: a bare ``msgspec.json.decode`` of every payload to dicts (untyped);
 4. what a rebuild's folding thread does: ``ProjectionStore.decode`` and ``prepare`` (fold,
@@ -29,7 +29,8 @@ from rebuild import synthetic_log  # bench/rebuild.py, beside this file
 from events import AnyEvent, RawBatch, Record, decode
 from projections.projector import REBUILD_BATCH
 from projections.store import ProjectionStore
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 
 
 def _best(repeat: int, run: Callable[[], object]) -> float:

@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import mean
 
-from services.domain.placement import POLICY_NAMES
+from services.domain.scheduling.placement import POLICY_NAMES
 from services.domain.trace import parse_nodes, parse_tasks
 from services.sim.replay import report
 

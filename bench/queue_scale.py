@@ -1,7 +1,7 @@
 """Queue scale: 10,000 agents, 100,000 PENDING sessions, and one destroy freeing a share.
 
 In process, through the scheduler actor's own ``decide`` on a state folded as the actors
-fold the log (``services.domain.state.evolve``), agents on the dummy runtime (what a
+fold the log (``services.domain.fold.state.evolve``), agents on the dummy runtime (what a
 dummy agent appends, folded at once: it starts a session the moment it is placed):
 
 1. a cluster of ``--agents`` agents of 4 GPUs, every GPU held whole by a running session,
@@ -61,8 +61,9 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.cli.daemon_cmd import tune_gc
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
-from services.domain.state import ClusterState, evolve
 from services.testing.memory_log import MemoryLog
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -30,8 +30,9 @@ from projections.store import DEFAULT_SNAPSHOT_EVERY, ProjectionStore, stored_re
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.api import ReadApi, serve_read_api
-from services.domain.state import ClusterState, fold
-from services.domain.state_codec import live_sessions
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
+from services.domain.fold.state_codec import live_sessions
 
 
 def replay_from_start(path: Path, seq: int) -> tuple[float, int]:

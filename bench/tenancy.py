@@ -54,9 +54,9 @@ from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.nats_auth import SETUP_USER, ServerAuth
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.permissions import inbox
-from services.domain.tenancy import DEFAULT
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.permissions import inbox
+from services.domain.tenancy.admin import DEFAULT
 
 TEAMS = 10
 SERVICES = ("intake", "quota", "scheduler", "agent-host")

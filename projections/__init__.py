@@ -1,7 +1,7 @@
 """Projections: DuckDB tables kept in step with the log, for every query and for audits.
 
 The DuckDB adapter of the project. It folds the log with the same pure function the actors
-use (``services.domain.state``), so every reader agrees with them, and it imports no other
+use (``services.domain.fold.state``), so every reader agrees with them, and it imports no other
 adapter library. ``Projector`` keeps a ``ProjectionStore`` current; ``rebuild`` makes one
 from the start of the log; ``queries`` and ``replay`` answer the read API and the audit.
 

@@ -25,7 +25,7 @@ from anyio.abc import TaskStatus
 
 from events import RawBatch, Record
 from projections.store import Batch, ProjectionError, ProjectionStore, connect_reader
-from services.domain.tenancy import Tenancy
+from services.domain.tenancy.model import Tenancy
 from services.ports import BulkLog, BulkReadUnavailable, EventLog, LogError
 
 __all__ = [

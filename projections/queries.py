@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from services.domain.visibility import Scope
+from services.domain.access.visibility import Scope
 
 __all__ = [
     "EventFilter",

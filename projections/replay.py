@@ -14,8 +14,9 @@ import duckdb
 from projections.queries import naive_utc
 from projections.schema import ENDED_SQL
 from projections.store import applied_seq, restore_state
-from services.domain.state import ClusterState, SessionView
-from services.domain.state_codec import is_stub
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state_codec import is_stub
+from services.domain.records import SessionView
 
 __all__ = ["PastState", "seq_at", "state_at"]
 

@@ -21,9 +21,9 @@ from events import (
     SessionDestroyRequested,
 )
 from projections.schema import ROWS
-from services.domain.state import AgentView, SessionView, Transition
+from services.domain.records import AgentView, SessionView, Transition
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
-from services.domain.tenancy import Tenancy
+from services.domain.tenancy.model import Tenancy
 
 __all__ = [
     "admin_answer_table",

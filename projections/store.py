@@ -1,6 +1,6 @@
 """The projection store: DuckDB tables kept by folding the log, batch by batch.
 
-The store holds the fold's state (``services.domain.state``) in memory, in step with the
+The store holds the fold's state (``services.domain.fold.state``) in memory, in step with the
 tables: ``last_seq`` is the last sequence both have applied, ``max(events.seq)`` in the
 tables. ``apply`` folds a batch, turns what changed into rows and writes them, the batch's
 own rows of ``events`` included, in one DuckDB transaction, so a batch is in the tables
@@ -49,8 +49,10 @@ from events import (
 )
 from projections import rows
 from projections.schema import DDL, ENDED_SQL, INSERTS, ROWS, SCHEMA_VERSION, STORED, WHOLE
-from services.domain.state import ClusterState, SessionView, clear_changes, evolve
-from services.domain.state_codec import ENDED_STUB, decode_state, encode_state
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import clear_changes, evolve
+from services.domain.fold.state_codec import ENDED_STUB, decode_state, encode_state
+from services.domain.records import SessionView
 from services.domain.status import ENDED
 
 __all__ = [

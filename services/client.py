@@ -25,9 +25,10 @@ from events import (
     VfolderMount,
 )
 from events import subjects as subj
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
 from services.domain.provenance import Provenance, stamp
 from services.domain.request_ids import RequestIds, new_request_id
-from services.domain.state import ClusterState, fold
 from services.ports import Clock, ConcurrencyConflict, EventLog, RequestSender
 
 __all__ = ["Client", "SessionAsk", "new_session_id", "session_requests"]

@@ -48,8 +48,8 @@ from services.adapters.system_clock import SystemClock
 from services.adapters.vfolder_files import FolderFiles
 from services.api.auth import TokenSigner
 from services.client import Client
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.state import ClusterState
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from tests.api_stack import read_api
 from tests.cluster import GIB, agent_config, running_cluster

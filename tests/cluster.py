@@ -11,7 +11,7 @@ from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.system_clock import SystemClock
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import ContainerRuntime, EventLog
 
 GIB = 1 << 30

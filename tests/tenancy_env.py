@@ -26,9 +26,9 @@ from services.adapters.system_clock import SystemClock
 from services.cli.identities import Identity
 from services.cli.stack import violations_to
 from services.client import Client
-from services.domain.access_audit import AccessLimiter
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.permissions import inbox
+from services.domain.access.access_audit import AccessLimiter
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.permissions import inbox
 from services.ports import LogError
 
 __all__ = ["Secured", "secured_cluster", "start_actors"]

@@ -17,9 +17,9 @@ from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.nats_server_log import Violation, parse_violation
 from services.adapters.system_clock import SystemClock
-from services.domain.access_audit import ALL_KEYS, AccessLimiter
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.tenancy import DEFAULT
+from services.domain.access.access_audit import ALL_KEYS, AccessLimiter
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.tenancy.admin import DEFAULT
 
 # ---- the limiter ------------------------------------------------------------------------
 

@@ -29,10 +29,11 @@ from services.adapters.jetstream_snapshots import JetStreamSnapshots
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain import state_codec
-from services.domain.permissions import inbox
-from services.domain.state import ClusterState, fold, forget_ended, own_subjects
-from services.domain.state_codec import (
+from services.domain.access.permissions import inbox
+from services.domain.fold import state_codec
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold, forget_ended, own_subjects
+from services.domain.fold.state_codec import (
     SnapshotUnusable,
     decode_actor_state,
     encode_actor_state,

@@ -95,13 +95,14 @@ from services.cli.stack import (
     run_scheduler,
 )
 from services.client import Client
-from services.domain.access_audit import AccessLimiter
+from services.domain.access.access_audit import AccessLimiter
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.permissions import inbox, reader_names
 from services.domain.channels import Data, encode_frame
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.permissions import inbox, reader_names
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
 from services.domain.provenance import Provenance, stamp
 from services.domain.resources import UNLIMITED, format_fgpu
-from services.domain.state import ClusterState, fold
 from services.domain.status import ENDED, SessionStatus
 from services.ports import (
     AgentReply,

@@ -19,7 +19,7 @@ from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config, statuses
 

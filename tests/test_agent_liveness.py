@@ -32,7 +32,7 @@ from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import Clock
 from services.testing import MemoryBus, MemoryLog
 from tests.cluster import GIB, agent_config

@@ -17,7 +17,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import LABEL_AGENT, LABEL_LOG, LABEL_SESSION
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config

@@ -20,8 +20,8 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
-from services.domain.state import ClusterState
 from services.ports import (
     ContainerError,
     ContainerInfo,

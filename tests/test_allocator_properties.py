@@ -51,12 +51,13 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
-from services.domain.allocator import never_fits, place
-from services.domain.group_shares import GroupShares, agent_capacity
-from services.domain.pending import admitted_at, queue_shape, user_of
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.group_shares import GroupShares, agent_capacity
+from services.domain.fold.pending import admitted_at, queue_shape, user_of
+from services.domain.fold.running_index import RunningIndex
+from services.domain.fold.state import evolve, fold, running_at
 from services.domain.resources import add
-from services.domain.running_index import RunningIndex
-from services.domain.state import ClusterState, evolve, fold, running_at
+from services.domain.scheduling.allocator import never_fits, place
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
 

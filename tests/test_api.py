@@ -23,7 +23,8 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.api import ReadApi, serve_read_api
 from services.client import Client
-from services.domain.state import ClusterState, fold
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
 from services.ports import EventLog
 from tests.cluster import GIB, agent_config, running_cluster, statuses
 

@@ -16,8 +16,8 @@ import pytest
 from events import Record
 from projections import ProjectionStore, queries
 from services.api import create_app
-from services.domain.state import fold
-from services.domain.tenancy import Tenancy
+from services.domain.fold.state import fold
+from services.domain.tenancy.model import Tenancy
 from services.testing import MemoryLog
 from tests.test_api import log_records, run_scenario
 

@@ -17,7 +17,7 @@ from services.api.app import create_app
 from services.api.auth import TokenSigner
 from services.cli.snapshots_cmd import snapshot_line
 from services.cli.status_cmd import status_lines
-from services.domain.tenancy import Tenancy
+from services.domain.tenancy.model import Tenancy
 from services.ports import LogError
 
 pytestmark = pytest.mark.anyio

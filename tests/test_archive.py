@@ -23,8 +23,8 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
-from services.domain.state_codec import encode_actor_state, live_sessions, snapshot_seq
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state_codec import encode_actor_state, live_sessions, snapshot_seq
 from services.ports import HistoryMissing, LogError, Retention
 from services.sim.whatif import read_group, whatif
 from services.testing import MemoryLog, MemorySnapshots
@@ -261,7 +261,7 @@ async def test_a_stream_made_with_retention_says_it_and_removes_all_but_the_kept
     # expecting none (0) on one of them is taken, as the fold says after log.archived.
     request = subj.request("alice", ids[0])
     assert s.subject_seq[request] > 0
-    from services.domain.state import fold
+    from services.domain.fold.state import fold
 
     fold([Record(seq=last + 1, subject=subj.ARCHIVE, event=_archived(1, last - 1))], s)
     assert request not in s.subject_seq

@@ -23,9 +23,9 @@ from services.adapters.jetstream_readers import deliveries, read_consumer
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.client import Client, new_session_id
-from services.domain.permissions import inbox
+from services.domain.access.permissions import inbox
+from services.domain.fold.cluster import ClusterState
 from services.domain.provenance import Provenance, stamp
-from services.domain.state import ClusterState
 from services.ports import ConcurrencyConflict
 from tests.cluster import GIB, agent_config, running_cluster
 from tests.tenancy_env import secured_cluster, start_actors

@@ -344,8 +344,8 @@ def test_the_door_checks_what_the_client_sends() -> None:
 )
 def test_the_door_and_the_fold_agree_on_good_references(image: str) -> None:
     """What the CLI lets through is never rejected later as invalid."""
+    from services.domain.fold.validation import valid_image
     from services.domain.image_ref import image_reference_problem
-    from services.domain.validation import valid_image
 
     assert image_reference_problem(image) is None
     assert valid_image(image)

@@ -25,7 +25,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from services.ports import LogError
 from tests.cluster import agent_config

@@ -9,7 +9,7 @@ from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import container_config
 from services.domain.container_spec import env_from_list, session_spec
 from services.domain.gpu_slice import DeviceSlice, container_order, slices
-from services.domain.state import SessionView
+from services.domain.records import SessionView
 
 GIB = 1 << 30
 GPUS = {

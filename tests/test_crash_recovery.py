@@ -24,7 +24,7 @@ from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.anyio]
 

@@ -122,7 +122,7 @@ async def _durables(url: str, keys: Path) -> set[str]:
     import nats
 
     from services.cli.identities import kept_service_key
-    from services.domain.permissions import durables
+    from services.domain.access.permissions import durables
 
     names = set()
     for kind in ("quota", "scheduler", "registrar"):

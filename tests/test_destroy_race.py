@@ -18,7 +18,8 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 ONE = Slots(cpu=1, mem=1, fgpu=100)

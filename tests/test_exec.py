@@ -35,8 +35,8 @@ from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
 from services.cli.stack import run_agent
 from services.client import Client
-from services.domain.keys import hash_secret
-from services.domain.state import ClusterState
+from services.domain.access.keys import hash_secret
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from services.ports import (
     AgentReply,

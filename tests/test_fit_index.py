@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from events import GpuInfo, Slots
-from services.domain.fit_index import FitIndex
-from services.domain.views import AgentView, GpuView
+from services.domain.fold.fit_index import FitIndex
+from services.domain.records import AgentView, GpuView
 
 AGENTS = 4
 GPUS = 2

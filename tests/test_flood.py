@@ -29,8 +29,8 @@ from services.adapters.jetstream_stream import INTAKE_BACKLOG
 from services.adapters.system_clock import SystemClock
 from services.cli.stack import run_intake
 from services.client import Client
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.tenancy import DEFAULT
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.tenancy.admin import DEFAULT
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1")

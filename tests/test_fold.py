@@ -32,7 +32,9 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.domain.state import ClusterState, OwnerUsage, apply_decision, evolve, fold
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import apply_decision, evolve, fold
+from services.domain.records import OwnerUsage
 from services.domain.status import SessionStatus
 
 S = SessionStatus

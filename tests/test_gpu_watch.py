@@ -24,6 +24,7 @@ from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_watch import (
     MIB,
     Held,
@@ -34,7 +35,6 @@ from services.domain.gpu_watch import (
     over_slice,
     used_by_session,
 )
-from services.domain.state import ClusterState
 from services.testing import FakeContainers, FakeGpuWatch, MemoryLog
 from tests.cluster import GIB, agent_config, statuses
 

@@ -38,16 +38,17 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
-from services.domain.allocator import place
 from services.domain.durations import LONGEST_S
-from services.domain.groups import invalid_group_command
-from services.domain.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.running_index import RunningIndex
+from services.domain.fold.state import evolve
+from services.domain.fold.state_codec import decode_state, encode_state
+from services.domain.fold.validation import invalid_request
 from services.domain.resources import add
-from services.domain.running_index import RunningIndex
-from services.domain.state import ClusterState, evolve
-from services.domain.state_codec import decode_state, encode_state
+from services.domain.scheduling.allocator import place
+from services.domain.scheduling.queue_order import dominant_share, group_capacity, held_by_user
 from services.domain.status import HOLDS_ALLOCATION
-from services.domain.validation import invalid_request
+from services.domain.tenancy.groups import invalid_group_command
 from services.ports.log import check_batch
 from tests.test_scheduler_reservation import Clock, NoLog
 

@@ -149,8 +149,9 @@ def test_who_sees_a_group_open_to_some_projects() -> None:
     """A superadmin every group; a domain admin those open to a project of its domain; a
     user those open to one of its projects."""
     from events import CreateDomain, CreateKeypair, CreateProject, CreateUser, Role
-    from services.domain.tenancy import Tenancy, apply
-    from services.domain.visibility import sees_group, viewer_of
+    from services.domain.access.visibility import sees_group, viewer_of
+    from services.domain.tenancy.admin import apply
+    from services.domain.tenancy.model import Tenancy
 
     t = Tenancy()
     made = [

@@ -27,11 +27,12 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.adapters.system_clock import SystemClock
-from services.domain.allocator import never_fits, place
-from services.domain.images import allowed_by, image_refusal, resolve_image
-from services.domain.state_codec import decode_state, encode_state
+from services.domain.fold.state_codec import decode_state, encode_state
+from services.domain.scheduling.allocator import never_fits, place
+from services.domain.scheduling.images import allowed_by, image_refusal, resolve_image
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
-from services.domain.tenancy import Tenancy, apply, refusal
+from services.domain.tenancy.admin import apply, refusal
+from services.domain.tenancy.model import Tenancy
 from services.testing.memory_log import MemoryLog
 from tests.cluster import GIB
 from tests.test_fold import IMAGE, T0, Log

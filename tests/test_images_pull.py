@@ -15,8 +15,8 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
+from services.domain.fold.cluster import ClusterState
 from services.domain.pull_progress import PullThrottle
-from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
 from tests.cluster import agent_config, running_cluster
 from tests.test_fold import IMAGE, NEED

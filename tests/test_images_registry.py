@@ -26,7 +26,7 @@ from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import ENDED, SessionStatus
 from services.ports import ImageNotFound
 from tests.api_stack import read_api

@@ -15,9 +15,9 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.output_files import OutputFiles
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.session_access import may_not_read_kept
-from services.domain.state import ClusterState
-from services.domain.tenancy import Keypair, Tenancy, User
+from services.domain.access.session_access import may_not_read_kept
+from services.domain.fold.cluster import ClusterState
+from services.domain.tenancy.model import Keypair, Tenancy, User
 from services.ports import KeptOutput, LogsReply, LogsRequest, OutputStore
 from services.testing import MemoryLog, MemoryOutput
 from tests.cluster import GIB, agent_config

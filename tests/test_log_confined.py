@@ -21,7 +21,7 @@ from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.jetstream_pull import Puller
 from services.adapters.jetstream_readers import reader_names_of
-from services.domain.permissions import READS_AT_ONCE, inbox, log_reads, reader_names
+from services.domain.access.permissions import READS_AT_ONCE, inbox, log_reads, reader_names
 from services.ports import LogError
 
 KEY, SECRET = "SKCONFINED000000000000", "confined-secret"

@@ -7,7 +7,7 @@ import pytest
 
 from events import subjects as subj
 from services.adapters.nats_auth import GATE_USER, SETUP_PERMISSIONS, SETUP_USER, ServerAuth
-from services.domain.permissions import (
+from services.domain.access.permissions import (
     Permissions,
     durables,
     reader_names,

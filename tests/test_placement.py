@@ -20,14 +20,15 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
-from services.domain.agent_groups import Option
-from services.domain.allocator import device_options, never_fits, usable
-from services.domain.fragmentation import Forecast, stranded, unusable
-from services.domain.placement import POLICY_NAMES, UnknownPolicy, policy
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
+from services.domain.fold.validation import invalid_request
+from services.domain.fold.workload import Shape, Workload
+from services.domain.scheduling.agent_groups import Option
+from services.domain.scheduling.allocator import device_options, never_fits, usable
+from services.domain.scheduling.fragmentation import Forecast, stranded, unusable
+from services.domain.scheduling.placement import POLICY_NAMES, UnknownPolicy, policy
 from services.domain.status import SessionStatus
-from services.domain.validation import invalid_request
-from services.domain.workload import Shape, Workload
 from services.ports import EventLog
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -30,7 +30,7 @@ from projections.compare import differences
 from projections.store import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
-from services.domain.permissions import reader_names
+from services.domain.access.permissions import reader_names
 from services.ports import BulkReadUnavailable
 
 pytestmark = pytest.mark.anyio

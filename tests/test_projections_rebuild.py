@@ -43,9 +43,9 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.keys import hash_secret
-from services.domain.state import ClusterState
-from services.domain.tenancy import DEFAULT
+from services.domain.access.keys import hash_secret
+from services.domain.fold.cluster import ClusterState
+from services.domain.tenancy.admin import DEFAULT
 from services.ports import BulkLog
 from tests.cluster import GIB, agent_config
 

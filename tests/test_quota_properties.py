@@ -3,8 +3,8 @@ or domain past the policy it has at that moment, every request that fits them al
 member of its project) is admitted, and the quota held at each level is always exactly
 what its admitted sessions hold (no counter drifts).
 
-The fold and the quota rule (``services.domain.quota.admission_refusal``) are driven as
-the quota actor drives them: each request folded, judged, and its decision folded.
+The fold and the quota rule (``services.domain.scheduling.quota.admission_refusal``) are
+driven as the quota actor drives them: each request folded, judged, and its decision folded.
 """
 
 from dataclasses import dataclass, field
@@ -36,11 +36,12 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.domain.quota import admission_refusal, keypair_policy
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
+from services.domain.records import OwnerUsage, SessionView
 from services.domain.resources import add, fits
-from services.domain.state import ClusterState, evolve
+from services.domain.scheduling.quota import admission_refusal, keypair_policy
 from services.domain.status import SessionStatus
-from services.domain.views import OwnerUsage, SessionView
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 # Two domains; users of one or two projects; u1 with two keypairs.

@@ -38,9 +38,10 @@ from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.nats_auth import GATE_USER
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.keys import hash_secret, new_access_key, new_secret
-from services.domain.permissions import inbox
-from services.domain.tenancy import Tenancy, apply, refusal
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.permissions import inbox
+from services.domain.tenancy.admin import apply, refusal
+from services.domain.tenancy.model import Tenancy
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1", "domain-feed")

@@ -15,7 +15,7 @@ from events import subjects as subj
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.permissions import inbox
+from services.domain.access.permissions import inbox
 from services.domain.request_ids import RequestIds, request_id_problem
 from services.ports import OutcomeUnknown, RequestsRefused
 from services.testing.memory_log import MemoryLog

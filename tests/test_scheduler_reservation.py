@@ -15,7 +15,8 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

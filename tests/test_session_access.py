@@ -1,5 +1,6 @@
-"""Who may reach into a running session through its agent (``services.domain.session_access``):
-the rules tests/test_exec.py does not reach through the bus."""
+"""Who may reach into a running session through its agent
+(``services.domain.access.session_access``): the rules tests/test_exec.py does not reach
+through the bus."""
 
 import dataclasses
 
@@ -19,14 +20,15 @@ from events import (
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.system_clock import SystemClock
-from services.domain.session_access import (
+from services.domain.access.session_access import (
     exec_problem,
     key_refusal,
     may_not_exec,
     may_not_read,
     may_not_read_kept,
 )
-from services.domain.state import ENDED_STUB, ClusterState, fold
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.state import fold
 from services.domain.status import SessionStatus
 
 

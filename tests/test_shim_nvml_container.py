@@ -22,7 +22,7 @@ from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.domain.container_spec import session_spec
 from services.domain.gpu_slice import slices
-from services.domain.state import SessionView
+from services.domain.records import SessionView
 from tests.shim.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.cli.main import app
-from services.domain.placement import POLICY_NAMES
+from services.domain.scheduling.placement import POLICY_NAMES
 from services.domain.trace import (
     FGPU_PER_GPU,
     Task,

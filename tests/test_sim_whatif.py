@@ -36,7 +36,7 @@ from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
-from services.domain.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.provenance import Provenance, stamp
 from services.ports import EventLog
 from services.sim.timed import Outcome

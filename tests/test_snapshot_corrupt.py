@@ -24,7 +24,7 @@ from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.jetstream_snapshots import JetStreamSnapshots
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state_codec import decode_actor_state, encode_actor_state
+from services.domain.fold.state_codec import decode_actor_state, encode_actor_state
 from tests.cluster import GIB
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.client import Client
-from services.domain.state_codec import encode_actor_state
+from services.domain.fold.state_codec import encode_actor_state
 from tests.cluster import GIB
 from tests.tenancy_env import secured_cluster
 

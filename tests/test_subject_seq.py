@@ -8,7 +8,8 @@ sequence on its next append (which the server refuses as a conflict).
 from datetime import UTC, datetime
 
 from events import Record, SessionAdmitted
-from services.domain.state import ClusterState, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 
 
 def test_folding_an_older_record_keeps_the_later_sequence_the_actor_knows() -> None:

@@ -4,7 +4,7 @@ until the window moves on; a secret already known right is never locked out."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.throttle import FailureThrottle, SecretChecks
+from services.domain.access.throttle import FailureThrottle, SecretChecks
 
 
 def test_after_the_limit_a_key_waits_until_its_oldest_failure_leaves_the_window() -> None:

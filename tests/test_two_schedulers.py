@@ -20,7 +20,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import ConcurrencyConflict
 from tests.cluster import GIB, agent_config
 

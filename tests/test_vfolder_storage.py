@@ -25,8 +25,8 @@ from events import CreateKeypair, CreateUser, PurgeVfolders, RemoveVfolder, Role
 from services.actors.vfolder_dirs import make_folder_dir
 from services.adapters.vfolder_files import FolderFiles, HelperFailed
 from services.api.vfolder_routes import Storage
-from services.domain.tenancy import apply
-from services.domain.vfolders import STORAGE_UID
+from services.domain.tenancy.admin import apply
+from services.domain.tenancy.vfolders import STORAGE_UID
 from services.ports import FolderError
 from services.testing import MemoryLog
 

@@ -31,7 +31,7 @@ from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.domain.status import SessionStatus
-from services.domain.vfolders import MOUNT_ROOT
+from services.domain.tenancy.vfolders import MOUNT_ROOT
 from services.ports import ContainerInfo
 from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config
@@ -192,7 +192,7 @@ def test_folder_commands_round_trip_in_admin_events() -> None:
 
 
 async def test_folders_and_mounts_survive_a_snapshot() -> None:
-    from services.domain.state_codec import decode_state, encode_state
+    from services.domain.fold.state_codec import decode_state, encode_state
 
     async with tenants() as t:
         await t.people()
@@ -224,7 +224,7 @@ def test_a_sessions_story_says_what_it_mounts() -> None:
 
 
 async def test_a_projects_folder_is_its_members_and_made_by_its_domains_admins() -> None:
-    from services.domain.vfolders import access_of, mount_plan
+    from services.domain.tenancy.vfolders import access_of, mount_plan
 
     async with tenants() as t:
         await t.people()

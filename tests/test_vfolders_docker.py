@@ -16,7 +16,7 @@ from services.actors.bootstrap import bootstrap
 from services.adapters.docker_runtime import DockerRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.testing import MemoryLog
 from tests.cluster import agent_config, running_cluster
 from tests.test_tenancy import Tenants

@@ -16,7 +16,7 @@ from anyio.abc import TaskStatus
 
 from events import AccessGranted, AccessRefused, AccessSuppressed, AnyEvent, Door
 from events import subjects as subj
-from services.domain.access_audit import AccessLimiter, Suppressed
+from services.domain.access.access_audit import AccessLimiter, Suppressed
 from services.domain.provenance import Provenance, stamp
 from services.ports import Clock, EventLog, LogError
 

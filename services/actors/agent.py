@@ -46,7 +46,6 @@ from events import (
     AgentImagesReported,
     AgentRegistered,
     AnyEvent,
-    GpuInfo,
     SessionErrored,
     SessionPreparing,
     SessionPulling,
@@ -55,6 +54,7 @@ from events import (
     Slots,
 )
 from events import subjects as subj
+from services.actors.agent_config import AgentConfig
 from services.actors.agent_usage import UsageMeter
 from services.actors.agent_watch import GpuWatch
 from services.actors.common import Provenance, follow_log, stamp
@@ -68,13 +68,13 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
-from services.domain.gpu_watch import WatchSettings
-from services.domain.images import pulls_from
 from services.domain.pull_progress import PullThrottle
-from services.domain.state import ENDED_STUB, ClusterState, SessionView
+from services.domain.records import SessionView
+from services.domain.scheduling.images import pulls_from
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
-from services.domain.vfolders import folder_dir, mount_plan
+from services.domain.tenancy.vfolders import folder_dir, mount_plan
 from services.ports import (
     Clock,
     ContainerError,
@@ -97,30 +97,6 @@ S = SessionStatus
 log = structlog.get_logger()
 KEPT_OUTPUT_LINES = 10_000  # of an ended session's output, for `fgpu session logs`
 _STARTING = frozenset({S.SCHEDULED, S.PREPARING, S.PULLING})  # placed here, not yet RUNNING
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    agent_id: str
-    capacity: Slots  # cpu and mem the agent offers; fgpu is derived from the GPUs
-    gpus: tuple[GpuInfo, ...]
-    fgpu_per_gpu: int  # quanta of fGPU one physical GPU is worth
-    mock_gpus: bool = False  # declared GPUs: never ask the engine for devices
-    runtime_name: str = "docker"
-    stop_timeout_s: float = 5.0
-    shim_lib_dir: str | None = None  # the built shim, mounted into every session's container
-    usage_interval_s: float = 5.0  # how often usage samples are published per session
-    oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
-    group: str = "default"  # the resource group it serves
-    registry: str | None = None  # host:port it pulls the images it lacks from
-    pull_report_s: float = 2.0  # a pull's progress on the log at most this often (or 10%)
-    # Where the storage hosts' virtual folders are on this host (<root>/<host>/<id>);
-    # None: this agent mounts none (no session that mounts one is placed here).
-    vfolder_root: str | None = None
-    # The storage hosts whose folders are under ``vfolder_root`` here; None: every one.
-    storage_hosts: tuple[str, ...] | None = None
-    # How the driver's figures of the sessions' processes are watched (with a GpuWatch).
-    watch: WatchSettings = field(default_factory=WatchSettings)
 
 
 @dataclass

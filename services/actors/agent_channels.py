@@ -2,7 +2,7 @@
 connection to a port in the container (``fgpu session app``), relayed over the bus.
 
 The request comes as a command's does (``fgpu.rpc.<agent>.<key>``, checked the same way:
-``services.domain.session_access.may_not_exec``); the bytes then go on the channel's own
+``services.domain.access.session_access.may_not_exec``); the bytes then go on the channel's own
 subjects, ``fgpu.tty.<agent>.<key>.<channel>.up|down``, which the server lets that key
 alone use on the user's side. No port of the agent's host is opened to anyone: the agent
 reaches out to NATS, and reaches into the container through its engine (an exec with a
@@ -25,9 +25,9 @@ from events import SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
 from services.actors.relay import Closing, relay
+from services.domain.access.session_access import key_refusal
 from services.domain.channels import IDLE_S, PING_S, Program
-from services.domain.session_access import key_refusal
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import (
     AgentRequests,
     AgentUnreachable,

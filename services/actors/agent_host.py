@@ -12,7 +12,7 @@ from anyio.abc import TaskStatus
 from services.actors.agent import AgentActor
 from services.actors.common import follow_log
 from services.actors.snapshots import Snapshots
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import EventLog
 
 __all__ = ["AgentHost"]

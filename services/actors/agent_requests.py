@@ -20,6 +20,12 @@ from events import SessionExecFinished, SessionExecStarted
 from events import subjects as subj
 from services.actors.agent_channels import Channels, Opening
 from services.actors.common import Provenance, stamp
+from services.domain.access.session_access import (
+    exec_problem,
+    may_not_exec,
+    may_not_read,
+    may_not_read_kept,
+)
 from services.domain.channels import (
     Program,
     app_program,
@@ -28,13 +34,7 @@ from services.domain.channels import (
     shell_program,
 )
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
-from services.domain.session_access import (
-    exec_problem,
-    may_not_exec,
-    may_not_read,
-    may_not_read_kept,
-)
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.ports import (
     EXEC_OUTPUT_KEPT,
     AgentReply,
@@ -63,7 +63,7 @@ log = structlog.get_logger()
 class AgentAnswers:
     """``agent_id``'s answers, over its container engine, the fold (``state``, the
     agent's) and the log it writes the audit of commands to. Only the agent's own
-    containers are looked at; who may ask what is ``services.domain.session_access``'s. A
+    containers are looked at; who may ask what is ``services.domain.access.session_access``'s. A
     command's output keeps ``keep`` bytes of each stream. Once a session's container is
     gone, its logs are what ``output`` kept. Terminals and app ports are opened through
     ``channels`` (none without it). An instance is the agent's ``AgentHandler``."""

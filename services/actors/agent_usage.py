@@ -11,20 +11,18 @@ All of it is best effort: a failure is logged and the next tick tries again.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
 from events import AnyEvent, GpuOomRefused, GpuUsageSampled, SessionCpuSampled, SessionType
 from events import subjects as subj
+from services.actors.agent_config import AgentConfig
 from services.actors.common import Provenance, stamp
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import container_order
-from services.domain.state import ClusterState, SessionView
+from services.domain.records import SessionView
 from services.ports import Clock, ContainerError, ContainerRuntime, EventLog, LogError, SliceRegions
-
-if TYPE_CHECKING:
-    from services.actors.agent import AgentConfig
 
 __all__ = ["UsageMeter"]
 

@@ -20,12 +20,13 @@ fails (the driver away) is logged, and the next one tries again.
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import anyio
 import structlog
 
 from events import AnyEvent, GpuOverSlice, GpuShareExceeded
+from services.actors.agent_config import AgentConfig
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import slices
 from services.domain.gpu_watch import (
     OverSlice,
@@ -34,8 +35,8 @@ from services.domain.gpu_watch import (
     over_slice,
     used_by_session,
 )
+from services.domain.records import SessionView
 from services.domain.resources import format_mem
-from services.domain.state import ClusterState, SessionView
 from services.ports import (
     GpuProcess,
     GpuProcessWatch,
@@ -44,9 +45,6 @@ from services.ports import (
     LogError,
     ProcessContainers,
 )
-
-if TYPE_CHECKING:
-    from services.actors.agent import AgentConfig
 
 __all__ = ["GpuWatch"]
 

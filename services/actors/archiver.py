@@ -34,7 +34,7 @@ from anyio.abc import TaskStatus
 from events import LogArchived, Malformed, Record
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
-from services.domain.state_codec import SnapshotUnusable, snapshot_seq
+from services.domain.fold.state_codec import SnapshotUnusable, snapshot_seq
 from services.ports import (
     ArchivedSegment,
     ArchiveStore,

@@ -19,9 +19,9 @@ from events import (
     Role,
 )
 from events import subjects as subj
-from services.domain.keys import hash_secret, new_access_key, new_secret
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.provenance import Provenance, new_id, stamp
-from services.domain.tenancy import DEFAULT
+from services.domain.tenancy.admin import DEFAULT
 from services.ports import Clock, ConcurrencyConflict, EventLog
 
 __all__ = ["FirstAdmin", "bootstrap", "system_applied"]

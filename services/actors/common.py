@@ -11,8 +11,9 @@ from anyio.abc import TaskStatus
 
 from events import AnyEvent, Record
 from services.actors.snapshots import Snapshots
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import clear_changes, fold, forget_ended
 from services.domain.provenance import Provenance, new_id, stamp
-from services.domain.state import ClusterState, clear_changes, fold, forget_ended
 from services.ports import Clock, EventLog, HistoryMissing, LogError
 
 __all__ = [

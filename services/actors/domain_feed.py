@@ -1,7 +1,7 @@
 """The domain feed: each domain's part of the log, written for the domain's readers.
 
 It folds the log and writes each record that belongs to a domain
-(``services.domain.event_domains``) into the domains' stream, under
+(``services.domain.access.event_domains``) into the domains' stream, under
 ``fgpu.d.<domain>.<the record's subject>``, in the log's order; a reader keypair of that
 domain reads it there, through a consumer whose filter is its domain's (made by the
 gatekeeper: the reader cannot change it). It is a view, made again from the log at will.
@@ -20,14 +20,9 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import AnyEvent, Malformed, Record, SessionRequested
-from services.domain.event_domains import domains_of
-from services.domain.state import (
-    ENDED_STUB,
-    ClusterState,
-    clear_changes,
-    evolve,
-    forget_ended,
-)
+from services.domain.access.event_domains import domains_of
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.state import clear_changes, evolve, forget_ended
 from services.domain.status import ENDED
 from services.ports import DomainFeed, EventLog, LogError
 

@@ -4,7 +4,7 @@ The server asks it about every connection but its own static users (the auth cal
 an access key and a secret. It folds the tenancy ledger (``fgpu.tenancy``) and nothing
 else of the log, so it knows each keypair and the salted hash of its secret, whose user
 it is and the user's role, or which service it is of; it answers with that identity's
-concrete permissions (``services.domain.permissions``), or a refusal.
+concrete permissions (``services.domain.access.permissions``), or a refusal.
 
 Revocation: from the moment a keypair's revocation (or its user's removal) is folded, the
 key is refused; then the servers are asked which connections the key holds (they know
@@ -32,11 +32,12 @@ from anyio.abc import TaskGroup, TaskStatus
 from events import AdminApplied, Record, RemoveUser, RevokeKeypair
 from events import subjects as subj
 from services.actors.access_audit import AccessAudit
-from services.domain.keys import secret_matches
-from services.domain.permissions import service_permissions, user_permissions
-from services.domain.state import ClusterState, fold
-from services.domain.tenancy import Tenancy
-from services.domain.throttle import SecretChecks
+from services.domain.access.keys import secret_matches
+from services.domain.access.permissions import service_permissions, user_permissions
+from services.domain.access.throttle import SecretChecks
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
+from services.domain.tenancy.model import Tenancy
 from services.ports import Clock, ConnectionsUnknown, EventLog, Grant, Kicker, LogError
 
 __all__ = ["GatekeeperActor"]

@@ -1,6 +1,6 @@
 """The quota actor: admits or rejects each request against the policies of its keypair,
-user, project and domain (``services.domain.quota``), and against its domain's image
-allow-list, an alias of the domain resolved first (``services.domain.images``): the
+user, project and domain (``services.domain.scheduling.quota``), and against its domain's image
+allow-list, an alias of the domain resolved first (``services.domain.scheduling.images``): the
 image a session runs is recorded on its admission (``SessionAdmitted.image``). While the
 log's disk is low (its latest ``log.health``, ``services.domain.log_space``), it admits
 no new session: each is rejected with code ``disk`` and the reason.
@@ -21,11 +21,12 @@ from events import AnyEvent, PayloadRejected, SessionAdmitted, SessionRejected
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
-from services.domain.groups import admission_problem
-from services.domain.images import image_refusal, resolve_image
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import apply_decision
 from services.domain.log_space import refusal as space_refusal
-from services.domain.quota import admission_refusal, mounted_hosts
-from services.domain.state import ClusterState, apply_decision
+from services.domain.scheduling.images import image_refusal, resolve_image
+from services.domain.scheduling.quota import admission_refusal, mounted_hosts
+from services.domain.tenancy.groups import admission_problem
 from services.ports import Clock, EventLog
 
 __all__ = ["QuotaActor"]

@@ -17,8 +17,10 @@ import structlog
 from anyio.abc import TaskStatus
 
 from events import subjects as subj
-from services.domain.state import ClusterState, fold
-from services.domain.tenancy import Tenancy, reader_domain
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import fold
+from services.domain.tenancy.admin import reader_domain
+from services.domain.tenancy.model import Tenancy
 from services.ports import EventLog, LogError, ReaderConsumers
 
 __all__ = ["ReaderConsumersActor", "wanted"]

@@ -3,7 +3,7 @@
 Every change of tenancy or policy goes through it, as every placement goes through the
 scheduler: a request (``AdminRequested``, on the requester's own subject) is applied
 (``AdminApplied``) or refused with a reason (``AdminRefused``), judged by
-``services.domain.tenancy.refusal`` against the tenancy as the log has it. A round's
+``services.domain.tenancy.admin.refusal`` against the tenancy as the log has it. A round's
 answers are one atomic batch on ``fgpu.tenancy`` expecting the subject's last sequence,
 so two registrars running by mistake never both apply from one view of the tenancy.
 """
@@ -11,8 +11,9 @@ so two registrars running by mistake never both apply from one view of the tenan
 from events import AdminApplied, AdminRefused, AnyEvent
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
-from services.domain.state import ClusterState, apply_decision
-from services.domain.tenancy import refusal
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import apply_decision
+from services.domain.tenancy.admin import refusal
 
 __all__ = ["RegistrarActor"]
 

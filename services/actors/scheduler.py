@@ -1,7 +1,7 @@
 """The scheduler actor: keeps the PENDING queue, places sessions, answers destroys.
 
 Each resource group's queue is taken in its order (priority, then FIFO, LIFO or DRF) and
-placed on its agents only, under its policy (``services.domain.schedule_round``). A round
+placed on its agents only, under its policy (``services.domain.scheduling.schedule_round``). A round
 runs whenever the log moves, so a session is re-tried whenever capacity frees, with
 nobody doing anything. A session that does not fit now is skipped (backfill), and the
 rest of the queue still gets its chance: one big session never blocks small ones behind
@@ -39,18 +39,14 @@ from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.durations import before
-from services.domain.groups import lifetime_of, settings_of
-from services.domain.placement import DEFAULT_POLICY, PlacementPolicy
-from services.domain.placement import policy as placement_policy
-from services.domain.schedule_round import NAME, GroupRound, overdue
-from services.domain.state import (
-    ENDED_STUB,
-    ClusterState,
-    SessionView,
-    apply_decision,
-    running_at,
-)
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.state import apply_decision, running_at
+from services.domain.records import SessionView
+from services.domain.scheduling.placement import DEFAULT_POLICY, PlacementPolicy
+from services.domain.scheduling.placement import policy as placement_policy
+from services.domain.scheduling.schedule_round import NAME, GroupRound, overdue
 from services.domain.status import ENDED, SessionStatus
+from services.domain.tenancy.groups import lifetime_of, settings_of
 from services.ports import Clock, EventLog, LogError
 
 __all__ = ["SchedulerActor"]

@@ -23,8 +23,8 @@ from typing import Any
 import structlog
 from anyio.abc import TaskGroup
 
-from services.domain.state import ClusterState
-from services.domain.state_codec import (
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state_codec import (
     SnapshotUndecodable,
     SnapshotUnusable,
     decode_actor_state,

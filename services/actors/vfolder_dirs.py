@@ -10,7 +10,8 @@ which the storage service, starting, confirms or changes.
 
 import os
 
-from services.domain.vfolders import STORAGE_UID, Vfolder
+from services.domain.tenancy.model import Vfolder
+from services.domain.tenancy.vfolders import STORAGE_UID
 
 __all__ = ["make_folder_dir"]
 

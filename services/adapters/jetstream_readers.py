@@ -37,7 +37,7 @@ from events import subjects as subj
 from services.adapters import jetstream_api
 from services.adapters.jetstream_pull import Puller, ack_seqs
 from services.adapters.nats_client import ConsumerExists, NatsClient
-from services.domain.permissions import reader_names
+from services.domain.access.permissions import reader_names
 from services.ports import LogError
 
 __all__ = ["INACTIVE_S", "deliveries", "read_consumer", "reader_names_of"]

@@ -11,7 +11,7 @@
   save replaced the object while it was read (the meta names another one then: it reads
   that) or the object is damaged (the meta is the same: SnapshotCorrupt, at once). The
   chunks are then checked against the meta's count, size and SHA-256 digest.
-- Who may write which bucket is the server's to enforce (``services.domain.permissions``):
+- Who may write which bucket is the server's to enforce (``services.domain.access.permissions``):
   a scheduler writes the scheduler's, which agents may only read (its info and message
   gets).
 

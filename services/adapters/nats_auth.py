@@ -2,7 +2,7 @@
 
 Every client but four static users goes through the auth callout (fgpu's gatekeeper),
 which checks its access key and secret against the tenancy on the log and hands out its
-permissions (``services.domain.permissions``). The static users are the gatekeeper's own
+permissions (``services.domain.access.permissions``). The static users are the gatekeeper's own
 ways in, which cannot wait on the gatekeeper:
 
     fgpu-auth   account AUTH: answers the server's authorization requests
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from services.adapters.nats_jwt import new_account_seed, public_key
-from services.domain.permissions import (
+from services.domain.access.permissions import (
     PEOPLE_ACCOUNT,
     PEOPLE_SERVICE_IMPORTS,
     PEOPLE_STREAM_IMPORTS,

@@ -1,6 +1,6 @@
 """The files of virtual folders on this host's storage root, through the folder helper.
 
-A folder is the directory ``<root>/<host>/<vfolder id>`` (``services.domain.vfolders``).
+A folder is the directory ``<root>/<host>/<vfolder id>`` (``services.domain.tenancy.vfolders``).
 Sessions write into it as they like, links included, and may race the storage service
 with them. So this process never touches a path inside a folder: a helper process of
 its own (``vfolder_helper``), under the storage uid, never root, resolves every path
@@ -29,7 +29,8 @@ from typing import Any, Self
 import structlog
 
 from services.adapters import vfolder_wire as wire
-from services.domain.vfolders import STORAGE_UID, Vfolder, folder_dir
+from services.domain.tenancy.model import Vfolder
+from services.domain.tenancy.vfolders import STORAGE_UID, folder_dir
 from services.ports import Entry, FileState, FolderError, OpenFile
 
 __all__ = ["FolderFiles", "HelperFailed", "storage_owner"]

@@ -15,7 +15,7 @@ from projections.store import applied_seq
 from services.api import models, shapes
 from services.api.guard import Who
 from services.api.params import NOT_FOUND, Ask
-from services.domain.visibility import Viewer
+from services.domain.access.visibility import Viewer
 
 __all__ = ["mount"]
 

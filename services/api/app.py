@@ -37,7 +37,7 @@ from services.api import (
 from services.api.auth import Authenticator, TokenSigner
 from services.api.guard import AccessRecorder, Guard
 from services.api.params import MAX_SEQ, Ask, utc
-from services.domain.tenancy import Tenancy
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["MAX_SEQ", "ReadSource", "create_app"]
 

@@ -25,10 +25,10 @@ from functools import partial
 
 import anyio
 
-from services.domain.keys import secret_matches
-from services.domain.tenancy import Tenancy
-from services.domain.throttle import SecretChecks
-from services.domain.visibility import OPEN, Viewer, viewer_of
+from services.domain.access.keys import secret_matches
+from services.domain.access.throttle import SecretChecks
+from services.domain.access.visibility import OPEN, Viewer, viewer_of
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["MAX_TOKEN", "Authenticator", "Refused", "TokenSigner"]
 

@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from services.api import models
 from services.api.auth import MAX_TOKEN, Authenticator, Refused
-from services.domain.visibility import Viewer
+from services.domain.access.visibility import Viewer
 
 __all__ = ["AccessRecorder", "Guard", "Who", "WhoStreaming", "identity", "mount"]
 

@@ -16,8 +16,8 @@ from projections import queries
 from projections.store import applied_seq
 from services.api import models, shapes
 from services.api.guard import Who
-from services.domain.images import image_refusal
-from services.domain.tenancy import Tenancy
+from services.domain.scheduling.images import image_refusal
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["mount"]
 

@@ -17,8 +17,8 @@ from projections.story import story, summary
 from services.api import models, shapes
 from services.api.guard import Who
 from services.api.params import NOT_FOUND, Ask, Limit
+from services.domain.access.visibility import Viewer
 from services.domain.status import SessionStatus
-from services.domain.visibility import Viewer
 
 __all__ = ["mount"]
 

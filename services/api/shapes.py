@@ -25,10 +25,11 @@ from services.api.models import (
     Share,
     Times,
 )
+from services.domain.access.visibility import Scope
+from services.domain.fold.cluster import ClusterState
+from services.domain.records import AgentView, SessionView
 from services.domain.resources import format_cpu, format_fgpu
-from services.domain.state import AgentView, ClusterState, SessionView
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
-from services.domain.visibility import Scope
 
 __all__ = [
     "agent_from_row",

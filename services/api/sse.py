@@ -17,7 +17,7 @@ from starlette.responses import StreamingResponse
 from projections.queries import EventFilter, event_rows
 from projections.store import applied_seq
 from services.api.shapes import event_from_row
-from services.domain.visibility import Scope
+from services.domain.access.visibility import Scope
 
 __all__ = ["event_stream"]
 

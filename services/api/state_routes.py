@@ -15,8 +15,8 @@ from projections.store import applied_seq
 from services.api import models, shapes
 from services.api.guard import Who
 from services.api.params import MAX_SEQ, NOT_FOUND, Ask, utc
+from services.domain.access.visibility import Viewer
 from services.domain.status import ENDED
-from services.domain.visibility import Viewer
 
 __all__ = ["mount"]
 

@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from services.api.guard import WhoStreaming
 from services.api.params import MAX_SEQ, Ask
 from services.api.sse import event_stream
-from services.domain.visibility import Viewer
+from services.domain.access.visibility import Viewer
 
 __all__ = ["Projected", "mount"]
 

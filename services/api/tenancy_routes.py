@@ -14,9 +14,9 @@ from fastapi import FastAPI, HTTPException
 from projections import queries
 from services.api import models, shapes
 from services.api.guard import Who
-from services.domain.groups import DEFAULT_GROUP
-from services.domain.tenancy import Tenancy
-from services.domain.visibility import Viewer, sees_group, sees_policy, sees_user
+from services.domain.access.visibility import Viewer, sees_group, sees_policy, sees_user
+from services.domain.tenancy.groups import DEFAULT_GROUP
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["mount"]
 

@@ -42,9 +42,9 @@ from events import subjects as subj
 from services.api import models
 from services.api.file_send import send_file
 from services.api.guard import Who
-from services.domain.tenancy import Tenancy, User
-from services.domain.vfolders import Vfolder, access_of, manages
-from services.domain.visibility import Viewer
+from services.domain.access.visibility import Viewer
+from services.domain.tenancy.model import Tenancy, User, Vfolder
+from services.domain.tenancy.vfolders import access_of, manages
 from services.ports import EventLog, FolderError, FolderStore, LogError, Upload
 
 __all__ = ["Storage", "mount"]

@@ -17,8 +17,8 @@ from services.actors.agent import AgentConfig
 from services.adapters.gpu_probe import MockGpus, NvmlProbe
 from services.adapters.shim_regions import ShimRegions, shim_lib_dir
 from services.cli.options import HostProblem, fail, state_file, warn
-from services.domain.groups import DEFAULT_GROUP
 from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
+from services.domain.tenancy.groups import DEFAULT_GROUP
 from services.ports import ContainerRuntime, SliceRegions
 
 __all__ = ["agent_config", "container_runtime", "with_regions"]

@@ -649,7 +649,7 @@ DurableOpt = Annotated[
 def _durable(kind: str, given: str | None) -> str:
     """The durable consumer ``given`` (None: the kind's first), if a ``kind`` service's
     permissions name it; else exit 2 naming those they do."""
-    from services.domain.permissions import durables
+    from services.domain.access.permissions import durables
 
     names = durables(kind)
     name = given or names[0]
@@ -731,7 +731,7 @@ def scheduler(
     ] = "best-fit",
 ) -> None:
     """Run the scheduler against --nats URL (as a scheduler's service keypair)."""
-    from services.domain.placement import POLICY_NAMES
+    from services.domain.scheduling.placement import POLICY_NAMES
 
     if policy not in POLICY_NAMES:
         fail(f"no placement policy {policy!r}; there are {', '.join(POLICY_NAMES)}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.cli.home import write_private
-from services.domain.permissions import inbox
+from services.domain.access.permissions import inbox
 
 if TYPE_CHECKING:
     from services.adapters.nats_client import ConnectOptions
@@ -49,7 +49,7 @@ async def service_keys(log: "EventLog", store: Path, kinds: list[str]) -> dict[s
     from events import subjects as subj
     from services.actors.bootstrap import system_applied
     from services.adapters.system_clock import SystemClock
-    from services.domain.keys import hash_secret, new_access_key, new_secret
+    from services.domain.access.keys import hash_secret, new_access_key, new_secret
 
     path = store / "services.json"
     try:

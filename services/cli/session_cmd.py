@@ -96,10 +96,10 @@ def _checked_request(
 
     from events import Slots
     from services.client import session_requests
+    from services.domain.fold.validation import invalid_request
     from services.domain.image_ref import image_reference_problem
     from services.domain.request_ids import RequestIds
     from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
-    from services.domain.validation import invalid_request
 
     image, amounts, command, name, priority, gpu_models, cpu_only, group, lifetime_s, kind = shape
 
@@ -443,7 +443,7 @@ def exec_cmd(
     comes after `--`. Its output comes back on stdout and stderr, and the exit status is
     its own (125: it did not run or did not end in time). Asked of the session's agent over
     NATS, as its owner or an administrator of its domain; the log records who ran what."""
-    from services.domain.session_access import exec_problem
+    from services.domain.access.session_access import exec_problem
 
     settings = _settings(ctx)
     argv = tuple(ctx.args)

@@ -76,7 +76,7 @@ def replay(
 
     With --timed, in the trace's own time instead: queue waits (p50, p99) and the GPUs'
     allocated share over time, per policy. Anyone may run it: it reads files only."""
-    from services.domain.placement import POLICY_NAMES
+    from services.domain.scheduling.placement import POLICY_NAMES
     from services.domain.trace import TraceError, parse_nodes, parse_tasks, parse_timings
 
     policies = [p.strip() for p in policy.split(",")] if timed else [policy]
@@ -175,7 +175,7 @@ def whatif(
     does. A cluster without
     authentication lets anyone read its log."""
     from services.cli.audit_cmd import parse_time
-    from services.domain.placement import POLICY_NAMES
+    from services.domain.scheduling.placement import POLICY_NAMES
 
     if policy not in POLICY_NAMES:
         fail(f"no placement policy {policy!r}; there are {', '.join(POLICY_NAMES)}")

@@ -23,8 +23,8 @@ from services.adapters.system_clock import SystemClock
 from services.cli.home import write_private
 from services.cli.identities import Identity
 from services.cli.options import state_file
+from services.domain.fold.cluster import ClusterState
 from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE, DEFAULT_WINDOW_S
-from services.domain.state import ClusterState
 from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
 
 # What the agent, the gatekeeper and the other edge services are wired from is imported by

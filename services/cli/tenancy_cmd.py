@@ -299,7 +299,7 @@ def keypair_create(
     by a superadmin (any domain's, or the whole log's) or a domain admin (its domain's)."""
     from events import AdminCommand, CreateKeypair, CreateServiceKey
     from events import subjects as subj
-    from services.domain.keys import hash_secret, new_access_key, new_secret
+    from services.domain.access.keys import hash_secret, new_access_key, new_secret
 
     key, secret = new_access_key(), new_secret()
     command: AdminCommand

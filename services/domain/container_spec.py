@@ -6,7 +6,7 @@ import msgspec
 
 from events import SessionType
 from services.domain.gpu_slice import DeviceSlice
-from services.domain.state import SessionView
+from services.domain.records import SessionView
 
 __all__ = [
     "LABEL_AGENT",

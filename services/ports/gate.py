@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.domain.permissions import Permissions
+from services.domain.access.permissions import Permissions
 
 __all__ = ["Connection", "Grant", "Kicker"]
 

@@ -11,7 +11,7 @@ link, and with no more rights than the folders' own uid. Errors::
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.domain.vfolders import Vfolder
+from services.domain.tenancy.model import Vfolder
 
 __all__ = ["Entry", "FileState", "FolderError", "FolderStore", "OpenFile", "Upload"]
 

@@ -37,9 +37,10 @@ from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
-from services.domain.allocator import Placement
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
-from services.domain.state import ClusterState, evolve
+from services.domain.scheduling.allocator import Placement
 from services.domain.status import SessionStatus
 from services.domain.trace import (
     FGPU_PER_GPU,

@@ -44,8 +44,9 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
-from services.domain.state import ClusterState, evolve
 from services.domain.status import SessionStatus
 from services.testing.memory_log import MemoryLog
 

@@ -39,9 +39,11 @@ from events import (
     SessionRequested,
     SessionScheduled,
 )
-from services.domain.groups import DEFAULT_GROUP
-from services.domain.state import ClusterState, SessionView, evolve
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import evolve
+from services.domain.records import SessionView
 from services.domain.status import ENDED, SessionStatus
+from services.domain.tenancy.groups import DEFAULT_GROUP
 from services.ports import EventLog, HistoryMissing
 from services.sim.timed import Arrival, Held, Outcome, Run, replay_timed
 

@@ -14,9 +14,10 @@ scheduler places on an agent that holds the image when one fits, and on one that
 pull it only when none does (``pullers``).
 """
 
+from services.domain.fold.cluster import ClusterState
 from services.domain.image_ref import split_reference
-from services.domain.tenancy import Tenancy
-from services.domain.views import AgentView, ClusterState
+from services.domain.records import AgentView
+from services.domain.tenancy.model import Tenancy
 
 __all__ = [
     "allowed_by",

@@ -34,16 +34,17 @@ from events import (
     SessionScheduled,
     Slots,
 )
-from services.domain.allocator import Placement, Refusal, never_fits
 from services.domain.durations import before
-from services.domain.images import pullers
-from services.domain.pending import QueueShape, UserKey, admitted_at
-from services.domain.placement import PlacementPolicy
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.pending import QueueShape, UserKey, admitted_at
 from services.domain.provenance import Provenance, stamp
-from services.domain.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.records import SessionView
 from services.domain.resources import add, format_fgpu, format_slots
-from services.domain.vfolders import mounts_all
-from services.domain.views import ClusterState, SessionView
+from services.domain.scheduling.allocator import Placement, Refusal, never_fits
+from services.domain.scheduling.images import pullers
+from services.domain.scheduling.placement import PlacementPolicy
+from services.domain.scheduling.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.tenancy.vfolders import mounts_all
 
 __all__ = [
     "NAME",

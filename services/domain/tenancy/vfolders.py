@@ -14,8 +14,7 @@ storage service (uploads and downloads) judge alike.
 """
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
 
 from events import (
     Access,
@@ -30,11 +29,9 @@ from events import (
     VfolderScanned,
 )
 from events import subjects as subj
+from services.domain.records import AgentView
 from services.domain.refusal import Refusal
-
-if TYPE_CHECKING:
-    from services.domain.tenancy import Tenancy, User
-    from services.domain.views import AgentView
+from services.domain.tenancy.model import Tenancy, User, Vfolder
 
 __all__ = [
     "MAX_MOUNTS",
@@ -61,22 +58,6 @@ MAX_MOUNTS = 16
 STORAGE_UID = 61_000
 # A folder's name is a directory's name in the container: no '/', never '.' nor '..'.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-State = Literal["live", "trashed", "purged"]
-
-
-@dataclass(slots=True)
-class Vfolder:
-    vfolder_id: str
-    name: str
-    host: str
-    domain: str
-    user: str | None  # the owner user, or
-    project: str | None  # the owner project (domain/project)
-    quota_bytes: int | None
-    shares: dict[str, Access] = field(default_factory=dict)  # user:<name>, project:<d/p>
-    state: State = "live"
-    bytes: int = 0  # as last scanned
-    files: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,20 +30,12 @@ from events import (
     SessionDestroyRequested,
     Slots,
 )
-from services.domain.state import (
-    ENDED_STUB,
-    AgentView,
-    ClusterState,
-    GpuView,
-    OwnerUsage,
-    SessionView,
-    own_subjects,
-    running_at,
-)
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.state import own_subjects, running_at
+from services.domain.fold.workload import Shape, Workload
+from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView
 from services.domain.status import ENDED, SessionStatus
-from services.domain.tenancy import Keypair, Tenancy, User
-from services.domain.vfolders import Vfolder
-from services.domain.workload import Shape, Workload
+from services.domain.tenancy.model import Keypair, Tenancy, User, Vfolder
 
 __all__ = [
     "ENDED_STUB",

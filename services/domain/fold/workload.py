@@ -1,10 +1,10 @@
 """What the cluster is asked for: the shapes of recent admitted requests, folded from the log.
 
-The fragmentation-aware placement (``services.domain.fragmentation``) measures how much of
-an agent's free fGPU the requests to come could not use; it needs to know what those
-requests look like, and takes the recent past as the forecast. The window and the points
-at which the forecast is renewed are fixed, so it is a pure function of the log: every
-scheduler folding the same log weighs against the same shapes.
+The fragmentation-aware placement (``services.domain.scheduling.fragmentation``)
+measures how much of an agent's free fGPU the requests to come could not use; it needs to
+know what those requests look like, and takes the recent past as the forecast. The window
+and the points at which the forecast is renewed are fixed, so it is a pure function of the
+log: every scheduler folding the same log weighs against the same shapes.
 """
 
 from collections import deque

@@ -11,8 +11,8 @@ tenancy: ``pending.user_of``).
 from fractions import Fraction
 
 from events import Slots
-from services.domain.pending import user_of
-from services.domain.views import ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.pending import user_of
 
 __all__ = ["dominant_share", "group_capacity", "held_by_user", "user_of"]
 

@@ -8,10 +8,8 @@ found by walking the index until the first agent that can take it.
 
 from bisect import bisect_left, insort
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from services.domain.views import AgentView
+from services.domain.records import AgentView
 
 __all__ = ["FitIndex"]
 

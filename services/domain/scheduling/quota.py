@@ -8,10 +8,12 @@ lowered below what is held ends nothing, it refuses what comes next.
 """
 
 from events import PolicyLevel, ResourcePolicy
+from services.domain.fold.cluster import ClusterState
+from services.domain.records import OwnerUsage, SessionView
 from services.domain.resources import add, fits, format_slots
-from services.domain.tenancy import Tenancy, project_key
-from services.domain.vfolders import mount_plan
-from services.domain.views import ClusterState, OwnerUsage, SessionView
+from services.domain.tenancy.admin import project_key
+from services.domain.tenancy.model import Tenancy
+from services.domain.tenancy.vfolders import mount_plan
 
 __all__ = ["admission_refusal", "keypair_policy", "mounted_hosts"]
 

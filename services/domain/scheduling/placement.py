@@ -18,7 +18,7 @@ names. Among what fits they differ:
   placement, in order of registration; its first device that fits.
 - ``fragmentation-aware``: where the free fGPU that the workload's requests could not
   use (too small a share, or too little CPU to serve it) grows least, scarce models kept
-  for the requests that need them (``services.domain.fragmentation``).
+  for the requests that need them (``services.domain.scheduling.fragmentation``).
 
 Ties go to the agent registered first, so a policy's answer is the same in every
 scheduler that folds the same log.
@@ -29,11 +29,11 @@ from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from events import Slots
-from services.domain.agent_groups import AgentGroups, AgentShape, Option, best_placement
-from services.domain.allocator import Placement, device_options, place, usable
-from services.domain.fragmentation import FragmentationAware
-from services.domain.groups import POLICY_NAMES
-from services.domain.state import ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.scheduling.agent_groups import AgentGroups, AgentShape, Option, best_placement
+from services.domain.scheduling.allocator import Placement, device_options, place, usable
+from services.domain.scheduling.fragmentation import FragmentationAware
+from services.domain.tenancy.groups import POLICY_NAMES
 
 __all__ = [
     "DEFAULT_POLICY",

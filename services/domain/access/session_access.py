@@ -12,7 +12,7 @@ whether or not the servers have cut the key's connections yet.
 from collections.abc import Sequence
 
 from events import Role
-from services.domain.state import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.status import SessionStatus
 
 __all__ = [

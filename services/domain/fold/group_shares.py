@@ -14,14 +14,11 @@ one rebuilt from a snapshot compare equal.
 """
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from events import Slots
-from services.domain.pending import user_of
+from services.domain.fold.pending import user_of
+from services.domain.records import AgentView, SessionView
 from services.domain.resources import add, sub
-
-if TYPE_CHECKING:
-    from services.domain.views import AgentView, SessionView
 
 __all__ = ["GroupShares", "agent_capacity"]
 

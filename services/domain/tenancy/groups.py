@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 DEFAULT_GROUP = "default"
-# The placement policies by name (``services.domain.placement`` builds them); here so
+# The placement policies by name (``services.domain.scheduling.placement`` builds them); here so
 # that the tenancy can check a group's policy without importing the policies.
 POLICY_NAMES = ("best-fit", "pack", "spread", "round-robin", "fragmentation-aware")
 

@@ -19,8 +19,9 @@ from events import (
     SessionRequested,
     SetPolicy,
 )
-from services.domain.state import ENDED_STUB, ClusterState
-from services.domain.tenancy import Tenancy, key_domain
+from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.tenancy.admin import key_domain
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["domains_of"]
 

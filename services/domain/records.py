@@ -1,6 +1,9 @@
-"""What the fold keeps of the cluster: sessions, agents and their devices, quota held.
+"""The records the fold keeps of the cluster: sessions, agents and their devices, quota held.
 
-Plain mutable records, owned by the fold (``services.domain.state``); everyone else reads.
+Plain mutable records, owned by the fold (``services.domain.fold.state``); everyone else
+reads. A leaf: the indexes the fold keeps of them (``services.domain.fold``) and the
+aggregate that holds records and indexes together (``services.domain.fold.cluster``)
+import these, never the other way.
 """
 
 from dataclasses import dataclass, field
@@ -9,27 +12,17 @@ from datetime import datetime
 import msgspec
 
 from events import (
-    AdminRequested,
     DevicePlacement,
     GpuInfo,
     ImageInfo,
-    LogHealth,
-    PolicySet,
-    SessionDestroyRequested,
     SessionType,
     Slots,
     VfolderMount,
 )
-from services.domain.fit_index import FitIndex
-from services.domain.group_shares import GroupShares
-from services.domain.pending import PendingQueue
 from services.domain.resources import sub
-from services.domain.running_index import RunningIndex
 from services.domain.status import SessionStatus
-from services.domain.tenancy import Tenancy
-from services.domain.workload import Workload
 
-__all__ = ["AgentView", "ClusterState", "GpuView", "OwnerUsage", "SessionView", "Transition"]
+__all__ = ["AgentView", "GpuView", "OwnerUsage", "SessionView", "Transition"]
 
 
 class Transition(msgspec.Struct, frozen=True, gc=False):
@@ -164,64 +157,3 @@ class AgentView:
 class OwnerUsage:
     sessions: int = 0
     slots: Slots = Slots()
-
-
-@dataclass(slots=True)
-class ClusterState:
-    last_seq: int = 0
-    # Records folded. JetStream numbers a stream's records without gaps, so this equals
-    # ``last_seq`` exactly when the state holds every record up to it; less, when part
-    # of the log's past was read from nowhere (archived out of the stream).
-    folded: int = 0
-    sessions: dict[str, SessionView] = field(default_factory=dict)
-    agents: dict[str, AgentView] = field(default_factory=dict)
-    policies: dict[str, PolicySet] = field(default_factory=dict)
-    usage: dict[str, OwnerUsage] = field(default_factory=dict)  # quota held per owner
-    # Quota held above the keypair: "user:<name>", "project:<domain/project>",
-    # "domain:<name>" -> sessions and slots held; and per owner, what is admitted and not
-    # yet placed (pending).
-    held: dict[str, OwnerUsage] = field(default_factory=dict)
-    pending: dict[str, OwnerUsage] = field(default_factory=dict)
-    tenancy: Tenancy = field(default_factory=Tenancy)
-    admin_requests: dict[str, AdminRequested] = field(default_factory=dict)  # undecided
-    # Admin requests answered, and whether the tenancy changed, since the owner last
-    # cleared these (with ``changed``): request id -> the answer's sequence, the request,
-    # and the refusal's code and reason (None: applied).
-    admin_answered: dict[str, tuple[int, AdminRequested, tuple[str, str] | None]] = field(
-        default_factory=dict
-    )
-    tenancy_changed: bool = False
-    subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
-    # Work waiting for an actor, kept by the fold so no actor scans every session:
-    undecided: dict[str, None] = field(default_factory=dict)  # REQUESTED, for quota
-    queue: PendingQueue = field(default_factory=PendingQueue)  # PENDING, for the scheduler
-    running: RunningIndex = field(default_factory=RunningIndex)  # RUNNING, by time limits
-    destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
-    # destroy request id -> None if carried out, else why it was refused
-    destroy_answers: dict[str, str | None] = field(default_factory=dict)
-    # Destroy requests answered since the owner last cleared this (with ``changed``):
-    # request id -> the answer's sequence, the request, why it was refused (None: done).
-    answered: dict[str, tuple[int, SessionDestroyRequested, str | None]] = field(
-        default_factory=dict
-    )
-    malformed: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> subject, error
-    fit: FitIndex = field(default_factory=FitIndex)
-    shares: GroupShares = field(default_factory=GroupShares)  # what DRF weighs, per group
-    # The shapes of recent admitted requests (the fragmentation-aware placement weighs
-    # against them) and the agent of the latest placement (round-robin goes on from it).
-    workload: Workload = field(default_factory=Workload)
-    last_placed: str | None = None
-    # The log's health: each server's latest record of the room on its store's disk (the
-    # quota actor admits no new session while one is not ok).
-    log_space: dict[str, LogHealth] = field(default_factory=dict)
-    # Sessions and agents whose state changed since the owner last cleared these; lets an
-    # actor look at what a batch changed instead of everything it knows. Invariant: every
-    # change to a session's fields marks it (the projection store rewrites the rows of
-    # exactly these sessions, and of their agents: an agent's allocations change only
-    # with a session's, its other fields mark ``changed_agents``).
-    changed: dict[str, None] = field(default_factory=dict)
-    changed_agents: dict[str, None] = field(default_factory=dict)
-    # Ids of events applied by this process before the log had them (``apply_decision``)
-    # and not yet folded back from it: while one is, the state holds more than the log
-    # up to ``last_seq`` (no snapshot is kept of it).
-    unconfirmed: dict[str, None] = field(default_factory=dict)

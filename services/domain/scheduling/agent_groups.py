@@ -14,9 +14,10 @@ from collections.abc import Set as AbstractSet
 from typing import NamedTuple, cast
 
 from events import DevicePlacement, Slots
-from services.domain.allocator import Placement, usable
-from services.domain.fit_index import FitIndex
-from services.domain.state import AgentView, ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.fit_index import FitIndex
+from services.domain.records import AgentView
+from services.domain.scheduling.allocator import Placement, usable
 
 __all__ = [
     "AgentGroups",

@@ -8,7 +8,7 @@ keeps large holes open for large requests: the fragmentation Backend.AI users re
 (#3327, #9480) comes from spreading small shares over many devices.
 
 This is the ``best-fit`` placement policy, the default; the others are in
-``services.domain.placement``. A session may name the GPU models it runs on: only
+``services.domain.scheduling.placement``. A session may name the GPU models it runs on: only
 devices of those models are given to it. A CPU-only session (no fGPU) takes no device: the
 agent whose free CPU fits tightest.
 """
@@ -17,9 +17,10 @@ from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from events import DevicePlacement, Slots
-from services.domain.images import obtainable
+from services.domain.fold.cluster import ClusterState
+from services.domain.records import AgentView, GpuView
 from services.domain.resources import fits, format_slots
-from services.domain.state import AgentView, ClusterState, GpuView
+from services.domain.scheduling.images import obtainable
 
 __all__ = [
     "Devices",
@@ -96,7 +97,7 @@ def device_options(a: AgentView, need: int, gpu_models: tuple[str, ...] = ()) ->
 def usable(a: AgentView, slots: Slots, image: str, unheard: AbstractSet[str]) -> bool:
     """Whether ``a`` may take a session of ``slots`` and ``image`` now, devices aside: alive,
     heard from, holding the image or able to pull it from its registry
-    (``services.domain.images``), with the CPU, memory and fGPU free in all."""
+    (``services.domain.scheduling.images``), with the CPU, memory and fGPU free in all."""
     return not a.lost and a.agent_id not in unheard and obtainable(a, image) and fits(slots, a.free)
 
 

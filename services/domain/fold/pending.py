@@ -14,13 +14,11 @@ so those past a pending timeout are found without a walk.
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from events import Slots
+from services.domain.records import SessionView
 from services.domain.status import SessionStatus
-
-if TYPE_CHECKING:
-    from services.domain.views import SessionView
 
 __all__ = ["PendingQueue", "QueueShape", "UserKey", "admitted_at", "queue_shape", "user_of"]
 

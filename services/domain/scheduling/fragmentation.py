@@ -33,10 +33,16 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 from events import Slots
-from services.domain.agent_groups import AgentGroups, AgentShape, Memo, Option, best_placement
-from services.domain.allocator import Placement
-from services.domain.state import ClusterState
-from services.domain.workload import Shape
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.workload import Shape
+from services.domain.scheduling.agent_groups import (
+    AgentGroups,
+    AgentShape,
+    Memo,
+    Option,
+    best_placement,
+)
+from services.domain.scheduling.allocator import Placement
 
 __all__ = ["Forecast", "FragmentationAware", "fragmentation", "stranded", "unusable"]
 

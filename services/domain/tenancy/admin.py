@@ -8,7 +8,6 @@ as sessions from before tenancy are.
 """
 
 import re
-from dataclasses import dataclass, field
 
 from events import (
     AddMember,
@@ -19,7 +18,6 @@ from events import (
     CreateProject,
     CreateServiceKey,
     CreateUser,
-    GroupSettings,
     PolicyLevel,
     RemoveGroup,
     RemoveMember,
@@ -36,10 +34,11 @@ from events import (
     VfolderCommand,
 )
 from events import subjects as subj
-from services.domain.groups import invalid_group_command
 from services.domain.image_ref import image_reference_problem
 from services.domain.refusal import Refusal
-from services.domain.vfolders import Vfolder, apply_vfolder, vfolder_refusal
+from services.domain.tenancy.groups import invalid_group_command
+from services.domain.tenancy.model import Keypair, Tenancy, User
+from services.domain.tenancy.vfolders import apply_vfolder, vfolder_refusal
 
 __all__ = [
     "DEFAULT",
@@ -94,7 +93,7 @@ def reader_domain(service: str | None) -> str | None:
     return domain if kind == READER and sep else None
 
 
-def key_domain(t: "Tenancy", access_key: str) -> str | None:
+def key_domain(t: Tenancy, access_key: str) -> str | None:
     """The domain an access key belongs to, revoked or not: its user's, or a domain
     reader's; None for an unknown key, another service's, or a removed user's."""
     kp = t.keypairs.get(access_key)
@@ -109,52 +108,6 @@ def key_domain(t: "Tenancy", access_key: str) -> str | None:
 def project_key(domain: str, project: str) -> str:
     """A project's name across domains: ``domain/project``."""
     return f"{domain}/{project}"
-
-
-@dataclass(slots=True)
-class User:
-    user: str
-    domain: str
-    role: Role
-    projects: dict[str, None]  # names of projects of ``domain``
-    default_project: str | None
-
-
-@dataclass(slots=True)
-class Keypair:
-    """An access key and the salted hash of its secret; of a user, or of a service."""
-
-    access_key: str
-    secret_hash: str
-    user: str | None = None
-    service: str | None = None
-    revoked: bool = False
-
-
-@dataclass(slots=True)
-class Tenancy:
-    domains: dict[str, dict[str, None]] = field(default_factory=dict)  # domain -> projects
-    users: dict[str, User] = field(default_factory=dict)
-    keypairs: dict[str, Keypair] = field(default_factory=dict)
-    policies: dict[tuple[PolicyLevel, str], ResourcePolicy] = field(default_factory=dict)
-    groups: dict[str, GroupSettings] = field(default_factory=dict)  # resource groups
-    # Per domain: the images its sessions may run (absent: every image), and its aliases
-    # (a name a request may use -> the image it runs). Rules: services.domain.images.
-    images: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    aliases: dict[str, dict[str, str]] = field(default_factory=dict)
-    vfolders: dict[str, Vfolder] = field(default_factory=dict)  # by id, trashed ones too
-
-    @property
-    def on(self) -> bool:
-        """Whether the cluster has tenancy (a domain exists): keys then need keypairs."""
-        return bool(self.domains)
-
-    def user_of(self, access_key: str) -> User | None:
-        """The user a live keypair belongs to; None for a service, an unknown or revoked key."""
-        kp = self.keypairs.get(access_key)
-        if kp is None or kp.revoked or kp.user is None:
-            return None
-        return self.users.get(kp.user)
 
 
 def apply(t: Tenancy, c: AdminCommand) -> None:
@@ -230,7 +183,7 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     keypairs, the keypair, user and project policies in it, its image allow-list and
     aliases, and its readers' keypairs; a user create and revoke its own keypairs.
     Services administer nothing. Virtual folders have rules of their own
-    (``services.domain.vfolders``).
+    (``services.domain.tenancy.vfolders``).
     """
     who = t.user_of(requester)
     if who is None:

@@ -7,7 +7,7 @@ from events import subjects as subj
 from services.domain.durations import LONGEST_S
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
-from services.domain.vfolders import MAX_MOUNTS
+from services.domain.tenancy.vfolders import MAX_MOUNTS
 
 __all__ = ["MAX_PRIORITY", "invalid_request", "session_type_of", "valid_image"]
 

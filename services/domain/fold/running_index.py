@@ -19,13 +19,10 @@ view says (``started_at``, ``lifetime_s``, ``session_type``, ``active_at``).
 
 from bisect import bisect_left, bisect_right, insort
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from events import SessionType
 from services.domain.durations import after
-
-if TYPE_CHECKING:
-    from services.domain.views import SessionView
+from services.domain.records import SessionView
 
 __all__ = ["RunningIndex"]
 

@@ -14,7 +14,7 @@ Once a domain exists, every viewer is a keypair's person. Pure.
 from dataclasses import dataclass
 
 from events import Role
-from services.domain.tenancy import Tenancy
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["OPEN", "Scope", "Viewer", "sees_group", "sees_policy", "sees_user", "viewer_of"]
 
