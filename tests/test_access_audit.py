@@ -10,7 +10,6 @@ import nats.errors
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tenancy_env import Secured, secured_cluster
 
 from events import AccessGranted, AccessRefused, AccessSuppressed, CreateKeypair, CreateUser
 from events import subjects as subj
@@ -20,6 +19,7 @@ from services.adapters.system_clock import SystemClock
 from services.domain.access_audit import ALL_KEYS, AccessLimiter
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy import DEFAULT
+from tests.support.tenancy_env import Secured, secured_cluster
 
 # ---- the limiter ------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ import anyio
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
-from snapshot_contract import SnapshotContract
 from structlog.testing import capture_logs
 
 from events import Record, Slots
@@ -41,8 +40,9 @@ from services.domain.state_codec import (
 from services.domain.status import ENDED
 from services.ports import LogError
 from services.testing import MemoryLog, MemorySnapshots
-from tests.cluster import GIB, agent_config
-from tests.tenancy_env import secured_cluster
+from tests.support.cluster import GIB, agent_config
+from tests.support.snapshot_contract import SnapshotContract
+from tests.support.tenancy_env import secured_cluster
 from tests.test_projections import Raw, _records, logs
 
 pytestmark = pytest.mark.anyio

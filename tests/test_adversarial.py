@@ -43,7 +43,6 @@ import msgspec
 import nats
 import nats.errors
 import pytest
-from tenancy_env import Secured, secured_cluster
 
 from events import (
     AccessRefused,
@@ -112,7 +111,8 @@ from services.ports import (
     LogsRequest,
     ShellRequest,
 )
-from tests.cluster import agent_config
+from tests.support.cluster import agent_config
+from tests.support.tenancy_env import Secured, secured_cluster
 
 CLOCK = SystemClock()
 SERVICES = ("intake", "registrar", "quota", "scheduler", "agent:a1")

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from test_session_access import tenancy
 
 from events import RevokeKeypair, SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
@@ -18,6 +17,7 @@ from services.domain.channels import End, Program, decode_frame, encode_frame
 from services.ports import ContainerError, ExecChannel
 from services.testing import MemoryBus
 from services.testing.memory_log import MemoryLog
+from tests.test_session_access import tenancy
 
 pytestmark = pytest.mark.anyio
 

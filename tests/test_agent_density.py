@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator
 
 import anyio
 import pytest
-from cli_stack import remove_agent_containers
-from docker_env import require_docker
 
 from events import Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from tests.cluster import agent_config, running_cluster, statuses
+from tests.support.cli_stack import remove_agent_containers
+from tests.support.cluster import agent_config, running_cluster, statuses
+from tests.support.docker_env import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.slow]
 AGENT = "density"

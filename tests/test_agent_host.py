@@ -21,7 +21,7 @@ from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config, statuses
+from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio
 

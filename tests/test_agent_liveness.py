@@ -35,7 +35,7 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.ports import Clock
 from services.testing import MemoryBus, MemoryLog
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 TICK_S = 0.005

@@ -20,7 +20,7 @@ from services.domain.container_spec import LABEL_AGENT, LABEL_LOG, LABEL_SESSION
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 SLOTS = Slots(cpu=100, mem=GIB, fgpu=50)

@@ -11,8 +11,6 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import TaskGroup
-from cli_stack import docker, remove_agent_containers
-from docker_env import require_docker
 
 from events import Slots
 from services.actors.agent import AgentActor
@@ -23,7 +21,9 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import session_spec
-from tests.cluster import agent_config, statuses
+from tests.support.cli_stack import docker, remove_agent_containers
+from tests.support.cluster import agent_config, statuses
+from tests.support.docker_env import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 AGENT = "readopt"

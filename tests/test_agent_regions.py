@@ -27,7 +27,7 @@ from services.ports import (
     OomRefusal,
 )
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config, statuses
+from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.ports import ContainerError, ContainerInfo, LogError
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config, statuses
+from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio
 

@@ -25,7 +25,7 @@ from services.api import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.state import ClusterState, fold
 from services.ports import EventLog
-from tests.cluster import GIB, agent_config, running_cluster, statuses
+from tests.support.cluster import GIB, agent_config, running_cluster, statuses
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.api_world import World, world
+from tests.support.api_world import World, world
 
 pytestmark = pytest.mark.slow
 USER = "ualice5r"

@@ -25,7 +25,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from tests.api_world import DOMAINS, PEOPLE, ROOT, World, world
+from tests.support.api_world import DOMAINS, PEOPLE, ROOT, World, world
 
 pytestmark = pytest.mark.slow
 

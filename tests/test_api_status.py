@@ -9,7 +9,6 @@ from typing import Any
 import duckdb
 import httpx
 import pytest
-from vfolder_env import HASH, SECRET, Source, tenancy
 
 from events import CreateKeypair, CreateUser, LogHealth, Role, SetRole, SpaceState
 from projections import ProjectionStore
@@ -19,6 +18,7 @@ from services.cli.snapshots_cmd import snapshot_line
 from services.cli.status_cmd import status_lines
 from services.domain.tenancy import Tenancy
 from services.ports import LogError
+from tests.support.vfolder_env import HASH, SECRET, Source, tenancy
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.client import Client
 from services.domain.provenance import Provenance, stamp
-from tests.api_world import ROOT, World, world
+from tests.support.api_world import ROOT, World, world
 
 pytestmark = pytest.mark.slow
 

@@ -28,7 +28,7 @@ from services.domain.state_codec import encode_actor_state, live_sessions
 from services.ports import HistoryMissing, LogError, Retention
 from services.sim.whatif import read_group, whatif
 from services.testing import MemoryLog, MemorySnapshots
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 IMAGE = "fgpu/busybox:latest"

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import anyio
 import pytest
-from nats_env import fresh_stream
 from typer.testing import CliRunner
 
 from projections import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
 from services.cli.main import app
-from tests.api_stack import read_api
+from tests.support.api_stack import read_api
+from tests.support.nats_env import fresh_stream
 from tests.test_api import Scenario, log_records, run_scenario
 
 Audited = tuple[str, str, Scenario, list[str]]  # NATS URL, API URL, the scenario, times

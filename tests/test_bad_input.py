@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 import anyio
 import msgspec
 import pytest
-from cli_stack import FGPU
 
 from events import PayloadRejected, SessionRequested, Slots
 from events import subjects as subj
@@ -17,7 +16,8 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
-from tests.cluster import GIB, agent_config, running_cluster
+from tests.support.cli_stack import FGPU
+from tests.support.cluster import GIB, agent_config, running_cluster
 
 IMAGE = "fgpu/busybox:latest"
 ONE = Slots(cpu=1000, mem=GIB, fgpu=100)

@@ -27,8 +27,8 @@ from services.domain.permissions import inbox
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState
 from services.ports import ConcurrencyConflict
-from tests.cluster import GIB, agent_config, running_cluster
-from tests.tenancy_env import secured_cluster, start_actors
+from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ import pytest
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import nats_connection
 from services.testing import MemoryBus
-from tests.bus_contract import BusContract
+from tests.support.bus_contract import BusContract
 
 
 class TestMemoryBus(BusContract):

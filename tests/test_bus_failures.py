@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from bus_contract import DEADLINE_S
-from nats_env import Stoppable, Trigger
 from structlog.testing import capture_logs
 
 from events import subjects as subj
@@ -22,6 +20,8 @@ from services.adapters import nats_server
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import nats_connection
 from services.ports import AgentRequest, AgentUnreachable, LogsReply, LogsRequest
+from tests.support.bus_contract import DEADLINE_S
+from tests.support.nats_env import Stoppable, Trigger
 
 pytestmark = pytest.mark.anyio
 

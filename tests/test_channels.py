@@ -21,9 +21,6 @@ from dataclasses import dataclass
 
 import anyio
 import pytest
-from cli_stack import docker, remove_agent_containers
-from docker_env import require_docker
-from test_exec import DEADLINE_S, lab_session
 
 from events import RevokeKeypair, SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
@@ -34,6 +31,9 @@ from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import NatsConnection
 from services.adapters.system_clock import SystemClock
 from services.cli.channels import ChannelRefused, Terminal, serve_app, shell
+from tests.support.cli_stack import docker, remove_agent_containers
+from tests.support.docker_env import require_docker
+from tests.test_exec import DEADLINE_S, lab_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

@@ -31,8 +31,8 @@ from services.cli.main import app
 from services.cli.session_cmd import _ended
 from services.cli.watch import wait_for
 from services.client import Client
-from tests.api_stack import read_api
-from tests.cluster import agent_config, running_cluster
+from tests.support.api_stack import read_api
+from tests.support.cluster import agent_config, running_cluster
 
 IMAGE = "fgpu/busybox:latest"
 DEAD_NATS = "nats://127.0.0.1:9"  # nothing listens there: a command that publishes fails
@@ -449,7 +449,7 @@ def test_a_request_imports_the_nats_client_without_its_websockets() -> None:
 def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) -> None:
     """`fgpu api` projects a log it only reads and serves it; a second one on the same
     file is refused with one line (DuckDB lets one process write it)."""
-    from cli_stack import FGPU, wait_for_line
+    from tests.support.cli_stack import FGPU, wait_for_line
 
     env = {**os.environ, "FGPU_HOME": str(tmp_path)}
     log = tmp_path / "api.log"

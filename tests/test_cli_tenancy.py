@@ -21,8 +21,8 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
-from tests.api_stack import read_api
-from tests.cluster import agent_config, running_cluster
+from tests.support.api_stack import read_api
+from tests.support.cluster import agent_config, running_cluster
 
 IMAGE = "fgpu/busybox:latest"
 

@@ -28,7 +28,7 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
 from services.ports import LogError
-from tests.cluster import agent_config
+from tests.support.cluster import agent_config
 
 pytestmark = pytest.mark.anyio
 AGENTS = 30  # 80 sessions of 0.1 fGPU each: room for 2,400

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from cli_stack import FGPU, docker, remove_agent_containers, wait_for_line
-from docker_env import require_docker
-from nats_env import create_stream
 
 from events import SessionRequested, SessionRunning, SessionScheduled, Slots
 from services.adapters import nats_server
@@ -25,6 +22,9 @@ from services.adapters.jetstream import connect
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
+from tests.support.cli_stack import FGPU, docker, remove_agent_containers, wait_for_line
+from tests.support.docker_env import require_docker
+from tests.support.nats_env import create_stream
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.anyio]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from cli_stack import FGPU, wait_for_line
 
 from services.adapters import nats_server
 from services.adapters.nats_auth import ServerAuth
+from tests.support.cli_stack import FGPU, wait_for_line
 
 pytestmark = pytest.mark.slow
 IMAGE = "fgpu/busybox:latest"

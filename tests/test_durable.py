@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_stack import FGPU, docker, fgpu_up, remove_agent_containers
-from docker_env import require_docker
 
 from services.adapters import nats_server
+from tests.support.cli_stack import FGPU, docker, fgpu_up, remove_agent_containers
+from tests.support.docker_env import require_docker
 
 pytestmark = pytest.mark.docker
 IMAGE = "fgpu/busybox:latest"

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_stack import FGPU, Stack, docker, exposed, fgpu_up
-from docker_env import require_docker, skip_or_fail
 
-from tests.shim.shim_kit import build_shim
+from tests.support.cli_stack import FGPU, Stack, docker, exposed, fgpu_up
+from tests.support.docker_env import require_docker, skip_or_fail
+from tests.support.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 GIB = 1 << 30

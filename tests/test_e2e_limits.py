@@ -5,8 +5,9 @@ an interactive one that keeps a CPU busy runs on, and so does an idle batch one.
 from pathlib import Path
 
 import pytest
-from cli_stack import fgpu_up
-from docker_env import require_docker
+
+from tests.support.cli_stack import fgpu_up
+from tests.support.docker_env import require_docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 IDLE_S = 12

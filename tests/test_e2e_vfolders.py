@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from cli_stack import Stack, fgpu_up
-from docker_env import require_docker
+
+from tests.support.cli_stack import Stack, fgpu_up
+from tests.support.docker_env import require_docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 IMAGE = "fgpu/busybox:latest"

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_stack import FGPU, Stack, fgpu_up
 
 from services.adapters.nats_server import free_port
+from tests.support.cli_stack import FGPU, Stack, fgpu_up
 
 UP = ["up", "--mock-gpus", "1", "--no-shim"]
 CREATE = ["session", "create", "--image", "fgpu/busybox:latest", "--fgpu", "0.5"]

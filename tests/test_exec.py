@@ -50,7 +50,7 @@ from services.ports import (
     LogsRequest,
     ShellRequest,
 )
-from tests.cluster import GIB, agent_config, running_cluster
+from tests.support.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio
 

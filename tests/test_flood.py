@@ -19,7 +19,6 @@ from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 
 import anyio
 import pytest
-from tenancy_env import Secured, secured_cluster, start_actors
 
 from events import CreateKeypair, CreateUser, RequestsDropped, SessionRunning, Slots
 from events import subjects as subj
@@ -31,6 +30,7 @@ from services.cli.stack import run_intake
 from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy import DEFAULT
+from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1")

@@ -28,7 +28,7 @@ from services.adapters.jetstream import connect
 from services.adapters.nats_supervisor import SupervisedServer
 from services.domain.provenance import Provenance, stamp
 from services.ports import LogError, OutcomeUnknown
-from tests.cli_stack import FGPU, Stack, fgpu_up
+from tests.support.cli_stack import FGPU, Stack, fgpu_up
 
 GIB = 1 << 30
 CREATE = ["session", "create", "--image", "fgpu/busybox:latest", "--fgpu", "0.01"]

@@ -10,8 +10,6 @@ import anyio
 import nats
 import nats.errors
 import pytest
-from raw_nats import hold
-from tenancy_env import Secured, secured_cluster
 
 from events import (
     AdminApplied,
@@ -32,6 +30,8 @@ from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.tenancy import DEFAULT
 from services.ports import Kicker
 from services.testing import MemoryLog, MemoryServers
+from tests.support.raw_nats import hold
+from tests.support.tenancy_env import Secured, secured_cluster
 
 pytestmark = pytest.mark.anyio
 

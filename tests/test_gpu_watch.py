@@ -36,7 +36,7 @@ from services.domain.gpu_watch import (
 )
 from services.domain.state import ClusterState
 from services.testing import FakeContainers, FakeGpuWatch, MemoryLog
-from tests.cluster import GIB, agent_config, statuses
+from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio
 

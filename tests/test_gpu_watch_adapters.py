@@ -21,7 +21,7 @@ import pytest
 from services.adapters.proc_cgroups import CgroupContainers
 from services.ports import GpuProcessWatch, GpuWatchUnavailable
 from services.testing import FakeContainers, FakeGpuWatch
-from tests.shim.shim_kit import ROOT, build_fake_nvml
+from tests.support.shim_kit import ROOT, build_fake_nvml
 
 HELD = [(0, 111, 3 << 30), (1, 222, 5 << 30), (1, 333, 1 << 20)]
 SAMPLED = [(0, 111, 40), (0, 111, 60), (1, 222, 100)]

@@ -15,8 +15,6 @@ from dataclasses import replace
 import aiodocker
 import anyio
 import pytest
-from cli_stack import remove_agent_containers
-from docker_env import require_docker
 
 from events import GpuOverSlice, Slots
 from services.actors.agent import AgentActor
@@ -29,7 +27,9 @@ from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.gpu_watch import WatchSettings
 from services.testing import FakeGpuWatch
-from tests.cluster import GIB, agent_config, statuses
+from tests.support.cli_stack import remove_agent_containers
+from tests.support.cluster import GIB, agent_config, statuses
+from tests.support.docker_env import require_docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 AGENT = "watchdog"

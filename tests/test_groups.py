@@ -21,7 +21,7 @@ from services.actors.bootstrap import bootstrap
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from tests.cluster import agent_config, running_cluster
+from tests.support.cluster import agent_config, running_cluster
 from tests.test_tenancy import Tenants
 
 pytestmark = pytest.mark.anyio
@@ -140,7 +140,7 @@ async def test_admission_checks_the_group_and_placement_keeps_to_it() -> None:
 
 def _fgpu(quanta: int) -> object:
     from events import Slots
-    from tests.cluster import GIB
+    from tests.support.cluster import GIB
 
     return Slots(cpu=1000, mem=GIB, fgpu=quanta)
 

@@ -33,7 +33,7 @@ from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.domain.tenancy import Tenancy, apply, refusal
 from services.testing.memory_log import MemoryLog
-from tests.cluster import GIB
+from tests.support.cluster import GIB
 from tests.test_fold import IMAGE, T0, Log
 
 S = SessionStatus

@@ -18,7 +18,7 @@ from services.client import Client
 from services.domain.pull_progress import PullThrottle
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
-from tests.cluster import agent_config, running_cluster
+from tests.support.cluster import agent_config, running_cluster
 from tests.test_fold import IMAGE, NEED
 from tests.test_images import REGISTRY, TOOL_1, TOOL_2
 

@@ -29,9 +29,9 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.domain.status import ENDED, SessionStatus
 from services.ports import ImageNotFound
-from tests.api_stack import read_api
-from tests.cluster import GIB, agent_config, running_cluster
-from tests.docker_env import require_docker, skip_or_fail
+from tests.support.api_stack import read_api
+from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.docker_env import require_docker, skip_or_fail
 
 S = SessionStatus
 TOOL = "fgpu/tool"  # the name scripts/registry-up pushes, under two tags

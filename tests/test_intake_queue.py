@@ -3,12 +3,12 @@
 from collections.abc import AsyncIterator
 
 import pytest
-from intake_contract import Intake, IntakeContract
 
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.jetstream_intake import JetStreamIntake, JetStreamSender
 from services.adapters.jetstream_stream import INTAKE_BACKLOG
 from services.testing.memory_intake import MemoryIntake
+from tests.support.intake_contract import Intake, IntakeContract
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ from services.domain.state import ClusterState
 from services.domain.tenancy import Keypair, Tenancy, User
 from services.ports import KeptOutput, LogsReply, LogsRequest, OutputStore
 from services.testing import MemoryLog, MemoryOutput
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 CLOCK = SystemClock()

@@ -13,8 +13,6 @@ from typing import Any
 
 import anyio
 import pytest
-from log_contract import DEADLINE_S, EventLogContract, PublishRaw, admitted, read_all, take
-from nats_env import fresh_stream
 
 from events import subjects as subj
 from services.adapters import nats_server
@@ -23,6 +21,15 @@ from services.adapters.jetstream_pull import Puller
 from services.adapters.jetstream_readers import reader_names_of
 from services.domain.permissions import READS_AT_ONCE, inbox, log_reads, reader_names
 from services.ports import LogError
+from tests.support.log_contract import (
+    DEADLINE_S,
+    EventLogContract,
+    PublishRaw,
+    admitted,
+    read_all,
+    take,
+)
+from tests.support.nats_env import fresh_stream
 
 KEY, SECRET = "SKCONFINED000000000000", "confined-secret"
 FOLLOWS = ("worker", "fresh", "one", "two", "victim")  # the durables the tests follow

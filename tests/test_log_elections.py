@@ -21,7 +21,6 @@ from urllib.parse import urlparse
 import anyio
 import nats
 import pytest
-from log_contract import DEADLINE_S, admitted
 from nats.aio.client import Client, Server
 from nats.aio.msg import Msg
 
@@ -29,6 +28,7 @@ from events import subjects as subj
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.nats_client import Reconnects
+from tests.support.log_contract import DEADLINE_S, admitted
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,6 @@ from itertools import pairwise
 import anyio
 import anyio.abc
 import pytest
-from log_contract import EventLogContract, PublishRaw, admitted
-from nats_env import fresh_stream
 
 from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
@@ -22,6 +20,8 @@ from services.adapters import jetstream_stream, nats_server, raw_reader
 from services.adapters.jetstream import JetStreamLog, StreamChange, connect
 from services.adapters.jetstream_pull import ack_seqs
 from services.ports import BulkReadUnavailable, LogError
+from tests.support.log_contract import EventLogContract, PublishRaw, admitted
+from tests.support.nats_env import fresh_stream
 
 QUOTA = subj.quota("alice")
 

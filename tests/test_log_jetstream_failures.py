@@ -14,14 +14,14 @@ from typing import Any
 
 import anyio
 import pytest
-from log_contract import DEADLINE_S, admitted
-from nats_env import Stoppable, Trigger
 
 from events import AnyEvent, RawBatch
 from events import subjects as subj
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.ports import LogError, StreamMissing
+from tests.support.log_contract import DEADLINE_S, admitted
+from tests.support.nats_env import Stoppable, Trigger
 
 pytestmark = pytest.mark.anyio
 

@@ -5,12 +5,20 @@ from contextlib import aclosing
 
 import anyio
 import pytest
-from log_contract import DEADLINE_S, EventLogContract, PublishRaw, admitted, read_all, seqs, take
 
 from events import Record
 from events import subjects as subj
 from services.ports import LogError
 from services.testing import MemoryLog
+from tests.support.log_contract import (
+    DEADLINE_S,
+    EventLogContract,
+    PublishRaw,
+    admitted,
+    read_all,
+    seqs,
+    take,
+)
 
 QUOTA_A = subj.quota("alice")
 

@@ -23,7 +23,6 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from nats_env import Cert, store_raw
 from structlog.testing import capture_logs
 
 from events import (
@@ -70,6 +69,7 @@ from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import ENDED
 from services.ports import EventLog
 from services.testing.memory_log import MemoryLog
+from tests.support.nats_env import Cert, store_raw
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SESSIONS = ["s0", "s1", "s2", "s3", "s4"]

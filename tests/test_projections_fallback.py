@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from nats_env import Cert, server_conf, store_raw
 from structlog.testing import capture_logs
 
 from events import AgentRegistered, GpuInfo, SessionRequested, Slots, encode, record_of
@@ -32,6 +31,7 @@ from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.domain.permissions import reader_names
 from services.ports import BulkReadUnavailable
+from tests.support.nats_env import Cert, server_conf, store_raw
 
 pytestmark = pytest.mark.anyio
 

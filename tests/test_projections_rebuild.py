@@ -17,7 +17,6 @@ import hypothesis.strategies as st
 import pytest
 from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, given, settings
-from nats_env import fresh_stream
 
 from events import (
     AddMember,
@@ -47,7 +46,8 @@ from services.domain.keys import hash_secret
 from services.domain.state import ClusterState
 from services.domain.tenancy import DEFAULT
 from services.ports import BulkLog
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
+from tests.support.nats_env import fresh_stream
 
 IMAGE = "fgpu/busybox:latest"
 OWNERS = ("alice", "bob")

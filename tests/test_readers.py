@@ -18,7 +18,6 @@ import anyio
 import nats
 import nats.errors
 import pytest
-from tenancy_env import Secured, secured_cluster, start_actors
 
 from events import (
     AdminCommand,
@@ -41,6 +40,7 @@ from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.permissions import inbox
 from services.domain.tenancy import Tenancy, apply, refusal
+from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1", "domain-feed")

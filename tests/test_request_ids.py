@@ -19,7 +19,7 @@ from services.domain.permissions import inbox
 from services.domain.request_ids import RequestIds, request_id_problem
 from services.ports import OutcomeUnknown, RequestsRefused
 from services.testing.memory_log import MemoryLog
-from tests.tenancy_env import secured_cluster, start_actors
+from tests.support.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=100, mem=1 << 30, fgpu=25)

@@ -14,15 +14,20 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
-from cli_stack import docker
-from docker_env import engine_problem, skip_or_fail
-from engine_proxy import engine_proxy
-from runtime_contract import DEADLINE_S, TEST_IMAGE, TEST_LABEL, ContainerRuntimeContract
 
 from services.adapters.docker_exits import Look
 from services.adapters.docker_runtime import DockerRuntime, _ExitsOf, container_config
 from services.domain.container_spec import ContainerSpec, Mount
 from services.ports import ContainerError, RuntimeUnavailable
+from tests.support.cli_stack import docker
+from tests.support.docker_env import engine_problem, skip_or_fail
+from tests.support.engine_proxy import engine_proxy
+from tests.support.runtime_contract import (
+    DEADLINE_S,
+    TEST_IMAGE,
+    TEST_LABEL,
+    ContainerRuntimeContract,
+)
 
 
 @pytest.fixture

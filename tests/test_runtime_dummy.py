@@ -9,11 +9,11 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.abc import TaskStatus
-from runtime_contract import TEST_IMAGE, ContainerRuntimeContract
 
 from services.adapters.dummy_runtime import DummyRuntime
 from services.domain.container_spec import ContainerSpec
 from services.ports import ContainerInfo, RuntimeUnavailable
+from tests.support.runtime_contract import TEST_IMAGE, ContainerRuntimeContract
 
 
 class TestDummyRuntime(ContainerRuntimeContract):

@@ -15,14 +15,14 @@ from pathlib import Path
 import aiodocker
 import anyio
 import pytest
-from docker_env import engine_problem, skip_or_fail
-from runtime_contract import DEADLINE_S, TEST_IMAGE
 
 from events import DevicePlacement, GpuInfo, Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.domain.container_spec import session_spec
 from services.domain.state import SessionView
-from tests.shim.shim_kit import build_shim
+from tests.support.docker_env import engine_problem, skip_or_fail
+from tests.support.runtime_contract import DEADLINE_S, TEST_IMAGE
+from tests.support.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 GIB = 1 << 30

@@ -42,7 +42,7 @@ from services.ports import EventLog
 from services.sim.timed import Outcome
 from services.sim.whatif import read_group, whatif
 from services.testing.memory_log import MemoryLog
-from tests.tenancy_env import Secured, secured_cluster
+from tests.support.tenancy_env import Secured, secured_cluster
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

@@ -27,8 +27,6 @@ import aiodocker
 import anyio
 import msgspec
 import pytest
-from docker_env import engine_problem, skip_or_fail
-from runtime_contract import DEADLINE_S, TEST_IMAGE
 
 from events import GpuInfo
 from services.adapters.docker_runtime import DockerRuntime
@@ -39,7 +37,9 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
-from tests.shim.shim_kit import GIB, build_fake, build_harness, build_shim, build_tamper
+from tests.support.docker_env import engine_problem, skip_or_fail
+from tests.support.runtime_contract import DEADLINE_S, TEST_IMAGE
+from tests.support.shim_kit import GIB, build_fake, build_harness, build_shim, build_tamper
 from tests.test_shim_nvml_container import shim_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]

@@ -25,7 +25,7 @@ from services.adapters.jetstream_snapshots import JetStreamSnapshots
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state_codec import decode_actor_state, encode_actor_state
-from tests.cluster import GIB
+from tests.support.cluster import GIB
 
 pytestmark = pytest.mark.anyio
 CHUNK = 128 * 1024  # nats-py's chunk size

@@ -19,8 +19,8 @@ from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.client import Client
 from services.domain.state_codec import encode_actor_state
-from tests.cluster import GIB
-from tests.tenancy_env import secured_cluster
+from tests.support.cluster import GIB
+from tests.support.tenancy_env import secured_cluster
 
 pytestmark = pytest.mark.anyio
 

@@ -5,9 +5,9 @@ snapshots`` says them); anyone else is refused it."""
 from collections.abc import Iterator
 
 import pytest
-from cli_stack import Stack, fgpu_up
 
 from events import subjects as subj
+from tests.support.cli_stack import Stack, fgpu_up
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-from cli_stack import FGPU, Stack, fgpu_up, wait_for_line
 
 from services.adapters import nats_server
 from services.adapters.store_lock import Process, StoreInUse, StoreLock, stop_orphan
+from tests.support.cli_stack import FGPU, Stack, fgpu_up, wait_for_line
 
 DUMMY = ("--runtime", "dummy", "--no-shim")
 UP = [FGPU, "up", "--mock-gpus", "1", *DUMMY]

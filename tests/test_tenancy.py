@@ -33,7 +33,7 @@ from services.client import Client
 from services.domain.keys import hash_secret, secret_matches
 from services.domain.state import ClusterState
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config, running_cluster
+from tests.support.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio
 IMAGE = "fgpu/busybox:latest"

@@ -20,7 +20,7 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
 

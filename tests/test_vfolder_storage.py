@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 import pytest
-from vfolder_env import FOLDER, HASH, Api, app_of, served, tenancy
 
 from events import CreateKeypair, CreateUser, PurgeVfolders, RemoveVfolder, Role
 from services.actors.vfolder_dirs import make_folder_dir
@@ -29,6 +28,7 @@ from services.domain.tenancy import apply
 from services.domain.vfolders import STORAGE_UID
 from services.ports import FolderError
 from services.testing import MemoryLog
+from tests.support.vfolder_env import FOLDER, HASH, Api, app_of, served, tenancy
 
 pytestmark = pytest.mark.anyio
 AS_ROOT = os.geteuid() == 0

@@ -34,7 +34,7 @@ from services.domain.status import SessionStatus
 from services.domain.vfolders import MOUNT_ROOT
 from services.ports import ContainerInfo
 from services.testing import MemoryLog
-from tests.cluster import GIB, agent_config
+from tests.support.cluster import GIB, agent_config
 from tests.test_tenancy import Tenants, tenants
 
 pytestmark = pytest.mark.anyio
@@ -127,7 +127,7 @@ async def test_the_agent_binds_each_folder_read_only_when_asked_or_shared_so(
     tmp_path: Path,
 ) -> None:
     from services.actors.bootstrap import bootstrap
-    from tests.cluster import running_cluster
+    from tests.support.cluster import running_cluster
 
     log = MemoryLog()
     first = await bootstrap(log, SystemClock())

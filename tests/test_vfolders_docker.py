@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from vfolder_env import engine
 
 from events import CreateVfolder, ShareVfolder, Slots, VfolderMount
 from services.actors.bootstrap import bootstrap
@@ -18,7 +17,8 @@ from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
 from services.testing import MemoryLog
-from tests.cluster import agent_config, running_cluster
+from tests.support.cluster import agent_config, running_cluster
+from tests.support.vfolder_env import engine
 from tests.test_tenancy import Tenants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]

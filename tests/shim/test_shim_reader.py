@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from shim_kit import MIB, Kit
 
 from gpu_shim import (
     SHARE_FULL_PPM,
@@ -21,6 +20,7 @@ from gpu_shim import (
     open_region,
     parse_share_ppm,
 )
+from tests.support.shim_kit import MIB, Kit
 
 
 def test_import_does_not_need_the_extension() -> None:

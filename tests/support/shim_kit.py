@@ -22,7 +22,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM_DIR = ROOT / "gpu_shim"
-HERE = Path(__file__).resolve().parent
+HERE = ROOT / "tests" / "shim"  # the fake libraries and drivers it builds
 CC = os.environ.get("CC", "cc")
 GIB = 1 << 30
 MIB = 1 << 20

@@ -217,7 +217,7 @@ async def start_actors(
         run_registrar,
         run_scheduler,
     )
-    from tests.cluster import agent_config
+    from tests.support.cluster import agent_config
 
     conns = {
         kind: await stack.enter_async_context(

@@ -33,7 +33,7 @@ _DEADLINE_S = 10.0  # a wait for the client to see what the test did to its serv
 # Which message, given its subject and headers, the server stops at (Stoppable).
 Trigger = Callable[[str, dict[str, str]], bool]
 
-_FGPU_CONF = Path(__file__).resolve().parents[1] / "nats-base.conf"
+_FGPU_CONF = Path(__file__).resolve().parents[2] / "nats-base.conf"
 
 
 async def fresh_stream(events: JetStreamLog) -> None:

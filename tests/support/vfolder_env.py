@@ -12,8 +12,6 @@ import anyio
 import duckdb
 import httpx
 import uvicorn
-from cli_stack import remove_agent_containers
-from docker_env import require_docker
 from fastapi import FastAPI
 
 from events import (
@@ -34,6 +32,8 @@ from services.api.vfolder_routes import Storage
 from services.domain.keys import hash_secret
 from services.domain.tenancy import Tenancy, apply
 from services.testing import MemoryLog
+from tests.support.cli_stack import remove_agent_containers
+from tests.support.docker_env import require_docker
 
 __all__ = ["FOLDER", "SECRET", "Api", "Source", "app_of", "engine", "served", "tenancy"]
 

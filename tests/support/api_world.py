@@ -51,8 +51,8 @@ from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
-from tests.api_stack import read_api
-from tests.cluster import GIB, agent_config, running_cluster
+from tests.support.api_stack import read_api
+from tests.support.cluster import GIB, agent_config, running_cluster
 
 __all__ = ["DOMAINS", "PEOPLE", "ROOT", "World", "world"]
 
