@@ -41,9 +41,9 @@ from services.domain.status import ENDED
 from services.ports import LogError
 from services.testing import MemoryLog, MemorySnapshots
 from tests.support.cluster import GIB, agent_config
+from tests.support.projection_logs import Raw, logs, records_from
 from tests.support.snapshot_contract import SnapshotContract
 from tests.support.tenancy_env import secured_cluster
-from tests.test_projections import Raw, _records, logs
 
 pytestmark = pytest.mark.anyio
 LOG = "FGPU@2026-11-25T00:00:00+00:00"
@@ -87,7 +87,7 @@ def _appendable(s: ClusterState) -> dict[str, int]:
 def test_a_snapshot_and_the_tail_fold_to_what_a_full_replay_holds(
     log: list[Raw], at: int, cuts: list[int], forgotten: bool
 ) -> None:
-    records = _records(log)
+    records = records_from(log)
     at = min(at, len(records))
     whole = _replay(records, cuts)
     head = fold(records[:at])  # a snapshot is taken right after a fold

@@ -17,7 +17,7 @@ from services.domain.channels import End, Program, decode_frame, encode_frame
 from services.ports import ContainerError, ExecChannel
 from services.testing import MemoryBus
 from services.testing.memory_log import MemoryLog
-from tests.test_session_access import tenancy
+from tests.support.access_state import tenancy
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TypeVar
 
 import anyio
@@ -35,6 +35,7 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.ports import Clock
 from services.testing import MemoryBus, MemoryLog
+from services.testing.clock import VirtualClock
 from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio
@@ -122,16 +123,6 @@ class Watched:
         actor = AgentActor(self.log, DummyRuntime(), SystemClock(), agent_config(agent_id))
         await self.tg.start(actor.run)
         return actor
-
-
-class FakeClock:
-    """Wall-clock time for the scheduler's grace, moved by the test."""
-
-    def __init__(self) -> None:
-        self.at = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 @asynccontextmanager
@@ -243,7 +234,7 @@ async def test_an_agent_known_from_before_the_start_gets_sessions_once_heard() -
 
 
 async def test_a_lost_agents_sessions_are_placed_again_or_end_after_the_grace() -> None:
-    clock = FakeClock()
+    clock = VirtualClock()
     async with watched(clock=clock) as w:
         rt = DummyRuntime()  # the node's engine: it outlives the agent process
         with anyio.CancelScope() as agent_scope:

@@ -59,6 +59,7 @@ from services.domain.running_index import RunningIndex
 from services.domain.state import ClusterState, evolve, fold, running_at
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
+from services.testing.clock import VirtualClock
 
 S = SessionStatus
 IMAGE = "fgpu/busybox:latest"
@@ -66,17 +67,6 @@ OTHER_IMAGE = "fgpu/other:1"
 OWNERS = ("alice", "bob")
 GIB = 1 << 30
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-class FakeClock:
-    """A clock that moves one second per reading: deterministic and never real."""
-
-    def __init__(self) -> None:
-        self.t = T0
-
-    def now(self) -> datetime:
-        self.t += timedelta(seconds=1)
-        return self.t
 
 
 class UnusedLog:
@@ -87,7 +77,9 @@ class UnusedLog:
 
 
 def new_scheduler() -> SchedulerActor:
-    return SchedulerActor(cast(EventLog, UnusedLog()), FakeClock(), monotonic=lambda: 0.0)
+    return SchedulerActor(
+        cast(EventLog, UnusedLog()), VirtualClock(T0, step=1), monotonic=lambda: 0.0
+    )
 
 
 def gpus(n: int) -> tuple[GpuInfo, ...]:

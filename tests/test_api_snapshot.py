@@ -19,7 +19,7 @@ from services.api import create_app
 from services.domain.state import fold
 from services.domain.tenancy import Tenancy
 from services.testing import MemoryLog
-from tests.test_api import log_records, run_scenario
+from tests.support.scenario import log_records, run_scenario
 
 pytestmark = pytest.mark.anyio
 

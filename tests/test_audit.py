@@ -17,7 +17,7 @@ from services.adapters.jetstream import connect
 from services.cli.main import app
 from tests.support.api_stack import read_api
 from tests.support.nats_env import fresh_stream
-from tests.test_api import Scenario, log_records, run_scenario
+from tests.support.scenario import Scenario, log_records, run_scenario
 
 Audited = tuple[str, str, Scenario, list[str]]  # NATS URL, API URL, the scenario, times
 

@@ -33,7 +33,7 @@ from services.adapters.system_clock import SystemClock
 from services.cli.channels import ChannelRefused, Terminal, serve_app, shell
 from tests.support.cli_stack import docker, remove_agent_containers
 from tests.support.docker_env import require_docker
-from tests.test_exec import DEADLINE_S, lab_session
+from tests.support.lab import DEADLINE_S, lab_session
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

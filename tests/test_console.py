@@ -27,7 +27,7 @@ from services.adapters.system_clock import SystemClock
 from services.api import ReadApi, console, serve_read_api
 from services.client import Client
 from services.domain.keys import hash_secret, new_access_key, new_secret
-from tests.test_api import Scenario, run_scenario
+from tests.support.scenario import Scenario, run_scenario
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver

@@ -7,7 +7,6 @@ the dummy runtime. Who may ask, what comes back, and the audit on the log.
 """
 
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -15,54 +14,32 @@ import pytest
 
 from events import (
     AdminCommand,
-    CreateDomain,
-    CreateKeypair,
-    CreateProject,
-    CreateUser,
     RemoveUser,
     RevokeKeypair,
-    Role,
     SessionExecFinished,
     SessionExecStarted,
-    Slots,
 )
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
-from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.nats_bus import NatsBus
-from services.adapters.nats_connection import NatsConnection, nats_connection
-from services.adapters.system_clock import SystemClock
-from services.cli.stack import run_agent
-from services.client import Client
-from services.domain.keys import hash_secret
-from services.domain.state import ClusterState
-from services.domain.status import SessionStatus
+from services.adapters.nats_connection import NatsConnection
 from services.ports import (
     AgentReply,
     AgentRequest,
     AppRequest,
     ChannelReply,
-    ContainerRuntime,
     ExecReply,
     ExecRequest,
     LogsReply,
     LogsRequest,
     ShellRequest,
 )
-from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.lab import CLOCK, DEADLINE_S, lab_session
 
 pytestmark = pytest.mark.anyio
 
-DEADLINE_S = 20.0
 IMAGE = "fgpu/busybox:latest"
-CLOCK = SystemClock()
-PEOPLE = {  # access key: user, domain, role
-    "AKana": ("ana", "lab", Role.USER),  # owns the session
-    "AKeve": ("eve", "lab", Role.USER),  # same project, not hers
-    "AKadm": ("adm", "lab", Role.DOMAIN_ADMIN),
-    "AKoadm": ("oadm", "other", Role.DOMAIN_ADMIN),
-}
 
 
 @dataclass
@@ -103,45 +80,6 @@ class World:
                 if len(found) >= n:
                     return found
         raise AssertionError("the log ended")
-
-
-def _tenancy() -> list[AdminCommand]:
-    secret_hash = hash_secret("not-used-here")
-    commands: list[AdminCommand] = [CreateDomain(domain="lab"), CreateDomain(domain="other")]
-    commands += [
-        CreateProject(domain="lab", project="p"),
-        CreateProject(domain="other", project="x"),
-    ]
-    for key, (user, domain, role) in PEOPLE.items():
-        project = "p" if domain == "lab" else "x"
-        commands.append(CreateUser(user=user, domain=domain, role=role, projects=(project,)))
-        commands.append(CreateKeypair(access_key=key, user=user, secret_hash=secret_hash))
-    return commands
-
-
-@asynccontextmanager
-async def lab_session(
-    runtime: ContainerRuntime, agent_id: str, image: str, command: tuple[str, ...]
-) -> AsyncIterator[tuple[NatsConnection, str]]:
-    """Ana's session of ``image`` running ``command``, RUNNING on ``agent_id`` (as ``fgpu
-    agent`` runs it, over ``runtime``), on a cluster with tenancy: the connection and the
-    session's id."""
-    with nats_server.nats_server() as server:
-        async with AsyncExitStack() as stack:
-            conn = await stack.enter_async_context(nats_connection(server.url))
-            await conn.log.create_or_update_stream()
-            for command_ in _tenancy():
-                await conn.log.append(subj.TENANCY, system_applied(command_, CLOCK))
-            await stack.enter_async_context(running_cluster(conn.log, []))
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(run_agent, conn, runtime, agent_config(agent_id))
-            ana = Client(conn.log, CLOCK, "AKana")
-            slots = Slots(cpu=500, mem=GIB, fgpu=50)
-            [sid] = await ana.create(image=image, slots=slots, command=command)
-            with anyio.fail_after(DEADLINE_S):
-                await ana.wait_until(lambda s: _status(s, sid) is SessionStatus.RUNNING)
-            yield conn, sid
-            tg.cancel_scope.cancel()
 
 
 @pytest.fixture
@@ -231,8 +169,3 @@ async def test_a_command_that_cannot_be_run_is_refused_before_it_starts(world: W
     long = ("echo", "x" * (20 << 10))
     assert "bytes long" in str((await world.ask("AKana", long)).error)
     assert await world.conn.log.count(subj.agent_exec("a1", world.session)) == 0
-
-
-def _status(s: ClusterState, sid: str) -> SessionStatus | None:
-    v = s.sessions.get(sid)
-    return None if v is None else v.status

@@ -49,7 +49,8 @@ from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION
 from services.domain.validation import invalid_request
 from services.ports.log import check_batch
-from tests.test_scheduler_reservation import Clock, NoLog
+from services.testing.clock import VirtualClock
+from tests.support.doubles import NoLog
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
@@ -156,7 +157,7 @@ class Cluster:
 
 
 def _scheduler(at: datetime = T0, **kwargs: object) -> SchedulerActor:
-    return SchedulerActor(NoLog(), Clock(at), **kwargs)  # type: ignore[arg-type]
+    return SchedulerActor(NoLog(), VirtualClock(at), **kwargs)  # type: ignore[arg-type]
 
 
 def _placed(decisions: Sequence[AnyEvent]) -> dict[str, str]:
@@ -772,7 +773,7 @@ async def test_more_than_a_batch_past_their_time_are_ended_a_batch_at_a_time() -
         c.ask("u", 100, group="q")
     c.run_placed(_scheduler().decide(c.s))  # one placed, 1,200 told why they wait
     ledger = _Ledger()
-    actor = SchedulerActor(ledger, Clock(T0 + timedelta(seconds=61)))  # type: ignore[arg-type]
+    actor = SchedulerActor(ledger, VirtualClock(T0 + timedelta(seconds=61)))  # type: ignore[arg-type]
     actor.state = c.s
     actor.since = actor.monotonic()  # every agent just heard: none is lost
     actor.heard("a")

@@ -22,7 +22,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from tests.support.cluster import agent_config, running_cluster
-from tests.test_tenancy import Tenants
+from tests.support.tenants import Tenants
 
 pytestmark = pytest.mark.anyio
 

@@ -34,12 +34,10 @@ from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.domain.tenancy import Tenancy, apply, refusal
 from services.testing.memory_log import MemoryLog
 from tests.support.cluster import GIB
-from tests.test_fold import IMAGE, T0, Log
+from tests.support.fold_log import IMAGE, T0, Log
+from tests.support.images import REGISTRY, TOOL_2
 
 S = SessionStatus
-REGISTRY = "registry.test:5000"
-TOOL_1 = f"{REGISTRY}/fgpu/tool:1"
-TOOL_2 = f"{REGISTRY}/fgpu/tool:2"
 
 
 # ---- allow-lists and aliases ------------------------------------------------------------

@@ -19,8 +19,8 @@ from services.domain.pull_progress import PullThrottle
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus
 from tests.support.cluster import agent_config, running_cluster
-from tests.test_fold import IMAGE, NEED
-from tests.test_images import REGISTRY, TOOL_1, TOOL_2
+from tests.support.fold_log import IMAGE, NEED
+from tests.support.images import REGISTRY, TOOL_1, TOOL_2
 
 S = SessionStatus
 

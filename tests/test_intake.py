@@ -25,6 +25,7 @@ from services.actors.intake import IntakeActor
 from services.domain.intake import Drops, KeyRates
 from services.domain.provenance import Provenance, stamp
 from services.ports import Handed, LogError
+from services.testing.clock import VirtualClock
 from services.testing.memory_intake import MemoryIntake
 from services.testing.memory_log import MemoryLog
 
@@ -32,19 +33,11 @@ pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.at
-
-
 @dataclass
 class Running:
     intake: MemoryIntake
     log: MemoryLog
-    clock: Clock
+    clock: VirtualClock
 
     async def settled(self) -> None:
         """Until every message handed in is let go of (written or counted)."""
@@ -62,7 +55,7 @@ class Running:
 async def running(
     rate: float = 1000, burst: int = 1000, window_s: float = 10
 ) -> AsyncIterator[Running]:
-    intake, log, clock = MemoryIntake(wait_s=0.01), MemoryLog(), Clock()
+    intake, log, clock = MemoryIntake(wait_s=0.01), MemoryLog(), VirtualClock()
     actor = IntakeActor(intake, log, clock, rates=KeyRates(rate, burst), drops=Drops(window_s))
     async with anyio.create_task_group() as tg:
         await tg.start(actor.run)
@@ -158,7 +151,7 @@ async def test_what_may_never_stand_is_refused_and_said() -> None:
 async def test_a_message_handed_again_is_written_once() -> None:
     """A crash between the write and the let-go: the message comes again, and the log's
     dedupe on each event's id keeps one of each."""
-    intake, log, clock = MemoryIntake(wait_s=0.01), MemoryLog(), Clock()
+    intake, log, clock = MemoryIntake(wait_s=0.01), MemoryLog(), VirtualClock()
     c1, c2 = _create("ana", "s1"), _create("ana", "s2")
     await intake.sender("ana").send([c1, c2])
 
@@ -237,7 +230,7 @@ async def test_requests_handed_together_are_written_all_or_none() -> None:
     """``session create --count 3`` while the log has room for one: none of the three is
     stored (not one of them, to run while the user is told it failed); once there is
     room, all three, once each."""
-    intake, log, clock = MemoryIntake(wait_s=0.01), FillsUp(room=1), Clock()
+    intake, log, clock = MemoryIntake(wait_s=0.01), FillsUp(room=1), VirtualClock()
     three = [_create("ana", f"s{n}") for n in range(3)]
     await intake.sender("ana").send(three)
     async with anyio.create_task_group() as tg:

@@ -29,16 +29,12 @@ from services.domain.status import SessionStatus
 from services.domain.validation import invalid_request
 from services.domain.workload import Shape, Workload
 from services.ports import EventLog
+from services.testing.clock import VirtualClock
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
 GIB = 1 << 30
 PER = 100
-
-
-class _Clock:
-    def now(self) -> datetime:
-        return T0
 
 
 class _UnusedLog:
@@ -54,7 +50,7 @@ class Cluster:
         self.seq = 0
         self.n = 0
         self.scheduler = SchedulerActor(
-            cast(EventLog, _UnusedLog()), _Clock(), policy=policy_name, pending_timeout_s=0
+            cast(EventLog, _UnusedLog()), VirtualClock(T0), policy=policy_name, pending_timeout_s=0
         )
 
     def fold(self, subject: str, e: AnyEvent) -> None:

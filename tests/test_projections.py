@@ -26,31 +26,17 @@ from hypothesis import HealthCheck, given, settings
 from structlog.testing import capture_logs
 
 from events import (
-    AgentLost,
     AgentRegistered,
-    AnyEvent,
-    DestroyRejected,
     DevicePlacement,
     GpuInfo,
-    GpuOomRefused,
-    GpuUsageSampled,
     Malformed,
-    PayloadRejected,
-    PolicySet,
     RawBatch,
     Record,
     SessionAdmitted,
-    SessionCancelled,
-    SessionDestroyRequested,
-    SessionErrored,
-    SessionPreparing,
     SessionQueued,
-    SessionRejected,
     SessionRequested,
-    SessionRunning,
     SessionScheduled,
     SessionTerminated,
-    SessionTerminating,
     Slots,
     encode,
     record_of,
@@ -70,159 +56,14 @@ from services.domain.status import ENDED
 from services.ports import EventLog
 from services.testing.memory_log import MemoryLog
 from tests.support.nats_env import Cert, store_raw
-
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-SESSIONS = ["s0", "s1", "s2", "s3", "s4"]
-AGENTS = ["a0", "a1"]
-OWNERS = ["alice", "bob"]
-
-Raw = tuple[str, bytes]  # subject, payload
-
-
-def _id() -> str:
-    return uuid.uuid4().hex
-
-
-def _env(k: int, actor: str, cause: str | None = None) -> dict[str, object]:
-    return {"id": _id(), "at": T0 + timedelta(seconds=k), "actor": actor, "causation_id": cause}
-
-
-@st.composite
-def _message(draw: st.DrawFn, k: int) -> Raw:
-    """One message of a random but meaningful log: ids from small pools, so they meet."""
-    sid = draw(st.sampled_from(SESSIONS))
-    aid = draw(st.sampled_from(AGENTS))
-    owner = draw(st.sampled_from(OWNERS))
-    kind = draw(st.integers(0, 19))
-    e: AnyEvent
-    subject = subj.LEDGER
-    if kind == 0:
-        fgpu = draw(st.sampled_from([0, 25, 50, 100, 150, 250]))
-        e = SessionRequested(
-            **_env(k, owner),
-            session_id=sid,
-            owner=owner,
-            image=draw(st.sampled_from(["img:1", "img:2"])),
-            command=("sleep", "1"),
-            slots=Slots(cpu=500, mem=1 << 30, fgpu=fgpu),
-            priority=draw(st.integers(0, 3)),
-        )
-        wrong = draw(st.booleans()) and draw(st.booleans())
-        subject = subj.request("mallory" if wrong else owner, sid)
-    elif kind == 1:
-        e = SessionAdmitted(**_env(k, "quota"), session_id=sid, owner=owner)
-        subject = subj.quota(owner)
-    elif kind == 2:
-        e = SessionRejected(
-            **_env(k, "quota"), session_id=sid, owner=owner, code="quota", reason="r"
-        )
-        subject = subj.quota(owner)
-    elif kind == 3:
-        e = SessionQueued(**_env(k, "scheduler"), session_id=sid, reason="no room")
-    elif kind == 4:
-        gpu = draw(st.integers(0, 2))
-        e = SessionScheduled(
-            **_env(k, "scheduler"),
-            session_id=sid,
-            owner=owner,
-            agent_id=aid,
-            slots=Slots(cpu=500, mem=1 << 30, fgpu=100),
-            devices=(DevicePlacement(gpu_index=gpu, fgpu=draw(st.sampled_from([50, 100]))),),
-        )
-    elif kind == 5:
-        e = SessionCancelled(**_env(k, "scheduler"), session_id=sid, owner=owner, reason="gone")
-    elif kind == 6:
-        e = SessionTerminating(**_env(k, "scheduler"), session_id=sid, agent_id=aid, reason="rm")
-    elif kind in (7, 8, 9, 10):
-        subject = subj.agent_session(aid, sid)
-        actor = f"agent:{aid}"
-        if kind == 7:
-            e = SessionPreparing(**_env(k, actor), session_id=sid, agent_id=aid)
-        elif kind == 8:
-            e = SessionRunning(**_env(k, actor), session_id=sid, agent_id=aid, container_id="c")
-        elif kind == 9:
-            code = draw(st.sampled_from([0, 1, 137, None]))
-            e = SessionTerminated(
-                **_env(k, actor), session_id=sid, agent_id=aid, exit_code=code, reason="exit"
-            )
-        else:
-            e = SessionErrored(**_env(k, actor), session_id=sid, agent_id=aid, reason="no image")
-    elif kind == 11:
-        e = SessionDestroyRequested(**_env(k, owner), session_id=sid, requester=owner)
-        subject = subj.request(owner, sid)
-    elif kind == 12:
-        e = DestroyRejected(**_env(k, "scheduler"), session_id=sid, requester=owner, reason="no")
-    elif kind == 13:
-        e = PolicySet(
-            **_env(k, "admin"),
-            owner=owner,
-            max_concurrent_sessions=draw(st.one_of(st.none(), st.integers(0, 3))),
-            max_slots=draw(st.one_of(st.none(), st.just(Slots(cpu=1000, mem=1 << 31, fgpu=200)))),
-        )
-        subject = subj.quota(owner)
-    elif kind == 14:
-        gpus = draw(st.integers(1, 2))
-        e = AgentRegistered(
-            **_env(k, f"agent:{aid}"),
-            agent_id=aid,
-            capacity=Slots(cpu=8000, mem=1 << 34, fgpu=200 * gpus),
-            gpus=tuple(
-                GpuInfo(index=i, uuid=f"GPU-{aid}-{i}", model="M", mem=1 << 34, sm_count=80)
-                for i in range(gpus)
-            ),
-            fgpu_per_gpu=200,
-            images=("img:1",),
-        )
-        subject = subj.agent(aid)
-    elif kind == 15:
-        e = AgentLost(**_env(k, "scheduler"), agent_id=aid, reason="silent")
-    elif kind == 16:
-        e = PayloadRejected(**_env(k, "quota"), stream_seq=k, subject=subj.SYS, error="bad")
-        subject = subj.SYS
-    elif kind == 17:
-        e = GpuUsageSampled(
-            **_env(k, f"agent:{aid}"),
-            session_id=sid,
-            agent_id=aid,
-            gpu_index=0,
-            mem_used=k,
-            mem_peak=k + 1,
-            mem_limit=1 << 30,
-            launches=k,
-            throttled_ns=0,
-            oom_refusals=0,
-        )
-        subject = subj.usage(aid, sid)
-    elif kind == 18:
-        e = GpuOomRefused(
-            **_env(k, f"agent:{aid}"),
-            session_id=sid,
-            agent_id=aid,
-            gpu_index=0,
-            pid=7,
-            requested=1 << 31,
-            mem_used=1 << 29,
-            mem_limit=1 << 30,
-        )
-        subject = subj.usage(aid, sid)
-    else:
-        return subj.SYS, draw(st.sampled_from([b"not json", b'{"type": "nope.v1"}', b"[]"]))
-    return subject, encode(e)
-
-
-@st.composite
-def logs(draw: st.DrawFn) -> list[Raw]:
-    n = draw(st.integers(0, 70))
-    out: list[Raw] = [draw(_message(k)) for k in range(n)]
-    # Resends: the same message twice (the fold must treat the copy as a no-op or a dup).
-    for _ in range(draw(st.integers(0, 3))):
-        if out:
-            out.insert(draw(st.integers(0, len(out))), out[draw(st.integers(0, len(out) - 1))])
-    return out
-
-
-def _records(log: list[Raw]) -> list[Record]:
-    return [record_of(i + 1, subject, payload) for i, (subject, payload) in enumerate(log)]
+from tests.support.projection_logs import (
+    OWNERS,
+    T0,
+    Raw,
+    envelope,
+    logs,
+    records_from,
+)
 
 
 def _apply_in_one_go(path: Path, records: list[Record], every: int) -> None:
@@ -278,7 +119,7 @@ def test_batches_restarts_and_redelivery_change_nothing(
     restart_each: int,
 ) -> None:
     tmp = tmp_path_factory.mktemp("p")
-    records = _records(log)
+    records = records_from(log)
     _apply_in_one_go(tmp / "one.duckdb", records, every)
 
     store = ProjectionStore(tmp / "batched.duckdb", snapshot_every=every)
@@ -333,7 +174,7 @@ def test_a_bulk_batch_writes_what_its_records_write(
     (spaces, keys in another order), and after part of it was applied already."""
     tmp = tmp_path_factory.mktemp("bulk")
     stored = [(subject, _respaced(payload)) for subject, payload in log]
-    records = _records(stored)
+    records = records_from(stored)
     _apply_in_one_go(tmp / "one.duckdb", records, every=5)
     store = ProjectionStore(tmp / "bulk.duckdb", snapshot_every=5)
     store.apply(records[:applied])
@@ -386,7 +227,7 @@ def test_a_bulk_batch_decodes_as_its_messages_one_by_one(log: list[Raw], applied
 def test_time_travel_is_the_fold_of_the_prefix(
     tmp_path_factory: pytest.TempPathFactory, log: list[Raw], every: int, data: st.DataObject
 ) -> None:
-    records = _records(log)
+    records = records_from(log)
     path = tmp_path_factory.mktemp("t") / "p.duckdb"
     _apply_in_one_go(path, records, every)
     store = ProjectionStore(path, snapshot_every=every)
@@ -423,7 +264,7 @@ def test_an_event_is_stamped_and_found_by_time(tmp_path: Path) -> None:
     log: list[Raw] = []
     for k, owner in enumerate(OWNERS):
         e = SessionRequested(
-            **_env(k * 10, owner),
+            **envelope(k * 10, owner),
             session_id=f"s{k}",
             owner=owner,
             image="img:1",
@@ -432,7 +273,7 @@ def test_an_event_is_stamped_and_found_by_time(tmp_path: Path) -> None:
         log.append((subj.request(owner, f"s{k}"), encode(e)))
     store = ProjectionStore(tmp_path / "p.duckdb")
     try:
-        store.apply(_records(log))
+        store.apply(records_from(log))
         con = store.cursor()
         assert seq_at(con, T0 - timedelta(seconds=1)) == 0
         assert seq_at(con, T0) == 1
@@ -445,13 +286,13 @@ def test_an_event_is_stamped_and_found_by_time(tmp_path: Path) -> None:
 
 
 def test_a_snapshot_round_trips_and_folds_on_the_same(tmp_path: Path) -> None:
-    records = _records(
+    records = records_from(
         [
             (subj.agent("a0"), encode(_agent("a0"))),
             (subj.request("alice", "s0"), encode(_request("alice", "s0", 1))),
             (
                 subj.quota("alice"),
-                encode(SessionAdmitted(**_env(2, "quota"), session_id="s0", owner="alice")),
+                encode(SessionAdmitted(**envelope(2, "quota"), session_id="s0", owner="alice")),
             ),
         ]
     )
@@ -464,7 +305,7 @@ def test_a_snapshot_round_trips_and_folds_on_the_same(tmp_path: Path) -> None:
 
 def _agent(aid: str) -> AgentRegistered:
     return AgentRegistered(
-        **_env(0, f"agent:{aid}"),
+        **envelope(0, f"agent:{aid}"),
         agent_id=aid,
         capacity=Slots(cpu=8000, mem=1 << 34, fgpu=200),
         gpus=(GpuInfo(index=0, uuid="GPU-0", model="M", mem=1 << 34, sm_count=80),),
@@ -474,7 +315,7 @@ def _agent(aid: str) -> AgentRegistered:
 
 def _request(owner: str, sid: str, k: int) -> SessionRequested:
     return SessionRequested(
-        **_env(k, owner), session_id=sid, owner=owner, image="img:1", slots=Slots(fgpu=100)
+        **envelope(k, owner), session_id=sid, owner=owner, image="img:1", slots=Slots(fgpu=100)
     )
 
 
@@ -485,14 +326,14 @@ def test_a_session_queued_in_a_batch_of_its_own_shows_why_it_waits() -> None:
         (subj.request("alice", "s0"), encode(_request("alice", "s0", 1))),
         (
             subj.quota("alice"),
-            encode(SessionAdmitted(**_env(2, "quota"), session_id="s0", owner="alice")),
+            encode(SessionAdmitted(**envelope(2, "quota"), session_id="s0", owner="alice")),
         ),
         (
             subj.LEDGER,
-            encode(SessionQueued(**_env(3, "scheduler"), session_id="s0", reason="no room")),
+            encode(SessionQueued(**envelope(3, "scheduler"), session_id="s0", reason="no room")),
         ),
     ]
-    records = _records(log)
+    records = records_from(log)
     store = ProjectionStore(":memory:")
     for r in records:  # one record a batch
         store.apply([r])
@@ -513,14 +354,14 @@ def test_every_batch_adds_as_much_to_the_write_ahead_log_as_the_first(tmp_path: 
     store.con.execute("SET checkpoint_threshold = '1GB'")  # no checkpoint resets the log
     wal = tmp_path / "p.duckdb.wal"
     raw: list[Raw] = [(subj.agent("a0"), encode(_agent("a0")))]
-    store.apply(_records(raw))
+    store.apply(records_from(raw))
     grew: list[int] = []
     try:
         for n in range(40):
             sid, k = f"s{n}", 10 * n + 1
-            admitted = SessionAdmitted(**_env(k, "quota"), session_id=sid, owner="alice")
+            admitted = SessionAdmitted(**envelope(k, "quota"), session_id=sid, owner="alice")
             placed = SessionScheduled(
-                **_env(k + 1, "scheduler"),
+                **envelope(k + 1, "scheduler"),
                 session_id=sid,
                 owner="alice",
                 agent_id="a0",
@@ -534,7 +375,7 @@ def test_every_batch_adds_as_much_to_the_write_ahead_log_as_the_first(tmp_path: 
             ]
             if n:
                 ended = SessionTerminated(
-                    **_env(k + 2, "agent:a0"),
+                    **envelope(k + 2, "agent:a0"),
                     session_id=f"s{n - 1}",
                     agent_id="a0",
                     exit_code=0,
@@ -543,7 +384,7 @@ def test_every_batch_adds_as_much_to_the_write_ahead_log_as_the_first(tmp_path: 
                 batch.append((subj.agent_session("a0", f"s{n - 1}"), encode(ended)))
             raw += batch
             before = wal.stat().st_size if wal.exists() else 0
-            store.apply(_records(raw)[-len(batch) :])
+            store.apply(records_from(raw)[-len(batch) :])
             grew.append(wal.stat().st_size - before)
         assert store.con.execute("SELECT count(*) FROM sessions").fetchone() == (40,)
     finally:
@@ -621,7 +462,9 @@ async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
             (subj.request("alice", sid), encode(_request("alice", sid, 2 * n + 1))),
             (
                 subj.quota("alice"),
-                encode(SessionAdmitted(**_env(2 * n + 2, "quota"), session_id=sid, owner="alice")),
+                encode(
+                    SessionAdmitted(**envelope(2 * n + 2, "quota"), session_id=sid, owner="alice")
+                ),
             ),
         ]
     store = _FailingStore(tmp_path / "live.duckdb", snapshot_every=5)
@@ -639,7 +482,7 @@ async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
     assert store.writes > store.fail_at  # it failed, and went on
     assert bool(_fallbacks(logs)) == source.falls_back  # the retry caught up, so
     store.close()
-    _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
+    _apply_in_one_go(tmp_path / "once.duckdb", records_from(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
 
 
@@ -649,7 +492,7 @@ def test_an_audit_row_holds_what_its_event_says(tmp_path: Path) -> None:
     fixture = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
     payloads = [line.encode() for line in fixture.read_text().splitlines() if line]
     payloads.append(b'\xff{"id": "not-an-event", "actor": "x"}')
-    records = _records([(subj.LEDGER, p) for p in payloads])
+    records = records_from([(subj.LEDGER, p) for p in payloads])
     store = ProjectionStore(tmp_path / "p.duckdb")
     try:
         store.apply(records)
@@ -708,7 +551,7 @@ async def test_a_write_that_fails_in_a_catch_up_loses_nothing(
         assert await projector.catch_up() == len(raw) - store.writes_before_failure
     assert len(_fallbacks(logs)) == (2 if source.falls_back else 0)
     store.close()
-    _apply_in_one_go(tmp_path / "once.duckdb", _records(raw), every=5)
+    _apply_in_one_go(tmp_path / "once.duckdb", records_from(raw), every=5)
     assert differences(tmp_path / "live.duckdb", tmp_path / "once.duckdb") == {}
 
 
@@ -719,7 +562,7 @@ def test_batches_added_to_a_transaction_show_when_it_commits(tmp_path: Path) -> 
     raw += [
         (subj.request("alice", f"s{n}"), encode(_request("alice", f"s{n}", n))) for n in range(6)
     ]
-    records = _records(raw)
+    records = records_from(raw)
     store = ProjectionStore(tmp_path / "p.duckdb")
     reader = store.cursor()
 
@@ -827,7 +670,7 @@ def test_letting_ended_sessions_go_folds_to_the_same_live_state(
 ) -> None:
     """An actor lets ended sessions go after each batch (``forget_ended``): what can still
     change is exactly what a fold of everything holds, batch boundaries wherever."""
-    records = _records(log)
+    records = records_from(log)
     whole = fold(records)
     kept = ClusterState()
     start = 0

@@ -5,7 +5,6 @@ id (its ``Nats-Msg-Id``), and the log keeps each event once. The CLI says a refu
 one, and an unknown outcome with the request id to send again."""
 
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
 
 import anyio
 import pytest
@@ -18,16 +17,12 @@ from services.client import Client
 from services.domain.permissions import inbox
 from services.domain.request_ids import RequestIds, request_id_problem
 from services.ports import OutcomeUnknown, RequestsRefused
+from services.testing.clock import VirtualClock
 from services.testing.memory_log import MemoryLog
 from tests.support.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=100, mem=1 << 30, fgpu=25)
-
-
-class _Clock:
-    def now(self) -> datetime:
-        return datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_ids_are_made_from_the_request_id_and_keyed_with_the_secret() -> None:
@@ -45,7 +40,7 @@ def test_ids_are_made_from_the_request_id_and_keyed_with_the_secret() -> None:
 
 async def test_without_tenancy_a_request_sent_again_is_stored_once() -> None:
     log = MemoryLog()
-    client = Client(log, _Clock(), "AKana", secret="s")
+    client = Client(log, VirtualClock(), "AKana", secret="s")
     first = await client.create(image="fgpu/busybox:latest", slots=SMALL, count=3, request_id="r1")
     again = await client.create(image="fgpu/busybox:latest", slots=SMALL, count=3, request_id="r1")
     other = await client.create(image="fgpu/busybox:latest", slots=SMALL, count=3)

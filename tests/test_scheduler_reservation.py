@@ -16,25 +16,12 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.domain.state import ClusterState, evolve
+from services.testing.clock import VirtualClock
+from tests.support.doubles import NoLog
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"
 GIB = 1 << 30
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self._now = now
-
-    def now(self) -> datetime:
-        return self._now
-
-
-class NoLog:
-    """decide() is pure: it must never touch the log."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"decide() used the log: {name}")
 
 
 def _state() -> tuple[ClusterState, list[str]]:
@@ -112,13 +99,13 @@ def _placed(decisions: list[AnyEvent]) -> set[str]:
 
 def test_small_sessions_backfill_while_the_big_one_has_not_waited_long() -> None:
     s, smalls = _state()
-    actor = SchedulerActor(NoLog(), Clock(T0 + timedelta(seconds=400)), reserve_after_s=600)  # type: ignore[arg-type]
+    actor = SchedulerActor(NoLog(), VirtualClock(T0 + timedelta(seconds=400)), reserve_after_s=600)  # type: ignore[arg-type]
     assert _placed(actor.decide(s)) == set(smalls[:2])  # 1 fGPU free: two of 0.5
 
 
 def test_after_the_reservation_delay_nothing_jumps_ahead_of_the_big_one() -> None:
     s, _ = _state()
-    actor = SchedulerActor(NoLog(), Clock(T0 + timedelta(seconds=400)), reserve_after_s=300)  # type: ignore[arg-type]
+    actor = SchedulerActor(NoLog(), VirtualClock(T0 + timedelta(seconds=400)), reserve_after_s=300)  # type: ignore[arg-type]
     decisions = actor.decide(s)
     assert _placed(decisions) == set()
     assert s.sessions["big"].waiting is not None

@@ -7,18 +7,12 @@ import pytest
 
 from events import (
     AdminCommand,
-    CreateDomain,
     CreateKeypair,
-    CreateProject,
     CreateUser,
-    Record,
     RemoveUser,
     RevokeKeypair,
     Role,
 )
-from events import subjects as subj
-from services.actors.bootstrap import system_applied
-from services.adapters.system_clock import SystemClock
 from services.domain.session_access import (
     exec_problem,
     key_refusal,
@@ -26,8 +20,9 @@ from services.domain.session_access import (
     may_not_read,
     may_not_read_kept,
 )
-from services.domain.state import ENDED_STUB, ClusterState, fold
+from services.domain.state import ENDED_STUB, ClusterState
 from services.domain.status import SessionStatus
+from tests.support.access_state import tenancy
 
 
 def _with_session(s: ClusterState, status: SessionStatus = SessionStatus.RUNNING) -> ClusterState:
@@ -35,22 +30,6 @@ def _with_session(s: ClusterState, status: SessionStatus = SessionStatus.RUNNING
         ENDED_STUB, session_id="s1", owner="AKana", status=status, agent_id="a1", domain="lab"
     )
     return s
-
-
-def tenancy(*commands: AdminCommand) -> ClusterState:
-    """The fold of ``commands`` applied on the tenancy ledger: domain lab with project p,
-    ana (a user of it) and her keypair AKana first."""
-    first = [
-        CreateDomain(domain="lab"),
-        CreateProject(domain="lab", project="p"),
-        CreateUser(user="ana", domain="lab", projects=("p",)),
-        CreateKeypair(access_key="AKana", user="ana", secret_hash="scrypt$1$1$1$AA$AA"),
-    ]
-    records = [
-        Record(seq=n, subject=subj.TENANCY, event=system_applied(c, SystemClock()))
-        for n, c in enumerate([*first, *commands], 1)
-    ]
-    return fold(records)
 
 
 def _with_tenancy(*more: AdminCommand) -> ClusterState:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import aiodocker
 import anyio
 import pytest
 
-from events import DevicePlacement, GpuInfo, Slots
+from events import GpuInfo
 from services.adapters.docker_runtime import DockerRuntime
 from services.domain.container_spec import session_spec
-from services.domain.state import SessionView
 from tests.support.docker_env import engine_problem, skip_or_fail
 from tests.support.runtime_contract import DEADLINE_S, TEST_IMAGE
+from tests.support.shim_container import shim_session
 from tests.support.shim_kit import build_shim
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -54,25 +53,6 @@ async def cuda_like_image() -> AsyncIterator[str]:
             yield name
         finally:
             await docker.images.delete(name, force=True)
-
-
-def shim_session(image: str, script: str, *, fgpu: int = 100) -> SessionView:
-    """A running session of ``image`` on device 0 (``fgpu`` quanta of it), running
-    ``script`` with sh."""
-    return SessionView(
-        session_id=f"nvml{uuid.uuid4().hex[:8]}",
-        owner="alice",
-        image=image,
-        command=("sh", "-c", script),
-        slots=Slots(cpu=500, mem=256 << 20, fgpu=fgpu),
-        priority=0,
-        name=None,
-        request_id="r",
-        correlation_id="c",
-        arrival_seq=1,
-        requested_at=datetime(2026, 1, 1, tzinfo=UTC),
-        devices=(DevicePlacement(gpu_index=0, fgpu=fgpu),),
-    )
 
 
 async def test_the_shim_is_first_on_the_images_library_path(

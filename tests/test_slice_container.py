@@ -39,8 +39,8 @@ from services.domain.container_spec import (
 )
 from tests.support.docker_env import engine_problem, skip_or_fail
 from tests.support.runtime_contract import DEADLINE_S, TEST_IMAGE
+from tests.support.shim_container import shim_session
 from tests.support.shim_kit import GIB, build_fake, build_harness, build_shim, build_tamper
-from tests.test_shim_nvml_container import shim_session
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 

@@ -4,7 +4,7 @@ the log and when, the quota actor refusing new sessions while the disk is low, a
 server started again, once, when room is back after it failed to write."""
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import anyio
 import pytest
@@ -17,6 +17,7 @@ from services.domain.log_space import Watermark, refusal
 from services.domain.state import ClusterState
 from services.domain.status import SessionStatus as S
 from services.ports import DiskUsage, ServerUnavailable
+from services.testing.clock import VirtualClock
 from services.testing.memory_log import MemoryLog
 
 pytestmark = pytest.mark.anyio
@@ -45,14 +46,6 @@ def test_the_watermark_is_the_smaller_of_a_share_and_an_amount(
 def test_a_watermark_that_is_none_is_said_so(spec: str) -> None:
     with pytest.raises(ValueError, match="--low-space"):
         Watermark.parse(spec)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class Disk:
@@ -93,13 +86,13 @@ async def _said(log: MemoryLog) -> list[LogHealth]:
     return [r.event async for batch in log.read(0) for r in batch if isinstance(r.event, LogHealth)]
 
 
-def _watch(log: MemoryLog, disk: Disk, server: Server, clock: Clock) -> StoreWatch:
+def _watch(log: MemoryLog, disk: Disk, server: Server, clock: VirtualClock) -> StoreWatch:
     watermark = Watermark.parse("10%")  # 6.4 MiB of 64
     return StoreWatch(log, disk, server, clock, server_name="n1", watermark=watermark)
 
 
 async def test_it_says_the_room_at_its_start_and_each_change_only() -> None:
-    log, disk, server, clock = MemoryLog(), Disk(), Server(), Clock()
+    log, disk, server, clock = MemoryLog(), Disk(), Server(), VirtualClock()
     watch = _watch(log, disk, server, clock)
     await watch.check()
     await watch.check()
@@ -126,7 +119,7 @@ async def test_it_says_the_room_at_its_start_and_each_change_only() -> None:
 
 
 async def test_a_full_disk_is_said_once_the_server_writes_again_after_its_restart() -> None:
-    log, disk, server, clock = MemoryLog(), Disk(), Server(), Clock()
+    log, disk, server, clock = MemoryLog(), Disk(), Server(), VirtualClock()
     watch = _watch(log, disk, server, clock)
     await watch.check()
     disk.room = DiskUsage(free=0, total=64 * MIB)
@@ -151,7 +144,7 @@ async def test_a_full_disk_is_said_once_the_server_writes_again_after_its_restar
 
 
 async def test_a_server_that_exited_is_started_again_and_a_refused_start_tried_later() -> None:
-    log, disk, server, clock = MemoryLog(), Disk(), Server(), Clock()
+    log, disk, server, clock = MemoryLog(), Disk(), Server(), VirtualClock()
     watch = _watch(log, disk, server, clock)
     await watch.check()
     server.up, server.refuse = False, True
@@ -167,7 +160,7 @@ async def test_a_server_that_exited_is_started_again_and_a_refused_start_tried_l
 async def test_the_quota_actor_admits_no_new_session_while_the_disk_is_low() -> None:
     """It decides on the latest record it folded: a request folded with room said after
     it is admitted (the disk has room by then)."""
-    log, disk, server, clock = MemoryLog(), Disk(), Server(), Clock()
+    log, disk, server, clock = MemoryLog(), Disk(), Server(), VirtualClock()
     watch = _watch(log, disk, server, clock)
     client = Client(log, clock, "AKana")
 

@@ -35,7 +35,7 @@ from services.domain.vfolders import MOUNT_ROOT
 from services.ports import ContainerInfo
 from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config
-from tests.test_tenancy import Tenants, tenants
+from tests.support.tenants import Tenants, tenants
 
 pytestmark = pytest.mark.anyio
 IMAGE = "fgpu/busybox:latest"

@@ -18,8 +18,8 @@ from services.client import Client
 from services.domain.state import ClusterState
 from services.testing import MemoryLog
 from tests.support.cluster import agent_config, running_cluster
+from tests.support.tenants import Tenants
 from tests.support.vfolder_env import engine
-from tests.test_tenancy import Tenants
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 AGENTS = ("vfa", "vfb")

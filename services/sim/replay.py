@@ -52,6 +52,7 @@ from services.domain.trace import (
 )
 from services.ports import ContainerRuntime, EventLog
 from services.sim.timed import Arrival, nearest_rank, replay_timed
+from services.testing.clock import VirtualClock
 from services.testing.memory_log import MemoryLog
 
 __all__ = [
@@ -71,11 +72,6 @@ IMAGE = "fgpu/busybox:latest"  # one the dummy runtime has
 OWNER = "replay"  # the access key every session is asked for by
 _GPU_MEM = 16 << 30  # the trace does not say; only the slice inside a container uses it
 _EPOCH = datetime(2023, 7, 10, tzinfo=UTC)  # the replay's time: a fixed clock, no waiting
-
-
-class _FixedClock:
-    def now(self) -> datetime:
-        return _EPOCH
 
 
 def session_id(i: int) -> str:
@@ -149,7 +145,9 @@ def replay(nodes: Sequence[Node], arrived: Sequence[Task], policy: str) -> list[
 
     for c in agent_configs(nodes):
         fold(subj.agent(c.agent_id), registration(c))
-    scheduler = SchedulerActor(MemoryLog(), _FixedClock(), policy=policy, pending_timeout_s=0)
+    scheduler = SchedulerActor(
+        MemoryLog(), VirtualClock(_EPOCH), policy=policy, pending_timeout_s=0
+    )
     out: list[Placement | None] = []
     for i, t in enumerate(arrived):
         request = request_of(i, t)
@@ -182,7 +180,7 @@ async def replay_on_log(
     changes no placement), and each request appended once the one before is decided.
     Raises UnknownPolicy."""
     configs = agent_configs(nodes)
-    clock = _FixedClock()
+    clock = VirtualClock(_EPOCH)
     scheduler = SchedulerActor(events, clock, policy=policy, pending_timeout_s=0)
     out: list[Placement | None] = []
     async with anyio.create_task_group() as tg:

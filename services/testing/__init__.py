@@ -5,6 +5,7 @@ Each passes the same contract tests as the real adapter (``tests/log_contract.py
 the Kicker's is in ``tests/test_gatekeeper.py``).
 """
 
+from services.testing.clock import VirtualClock
 from services.testing.gpu_watch import FakeContainers, FakeGpuWatch
 from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
@@ -20,4 +21,5 @@ __all__ = [
     "MemoryOutput",
     "MemoryServers",
     "MemorySnapshots",
+    "VirtualClock",
 ]
