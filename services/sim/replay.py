@@ -6,7 +6,7 @@ actor decides with the chosen policy and a pending timeout of 0: a session that 
 fit is cancelled at once, as the protocol drops a task that does not fit. Tasks arrive
 one at a time, each decided before the next (``services.domain.trace`` has the protocol).
 
-Two ways to run it, giving the same placements (``tests/test_sim_replay.py``):
+Two ways to run it, giving the same placements (``tests/actors/test_sim_replay.py``):
 
 - ``replay``, the fast one: the log's records folded into one state as the actors fold
   them, and the scheduler's own ``decide`` called on it after each admission; its

@@ -79,7 +79,7 @@ from events import subjects as subj
 from events.slots import AMOUNT_LIMIT
 from events.union import EVENT_TYPES
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 V1 = FIXTURES / "events_v1.jsonl"
 AT = datetime(2024, 5, 17, 12, 30, 15, 250000, tzinfo=UTC)
 ENVELOPE: dict[str, Any] = {

@@ -489,7 +489,7 @@ async def test_a_write_that_fails_while_following_is_retried_and_loses_nothing(
 def test_an_audit_row_holds_what_its_event_says(tmp_path: Path) -> None:
     """DuckDB reads the audit row's columns from the payload: for every event type they are
     the event's own fields, whatever its subject; a payload that is no event has none."""
-    fixture = Path(__file__).parent / "fixtures" / "events_v1.jsonl"
+    fixture = Path(__file__).parents[1] / "fixtures" / "events_v1.jsonl"
     payloads = [line.encode() for line in fixture.read_text().splitlines() if line]
     payloads.append(b'\xff{"id": "not-an-event", "actor": "x"}')
     records = records_from([(subj.LEDGER, p) for p in payloads])

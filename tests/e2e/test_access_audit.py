@@ -1,6 +1,6 @@
 """The access audit: every sign-in and refusal is written or counted, and a flood writes a
 bounded number of events (the limiter's property), through the gatekeeper on a real
-server (the read API's: ``tests/test_api_auth.py``)."""
+server (the read API's: ``tests/api/test_api_auth.py``)."""
 
 from collections import Counter, defaultdict
 from typing import Any

@@ -4,7 +4,7 @@
 child process whose library path finds it (pynvml opens the library by name, once per
 process); ``FakeGpuWatch`` is told the same figures. ``CgroupContainers`` reads cgroup files
 as the kernel writes them (here under a stand-in ``/proc``; against real containers in
-tests/test_gpu_watch_container.py).
+tests/e2e/test_gpu_watch_container.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import typer
 
 from services.cli.main import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)

@@ -3,7 +3,7 @@
 A process can skip the shim (the real driver loaded by path) or lie in the region's
 counters; what the driver counts per process (NVML) it cannot change. Here the driver is
 ``FakeGpuWatch`` (what NVML would list) and the cgroups are ``FakeContainers``; both pass
-the contract of the real adapters (tests/test_gpu_watch_adapters.py). Real actors over the
+the contract of the real adapters (tests/adapters/test_gpu_watch_adapters.py). Real actors over the
 in-memory log and the dummy runtime; the watch is asked to look by the test (its interval
 is an hour), so nothing depends on how fast this machine is.
 """

@@ -44,7 +44,7 @@ from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio
 SERVICES = ("intake", "quota", "scheduler", "agent:a1", "domain-feed")
-EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "reader.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "reader.py"
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)
 
 

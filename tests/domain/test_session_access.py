@@ -1,5 +1,5 @@
 """Who may reach into a running session through its agent (``services.domain.session_access``):
-the rules tests/test_exec.py does not reach through the bus."""
+the rules tests/e2e/test_exec.py does not reach through the bus."""
 
 import dataclasses
 

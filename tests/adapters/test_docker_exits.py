@@ -2,7 +2,8 @@
 
 A fake engine stands in for Docker: containers are records, the stream is a memory
 channel the test feeds, breaks or starves. The real engine's side is checked by the
-runtime contract (``tests/test_runtime_docker.py``) and ``tests/test_agent_density.py``.
+runtime contract (``tests/adapters/test_runtime_docker.py``) and
+``tests/e2e/test_agent_density.py``.
 """
 
 from collections.abc import AsyncIterator, Mapping
