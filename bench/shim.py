@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shim"))
-from shim_kit import CC, SHIM_DIR, build_fake, build_shim
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.shim_kit import CC, SHIM_DIR, build_fake, build_shim
 
 TARGET_LAUNCH_NS = 50
 TARGET_ALLOC_PAIR_NS = 200

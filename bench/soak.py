@@ -1,6 +1,6 @@
 """Soak benchmark: the memory of ``fgpu up`` stays flat while sessions come and go.
 
-Starts ``fgpu up`` as a user runs it (tests/cli_stack.py's: a throwaway store, the read
+Starts ``fgpu up`` as a user runs it (tests/support/cli_stack.py's: a throwaway store, the read
 API, tenancy; ``--runtime dummy``, or ``docker`` on the engine of ``DOCKER_HOST``:
 ``eval "$(scripts/docker-up)"``) with ``--users`` users of its default project. Each user,
 for ``--minutes``, as fast as the stack takes it: asks for ``--batch`` CPU-only sessions
@@ -47,7 +47,7 @@ from services.client import Client
 from services.domain.request_ids import new_request_id
 from services.domain.status import ENDED, SessionStatus
 from services.ports import RequestsRefused
-from tests.cli_stack import Stack, fgpu_up
+from tests.support.cli_stack import Stack, fgpu_up
 
 IMAGE = "fgpu/busybox:latest"
 SLOTS = Slots(cpu=10, mem=1 << 20, fgpu=0)  # 0.01 CPU, 1 MiB: the agent holds hundreds

@@ -1,7 +1,7 @@
 """The DuckDB tables the projector maintains, and their Arrow shapes.
 
 Every table is a pure function of the log up to ``meta.last_seq``: rebuilding from the
-start of the log gives the same rows (``tests/test_projections_rebuild.py``). Times are
+start of the log gives the same rows (``tests/adapters/test_projections_rebuild.py``). Times are
 ``TIMESTAMP`` in UTC; resource amounts are exact integers (milli-cores, bytes, fGPU quanta).
 """
 

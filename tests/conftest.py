@@ -4,10 +4,10 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from nats_env import Cert, make_cert
 
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from tests.support.nats_env import Cert, make_cert
 
 
 @pytest.fixture(scope="session", autouse=True)

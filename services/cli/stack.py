@@ -29,7 +29,7 @@ from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions,
 
 # What the agent, the gatekeeper and the other edge services are wired from is imported by
 # the function that wires each: ``fgpu scheduler`` or ``fgpu quota`` imports none of it
-# (tests/test_cli.py).
+# (tests/cli/test_cli.py).
 if TYPE_CHECKING:
     from services.actors.access_audit import AccessAudit
     from services.actors.agent import AgentConfig

@@ -6,7 +6,7 @@ actor decides with the chosen policy and a pending timeout of 0: a session that 
 fit is cancelled at once, as the protocol drops a task that does not fit. Tasks arrive
 one at a time, each decided before the next (``services.domain.trace`` has the protocol).
 
-Two ways to run it, giving the same placements (``tests/test_sim_replay.py``):
+Two ways to run it, giving the same placements (``tests/actors/test_sim_replay.py``):
 
 - ``replay``, the fast one: the log's records folded into one state as the actors fold
   them, and the scheduler's own ``decide`` called on it after each admission; its
@@ -53,6 +53,7 @@ from services.domain.trace import (
 )
 from services.ports import ContainerRuntime, EventLog
 from services.sim.timed import Arrival, nearest_rank, replay_timed
+from services.testing.clock import VirtualClock
 from services.testing.memory_log import MemoryLog
 
 __all__ = [
@@ -72,11 +73,6 @@ IMAGE = "fgpu/busybox:latest"  # one the dummy runtime has
 OWNER = "replay"  # the access key every session is asked for by
 _GPU_MEM = 16 << 30  # the trace does not say; only the slice inside a container uses it
 _EPOCH = datetime(2023, 7, 10, tzinfo=UTC)  # the replay's time: a fixed clock, no waiting
-
-
-class _FixedClock:
-    def now(self) -> datetime:
-        return _EPOCH
 
 
 def session_id(i: int) -> str:
@@ -150,7 +146,9 @@ def replay(nodes: Sequence[Node], arrived: Sequence[Task], policy: str) -> list[
 
     for c in agent_configs(nodes):
         fold(subj.agent(c.agent_id), registration(c))
-    scheduler = SchedulerActor(MemoryLog(), _FixedClock(), policy=policy, pending_timeout_s=0)
+    scheduler = SchedulerActor(
+        MemoryLog(), VirtualClock(_EPOCH), policy=policy, pending_timeout_s=0
+    )
     out: list[Placement | None] = []
     for i, t in enumerate(arrived):
         request = request_of(i, t)
@@ -183,7 +181,7 @@ async def replay_on_log(
     changes no placement), and each request appended once the one before is decided.
     Raises UnknownPolicy."""
     configs = agent_configs(nodes)
-    clock = _FixedClock()
+    clock = VirtualClock(_EPOCH)
     scheduler = SchedulerActor(events, clock, policy=policy, pending_timeout_s=0)
     out: list[Placement | None] = []
     async with anyio.create_task_group() as tg:

@@ -24,7 +24,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -48,6 +48,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
 from services.domain.status import SessionStatus
+from services.testing.clock import VirtualClock
 from services.testing.memory_log import MemoryLog
 
 __all__ = ["EPOCH", "Arrival", "Held", "Outcome", "Run", "nearest_rank", "replay_timed"]
@@ -163,15 +164,6 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float | None:
     return round(ordered[max(math.ceil(q * len(ordered)) - 1, 0)], 3)
 
 
-class _VirtualClock:
-    def __init__(self, epoch: datetime) -> None:
-        self.epoch = epoch
-        self.t = 0.0
-
-    def now(self) -> datetime:
-        return self.epoch + timedelta(seconds=self.t)
-
-
 class _Replay:
     """One replay's state: the fold, the scheduler deciding on it, what is due when."""
 
@@ -180,7 +172,7 @@ class _Replay:
         agents: Sequence[AgentRegistered],
         arrivals: Sequence[Arrival],
         scheduler: SchedulerActor,
-        clock: _VirtualClock,
+        clock: VirtualClock,
         group: tuple[str, GroupSettings] | None,
         held: Sequence[Held],
     ) -> None:
@@ -229,7 +221,7 @@ class _Replay:
 
     def go(self) -> Run:
         while self.due:
-            t = self.clock.t = self.due[0][0]
+            t = self.clock.elapsed = self.due[0][0]
             while self.due and self.due[0][0] == t:
                 _, kind, i = heapq.heappop(self.due)
                 self.happen(kind, i)
@@ -249,7 +241,7 @@ class _Replay:
             self.fold(subj.ADMISSION, stamp(SessionAdmitted, prov, session_id=sid, owner=r.owner))
             timeout = self.scheduler.settings(self.s, self.s.sessions[sid].group).pending_timeout_s
             if timeout is not None and timeout > 0:
-                heapq.heappush(self.due, (self.clock.t + timeout, _Kind.WAKE, i))
+                heapq.heappush(self.due, (self.clock.elapsed + timeout, _Kind.WAKE, i))
         elif kind is _Kind.WITHDRAW:
             v = self.s.sessions.get(sid)
             if v is not None and v.status is S.PENDING:
@@ -286,8 +278,8 @@ class _Replay:
         i = self.index[d.session_id]
         self.fold(*_started(d, self.clock.now()))
         self.allocated += d.slots.fgpu
-        self.placed_at[i] = self.clock.t
-        end = self.clock.t + self.arrivals[i].duration_s
+        self.placed_at[i] = self.clock.elapsed
+        end = self.clock.elapsed + self.arrivals[i].duration_s
         heapq.heappush(self.due, (end, _Kind.END, i))
 
     def outcome(self, i: int) -> Outcome:
@@ -328,7 +320,7 @@ def replay_timed(
     gave them. ``held``: sessions already placed at time zero (not among the run's
     outcomes; their shares are in its allocation). Session ids must be unique. Raises
     UnknownPolicy."""
-    clock = _VirtualClock(epoch)
+    clock = VirtualClock(epoch)
     # Handed each state to decide on: its log is never appended to.
     scheduler = SchedulerActor(
         MemoryLog(), clock, policy=policy, pending_timeout_s=pending_timeout_s

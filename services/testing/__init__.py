@@ -1,10 +1,13 @@
 """Test doubles of the ports, shipped beside the code they stand in for (as ``trio.testing``).
 
-Each passes the same contract tests as the real adapter (``tests/log_contract.py``,
-``tests/bus_contract.py``, ``tests/snapshot_contract.py``, ``tests/test_gpu_watch_adapters.py``;
-the Kicker's is in ``tests/test_gatekeeper.py``).
+Each passes the same contract tests as the real adapter (``tests/support/log_contract.py``,
+``tests/support/bus_contract.py``, ``tests/support/snapshot_contract.py``,
+``tests/adapters/test_gpu_watch_adapters.py``; the Kicker's is in
+``tests/adapters/test_gatekeeper.py``). ``VirtualClock`` is the Clock port at a time the
+caller sets.
 """
 
+from services.testing.clock import VirtualClock
 from services.testing.gpu_watch import FakeContainers, FakeGpuWatch
 from services.testing.memory_bus import MemoryBus
 from services.testing.memory_log import MemoryLog
@@ -20,4 +23,5 @@ __all__ = [
     "MemoryOutput",
     "MemoryServers",
     "MemorySnapshots",
+    "VirtualClock",
 ]

@@ -1,6 +1,6 @@
 """Stand-ins for the driver's figures of the host's processes and for their cgroups: what a
 test says, as the agent's watch would read it from NVML and ``/proc``. They pass the same
-contract as the real adapters (``tests/test_gpu_watch_adapters.py``)."""
+contract as the real adapters (``tests/adapters/test_gpu_watch_adapters.py``)."""
 
 from services.ports.gpu_watch import GpuProcess, GpuUtilSample, GpuWatchUnavailable
 

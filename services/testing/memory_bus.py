@@ -1,6 +1,6 @@
 """Heartbeats and agent requests in memory: the fake of ``services.ports.bus``.
 
-It passes the contract ``tests/bus_contract.py`` as the NATS adapter does: a beat sent
+It passes the contract ``tests/support/bus_contract.py`` as the NATS adapter does: a beat sent
 while a listener is in its block reaches that listener; a request reaches the one agent
 serving its id and nobody else; with no agent serving, or none answering in time, the
 asker gets AgentUnreachable.

@@ -1,6 +1,6 @@
 """The intake in memory: people's requests waiting (``MemoryIntake``), handed in through
 ``sender(key)``; the fake that the intake's actor tests run on instead of JetStream, and
-that passes the same contract (``tests/intake_contract.py``).
+that passes the same contract (``tests/support/intake_contract.py``).
 
 As the intake stream: at most ``backlog`` waiting per key, more refused at once; a
 message known by the id of one taken before is taken once (the stream's dedupe: for its

@@ -1,7 +1,7 @@
 """An EventLog in memory: the fake that actor tests run on instead of JetStream.
 
 It keeps the promises of ``services.ports.EventLog`` that JetStreamLog keeps, and both pass
-the one contract in ``tests/log_contract.py``:
+the one contract in ``tests/support/log_contract.py``:
 
 - one global sequence from 1; each subject remembers its last sequence;
 - an event id stores once: appending it again returns the first sequence (JetStream forgets

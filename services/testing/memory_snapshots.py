@@ -1,6 +1,6 @@
 """A SnapshotStore in memory: what actor tests start from instead of an object store.
 
-It passes the contract in ``tests/snapshot_contract.py`` as ``JetStreamSnapshots`` does.
+It passes the contract in ``tests/support/snapshot_contract.py`` as ``JetStreamSnapshots`` does.
 ``fail`` makes every call raise LogError, as a store the server cannot reach does;
 ``corrupt`` makes a load raise SnapshotCorrupt with that reason, as a store whose chunks
 were damaged does.

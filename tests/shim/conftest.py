@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from shim_kit import (
+
+from tests.support.shim_kit import (
     Kit,
     NvmlKit,
     build_fake,

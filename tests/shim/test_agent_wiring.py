@@ -13,7 +13,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from shim_kit import GIB, Kit, read_line, running
 
 from events import GpuOomRefused, GpuUsageSampled, Record, Slots
 from services.actors.agent import AgentActor
@@ -24,7 +23,8 @@ from services.adapters.jetstream import JetStreamLog
 from services.adapters.shim_regions import ShimRegions
 from services.adapters.system_clock import SystemClock
 from services.client import Client
-from tests.cluster import agent_config
+from tests.support.cluster import agent_config
+from tests.support.shim_kit import GIB, Kit, read_line, running
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from shim_kit import SHIM_DIR, Kit, build_shim, dynamic_section, exports, probe_outputs
+
+from tests.support.shim_kit import (
+    SHIM_DIR,
+    Kit,
+    build_shim,
+    dynamic_section,
+    exports,
+    probe_outputs,
+)
 
 CUDA_H = Path("/usr/local/cuda/include/cuda.h")
 HOOKS = re.findall(r"^FGPU_HOOK\((cu\w+),", (SHIM_DIR / "src/hooks.def").read_text(), re.M)

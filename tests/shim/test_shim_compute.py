@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from shim_kit import FakeDevice, Kit, read_line, running
 
 from gpu_shim import open_region
+from tests.support.shim_kit import FakeDevice, Kit, read_line, running
 
 KERNEL_NS = 3_000_000
 RUN_S = 3.0

@@ -8,9 +8,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from shim_kit import GIB, MIB, FakeDevice, Kit, read_line, running
 
 from gpu_shim import HappeningKind, create_region, open_region
+from tests.support.shim_kit import GIB, MIB, FakeDevice, Kit, read_line, running
 
 OOM = 2
 

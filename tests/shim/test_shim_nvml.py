@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shim_kit import GIB, MIB, Kit, NvmlKit, read_line, running
+
+from tests.support.shim_kit import GIB, MIB, Kit, NvmlKit, read_line, running
 
 INSUFFICIENT_SIZE = 7
 UNINITIALIZED = 1

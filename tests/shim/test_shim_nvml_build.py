@@ -13,7 +13,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from shim_kit import SHIM_DIR, Kit, build_shim, dynamic_section, exports, probe_outputs
+
+from tests.support.shim_kit import (
+    SHIM_DIR,
+    Kit,
+    build_shim,
+    dynamic_section,
+    exports,
+    probe_outputs,
+)
 
 NVML_H = Path(os.environ.get("FGPU_NVML_INCLUDE", "/usr/local/cuda/include")) / "nvml.h"
 needs_nvml_h = pytest.mark.skipif(

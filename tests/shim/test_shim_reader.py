@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from shim_kit import MIB, Kit
 
 from gpu_shim import (
     HappeningKind,
@@ -21,6 +20,7 @@ from gpu_shim import (
     open_region,
 )
 from services.domain.gpu_slice import SHARE_FULL_PPM
+from tests.support.shim_kit import MIB, Kit
 
 HEADER = Path(__file__).resolve().parents[2] / "gpu_shim" / "src" / "fgpu_region.h"
 

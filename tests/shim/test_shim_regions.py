@@ -8,12 +8,12 @@ import stat
 from pathlib import Path
 
 import pytest
-from shim_kit import GIB, Kit, read_line, running
 from structlog.testing import capture_logs
 
 from gpu_shim import _reader
 from services.adapters.shim_regions import ShimRegions
 from services.domain.container_spec import SLICE_SUFFIX
+from tests.support.shim_kit import GIB, Kit, read_line, running
 
 
 def mode(path: str | Path) -> int:
