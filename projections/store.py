@@ -262,12 +262,32 @@ class ProjectionStore:
         fresh = [r for r in records if r.seq > before]
         if not fresh:
             return None
-        errors: dict[int, str] = {}  # seq -> why the fold refused it
+        errors, snapshots = self._fold(fresh)
+        views = [
+            v for sid in s.changed if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
+        ]
+        tables = self._tables(fresh, raw, errors, views, before)
+        tables["snapshots"] = rows.snapshot_table(snapshots)
+        replaced: frozenset[str] = frozenset()
+        if s.tenancy_changed:
+            tables.update(rows.tenancy_tables(s.tenancy))
+            replaced = WHOLE
+        else:
+            tables.update({name: ROWS[name].empty_table() for name in WHOLE})
+        _compact(s, views)  # their rows are built: ended sessions can go
+        clear_changes(s)
+        return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replaced=replaced)
+
+    def _fold(self, fresh: list[Record]) -> tuple[dict[int, str], list[tuple[int, bytes]]]:
+        """Fold ``fresh`` into the state: why the fold refused each record it refused (by
+        sequence), and the snapshots of the state due meanwhile."""
+        s = self.state
+        errors: dict[int, str] = {}
         snapshots: list[tuple[int, bytes]] = []
         every = self.snapshot_every
         # A snapshot at each multiple of ``every``: the state after the last record at or
         # below it, taken once a record beyond it shows that nothing else is coming.
-        boundary = -(-before // every) * every  # the first multiple at or above last_seq
+        boundary = -(-s.last_seq // every) * every  # the first multiple at or above last_seq
         malformed = s.malformed
         for r in fresh:
             seq = r.seq
@@ -287,6 +307,19 @@ class ProjectionStore:
                 errors[seq] = malformed[seq][1]
             elif taken is not None:
                 errors[seq] = f"session {taken} is taken: a second request for it changes nothing"
+        return errors, snapshots
+
+    def _tables(
+        self,
+        fresh: list[Record],
+        raw: RawBatch | None,
+        errors: dict[int, str],
+        views: list[SessionView],
+        before: int,
+    ) -> dict[str, pa.Table]:
+        """The rows ``fresh``, now folded, adds or replaces: every table but the
+        snapshots' and the tenancy's."""
+        s = self.state
         kinds: list[str | None] = [None] * len(fresh)  # the payload says, but for these
         any_malformed = False
         samples: list[tuple[int, GpuUsageSampled]] = []
@@ -302,14 +335,11 @@ class ProjectionStore:
                 samples.append((r.seq, e))
             elif isinstance(e, PolicySet):
                 policy_owners[e.owner] = None
-        views = [
-            v for sid in s.changed if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
-        ]
         agent_ids = dict(s.changed_agents)
         for v in views:
             if v.agent_id is not None:
                 agent_ids[v.agent_id] = None
-        tables = {
+        return {
             "events": rows.event_table(
                 [r.seq for r in fresh],
                 [r.subject for r in fresh],
@@ -324,22 +354,11 @@ class ProjectionStore:
             "policies": rows.policy_table(
                 s.policies[o] for o in sorted(policy_owners) if o in s.policies
             ),
-            "snapshots": rows.snapshot_table(snapshots),
             "gpu_usage": rows.usage_table(samples),
             "destroys": rows.destroy_table(s.answered),
             "admin_answers": rows.admin_answer_table(s.admin_answered),
+            "agents": rows.agent_table([s.agents[a] for a in sorted(agent_ids) if a in s.agents]),
         }
-        replaced: frozenset[str] = frozenset()
-        if s.tenancy_changed:
-            tables.update(rows.tenancy_tables(s.tenancy))
-            replaced = WHOLE
-        else:
-            tables.update({name: ROWS[name].empty_table() for name in WHOLE})
-        agents = [s.agents[a] for a in sorted(agent_ids) if a in s.agents]
-        tables["agents"] = rows.agent_table(agents)
-        _compact(s, views)  # their rows are built: ended sessions can go
-        clear_changes(s)
-        return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replaced=replaced)
 
     def write(self, batch: "Batch") -> None:
         """Store a prepared batch and its last sequence in one transaction.
