@@ -27,6 +27,7 @@ TIMEOUT_S = 10  # a request's answer; a lost one must not hang the caller
 # publish retries on no responders are (250 ms, ADR-22): an ask is one small message,
 # and an earlier ask's late answer is still taken.
 ASK_AGAIN_S = 0.25
+NOBODY_S = 0.5  # asks nobody took for this long: nobody answers this question
 
 
 def answer(what: str, data: bytes) -> dict[str, Any]:
@@ -79,6 +80,7 @@ async def _asked(client: NatsClient, what: str, subject: str, body: bytes) -> di
 
     sub = await nc.subscribe(inbox, cb=on_answer)
     unavailable: LogError | None = None
+    nobody_since: float | None = None  # the first ask nobody took, of those since an answer
     try:
         ask_at = loop.time()
         while True:
@@ -93,7 +95,13 @@ async def _asked(client: NatsClient, what: str, subject: str, body: bytes) -> di
             except TimeoutError:
                 continue
             if msg.headers and msg.headers.get("Status") == "503":
-                raise NoResponders(f"{what}: nobody answered")
+                # Nobody took it: no JetStream here, or none yet (a server's API can miss
+                # the first ask after its interest was made, seen under load): said only
+                # once asks have gone untaken for NOBODY_S.
+                nobody_since = now if nobody_since is None else nobody_since
+                if now - nobody_since >= NOBODY_S:
+                    raise NoResponders(f"{what}: nobody answered")
+                continue
             got = _body(what, msg.data)
             err = got.get("error") or {}
             if err.get("err_code") == JsErr.CLUSTER_NOT_AVAILABLE:

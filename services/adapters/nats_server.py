@@ -126,18 +126,27 @@ def start(
     process = _spawn(command, log_path, die_with_parent)
     url = f"nats://127.0.0.1:{port}"
     server = NatsServer(url, port, store, process, log_path, command, die_with_parent)
+    _listening(server)
+    return server
+
+
+def _listening(server: NatsServer) -> None:
+    """Wait until ``server`` listens. Raises NatsServerError (its fatal line) if it exits
+    first, or if it does not listen within ``LISTEN_WITHIN_S`` (then it is killed)."""
     deadline = time.monotonic() + LISTEN_WITHIN_S
     while time.monotonic() < deadline:
         exited = server.exited()
         if exited is not None:
             raise exited
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return server
+            with socket.create_connection(("127.0.0.1", server.port), timeout=0.2):
+                return
         except OSError:
             time.sleep(0.05)
-    process.kill()
-    raise NatsServerError(f"nats-server did not listen on port {port} within {LISTEN_WITHIN_S} s")
+    server.process.kill()
+    raise NatsServerError(
+        f"nats-server did not listen on port {server.port} within {LISTEN_WITHIN_S} s"
+    )
 
 
 def _spawn(command: list[str], log_path: str, die_with_parent: bool) -> subprocess.Popen[bytes]:
@@ -176,18 +185,7 @@ def restart(server: NatsServer) -> None:
     store and configuration, and wait until it listens. Raises NatsServerError if the old
     one still runs or the new one does not start."""
     server.respawn()
-    deadline = time.monotonic() + LISTEN_WITHIN_S
-    while time.monotonic() < deadline:
-        exited = server.exited()
-        if exited is not None:
-            raise exited
-        try:
-            with socket.create_connection(("127.0.0.1", server.port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    server.process.kill()
-    raise NatsServerError(f"nats-server did not listen on port {server.port} again")
+    _listening(server)
 
 
 def _die_with_parent() -> None:
