@@ -26,10 +26,10 @@ from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.actors.domain_feed import DomainFeedActor
 from services.actors.reader_consumers import ReaderConsumersActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.provenance import Provenance, stamp
 from services.testing.memory_domains import MemoryDomainFeed, MemoryReaderConsumers
-from services.testing.memory_log import MemoryLog
 
 pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)

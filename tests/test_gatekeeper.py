@@ -26,12 +26,13 @@ from events import (
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.actors.gatekeeper import GatekeeperActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.keys import hash_secret, new_access_key, new_secret
 from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.tenancy import DEFAULT
 from services.ports import Kicker
-from services.testing import MemoryLog, MemoryServers
+from services.testing import MemoryServers
 
 pytestmark = pytest.mark.anyio
 

@@ -26,13 +26,13 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.allocator import never_fits, place
 from services.domain.images import allowed_by, image_refusal, resolve_image
 from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.domain.tenancy import Tenancy, apply, refusal
-from services.testing.memory_log import MemoryLog
 from tests.cluster import GIB
 from tests.test_fold import IMAGE, T0, Log
 

@@ -42,8 +42,10 @@ RULES = (
     Rule("services.actors", (*_INNER, "services.actors")),
     Rule("services.client", (*_INNER, "services.actors")),
     Rule("services.testing", (*_INNER, "services.testing")),
-    # Simulations drive the real actors on the in-memory fakes or a log they are given.
-    Rule("services.sim", (*_INNER, "services.actors", "services.testing", "services.sim")),
+    # Simulations drive the real actors on the in-memory log or a log they are given.
+    Rule(
+        "services.sim", (*_INNER, "services.actors", "services.adapters.memory_log", "services.sim")
+    ),
     Rule(
         "services.adapters",
         (*_INNER, "services.adapters", "gpu_shim"),  # the shim's reader is ours, at the edge

@@ -9,8 +9,8 @@ from log_contract import DEADLINE_S, EventLogContract, PublishRaw, admitted, rea
 
 from events import Record
 from events import subjects as subj
+from services.adapters.memory_log import MemoryLog
 from services.ports import LogError
-from services.testing import MemoryLog
 
 QUOTA_A = subj.quota("alice")
 

@@ -65,11 +65,11 @@ from projections.replay import seq_at, state_at
 from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters import nats_server, raw_reader
 from services.adapters.jetstream import connect
+from services.adapters.memory_log import MemoryLog
 from services.domain.state import ClusterState, fold, forget_ended
 from services.domain.state_codec import decode_state, encode_state
 from services.domain.status import ENDED
 from services.ports import EventLog
-from services.testing.memory_log import MemoryLog
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 SESSIONS = ["s0", "s1", "s2", "s3", "s4"]

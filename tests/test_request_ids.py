@@ -12,13 +12,13 @@ import pytest
 
 from events import AdminRequested, CreateDomain, SessionDestroyRequested, SessionRequested, Slots
 from events import subjects as subj
+from services.adapters.memory_log import MemoryLog
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.permissions import inbox
 from services.domain.request_ids import RequestIds, request_id_problem
 from services.ports import OutcomeUnknown, RequestsRefused
-from services.testing.memory_log import MemoryLog
 from tests.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio

@@ -28,11 +28,11 @@ from events import (
 )
 from services.actors.bootstrap import bootstrap
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.keys import hash_secret, secret_matches
 from services.domain.state import ClusterState
-from services.testing import MemoryLog
 from tests.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio

@@ -20,10 +20,10 @@ import pytest
 from vfolder_env import FOLDER, Api, app_of, engine, tenancy
 
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.vfolder_files import FolderFiles
 from services.api.vfolder_routes import Storage
 from services.domain.container_spec import LABEL_AGENT, ContainerSpec, Mount
-from services.testing import MemoryLog
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 IMAGE = "fgpu/busybox:latest"

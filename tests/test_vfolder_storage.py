@@ -23,12 +23,12 @@ from vfolder_env import FOLDER, HASH, Api, app_of, served, tenancy
 
 from events import CreateKeypair, CreateUser, PurgeVfolders, RemoveVfolder, Role
 from services.actors.vfolder_dirs import make_folder_dir
+from services.adapters.memory_log import MemoryLog
 from services.adapters.vfolder_files import FolderFiles, HelperFailed
 from services.api.vfolder_routes import Storage
 from services.domain.tenancy import apply
 from services.domain.vfolders import STORAGE_UID
 from services.ports import FolderError
-from services.testing import MemoryLog
 
 pytestmark = pytest.mark.anyio
 AS_ROOT = os.geteuid() == 0

@@ -14,10 +14,10 @@ from vfolder_env import engine
 from events import CreateVfolder, ShareVfolder, Slots, VfolderMount
 from services.actors.bootstrap import bootstrap
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.state import ClusterState
-from services.testing import MemoryLog
 from tests.cluster import agent_config, running_cluster
 from tests.test_tenancy import Tenants
 

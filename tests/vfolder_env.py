@@ -28,12 +28,12 @@ from events import (
     VfolderScanned,
 )
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.api.app import create_app
 from services.api.auth import TokenSigner
 from services.api.vfolder_routes import Storage
 from services.domain.keys import hash_secret
 from services.domain.tenancy import Tenancy, apply
-from services.testing import MemoryLog
 
 __all__ = ["FOLDER", "SECRET", "Api", "Source", "app_of", "engine", "served", "tenancy"]
 

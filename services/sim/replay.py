@@ -37,6 +37,7 @@ from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
 from services.domain.allocator import Placement
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState, evolve
@@ -52,7 +53,6 @@ from services.domain.trace import (
 )
 from services.ports import ContainerRuntime, EventLog
 from services.sim.timed import Arrival, nearest_rank, replay_timed
-from services.testing.memory_log import MemoryLog
 
 __all__ = [
     "IMAGE",

@@ -44,10 +44,10 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState, evolve
 from services.domain.status import SessionStatus
-from services.testing.memory_log import MemoryLog
 
 __all__ = ["EPOCH", "Arrival", "Held", "Outcome", "Run", "nearest_rank", "replay_timed"]
 

@@ -1,4 +1,5 @@
 """Test doubles of the ports, shipped beside the code they stand in for (as ``trio.testing``).
+The in-memory log is product code (``services.adapters.memory_log``: the simulator runs on it).
 
 Each passes the same contract tests as the real adapter (``tests/log_contract.py``,
 ``tests/bus_contract.py``, ``tests/snapshot_contract.py``, ``tests/test_gpu_watch_adapters.py``;
@@ -7,7 +8,6 @@ the Kicker's is in ``tests/test_gatekeeper.py``).
 
 from services.testing.gpu_watch import FakeContainers, FakeGpuWatch
 from services.testing.memory_bus import MemoryBus
-from services.testing.memory_log import MemoryLog
 from services.testing.memory_output import MemoryOutput
 from services.testing.memory_servers import MemoryServers
 from services.testing.memory_snapshots import MemorySnapshots
@@ -16,7 +16,6 @@ __all__ = [
     "FakeContainers",
     "FakeGpuWatch",
     "MemoryBus",
-    "MemoryLog",
     "MemoryOutput",
     "MemoryServers",
     "MemorySnapshots",
