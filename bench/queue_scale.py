@@ -61,9 +61,9 @@ from events import (
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.adapters.memory_log import MemoryLog
-from services.cli.daemon_cmd import tune_gc
 from services.domain.provenance import Provenance, stamp
 from services.domain.state import ClusterState, evolve
+from services.runtime_tuning import tune_gc
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

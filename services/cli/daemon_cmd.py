@@ -29,6 +29,7 @@ from services.cli.options import (
 from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE
 from services.domain.log_space import DEFAULT_LOW_SPACE
 from services.ports import LogError
+from services.runtime_tuning import tune_gc
 
 if TYPE_CHECKING:
     import anyio.abc
@@ -180,18 +181,6 @@ async def _until_signalled(tg: "anyio.abc.TaskGroup") -> None:
         async for _ in signals:
             tg.cancel_scope.cancel()
             return
-
-
-def tune_gc() -> None:
-    """For long-running actors: collect the young often, the old almost never.
-
-    An actor's state lives as long as the process; CPython's full collections walk all
-    of it and stall the actor (``bench/schedule.py`` shows the pauses as latency). The
-    state holds no reference cycles, so leaving the old generation alone loses nothing.
-    """
-    import gc
-
-    gc.set_threshold(50_000, 50, 1000)
 
 
 ArchiveOpt = Annotated[
