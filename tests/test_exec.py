@@ -6,6 +6,7 @@ the dummy runtime. Who may ask, what comes back, and the audit on the log.
 ``test_adversarial.py``; the Docker engine's exec is in the runtime contract.)
 """
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
-from services.cli.stack import run_agent
+from services.cli.home import fgpu_home
 from services.client import Client
 from services.domain.keys import hash_secret
 from services.domain.state import ClusterState
@@ -50,6 +51,7 @@ from services.ports import (
     LogsRequest,
     ShellRequest,
 )
+from services.wiring.parts import run_agent
 from tests.cluster import GIB, agent_config, running_cluster
 
 pytestmark = pytest.mark.anyio
@@ -134,7 +136,9 @@ async def lab_session(
                 await conn.log.append(subj.TENANCY, system_applied(command_, CLOCK))
             await stack.enter_async_context(running_cluster(conn.log, []))
             tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(run_agent, conn, runtime, agent_config(agent_id))
+            # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.
+            agent_ = functools.partial(run_agent, output_root=fgpu_home() / "output")
+            await tg.start(agent_, conn, runtime, agent_config(agent_id))
             ana = Client(conn.log, CLOCK, "AKana")
             slots = Slots(cpu=500, mem=GIB, fgpu=50)
             [sid] = await ana.create(image=image, slots=slots, command=command)

@@ -35,6 +35,7 @@ class Rule:
 
 
 _INNER = ("events", "services.domain", "services.ports")
+_WIRING = "services.wiring"
 RULES = (
     Rule("events", ("events",)),
     Rule("services.domain", ("events", "services.domain")),
@@ -57,6 +58,11 @@ RULES = (
         "services.api",
         (*_INNER, "projections", "services.api"),
         frozenset({"duckdb", "fastapi", "starlette", "uvicorn"}),
+    ),
+    # The stack's wiring: the actors on the adapters, and the read API; no entry point.
+    Rule(
+        "services.wiring",
+        (*_INNER, "services.actors", "services.adapters", "projections", "services.api", _WIRING),
     ),
     # Entry points: anything.
     Rule("services.cli", OURS, EDGE),
