@@ -53,10 +53,10 @@ async def test_a_stack_on_its_own_server_starts_every_part(tmp_path: Path) -> No
         own = OwnServer(server, auth, keys, Watermark.parse("1m"), first_admin=admins.append)
         agent = AgentPart(agent_config("s1"), _dummy)
         config = StackConfig(server.url, archive_dir=tmp_path / "archive", own=own, agent=agent)
-        with anyio.fail_after(60):
-            async with anyio.create_task_group() as tg:
-                started = await tg.start(Stack(config).run)
-                tg.cancel_scope.cancel()
+        with anyio.fail_after(60), anyio.CancelScope() as scope:
+            async with Stack(config).running() as started:
+                scope.cancel()  # the parts run until cancelled
+                await anyio.sleep_forever()
     finally:
         server.stop()
     assert started.api is None and started.watch is not None

@@ -8,6 +8,7 @@ import inspect
 import os
 import tempfile
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -472,17 +473,20 @@ async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> 
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(_until_signalled, tg)
-        with port_taken("127.0.0.1", api_port, "--api-port"):
-            started = await tg.start(Stack(config).run)
-        console = out()
-        if started.api is not None:
-            info.api_url = started.api.url
-            info.save()
-            console.print(
-                f"  read API {started.api.api}  (OpenAPI {started.api.openapi})", highlight=False
-            )
-            console.print(f"  console  {started.api.console}", highlight=False)
-        console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
+        async with AsyncExitStack() as running:
+            with port_taken("127.0.0.1", api_port, "--api-port"):
+                started = await running.enter_async_context(Stack(config).running())
+            console = out()
+            if started.api is not None:
+                info.api_url = started.api.url
+                info.save()
+                console.print(
+                    f"  read API {started.api.api}  (OpenAPI {started.api.openapi})",
+                    highlight=False,
+                )
+                console.print(f"  console  {started.api.console}", highlight=False)
+            console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
+            await anyio.sleep_forever()
 
 
 def down(
@@ -559,10 +563,10 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
 
     async def main() -> None:
         config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)
-        async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg, Stack(config).running():
             tg.start_soon(_until_signalled, tg)
-            await tg.start(Stack(config).run)
             out().print(f"agent {cfg.agent_id} ready on {url}")
+            await anyio.sleep_forever()
 
     tune_gc()
     run_async(main)
@@ -606,14 +610,15 @@ def api(
             identities={"api": _me(ctx, "api")},
             api=ApiPart(path, host, port, vfolder_root=root, vfolder_owner=owner),
         )
-        async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg, Stack(config).running() as started:
             tg.start_soon(_until_signalled, tg)
-            served = (await tg.start(Stack(config).run)).api
+            served = started.api
             assert served is not None  # the one part it runs
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
+            await anyio.sleep_forever()
 
     from projections import StoreLocked
     from services.adapters.vfolder_files import HelperFailed

@@ -19,15 +19,15 @@ The order, and why:
 Stopping is the reverse, by cancellation.
 """
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 
 from services.actors.agent import AgentConfig
 from services.actors.bootstrap import FirstAdmin, bootstrap
@@ -161,20 +161,21 @@ class Started:
 
 
 class Stack:
-    """The stack of ``config``, run as a task (``run``) until cancelled."""
+    """The stack of ``config``, running for the block of ``running()``."""
 
     def __init__(self, config: StackConfig) -> None:
         self.config = config
 
-    async def run(self, *, task_status: TaskStatus[Started] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Start every part, in the module's order; started with what it serves. Raises
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Started]:
+        """Every part started, in the module's order, for the block; stopped in the
+        reverse order when the block is cancelled (as a signal ends ``fgpu up``): the
+        parts run until then, so a block that returns waits for them. Raises
         StreamRefused (a stack that owns its server), the runtime's error if its engine
         does not answer, and what a part raises (HelperFailed: the folders' helper; an
-        OSError: the API's port)."""
+        OSError: the API's port). Entered and left in one task, as a task group is."""
         async with AsyncExitStack() as exits:
-            started = await self._start(exits)
-            task_status.started(started)
-            await anyio.sleep_forever()
+            yield await self._start(exits)
 
     async def _start(self, exits: AsyncExitStack) -> Started:
         c = self.config
