@@ -233,12 +233,42 @@ def create(
     or none; sent again with the same --request-id, the same sessions, once."""
     settings = _settings(ctx)
     rid = chosen_request_id(request_id)
+    _check_project(project)
+    shape = _shape(
+        image, (fgpu, cpu, mem), list(ctx.args), name, priority, gpu_model, cpu_only
+    )._replace(group=group, lifetime_s=lifetime, session_type=session_type)
+    mounts = _mounts(mount or [])
+    slots = _checked_request(settings, shape)
+    api = _reachable_api(settings) if wait else None
+    ids = _ask(settings, shape, slots, count, project, mounts, rid)
+    if api is None:
+        _warn_if_nobody_offers(settings, image)
+        _say_asked(ids, as_json)
+    else:
+        _say_settled(api, ids, timeout, as_json)
+
+
+def _check_project(project: str | None) -> None:
+    """Exit 2 unless ``project`` is none or a project's name (without its domain)."""
     if project is not None and not subj.is_token(project):
         fail(
             f"project {project!r}: give the name of a project of your domain, without its "
             "domain (1-64 letters, digits, '-' or '_')"
         )
-    command = list(ctx.args)
+
+
+def _shape(
+    image: str,
+    amounts: tuple[str | None, str, str],
+    command: list[str],
+    name: str | None,
+    priority: int,
+    gpu_model: list[str] | None,
+    cpu_only: bool,
+) -> Shape:
+    """What ``session create`` was asked for; exits 2 if its GPU options disagree (a GPU
+    session names its fGPU, one with none names no fGPU nor model)."""
+    fgpu, cpu, mem = amounts
     if cpu_only and fgpu is not None and fgpu.strip() not in ("0", "0.0", "0.00"):
         fail("--cpu-only asks for no GPU: give no --fgpu")
     if not cpu_only and fgpu is None:
@@ -246,51 +276,55 @@ def create(
     models = tuple(m.strip() for given in gpu_model or () for m in given.split(",") if m.strip())
     if cpu_only and models:
         fail("--cpu-only asks for no GPU: give no --gpu-model")
-    shape = Shape(
-        image,
-        (fgpu or "0", cpu, mem),
-        command,
-        name,
-        priority,
-        models,
-        cpu_only,
-        group,
-        lifetime,
-        session_type,
-    )
-    mounts = _mounts(mount or [])
-    slots = _checked_request(settings, shape)
-    api = _reachable_api(settings) if wait else None
+    return Shape(image, (fgpu or "0", cpu, mem), command, name, priority, models, cpu_only)
+
+
+def _ask(
+    settings: Settings,
+    shape: Shape,
+    slots: "Slots",
+    count: int,
+    project: str | None,
+    mounts: "list[VfolderMount]",
+    rid: str,
+) -> list[str]:
+    """The ids of the ``count`` sessions of ``shape`` asked for as request ``rid``; exits
+    with the outcome's line if the request was refused or its outcome is unknown."""
 
     async def publish() -> list[str]:
         async with user_client(settings) as client:
             return await client.create(
-                image=image,
+                image=shape.image,
                 slots=slots,
-                command=command,
+                command=shape.command,
                 count=count,
-                priority=priority,
-                name=name,
+                priority=shape.priority,
+                name=shape.name,
                 project=project,
-                gpu_models=models,
-                cpu_only=cpu_only,
-                group=group,
-                lifetime_s=lifetime,
-                session_type=_session_type(session_type),
+                gpu_models=shape.gpu_models,
+                cpu_only=shape.cpu_only,
+                group=shape.group,
+                lifetime_s=shape.lifetime_s,
+                session_type=_session_type(shape.session_type),
                 mounts=mounts,
                 request_id=rid,
             )
 
-    ids = sent(settings, publish, f"--request-id {rid}")
-    if not wait:
-        _warn_if_nobody_offers(settings, image)
-        if as_json:
-            print_json({"sessions": ids})
-        else:
-            for i in ids:
-                out().print(i, highlight=False)
-        return
-    assert api is not None
+    return sent(settings, publish, f"--request-id {rid}")
+
+
+def _say_asked(ids: list[str], as_json: bool) -> None:
+    """The sessions asked for, by id."""
+    if as_json:
+        print_json({"sessions": ids})
+    else:
+        for i in ids:
+            out().print(i, highlight=False)
+
+
+def _say_settled(api: "ReadApi", ids: list[str], timeout: float, as_json: bool) -> None:
+    """The sessions ``ids`` once each has settled (RUNNING, PENDING or ended); exits 3 if
+    one has not within ``timeout`` seconds, 1 if one was rejected or failed."""
     with _after_publishing(ids):
         found = wait_for(api, ids, _settled, timeout_s=timeout)
     sessions = [found[i] for i in ids if i in found]
