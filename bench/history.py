@@ -52,7 +52,7 @@ _SCHEDULER_IMPORTS = (
     "import services.cli.main\n"
     "from services.adapters.nats_import import import_nats_client\n"
     "import_nats_client(websockets=False)\n"
-    "import services.cli.stack\n"
+    "import services.wiring.parts\n"
 )
 
 

@@ -60,11 +60,11 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
-from services.cli.daemon_cmd import tune_gc
+from services.adapters.memory_log import MemoryLog
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
-from services.testing.memory_log import MemoryLog
+from services.runtime_tuning import tune_gc
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

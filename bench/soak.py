@@ -41,12 +41,12 @@ from events import Slots
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.cli.api_client import ReadApi
-from services.cli.identities import Identity
 from services.cli.watch import Session, wait_for
 from services.client import Client
 from services.domain.request_ids import new_request_id
 from services.domain.status import ENDED, SessionStatus
 from services.ports import RequestsRefused
+from services.wiring.identity import Identity
 from tests.support.cli_stack import Stack, fgpu_up
 
 IMAGE = "fgpu/busybox:latest"

@@ -48,6 +48,7 @@ class Rule:
 
 
 _INNER = ("events", "services.domain", "services.ports")
+_WIRING = "services.wiring"
 RULES = (
     Rule("events", ("events",)),
     Rule("services.domain", ("events", "services.domain")),
@@ -55,8 +56,18 @@ RULES = (
     Rule("services.actors", (*_INNER, "services.actors")),
     Rule("services.client", (*_INNER, "services.actors")),
     Rule("services.testing", (*_INNER, "services.testing")),
-    # Simulations drive the real actors on the in-memory fakes or a log they are given.
-    Rule("services.sim", (*_INNER, "services.actors", "services.testing", "services.sim")),
+    # Simulations drive the real actors on the in-memory log (or a log they are given),
+    # in a virtual clock's time.
+    Rule(
+        "services.sim",
+        (
+            *_INNER,
+            "services.actors",
+            "services.adapters.memory_log",
+            "services.adapters.virtual_clock",
+            "services.sim",
+        ),
+    ),
     Rule(
         "services.adapters",
         (*_INNER, "services.adapters", "gpu_shim"),  # the shim's reader is ours, at the edge
@@ -68,6 +79,11 @@ RULES = (
         "services.api",
         (*_INNER, "projections", "services.api"),
         frozenset({"duckdb", "fastapi", "starlette", "uvicorn"}),
+    ),
+    # The stack's wiring: the actors on the adapters, and the read API; no entry point.
+    Rule(
+        "services.wiring",
+        (*_INNER, "services.actors", "services.adapters", "projections", "services.api", _WIRING),
     ),
     # Entry points: anything.
     Rule("services.cli", OURS, EDGE),

@@ -28,16 +28,21 @@ from services.cli.options import (
 )
 from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE
 from services.domain.log_space import DEFAULT_LOW_SPACE
-from services.ports import LogError
+from services.runtime_tuning import tune_gc
 
 if TYPE_CHECKING:
     import anyio.abc
 
     from services.actors.agent import AgentConfig
+    from services.actors.bootstrap import FirstAdmin
     from services.adapters.nats_auth import ServerAuth
-    from services.cli.identities import Identity
+    from services.adapters.nats_server import NatsServer
+    from services.adapters.store_lock import StoreLock
+    from services.cli.stack import StackInfo
     from services.domain.log_space import Watermark
-    from services.ports import EventLog, Retention, SliceRegions
+    from services.ports import Retention, SliceRegions
+    from services.wiring.identity import Identity
+    from services.wiring.stack import OwnServer, StackConfig
 
 __all__ = ["AgentOptions", "app", "sim_agents"]
 
@@ -182,18 +187,6 @@ async def _until_signalled(tg: "anyio.abc.TaskGroup") -> None:
             return
 
 
-def tune_gc() -> None:
-    """For long-running actors: collect the young often, the old almost never.
-
-    An actor's state lives as long as the process; CPython's full collections walk all
-    of it and stall the actor (``bench/schedule.py`` shows the pauses as latency). The
-    state holds no reference cycles, so leaving the old generation alone loses nothing.
-    """
-    import gc
-
-    gc.set_threshold(50_000, 50, 1000)
-
-
 ArchiveOpt = Annotated[
     Path | None,
     typer.Option(help="The log's archive directory (default: beside the store of `fgpu up`)."),
@@ -260,7 +253,7 @@ def _watermark(spec: str) -> "Watermark":
 def _url(ctx: typer.Context) -> str:
     """The NATS URL, with nats-py imported for it: without its websocket transport (and
     so without aiohttp, a fifth of a daemon's start) unless the URL is a ws:// one. Call
-    it before importing the stack, which imports nats-py."""
+    it before importing the wiring, which imports nats-py."""
     from services.adapters.nats_import import import_nats_client
 
     settings: Settings = ctx.obj
@@ -311,38 +304,9 @@ def up(
     """Start an embedded NATS server and every actor in this process, until Ctrl-C or
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
     re-adopts the containers still running."""
-    import shutil
-
-    import anyio
-
-    from projections.paths import default_db_path
-    from services.adapters import nats_server
-    from services.adapters.nats_auth import SETUP_USER
-    from services.adapters.store_lock import Process, StoreInUse, stop_orphan
-    from services.cli.agent_setup import container_runtime
-    from services.cli.identities import service_keys
-    from services.cli.preflight import (
-        hold_home,
-        hold_store,
-        port_taken,
-        room_for_the_log,
-        writable,
-    )
-    from services.cli.stack import (
-        StackInfo,
-        connected,
-        run_agent,
-        run_archiver,
-        run_domain_feed,
-        run_gatekeeper,
-        run_intake,
-        run_quota,
-        run_read_api,
-        run_registrar,
-        run_scheduler,
-        run_store_watch,
-        with_archive,
-    )
+    from services.adapters.store_lock import Process
+    from services.cli.preflight import hold_home, hold_store, room_for_the_log, writable
+    from services.cli.stack import StackInfo
 
     watermark = _watermark(low_space)
     if ephemeral and store:
@@ -350,138 +314,186 @@ def up(
     private_process()  # its store, projections and keys hold every tenant's history
     vfolder_owner = _storage_owner(storage_uid)
     home = writable(state_file().parent, home_hint())
-    if ephemeral:
-        store_dir = Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
-    else:
-        store_dir = (Path(store) if store else home / "store").resolve()
-        writable(store_dir, "give --store a directory you may write" if store else home_hint())
+    store_dir = _store_dir(home, store, ephemeral)
     # Nothing of a store or a home another holds is touched (its up.json, its server):
     # the locks come first, and a refused second `fgpu up` says only why.
     lock = hold_store(store_dir)
     home_lock = hold_home(home, store_dir)
     room_for_the_log(store_dir, watermark)
     cfg, regions = agent.setup()
+    _stop_orphan(lock, store_dir)
+    kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
+    auth = _server_auth(store_dir)
+    server = _start_server(store_dir, port, auth)
+    me = Process.me()
+    info = StackInfo(server.url, server.store_dir, cfg.agent_id, me.pid, started=me.started)
+    info.save()
+    history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
+    _say_up(server.url, f"{server.store_dir}: {history}", cfg)
+    own = _own_server(server, auth, watermark, retention_of(retain_events, retain_days))
+    stack = _up_stack(own, cfg, regions, vfolder_owner, None if no_api else api_port)
+    stack = dataclasses.replace(
+        stack,
+        lost_grace_s=lost_grace,
+        snapshot_events=snapshot_events,
+        archive_every_s=archive_every,
+    )
+    stop = functools.partial(_stop_up, server, [home_lock, lock], store_dir if ephemeral else None)
+    _run_up(stack, info, api_port, stop)
+
+
+def _run_up(
+    stack: "StackConfig", info: "StackInfo", api_port: int, stop: Callable[[], None]
+) -> None:
+    """Run ``stack`` until signalled, then ``stop``, whatever happened; exits 1 with the
+    reason if it could not start."""
+    from services.adapters.vfolder_files import HelperFailed
+    from services.wiring.stack import StreamRefused
+
+    try:
+        tune_gc()
+        run_async(functools.partial(_serve_up, stack, info, api_port), passing=(StreamRefused,))
+    except (HelperFailed, StreamRefused) as e:
+        fail(str(e), code=1)
+    finally:
+        stop()
+
+
+def _stop_up(server: "NatsServer", locks: "list[StoreLock | None]", throwaway: Path | None) -> None:
+    """After the actors: the server stopped, the state file removed (ours: the home's
+    lock is held), the locks released in turn, a throwaway store removed."""
+    import shutil
+
+    server.stop()
+    state_file().unlink(missing_ok=True)
+    for held in locks:
+        if held is not None:
+            held.release()
+    if throwaway is not None:
+        shutil.rmtree(throwaway, ignore_errors=True)
+    out().print("fgpu up: stopped")
+
+
+def _store_dir(home: Path, store: str | None, ephemeral: bool) -> Path:
+    """The store ``fgpu up`` keeps its log in: a new throwaway one, ``store``, or the
+    home's; exits 1 if it may not write there."""
+    from services.cli.preflight import writable
+
+    if ephemeral:
+        return Path(tempfile.mkdtemp(prefix="fgpu-nats-"))
+    store_dir = (Path(store) if store else home / "store").resolve()
+    writable(store_dir, "give --store a directory you may write" if store else home_hint())
+    return store_dir
+
+
+def _stop_orphan(lock: "StoreLock", store_dir: Path) -> None:
+    """Stop the nats-server an ``fgpu up`` that died left on ``store_dir``, saying so;
+    exits 1 if a live process serves it."""
+    from services.adapters.store_lock import StoreInUse, stop_orphan
+
     try:
         orphan = stop_orphan(lock)
     except StoreInUse as e:
         fail(str(e), code=1)
     if orphan is not None:
         warn(f"stopped nats-server {orphan}, left running on {store_dir} by an fgpu up that died")
-    kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
-    auth = _server_auth(store_dir)
+
+
+def _start_server(store_dir: Path, port: int | None, auth: "ServerAuth") -> "NatsServer":
+    """nats-server on ``store_dir``, dying with this process; exits 1 with its reason if
+    it does not start."""
+    from services.adapters import nats_server
+
     try:
-        server = nats_server.start(str(store_dir), port, config=auth.config(), die_with_parent=True)
+        return nats_server.start(str(store_dir), port, config=auth.config(), die_with_parent=True)
     except nats_server.PortInUse as e:
         fail(f"{e}: give another --port (none: a free one)", code=1)
     except nats_server.NatsServerError as e:
         fail(str(e), code=1)
-    me = Process.me()
-    info = StackInfo(server.url, server.store_dir, cfg.agent_id, me.pid, started=me.started)
-    info.save()
+
+
+def _say_up(url: str, store: str, cfg: "AgentConfig") -> None:
+    """``fgpu up``'s first lines: its server, its store, its agent, its state file."""
     console = out()
-    history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
-    console.print(
-        f"[bold]fgpu up[/]  NATS {server.url}  (JetStream store {server.store_dir}: {history})"
-    )
+    console.print(f"[bold]fgpu up[/]  NATS {url}  (JetStream store {store})")
     console.print(
         f"  agent {cfg.agent_id}: {len(cfg.gpus)} GPU(s)"
         f"{' (mock)' if cfg.mock_gpus else ''}, 1 GPU = "
         f"{cfg.fgpu_per_gpu / 100:g} fGPU, runtime {cfg.runtime_name}"
     )
     console.print(f"  state file {state_file()}  (other fgpu commands find NATS and the API there)")
-    kinds = ["intake", "quota", "scheduler", "registrar", "api", "archiver", "domain-feed"]
-    kinds.append(f"agent:{cfg.agent_id}")
-    retention = retention_of(retain_events, retain_days)
-    archive_dir = Path(server.store_dir) / "archive"  # the archive lives with its log
 
-    async def main() -> None:
-        async with AsyncExitStack() as stack:
-            # No engine: one line before anything has connected (the server stops).
-            rt = await stack.enter_async_context(container_runtime(cfg.runtime_name))
-            # The embedded case is its own administrator: it sets the stream up, gives a
-            # new cluster its superadmin, and keypairs to the services it runs.
-            setup = await stack.enter_async_context(
-                connected(server.url, "fgpu-up-setup", _static(SETUP_USER, auth.setup_password))
-            )
-            try:
-                await setup.log.create_or_update_stream(retention=retention)
-            except LogError as e:
-                fail(str(e), code=1)
-            await _first_admin(setup.log)
-            keys = await service_keys(setup.log, store_dir, kinds)
-            # The gatekeeper first (everything else connects through it), in a task group
-            # that outlives the services' connections; the actors in one they outlive.
-            outer = await stack.enter_async_context(anyio.create_task_group())
-            outer.start_soon(_until_signalled, outer)
-            await outer.start(run_gatekeeper, server.url, auth, server.log_path)
-            conns = {
-                kind: await stack.enter_async_context(
-                    connected(server.url, f"fgpu-{kind.replace(':', '-')}", keys[kind])
-                )
-                for kind in kinds
-            }
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            # The room on the store's disk, and the server started again once it can
-            # write again (the archiver's key: the log's keeper).
-            watch = await tg.start(run_store_watch, conns["archiver"], server, watermark)
-            # The actors' reads cover the archive too: one that has no snapshot to start
-            # from replays the whole history here.
-            logs = {k: await with_archive(c.log, archive_dir) for k, c in conns.items()}
-            await tg.start(run_intake, conns["intake"])
-            await tg.start(run_domain_feed, conns["domain-feed"])
-            registrar = functools.partial(
-                run_registrar, snapshots=conns["registrar"].snapshots("scheduler")
-            )
-            await tg.start(registrar, logs["registrar"])
-            quota = functools.partial(
-                run_quota,
-                snapshots=conns["quota"].snapshots("quota"),
-                snapshot_events=snapshot_events,
-            )
-            await tg.start(quota, logs["quota"])
-            schedule = functools.partial(
-                run_scheduler,
-                lost_grace_s=lost_grace,
-                snapshots=conns["scheduler"].snapshots("scheduler"),
-                snapshot_events=snapshot_events,
-            )
-            await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
-            await tg.start(run_archiver, conns["archiver"], archive_dir, archive_every)
-            await tg.start(run_agent, conns[kinds[-1]], rt, cfg, regions)
-            if not no_api:
-                # The projections live with the log they project: a new store, a new file.
-                db = default_db_path(Path(server.store_dir))
-                serve = functools.partial(
-                    run_read_api,
-                    vfolder_root=cfg.vfolder_root,
-                    vfolder_owner=vfolder_owner,
-                    watch=watch,
-                    snapshots=conns["archiver"],
-                )
-                with port_taken("127.0.0.1", api_port, "--api-port"):
-                    api = await tg.start(serve, logs["api"], db, "127.0.0.1", api_port)
-                info.api_url = api.url
+
+def _own_server(
+    server: "NatsServer", auth: "ServerAuth", watermark: "Watermark", retention: "Retention | None"
+) -> "OwnServer":
+    """``server`` as ``fgpu up`` administers it: the services' keypairs kept in its store,
+    a new cluster's superadmin's as this host's CLI's credentials."""
+    from services.cli.identities import service_keys
+    from services.wiring.stack import OwnServer
+
+    store = Path(server.store_dir)
+    return OwnServer(
+        server,
+        auth,
+        service_keys=lambda log, kinds: service_keys(log, store, kinds),
+        watermark=watermark,
+        retention=retention,
+        first_admin=_keep_first_admin,
+    )
+
+
+def _up_stack(
+    own: "OwnServer",
+    cfg: "AgentConfig",
+    regions: "SliceRegions | None",
+    vfolder_owner: tuple[int, int] | None,
+    api_port: int | None,
+) -> "StackConfig":
+    """The whole stack on ``own``'s server, its read API on ``api_port`` (None: none)."""
+    from projections.paths import default_db_path
+    from services.cli.agent_setup import container_runtime
+    from services.wiring.stack import AgentPart, ApiPart, StackConfig
+
+    store = Path(own.server.store_dir)
+    api = None
+    if api_port is not None:
+        # The projections live with the log they project: a new store, a new file.
+        db = default_db_path(store)
+        api = ApiPart(db, "127.0.0.1", api_port, cfg.vfolder_root, vfolder_owner)
+    runtime = functools.partial(container_runtime, cfg.runtime_name)
+    return StackConfig(
+        own.server.url,
+        archive_dir=store / "archive",  # the archive lives with its log
+        own=own,
+        agent=AgentPart(cfg, runtime, regions, output_root=state_file().parent / "output"),
+        api=api,
+    )
+
+
+async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> None:
+    """The stack of ``config`` until signalled; its read API said in ``info`` too."""
+    import anyio
+
+    from services.cli.preflight import port_taken
+    from services.wiring.stack import Stack
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_until_signalled, tg)
+        async with AsyncExitStack() as running:
+            with port_taken("127.0.0.1", api_port, "--api-port"):
+                started = await running.enter_async_context(Stack(config).running())
+            console = out()
+            if started.api is not None:
+                info.api_url = started.api.url
                 info.save()
-                console.print(f"  read API {api.api}  (OpenAPI {api.openapi})", highlight=False)
-                console.print(f"  console  {api.console}", highlight=False)
+                console.print(
+                    f"  read API {started.api.api}  (OpenAPI {started.api.openapi})",
+                    highlight=False,
+                )
+                console.print(f"  console  {started.api.console}", highlight=False)
             console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
-
-    from services.adapters.vfolder_files import HelperFailed
-
-    try:
-        tune_gc()
-        run_async(main)
-    except HelperFailed as e:
-        fail(str(e), code=1)
-    finally:
-        server.stop()
-        state_file().unlink(missing_ok=True)  # ours: the home's lock is held
-        if home_lock is not None:
-            home_lock.release()
-        lock.release()
-        if ephemeral:
-            shutil.rmtree(store_dir, ignore_errors=True)
-        console.print("fgpu up: stopped")
+            await anyio.sleep_forever()
 
 
 def down(
@@ -531,24 +543,13 @@ def _server_auth(store: Path) -> "ServerAuth":
         return auth
 
 
-def _static(user: str, password: str) -> "Identity":
-    """A static user of the server's configuration, as an identity."""
-    from services.cli.identities import Identity
-
-    return Identity(user, password)
-
-
-async def _first_admin(log: "EventLog") -> None:
-    """A superadmin for a cluster that has no tenancy yet, its keypair stored as the one
-    this host's CLI speaks as (the secret shown nowhere else)."""
-    from services.actors.bootstrap import bootstrap
-    from services.adapters.system_clock import SystemClock
+def _keep_first_admin(first: "FirstAdmin") -> None:
+    """A new cluster's superadmin's keypair stored as the one this host's CLI speaks as
+    (the secret shown nowhere else)."""
     from services.cli.credentials import Credentials, save
 
-    first = await bootstrap(log, SystemClock())
-    if first is not None:
-        path = save(Credentials(first.access_key, first.secret))
-        out().print(f"  superadmin {first.user}: keypair {first.access_key} stored in {path}")
+    path = save(Credentials(first.access_key, first.secret))
+    out().print(f"  superadmin {first.user}: keypair {first.access_key} stored in {path}")
 
 
 @_with_agent_options
@@ -560,21 +561,20 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     from services.cli.preflight import writable
 
     url = _url(ctx)
-    from services.cli.stack import connected, run_agent
+    from services.wiring.stack import AgentPart, Stack, StackConfig
 
     private_process()  # its state (sessions' kept output, regions) is its user's alone
     writable(state_file().parent, home_hint())  # where it keeps sessions' output
     cfg, regions = agent.setup()
+    runtime = functools.partial(container_runtime, cfg.runtime_name)
+    part = AgentPart(cfg, runtime, regions, output_root=state_file().parent / "output")
 
     async def main() -> None:
-        async with (
-            container_runtime(cfg.runtime_name) as rt,
-            connected(url, f"fgpu-agent-{cfg.agent_id}", _me(ctx, f"agent:{cfg.agent_id}")) as conn,
-            anyio.create_task_group() as tg,
-        ):
+        config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)
+        async with anyio.create_task_group() as tg, Stack(config).running():
             tg.start_soon(_until_signalled, tg)
-            await tg.start(run_agent, conn, rt, cfg, regions)
             out().print(f"agent {cfg.agent_id} ready on {url}")
+            await anyio.sleep_forever()
 
     tune_gc()
     run_async(main)
@@ -604,7 +604,7 @@ def api(
     from services.cli.preflight import writable
 
     url = _url(ctx)
-    from services.cli.stack import connected, run_read_api, with_archive
+    from services.wiring.stack import ApiPart, Stack, StackConfig
 
     private_process()  # the projections hold every tenant's history
     path = db or default_db_path(state_file().parent)
@@ -613,16 +613,21 @@ def api(
     owner = _storage_owner(storage_uid)
 
     async def main() -> None:
-        me = _me(ctx, "api")
-        async with connected(url, "fgpu-api", me) as conn, anyio.create_task_group() as tg:
+        config = StackConfig(
+            url,
+            archive_dir=archive or default_archive_dir(),
+            identities={"api": _me(ctx, "api")},
+            api=ApiPart(path, host, port, vfolder_root=root, vfolder_owner=owner),
+        )
+        async with anyio.create_task_group() as tg, Stack(config).running() as started:
             tg.start_soon(_until_signalled, tg)
-            reader = await with_archive(conn.log, archive or default_archive_dir())
-            serve = functools.partial(run_read_api, vfolder_root=root, vfolder_owner=owner)
-            served = await tg.start(serve, reader, path, host, port)
+            served = started.api
+            assert served is not None  # the one part it runs
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
+            await anyio.sleep_forever()
 
     from projections import StoreLocked
     from services.adapters.vfolder_files import HelperFailed
@@ -682,7 +687,7 @@ def sim_agents(
     from services.domain.resources import InvalidAmount, parse_fgpu, parse_mem
 
     url = _url(ctx)
-    from services.cli.stack import connected, run_agent_host
+    from services.wiring.parts import connected, run_agent_host
 
     durable = _durable("agent-host", durable)
     try:
@@ -753,8 +758,8 @@ def domain_feed(ctx: typer.Context) -> None:
     """Run the domain feed against --nats URL (as a domain-feed service keypair): it
     writes each domain's records of the log where the domain's reader keypairs read them.
     One at a time (a second writes the same records again, kept once)."""
-    _url(ctx)  # nats-py imported for the URL before the stack imports it
-    from services.cli.stack import run_domain_feed
+    _url(ctx)  # nats-py imported for the URL before the wiring imports it
+    from services.wiring.parts import run_domain_feed
 
     _service(ctx, "domain-feed", run_domain_feed)
 
@@ -770,8 +775,8 @@ def intake(
 ) -> None:
     """Run the intake against --nats URL (as an intake service keypair): it writes people's
     requests on the log, each key at its rate, and counts what it drops."""
-    _url(ctx)  # nats-py imported for the URL before the stack imports it
-    from services.cli.stack import run_intake
+    _url(ctx)  # nats-py imported for the URL before the wiring imports it
+    from services.wiring.parts import run_intake
 
     _service(ctx, "intake", functools.partial(run_intake, rate=rate, burst=burst))
 
@@ -783,7 +788,7 @@ def _service(
     import anyio
 
     url = _url(ctx)
-    from services.cli.stack import connected
+    from services.wiring.parts import connected
 
     async def main() -> None:
         async with (
@@ -819,7 +824,7 @@ def gatekeeper(
     from services.adapters.nats_auth import ServerAuth
 
     url = _url(ctx)
-    from services.cli.stack import run_gatekeeper
+    from services.wiring.parts import run_gatekeeper
 
     try:
         auth = ServerAuth.load(secrets_dir)
@@ -852,7 +857,7 @@ def _single(
     import anyio
 
     url = _url(ctx)
-    from services.cli.stack import connected, run_quota, run_registrar, run_scheduler
+    from services.wiring.parts import connected, run_quota, run_registrar, run_scheduler
 
     async def main() -> None:
         async with (

@@ -1,9 +1,5 @@
-"""Who each connection of a process speaks as, on a server with authentication on.
-
-A person or a part of the cluster connects with its access key as user and its secret
-as password, and receives its replies in an inbox of its own (``_INBOX.<key>``): the only
-one its permissions let it read. Without a secret a connection is anonymous, which only
-an open server (the tests', a cluster without tenancy) lets in.
+"""The service keypairs this host keeps (each connection speaks as an
+``services.wiring.identity.Identity``).
 
 ``fgpu up`` is its own administrator: it writes its server's secrets, and keypairs for
 the services it runs, into its store directory (readable by its owner only), so that the
@@ -11,34 +7,16 @@ same store started again speaks as the same services.
 """
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.cli.home import write_private
-from services.domain.access.permissions import inbox
+from services.wiring.identity import Identity
 
 if TYPE_CHECKING:
-    from services.adapters.nats_client import ConnectOptions
     from services.ports import EventLog
 
-__all__ = ["Identity", "kept_service_key", "service_keys"]
-
-
-@dataclass(frozen=True)
-class Identity:
-    access_key: str
-    secret: str | None = None
-
-    def options(self) -> "ConnectOptions":
-        """nats-py's options to connect as this identity (none: anonymously)."""
-        if self.secret is None:
-            return {}
-        return {
-            "user": self.access_key,
-            "password": self.secret,
-            "inbox_prefix": inbox(self.access_key),
-        }
+__all__ = ["kept_service_key", "service_keys"]
 
 
 async def service_keys(log: "EventLog", store: Path, kinds: list[str]) -> dict[str, Identity]:

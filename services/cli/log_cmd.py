@@ -207,7 +207,7 @@ def archive_run(
     from projections.archive import Archive
     from services.actors.archiver import Archiver
     from services.adapters.system_clock import SystemClock
-    from services.cli.stack import connected, run_archiver
+    from services.wiring.parts import connected, run_archiver
 
     settings: Settings = ctx.obj
     root = archive or default_archive_dir()

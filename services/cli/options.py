@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from services.adapters.nats_connection import NatsConnection
-    from services.cli.identities import Identity
     from services.client import Client
+    from services.wiring.identity import Identity
 
 __all__ = [
     "HostProblem",
@@ -96,7 +96,8 @@ class Settings:
         """Who this process speaks as on the bus: the keypair of ``service`` (``quota``,
         ``agent:<id>``, ...) where service keys are given, else the user's (anonymous
         without a secret). Exits 2 if the service has no keypair there."""
-        from services.cli.identities import Identity, kept_service_key
+        from services.cli.identities import kept_service_key
+        from services.wiring.identity import Identity
 
         path = self.service_keys or os.environ.get("FGPU_SERVICE_KEYS")
         if service is not None and path:

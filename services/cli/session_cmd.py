@@ -192,62 +192,77 @@ def _warn_if_nobody_offers(settings: Settings, image: str) -> None:
         )
 
 
+_ImageOpt = Annotated[str, typer.Option(help="Container image, e.g. fgpu/busybox:latest.")]
+_FgpuOpt = Annotated[
+    str | None,
+    typer.Option(help="fGPU to hold, in steps of 0.01 (e.g. 0.5, 2.5); none with --cpu-only."),
+]
+_CpuOpt = Annotated[str, typer.Option(help="CPU cores (1, 0.5, 250m).")]
+_CountOpt = Annotated[int, typer.Option(min=1, max=1000, help="How many sessions.")]
+_PriorityOpt = Annotated[int, typer.Option(min=0, max=100, help="Higher goes first.")]
+_NameOpt = Annotated[str | None, typer.Option(help="A name to show (1-128 characters).")]
+_ProjectOpt = Annotated[
+    str | None,
+    typer.Option(help="A project of yours, by name (default: your default project)."),
+]
+_GpuModelOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Run only on GPUs of this model (as `fgpu agents ls` shows them); again, "
+        "or comma-separated, for any of several."
+    ),
+]
+_CpuOnlyOpt = Annotated[
+    bool, typer.Option("--cpu-only", help="No GPU at all (then give no --fgpu).")
+]
+_GroupOpt = Annotated[
+    str | None,
+    typer.Option(help="The resource group to run in (`fgpu admin group ls`). [default: default]"),
+]
+_LifetimeOpt = Annotated[
+    int | None,
+    typer.Option(min=1, help="Seconds it may run at most. [default: its group's]"),
+]
+_SessionTypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--type",
+        help="batch (ends with its command) or interactive (kept alive; idle timeout). "
+        "[default: batch with a command, else interactive]",
+    ),
+]
+_MountOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A virtual folder of yours (or shared with you), by name, at "
+        "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
+    ),
+]
+_WaitOpt = Annotated[
+    bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
+]
+_TimeoutOpt = Annotated[float, typer.Option(help="Seconds --wait waits at most.")]
+
+
 @app.command("create", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def create(
     ctx: typer.Context,
-    image: Annotated[str, typer.Option(help="Container image, e.g. fgpu/busybox:latest.")],
-    fgpu: Annotated[
-        str | None,
-        typer.Option(help="fGPU to hold, in steps of 0.01 (e.g. 0.5, 2.5); none with --cpu-only."),
-    ] = None,
-    cpu: Annotated[str, typer.Option(help="CPU cores (1, 0.5, 250m).")] = "1",
+    image: _ImageOpt,
+    fgpu: _FgpuOpt = None,
+    cpu: _CpuOpt = "1",
     mem: Annotated[str, typer.Option(help="Memory (512m, 1g).")] = "1g",
-    count: Annotated[int, typer.Option(min=1, max=1000, help="How many sessions.")] = 1,
-    priority: Annotated[int, typer.Option(min=0, max=100, help="Higher goes first.")] = 0,
-    name: Annotated[str | None, typer.Option(help="A name to show (1-128 characters).")] = None,
-    project: Annotated[
-        str | None,
-        typer.Option(help="A project of yours, by name (default: your default project)."),
-    ] = None,
-    gpu_model: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Run only on GPUs of this model (as `fgpu agents ls` shows them); again, "
-            "or comma-separated, for any of several."
-        ),
-    ] = None,
-    cpu_only: Annotated[
-        bool, typer.Option("--cpu-only", help="No GPU at all (then give no --fgpu).")
-    ] = False,
-    group: Annotated[
-        str | None,
-        typer.Option(
-            help="The resource group to run in (`fgpu admin group ls`). [default: default]"
-        ),
-    ] = None,
-    lifetime: Annotated[
-        int | None,
-        typer.Option(min=1, help="Seconds it may run at most. [default: its group's]"),
-    ] = None,
-    session_type: Annotated[
-        str | None,
-        typer.Option(
-            "--type",
-            help="batch (ends with its command) or interactive (kept alive; idle timeout). "
-            "[default: batch with a command, else interactive]",
-        ),
-    ] = None,
-    mount: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A virtual folder of yours (or shared with you), by name, at "
-            "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
-        ),
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
-    ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 120.0,
+    count: _CountOpt = 1,
+    priority: _PriorityOpt = 0,
+    name: _NameOpt = None,
+    project: _ProjectOpt = None,
+    gpu_model: _GpuModelOpt = None,
+    cpu_only: _CpuOnlyOpt = False,
+    group: _GroupOpt = None,
+    lifetime: _LifetimeOpt = None,
+    session_type: _SessionTypeOpt = None,
+    mount: _MountOpt = None,
+    wait: _WaitOpt = False,
+    timeout: _TimeoutOpt = 120.0,
     request_id: RequestIdOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -260,18 +275,12 @@ def create(
             f"project {project!r}: give the name of a project of your domain, without its "
             "domain (1-64 letters, digits, '-' or '_')"
         )
-    command = list(ctx.args)
-    if cpu_only and fgpu is not None and not _asks_for_no_gpu(fgpu):
-        fail("--cpu-only asks for no GPU: give no --fgpu")
-    if not cpu_only and fgpu is None:
-        fail("give --fgpu (the fGPU to hold), or --cpu-only for a session with no GPU")
     models = tuple(m.strip() for given in gpu_model or () for m in given.split(",") if m.strip())
-    if cpu_only and models:
-        fail("--cpu-only asks for no GPU: give no --gpu-model")
+    _check_gpu_options(fgpu, models, cpu_only)
     shape = Shape(
         image,
         (fgpu or "0", cpu, mem),
-        command,
+        list(ctx.args),
         name,
         priority,
         models,
@@ -291,15 +300,37 @@ def create(
             return await client.send_requests(drafts)
 
     ids = sent(settings, publish, f"--request-id {rid}")
-    if not wait:
-        _warn_if_nobody_offers(settings, image)
-        if as_json:
-            print_json({"sessions": ids})
-        else:
-            for i in ids:
-                out().print(i, highlight=False)
-        return
-    assert api is not None
+    if api is None:
+        _say_asked(settings, image, ids, as_json)
+    else:
+        _say_settled(api, ids, timeout, as_json)
+
+
+def _check_gpu_options(fgpu: str | None, models: tuple[str, ...], cpu_only: bool) -> None:
+    """Exit 2 if the GPU options disagree: a GPU session names its fGPU, one with none
+    names no fGPU (but zero) nor model."""
+    if cpu_only and fgpu is not None and not _asks_for_no_gpu(fgpu):
+        fail("--cpu-only asks for no GPU: give no --fgpu")
+    if not cpu_only and fgpu is None:
+        fail("give --fgpu (the fGPU to hold), or --cpu-only for a session with no GPU")
+    if cpu_only and models:
+        fail("--cpu-only asks for no GPU: give no --gpu-model")
+
+
+def _say_asked(settings: Settings, image: str, ids: list[str], as_json: bool) -> None:
+    """The sessions just asked for, not waited for (and a warning if no agent offers
+    ``image``)."""
+    _warn_if_nobody_offers(settings, image)
+    if as_json:
+        print_json({"sessions": ids})
+    else:
+        for i in ids:
+            out().print(i, highlight=False)
+
+
+def _say_settled(api: "ReadApi", ids: list[str], timeout: float, as_json: bool) -> None:
+    """Wait until each of ``ids`` is RUNNING, queued or ended, and say them; exit 3 if
+    some did not settle in ``timeout`` s, 1 if some were rejected or failed."""
     with _after_publishing(ids):
         found = wait_for(api, ids, _settled, timeout_s=timeout)
     sessions = [found[i] for i in ids if i in found]

@@ -520,8 +520,9 @@ def init(
     from services.actors.bootstrap import FirstAdmin, bootstrap
     from services.adapters.nats_auth import SETUP_USER, ServerAuth
     from services.adapters.system_clock import SystemClock
-    from services.cli.identities import Identity, service_keys
-    from services.cli.stack import connected
+    from services.cli.identities import service_keys
+    from services.wiring.identity import Identity
+    from services.wiring.parts import connected
 
     settings = _settings(ctx)
     me = settings.identity()

@@ -37,6 +37,8 @@ from services.actors.agent import AgentActor, AgentConfig
 from services.actors.agent_host import AgentHost
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
@@ -53,8 +55,6 @@ from services.domain.trace import (
 )
 from services.ports import ContainerRuntime, EventLog
 from services.sim.timed import Arrival, nearest_rank, replay_timed
-from services.testing.clock import VirtualClock
-from services.testing.memory_log import MemoryLog
 
 __all__ = [
     "IMAGE",

@@ -44,12 +44,12 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
 from services.domain.provenance import Provenance, stamp
 from services.domain.status import SessionStatus
-from services.testing.clock import VirtualClock
-from services.testing.memory_log import MemoryLog
 
 __all__ = ["EPOCH", "Arrival", "Held", "Outcome", "Run", "nearest_rank", "replay_timed"]
 

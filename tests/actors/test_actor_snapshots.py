@@ -25,6 +25,7 @@ from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
 from services.adapters.jetstream_snapshots import JetStreamSnapshots
+from services.adapters.memory_log import MemoryLog
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
 from services.client import Client
@@ -40,7 +41,7 @@ from services.domain.fold.state_codec import (
 )
 from services.domain.status import ENDED
 from services.ports import LogError
-from services.testing import MemoryLog, MemorySnapshots
+from services.testing import MemorySnapshots
 from tests.support.cluster import GIB, agent_config
 from tests.support.projection_logs import Raw, logs, records_from
 from tests.support.snapshot_contract import SnapshotContract

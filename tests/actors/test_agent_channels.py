@@ -12,11 +12,11 @@ from events import RevokeKeypair, SessionChannelClosed, SessionChannelOpened
 from events import subjects as subj
 from services.actors.agent_channels import Channels, Opening
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.channels import End, Program, decode_frame, encode_frame
 from services.ports import ContainerError, ExecChannel
 from services.testing import MemoryBus
-from services.testing.memory_log import MemoryLog
 from tests.support.access_state import tenancy
 
 pytestmark = pytest.mark.anyio

@@ -17,10 +17,10 @@ from services.actors.common import Provenance, stamp
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio

@@ -30,12 +30,13 @@ from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
+from services.adapters.virtual_clock import VirtualClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
 from services.ports import Clock
-from services.testing import MemoryBus, MemoryLog
-from services.testing.clock import VirtualClock
+from services.testing import MemoryBus
 from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio

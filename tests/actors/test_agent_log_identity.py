@@ -14,12 +14,12 @@ from services.actors.agent import AgentActor
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import LABEL_AGENT, LABEL_LOG, LABEL_SESSION
 from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio

@@ -17,6 +17,7 @@ from services.actors.agent import AgentActor
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
@@ -29,7 +30,6 @@ from services.ports import (
     ImageNotFound,
     OomRefusal,
 )
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio

@@ -14,11 +14,11 @@ from services.actors.agent import AgentActor, _Supervised
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.ports import ContainerError, ContainerInfo, LogError
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio

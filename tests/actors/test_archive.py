@@ -21,13 +21,14 @@ from services.actors.snapshots import Snapshots
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state_codec import encode_actor_state, live_sessions, snapshot_seq
 from services.ports import HistoryMissing, LogError, Retention
 from services.sim.whatif import read_group, whatif
-from services.testing import MemoryLog, MemorySnapshots
+from services.testing import MemorySnapshots
 from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio

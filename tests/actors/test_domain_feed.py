@@ -28,12 +28,12 @@ from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.actors.domain_feed import DomainFeedActor
 from services.actors.reader_consumers import ReaderConsumersActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.cluster import ENDED_STUB
 from services.domain.provenance import Provenance, stamp
 from services.domain.subject_rules import SUBJECT_OF
 from services.testing.memory_domains import MemoryDomainFeed, MemoryReaderConsumers
-from services.testing.memory_log import MemoryLog
 
 pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)

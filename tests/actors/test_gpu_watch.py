@@ -22,6 +22,7 @@ from services.actors.agent_watch import GpuWatch
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
@@ -35,7 +36,7 @@ from services.domain.gpu_watch import (
     over_slice,
     used_by_session,
 )
-from services.testing import FakeContainers, FakeGpuWatch, MemoryLog
+from services.testing import FakeContainers, FakeGpuWatch
 from tests.support.cluster import GIB, agent_config, statuses
 
 pytestmark = pytest.mark.anyio

@@ -38,6 +38,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.durations import LONGEST_S
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.running_index import RunningIndex
@@ -50,7 +51,6 @@ from services.domain.scheduling.queue_order import dominant_share, group_capacit
 from services.domain.status import HOLDS_ALLOCATION
 from services.domain.tenancy.groups import invalid_group_command
 from services.ports.log import check_batch
-from services.testing.clock import VirtualClock
 from tests.support.doubles import NoLog
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 async def grouped() -> AsyncIterator[Tenants]:
     """The people of ``Tenants.people``; agent ``a1`` in the default group, ``f1`` in
     ``fast`` (which no administrator has created yet)."""
-    from services.testing import MemoryLog
+    from services.adapters.memory_log import MemoryLog
 
     log = MemoryLog()
     first = await bootstrap(log, SystemClock())

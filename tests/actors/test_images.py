@@ -26,6 +26,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.state_codec import decode_state, encode_state
 from services.domain.scheduling.allocator import never_fits, place
@@ -33,7 +34,6 @@ from services.domain.scheduling.images import allowed_by, image_refusal, resolve
 from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 from services.domain.tenancy.admin import apply, refusal
 from services.domain.tenancy.model import Tenancy
-from services.testing.memory_log import MemoryLog
 from tests.support.cluster import GIB
 from tests.support.fold_log import IMAGE, T0, Log
 from tests.support.images import REGISTRY, TOOL_2

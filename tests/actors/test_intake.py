@@ -22,12 +22,12 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.intake import IntakeActor
+from services.adapters.memory_log import MemoryLog
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.intake import Drops, KeyRates
 from services.domain.provenance import Provenance, stamp
 from services.ports import Handed, LogError
-from services.testing.clock import VirtualClock
 from services.testing.memory_intake import MemoryIntake
-from services.testing.memory_log import MemoryLog
 
 pytestmark = pytest.mark.anyio
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)

@@ -12,6 +12,7 @@ from services.actors.agent_requests import answering
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.output_files import OutputFiles
 from services.adapters.system_clock import SystemClock
 from services.client import Client
@@ -19,7 +20,7 @@ from services.domain.access.session_access import may_not_read_kept
 from services.domain.fold.cluster import ClusterState
 from services.domain.tenancy.model import Keypair, Tenancy, User
 from services.ports import KeptOutput, LogsReply, LogsRequest, OutputStore
-from services.testing import MemoryLog, MemoryOutput
+from services.testing import MemoryOutput
 from tests.support.cluster import GIB, agent_config
 
 pytestmark = pytest.mark.anyio

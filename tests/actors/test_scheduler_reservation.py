@@ -15,9 +15,9 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
-from services.testing.clock import VirtualClock
 from tests.support.doubles import NoLog
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

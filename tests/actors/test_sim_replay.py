@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.memory_log import MemoryLog
 from services.cli.main import app
 from services.domain.scheduling.placement import POLICY_NAMES
 from services.domain.trace import (
@@ -24,7 +25,6 @@ from services.domain.trace import (
     parse_tasks,
 )
 from services.sim.replay import replay, replay_on_log
-from services.testing.memory_log import MemoryLog
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
 n0,16000,65536,2,P100

@@ -34,6 +34,7 @@ from events import SessionTerminated as Ended
 from events import subjects as subj
 from services.adapters import nats_server
 from services.adapters.jetstream import connect
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
@@ -41,7 +42,6 @@ from services.domain.provenance import Provenance, stamp
 from services.ports import EventLog
 from services.sim.timed import Outcome
 from services.sim.whatif import read_group, whatif
-from services.testing.memory_log import MemoryLog
 from tests.support.tenancy_env import Secured, secured_cluster
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -12,13 +12,13 @@ import pytest
 from events import LogHealth, SessionRejected, Slots, SpaceState
 from services.actors.quota import QuotaActor
 from services.actors.store_watch import StoreWatch
+from services.adapters.memory_log import MemoryLog
+from services.adapters.virtual_clock import VirtualClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
 from services.domain.log_space import Watermark, refusal
 from services.domain.status import SessionStatus as S
 from services.ports import DiskUsage, ServerUnavailable
-from services.testing.clock import VirtualClock
-from services.testing.memory_log import MemoryLog
 
 pytestmark = pytest.mark.anyio
 MIB = 1 << 20

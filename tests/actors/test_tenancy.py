@@ -20,10 +20,10 @@ from events import (
     Slots,
 )
 from services.actors.bootstrap import bootstrap
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.access.keys import secret_matches
-from services.testing import MemoryLog
 from tests.support.cluster import GIB
 from tests.support.tenants import HASH, tenants
 

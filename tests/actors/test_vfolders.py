@@ -27,13 +27,13 @@ from events import (
 )
 from services.actors.agent import AgentActor
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
 from services.domain.status import SessionStatus
 from services.domain.tenancy.vfolders import MOUNT_ROOT
 from services.ports import ContainerInfo
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config
 from tests.support.tenants import Tenants, tenants
 

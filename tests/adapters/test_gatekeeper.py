@@ -24,12 +24,13 @@ from events import (
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.actors.gatekeeper import GatekeeperActor
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.tenancy.admin import DEFAULT
 from services.ports import Kicker
-from services.testing import MemoryLog, MemoryServers
+from services.testing import MemoryServers
 from tests.support.raw_nats import hold
 from tests.support.tenancy_env import Secured, secured_cluster
 

@@ -8,8 +8,8 @@ import pytest
 
 from events import Record
 from events import subjects as subj
+from services.adapters.memory_log import MemoryLog
 from services.ports import LogError
-from services.testing import MemoryLog
 from tests.support.log_contract import (
     DEADLINE_S,
     EventLogContract,

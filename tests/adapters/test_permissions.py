@@ -6,6 +6,7 @@ kind's durables. The server enforces the lists (``test_adversarial`` tries them)
 import pytest
 
 from events import subjects as subj
+from services.adapters.memory_log import _matches  # NATS's matching (``*``, ``>``)
 from services.adapters.nats_auth import GATE_USER, SETUP_PERMISSIONS, SETUP_USER, ServerAuth
 from services.domain.access.permissions import (
     Permissions,
@@ -13,7 +14,6 @@ from services.domain.access.permissions import (
     reader_names,
     service_permissions,
 )
-from services.testing.memory_log import _matches  # NATS's matching (``*``, ``>``)
 
 KEY, OTHER = "SKMINE0000000000000000", "SKTHEIRS00000000000000"
 KINDS = (

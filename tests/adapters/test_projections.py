@@ -50,12 +50,12 @@ from projections.replay import seq_at, state_at
 from projections.store import Batch, ProjectionError, ProjectionStore
 from services.adapters import nats_server, raw_reader
 from services.adapters.jetstream import connect
+from services.adapters.memory_log import MemoryLog
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import fold, forget_ended
 from services.domain.fold.state_codec import decode_state, encode_state
 from services.domain.status import ENDED
 from services.ports import EventLog
-from services.testing.memory_log import MemoryLog
 from tests.support.nats_env import Cert, store_raw
 from tests.support.projection_logs import (
     OWNERS,

@@ -11,14 +11,14 @@ import pytest
 
 from events import AdminRequested, CreateDomain, SessionDestroyRequested, SessionRequested, Slots
 from events import subjects as subj
+from services.adapters.memory_log import MemoryLog
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
+from services.adapters.virtual_clock import VirtualClock
 from services.client import Client
 from services.domain.access.permissions import inbox
 from services.domain.request_ids import RequestIds, request_id_problem
 from services.ports import OutcomeUnknown, RequestsRefused
-from services.testing.clock import VirtualClock
-from services.testing.memory_log import MemoryLog
 from tests.support.tenancy_env import secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio

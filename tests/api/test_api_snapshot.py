@@ -15,10 +15,10 @@ import pytest
 
 from events import Record
 from projections import ProjectionStore, queries
+from services.adapters.memory_log import MemoryLog
 from services.api import create_app
 from services.domain.fold.state import fold
 from services.domain.tenancy.model import Tenancy
-from services.testing import MemoryLog
 from tests.support.scenario import log_records, run_scenario
 
 pytestmark = pytest.mark.anyio

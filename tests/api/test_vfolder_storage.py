@@ -22,12 +22,12 @@ import pytest
 
 from events import CreateKeypair, CreateUser, PurgeVfolders, RemoveVfolder, Role
 from services.actors.vfolder_dirs import make_folder_dir
+from services.adapters.memory_log import MemoryLog
 from services.adapters.vfolder_files import FolderFiles, HelperFailed
 from services.api.vfolder_routes import Storage
 from services.domain.tenancy.admin import apply
 from services.domain.tenancy.vfolders import STORAGE_UID
 from services.ports import FolderError
-from services.testing import MemoryLog
 from tests.support.vfolder_env import FOLDER, HASH, Api, app_of, served, tenancy
 
 pytestmark = pytest.mark.anyio

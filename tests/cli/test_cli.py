@@ -312,9 +312,9 @@ def test_cpu_only_takes_an_fgpu_of_zero_as_a_number(fgpu: str, code: int) -> Non
 
 def test_the_door_checks_what_the_client_sends() -> None:
     """``session_requests`` (what the door checks) is what ``Client.create`` sends."""
+    from services.adapters.memory_log import MemoryLog
     from services.client import session_requests
     from services.domain.request_ids import RequestIds
-    from services.testing import MemoryLog
 
     class Still:
         def now(self) -> datetime:

@@ -51,6 +51,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.group_shares import GroupShares, agent_capacity
 from services.domain.fold.pending import admitted_at, queue_shape, user_of
@@ -60,7 +61,6 @@ from services.domain.resources import add
 from services.domain.scheduling.allocator import never_fits, place
 from services.domain.status import ENDED, HOLDS_ALLOCATION, SessionStatus
 from services.ports import EventLog
-from services.testing.clock import VirtualClock
 
 S = SessionStatus
 IMAGE = "fgpu/busybox:latest"

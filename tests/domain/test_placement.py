@@ -20,6 +20,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import evolve
 from services.domain.fold.validation import invalid_request
@@ -30,7 +31,6 @@ from services.domain.scheduling.fragmentation import Forecast, stranded, unusabl
 from services.domain.scheduling.placement import POLICY_NAMES, UnknownPolicy, policy
 from services.domain.status import SessionStatus
 from services.ports import EventLog
-from services.testing.clock import VirtualClock
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 IMAGE = "fgpu/busybox:latest"

@@ -84,15 +84,7 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.nats_auth import SYS_USER
 from services.adapters.system_clock import SystemClock
-from services.cli.identities import Identity
-from services.cli.stack import (
-    connected,
-    run_agent,
-    run_intake,
-    run_quota,
-    run_registrar,
-    run_scheduler,
-)
+from services.cli.home import fgpu_home
 from services.client import Client
 from services.domain.access.access_audit import AccessLimiter
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
@@ -111,6 +103,15 @@ from services.ports import (
     LogsReply,
     LogsRequest,
     ShellRequest,
+)
+from services.wiring.identity import Identity
+from services.wiring.parts import (
+    connected,
+    run_agent,
+    run_intake,
+    run_quota,
+    run_registrar,
+    run_scheduler,
 )
 from tests.support.cluster import agent_config
 from tests.support.tenancy_env import Secured, secured_cluster
@@ -380,7 +381,9 @@ async def _actors(c: Secured) -> AsyncIterator[None]:
         await tg.start(run_registrar, conns["registrar"].log)
         await tg.start(run_quota, conns["quota"].log)
         await tg.start(run_scheduler, conns["scheduler"].log, conns["scheduler"].bus)
-        await tg.start(run_agent, conns["agent:a1"], DummyRuntime(), agent_config("a1"))
+        # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.
+        agent_ = functools.partial(run_agent, output_root=fgpu_home() / "output")
+        await tg.start(agent_, conns["agent:a1"], DummyRuntime(), agent_config("a1"))
         yield
         tg.cancel_scope.cancel()
 

@@ -26,10 +26,10 @@ from services.actors.bootstrap import system_applied
 from services.adapters.jetstream_intake import JetStreamSender
 from services.adapters.jetstream_stream import INTAKE_BACKLOG
 from services.adapters.system_clock import SystemClock
-from services.cli.stack import run_intake
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy.admin import DEFAULT
+from services.wiring.parts import run_intake
 from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
 pytestmark = pytest.mark.anyio

@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.vfolder_files import FolderFiles
 from services.api.vfolder_routes import Storage
 from services.domain.container_spec import LABEL_AGENT, ContainerSpec, Mount
-from services.testing import MemoryLog
 from tests.support.vfolder_env import FOLDER, Api, app_of, engine, tenancy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]

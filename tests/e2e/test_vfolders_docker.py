@@ -13,10 +13,10 @@ import pytest
 from events import CreateVfolder, ShareVfolder, Slots, VfolderMount
 from services.actors.bootstrap import bootstrap
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
-from services.testing import MemoryLog
 from tests.support.cluster import agent_config, running_cluster
 from tests.support.tenants import Tenants
 from tests.support.vfolder_env import engine

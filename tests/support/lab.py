@@ -1,5 +1,6 @@
 """A session of one agent on a real log, reached as its owner would reach it."""
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -19,7 +20,7 @@ from services.actors.bootstrap import system_applied
 from services.adapters import nats_server
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
-from services.cli.stack import run_agent
+from services.cli.home import fgpu_home
 from services.client import Client
 from services.domain.access.keys import hash_secret
 from services.domain.fold.cluster import ClusterState
@@ -27,6 +28,7 @@ from services.domain.status import SessionStatus
 from services.ports import (
     ContainerRuntime,
 )
+from services.wiring.parts import run_agent
 from tests.support.cluster import GIB, agent_config, running_cluster
 
 DEADLINE_S = 20.0
@@ -72,7 +74,9 @@ async def lab_session(
                 await conn.log.append(subj.TENANCY, system_applied(command_, CLOCK))
             await stack.enter_async_context(running_cluster(conn.log, []))
             tg = await stack.enter_async_context(anyio.create_task_group())
-            await tg.start(run_agent, conn, runtime, agent_config(agent_id))
+            # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.
+            agent_ = functools.partial(run_agent, output_root=fgpu_home() / "output")
+            await tg.start(agent_, conn, runtime, agent_config(agent_id))
             ana = Client(conn.log, CLOCK, "AKana")
             slots = Slots(cpu=500, mem=GIB, fgpu=50)
             [sid] = await ana.create(image=image, slots=slots, command=command)

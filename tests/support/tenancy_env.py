@@ -1,6 +1,7 @@
 """A real nats-server with authentication on, fgpu's gatekeeper answering for it, and the
 first tenancy: for tests of what identities may and may not do on the bus."""
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,13 +24,14 @@ from services.adapters.nats_auth import GATE_USER, SETUP_USER, ServerAuth
 from services.adapters.nats_callout import SystemKicker, serve_callout
 from services.adapters.nats_server_log import follow_violations
 from services.adapters.system_clock import SystemClock
-from services.cli.identities import Identity
-from services.cli.stack import violations_to
+from services.cli.home import fgpu_home
 from services.client import Client
 from services.domain.access.access_audit import AccessLimiter
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.access.permissions import inbox
 from services.ports import LogError
+from services.wiring.identity import Identity
+from services.wiring.parts import violations_to
 
 __all__ = ["Secured", "secured_cluster", "start_actors"]
 
@@ -208,7 +210,7 @@ async def start_actors(
     dummy containers; ``intake``: the intake's runner, ``run_intake`` with the test's
     settings), until ``stack`` closes."""
     from services.adapters.dummy_runtime import DummyRuntime
-    from services.cli.stack import (
+    from services.wiring.parts import (
         connected,
         run_agent,
         run_domain_feed,
@@ -240,6 +242,8 @@ async def start_actors(
             await tg.start(run_domain_feed, conn)
         elif kind.startswith("agent:"):
             agent = agent_config(kind.partition(":")[2])
-            await tg.start(run_agent, conn, DummyRuntime(), agent)
+            # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.
+            agent_ = functools.partial(run_agent, output_root=fgpu_home() / "output")
+            await tg.start(agent_, conn, DummyRuntime(), agent)
         else:
             raise ValueError(f"no actor of service {kind!r} here")

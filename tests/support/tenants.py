@@ -20,11 +20,11 @@ from events import (
 )
 from services.actors.bootstrap import bootstrap
 from services.adapters.dummy_runtime import DummyRuntime
+from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.access.keys import hash_secret
 from services.domain.fold.cluster import ClusterState
-from services.testing import MemoryLog
 from tests.support.cluster import GIB, agent_config, running_cluster
 
 IMAGE = "fgpu/busybox:latest"

@@ -26,13 +26,13 @@ from events import (
     VfolderScanned,
 )
 from services.adapters.docker_runtime import DockerRuntime
+from services.adapters.memory_log import MemoryLog
 from services.api.app import create_app
 from services.api.auth import TokenSigner
 from services.api.vfolder_routes import Storage
 from services.domain.access.keys import hash_secret
 from services.domain.tenancy.admin import apply
 from services.domain.tenancy.model import Tenancy
-from services.testing import MemoryLog
 from tests.support.cli_stack import remove_agent_containers
 from tests.support.docker_env import require_docker
 

@@ -1,4 +1,5 @@
-"""An EventLog in memory: the fake that actor tests run on instead of JetStream.
+"""An EventLog in memory: what the simulator (``services.sim``) and actor tests run on
+instead of JetStream.
 
 It keeps the promises of ``services.ports.EventLog`` that JetStreamLog keeps, and both pass
 the one contract in ``tests/support/log_contract.py``:

@@ -1,0 +1,296 @@
+"""The stack, wired once: the parts of fgpu (``services.wiring.parts``) on one NATS server,
+each connection as its service's identity, started in the one order that works, from a
+plain configuration. ``fgpu up`` runs all of it on the server it started; ``fgpu api``
+and ``fgpu agent`` run one part each against a server someone else runs.
+
+The order, and why:
+
+1. the agent's container runtime, first: without an engine, one error before anything
+   has connected;
+2. on a server the stack owns, its administration: the stream made (or its retention
+   updated), a new cluster's superadmin, keypairs for the services it runs;
+3. the gatekeeper (everything else connects through it), in a task group that outlives
+   the services' connections;
+4. one connection per service, as its identity;
+5. the parts, in a task group the connections outlive: the watch of the store's disk,
+   then the actors (intake, domain feed, registrar, quota, scheduler, archiver), the
+   agent, and last the read API, so that it opens on a cluster that runs.
+
+Stopping is the reverse, by cancellation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from services.actors.bootstrap import FirstAdmin, bootstrap
+from services.adapters.nats_connection import NatsConnection
+from services.adapters.system_clock import SystemClock
+from services.ports import ContainerRuntime, EventLog, LogError, Retention, SliceRegions
+from services.wiring.identity import Identity
+from services.wiring.parts import (
+    connected,
+    run_agent,
+    run_archiver,
+    run_domain_feed,
+    run_gatekeeper,
+    run_intake,
+    run_quota,
+    run_read_api,
+    run_registrar,
+    run_scheduler,
+    run_store_watch,
+    with_archive,
+)
+
+# What only fgpu up's own server needs (the auth callout's keys, its store's watch) and
+# the agent's parts are imported where used: ``fgpu agent`` and ``fgpu api`` load neither
+# (tests/cli/test_cli.py).
+if TYPE_CHECKING:
+    from services.actors.agent import AgentConfig
+    from services.actors.store_watch import StoreWatch
+    from services.adapters.nats_auth import ServerAuth
+    from services.adapters.nats_server import NatsServer
+    from services.api.serve import ReadApi
+    from services.domain.log_space import Watermark
+
+__all__ = [
+    "ACTORS",
+    "AgentPart",
+    "ApiPart",
+    "OwnServer",
+    "Stack",
+    "StackConfig",
+    "Started",
+    "StreamRefused",
+]
+
+# The cluster's actors a stack that owns its server runs, each as a service of this kind,
+# and the read API's service (its keypair is kept even where the API does not run).
+ACTORS = ("intake", "quota", "scheduler", "registrar", "api", "archiver", "domain-feed")
+
+KeyStore = Callable[[EventLog, list[str]], Awaitable[Mapping[str, Identity]]]
+
+
+class StreamRefused(Exception):
+    """The stream could not be made, or its retention not updated: permanent for this
+    start (the server's reason is the message)."""
+
+
+@dataclass(frozen=True)
+class OwnServer:
+    """The server this process started, which the stack administers: it makes the stream
+    (with ``retention``), gives a new cluster its superadmin (handed to ``first_admin``,
+    whose secret is nowhere else), keypairs to its services (kept by ``service_keys``),
+    runs the gatekeeper, and watches the room on the store's disk under ``watermark``."""
+
+    server: NatsServer
+    auth: ServerAuth
+    service_keys: KeyStore
+    watermark: Watermark
+    retention: Retention | None = None
+    first_admin: Callable[[FirstAdmin], None] = lambda _: None
+
+
+@dataclass(frozen=True)
+class AgentPart:
+    """An agent of ``config``, its containers on ``runtime()`` (entered first), slices
+    enforced through ``regions``, ended sessions' output kept under ``output_root``."""
+
+    config: AgentConfig
+    runtime: Callable[[], AbstractAsyncContextManager[ContainerRuntime]]
+    regions: SliceRegions | None = None
+    output_root: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        """Its service's kind (``agent:<id>``)."""
+        return f"agent:{self.config.agent_id}"
+
+
+@dataclass(frozen=True)
+class ApiPart:
+    """The projector and the read API, projecting into ``db``, listening on
+    ``host:port``; the virtual folders' storage service under ``vfolder_root`` (if
+    given), kept as ``vfolder_owner``."""
+
+    db: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    vfolder_root: str | None = None
+    vfolder_owner: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What runs, where. With ``own``, the whole cluster (every actor of ``ACTORS``, and
+    ``agent``, required) on the server this process started; without, only ``agent``
+    and ``api``, each as its identity in ``identities`` (by kind: ``api``,
+    ``agent:<id>``). ``archive_dir``: where the log's archive is; the actors' and the
+    API's reads cover it (None: they read the stream alone)."""
+
+    url: str
+    archive_dir: Path | None = None
+    own: OwnServer | None = None
+    identities: Mapping[str, Identity] = field(default_factory=dict)
+    agent: AgentPart | None = None
+    api: ApiPart | None = None
+    lost_grace_s: float = 600.0
+    snapshot_events: int = 50_000
+    archive_every_s: float = 60.0
+
+    def kinds(self) -> list[str]:
+        """The services it connects as, in the order it connects."""
+        if self.own is not None:
+            if self.agent is None:
+                raise ValueError("a stack that owns its server runs an agent")
+            return [*ACTORS, self.agent.kind]
+        return [*(["api"] if self.api else []), *([self.agent.kind] if self.agent else [])]
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a started stack serves: its read API (None: none runs) and the watch of its
+    store's disk (None: its server is another's)."""
+
+    api: ReadApi | None = None
+    watch: StoreWatch | None = None
+
+
+class Stack:
+    """The stack of ``config``, running for the block of ``running()``."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Started]:
+        """Every part started, in the module's order, for the block; stopped in the
+        reverse order when the block is cancelled (as a signal ends ``fgpu up``): the
+        parts run until then, so a block that returns waits for them. Raises
+        StreamRefused (a stack that owns its server), the runtime's error if its engine
+        does not answer, and what a part raises (HelperFailed: the folders' helper; an
+        OSError: the API's port). Entered and left in one task, as a task group is."""
+        async with AsyncExitStack() as exits:
+            yield await self._start(exits)
+
+    async def _start(self, exits: AsyncExitStack) -> Started:
+        c = self.config
+        runtime = None
+        if c.agent is not None:
+            runtime = await exits.enter_async_context(c.agent.runtime())
+        identities = await self._identities(exits)
+        outer = await exits.enter_async_context(anyio.create_task_group())
+        if c.own is not None:
+            server, auth = c.own.server, c.own.auth
+            await outer.start(run_gatekeeper, c.url, auth, server.log_path)
+        conns = await self._connect(exits, identities)
+        tg = await exits.enter_async_context(anyio.create_task_group())
+        watch = None
+        if c.own is not None:
+            # The room on the store's disk, and the server started again once it can
+            # write again (the archiver's key: the log's keeper).
+            watch = await tg.start(
+                run_store_watch, conns["archiver"], c.own.server, c.own.watermark
+            )
+        # The actors' reads cover the archive too: one that has no snapshot to start
+        # from replays the whole history here.
+        logs: dict[str, EventLog] = {k: v.log for k, v in conns.items()}
+        if c.archive_dir is not None:
+            logs = {k: await with_archive(v.log, c.archive_dir) for k, v in conns.items()}
+        if c.own is not None:
+            await self._actors(tg, conns, logs)
+        if c.agent is not None and runtime is not None:
+            agent = partial(run_agent, output_root=c.agent.output_root)
+            await tg.start(agent, conns[c.agent.kind], runtime, c.agent.config, c.agent.regions)
+        api = None
+        if c.api is not None:
+            api = await tg.start(self._api(c.api, watch, conns.get("archiver")), logs["api"])
+        return Started(api, watch)
+
+    async def _identities(self, exits: AsyncExitStack) -> Mapping[str, Identity]:
+        """Each service's identity: on a server of its own, after its administration (the
+        stream, a new cluster's superadmin, the services' keypairs); else as given."""
+        own = self.config.own
+        if own is None:
+            return self.config.identities
+        from services.adapters.nats_auth import SETUP_USER
+
+        setup_user = Identity(SETUP_USER, own.auth.setup_password)
+        setup = await exits.enter_async_context(
+            connected(self.config.url, "fgpu-up-setup", setup_user)
+        )
+        try:
+            await setup.log.create_or_update_stream(retention=own.retention)
+        except LogError as e:
+            raise StreamRefused(str(e)) from e
+        first = await bootstrap(setup.log, SystemClock())
+        if first is not None:
+            own.first_admin(first)
+        return await own.service_keys(setup.log, self.config.kinds())
+
+    async def _connect(
+        self, exits: AsyncExitStack, identities: Mapping[str, Identity]
+    ) -> dict[str, NatsConnection]:
+        """One connection per service, as its identity, for the stack's life."""
+        url = self.config.url
+        return {
+            kind: await exits.enter_async_context(
+                connected(url, f"fgpu-{kind.replace(':', '-')}", identities[kind])
+            )
+            for kind in self.config.kinds()
+        }
+
+    async def _actors(
+        self,
+        tg: TaskGroup,
+        conns: Mapping[str, NatsConnection],
+        logs: Mapping[str, EventLog],
+    ) -> None:
+        """The cluster's actors, each on its service's connection, each started in turn."""
+        c = self.config
+        await tg.start(run_intake, conns["intake"])
+        await tg.start(run_domain_feed, conns["domain-feed"])
+        registrar = partial(run_registrar, snapshots=conns["registrar"].snapshots("scheduler"))
+        await tg.start(registrar, logs["registrar"])
+        quota = partial(
+            run_quota,
+            snapshots=conns["quota"].snapshots("quota"),
+            snapshot_events=c.snapshot_events,
+        )
+        await tg.start(quota, logs["quota"])
+        schedule = partial(
+            run_scheduler,
+            lost_grace_s=c.lost_grace_s,
+            snapshots=conns["scheduler"].snapshots("scheduler"),
+            snapshot_events=c.snapshot_events,
+        )
+        await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
+        if c.archive_dir is not None:
+            archiver = partial(run_archiver, conns["archiver"], c.archive_dir, c.archive_every_s)
+            await tg.start(archiver)
+
+    @staticmethod
+    def _api(
+        part: ApiPart, watch: StoreWatch | None, snapshots: NatsConnection | None
+    ) -> Callable[..., Coroutine[Any, Any, None]]:
+        """The read API's runner: the log's health as ``watch`` finds it, the actors'
+        snapshots read through ``snapshots`` (the archiver's connection), where given."""
+        return partial(
+            run_read_api,
+            db=part.db,
+            host=part.host,
+            port=part.port,
+            vfolder_root=part.vfolder_root,
+            vfolder_owner=part.vfolder_owner,
+            watch=watch,
+            snapshots=snapshots,
+        )
