@@ -8,7 +8,7 @@ import inspect
 import os
 import tempfile
 from collections.abc import Callable, Coroutine
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,6 +31,8 @@ from services.domain.log_space import DEFAULT_LOW_SPACE
 from services.runtime_tuning import tune_gc
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import anyio.abc
 
     from services.actors.agent import AgentConfig
@@ -177,14 +179,36 @@ def _with_agent_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 async def _until_signalled(tg: "anyio.abc.TaskGroup") -> None:
+    import anyio
+
+    stop = anyio.Event()
+    await _signalled(stop)
+    tg.cancel_scope.cancel()
+
+
+async def _signalled(stop: "anyio.Event") -> None:
+    """Set ``stop`` at the first SIGTERM or SIGINT."""
     import signal
 
     import anyio
 
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
-            tg.cancel_scope.cancel()
+            stop.set()
             return
+
+
+@asynccontextmanager
+async def _until_stopped() -> "AsyncIterator[anyio.Event]":
+    """An event set at the first SIGTERM or SIGINT, for a block that waits for it and then
+    returns: a ``Stack`` stops its parts as the block is left (``Stack.running``)."""
+    import anyio
+
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_signalled, stop)
+        yield stop
+        tg.cancel_scope.cancel()
 
 
 ArchiveOpt = Annotated[
@@ -473,27 +497,24 @@ def _up_stack(
 
 async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> None:
     """The stack of ``config`` until signalled; its read API said in ``info`` too."""
-    import anyio
 
     from services.cli.preflight import port_taken
     from services.wiring.stack import Stack
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_until_signalled, tg)
-        async with AsyncExitStack() as running:
-            with port_taken("127.0.0.1", api_port, "--api-port"):
-                started = await running.enter_async_context(Stack(config).running())
-            console = out()
-            if started.api is not None:
-                info.api_url = started.api.url
-                info.save()
-                console.print(
-                    f"  read API {started.api.api}  (OpenAPI {started.api.openapi})",
-                    highlight=False,
-                )
-                console.print(f"  console  {started.api.console}", highlight=False)
-            console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
-            await anyio.sleep_forever()
+    async with _until_stopped() as stop, AsyncExitStack() as running:
+        with port_taken("127.0.0.1", api_port, "--api-port"):
+            started = await running.enter_async_context(Stack(config).running())
+        console = out()
+        if started.api is not None:
+            info.api_url = started.api.url
+            info.save()
+            console.print(
+                f"  read API {started.api.api}  (OpenAPI {started.api.openapi})",
+                highlight=False,
+            )
+            console.print(f"  console  {started.api.console}", highlight=False)
+        console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
+        await stop.wait()
 
 
 def down(
@@ -555,7 +576,6 @@ def _keep_first_admin(first: "FirstAdmin") -> None:
 @_with_agent_options
 def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     """Run one agent against --nats URL: it runs the sessions placed on this node."""
-    import anyio
 
     from services.cli.agent_setup import container_runtime
     from services.cli.preflight import writable
@@ -571,10 +591,9 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
 
     async def main() -> None:
         config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)
-        async with anyio.create_task_group() as tg, Stack(config).running():
-            tg.start_soon(_until_signalled, tg)
+        async with _until_stopped() as stop, Stack(config).running():
             out().print(f"agent {cfg.agent_id} ready on {url}")
-            await anyio.sleep_forever()
+            await stop.wait()
 
     tune_gc()
     run_async(main)
@@ -598,7 +617,6 @@ def api(
     For a deployment where they live apart from the actors; users point --api or
     FGPU_API here. With the log's archive (--archive), a new projection reads the
     history that left the stream too."""
-    import anyio
 
     from projections.paths import default_db_path
     from services.cli.preflight import writable
@@ -619,15 +637,14 @@ def api(
             identities={"api": _me(ctx, "api")},
             api=ApiPart(path, host, port, vfolder_root=root, vfolder_owner=owner),
         )
-        async with anyio.create_task_group() as tg, Stack(config).running() as started:
-            tg.start_soon(_until_signalled, tg)
+        async with _until_stopped() as stop, Stack(config).running() as started:
             served = started.api
             assert served is not None  # the one part it runs
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
-            await anyio.sleep_forever()
+            await stop.wait()
 
     from projections import StoreLocked
     from services.adapters.vfolder_files import HelperFailed

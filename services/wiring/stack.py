@@ -174,8 +174,11 @@ class Stack:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Started]:
         """Every part started, in the module's order, for the block; stopped in the
-        reverse order when the block is cancelled (as a signal ends ``fgpu up``): the
-        parts run until then, so a block that returns waits for them. Raises
+        reverse order when the block is left, however it is left. Leave it by returning
+        (a signal sets an event the block waits for), not by cancelling a scope around
+        it: what closes after the parts (the container runtime's client, the
+        connections) must not run cancelled (aiodocker's close, cancelled there, loops
+        for ever in contextlib on an exception whose context holds itself). Raises
         StreamRefused (a stack that owns its server), the runtime's error if its engine
         does not answer, and what a part raises (HelperFailed: the folders' helper; an
         OSError: the API's port). Entered and left in one task, as a task group is."""
@@ -189,11 +192,13 @@ class Stack:
             runtime = await exits.enter_async_context(c.agent.runtime())
         identities = await self._identities(exits)
         outer = await exits.enter_async_context(anyio.create_task_group())
+        exits.callback(outer.cancel_scope.cancel)  # the block left: its parts stop
         if c.own is not None:
             server, auth = c.own.server, c.own.auth
             await outer.start(run_gatekeeper, c.url, auth, server.log_path)
         conns = await self._connect(exits, identities)
         tg = await exits.enter_async_context(anyio.create_task_group())
+        exits.callback(tg.cancel_scope.cancel)
         watch = None
         if c.own is not None:
             # The room on the store's disk, and the server started again once it can
