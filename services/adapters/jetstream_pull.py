@@ -63,6 +63,10 @@ class Puller:
     # At least twice the largest message the server takes (nats-base.conf, max_payload):
     # a request ends once the next message would not fit, so one always does.
     _MAX_BYTES = 8 << 20
+    # Nobody answering a pull for this long: the consumer is gone. Less is a consumer just
+    # made on a cluster, whose leader is not elected yet (its pulls meet no responders).
+    _NOBODY_S = 2.0
+    _ASK_AGAIN_S = 0.1
 
     def __init__(
         self,
@@ -82,6 +86,7 @@ class Puller:
         self.queue: asyncio.Queue[Msg] = asyncio.Queue()
         self.remaining = 0
         self.sub: Subscription | None = None
+        self._nobody_since: float | None = None  # the first pull nobody took, since an answer
 
     async def start(self) -> None:
         async def on_msg(msg: Msg) -> None:
@@ -117,6 +122,7 @@ class Puller:
                 if msg.headers and msg.headers.get("Status"):
                     await self._status(msg)
                     continue
+                self._nobody_since = None
                 out.append(msg)
                 self.remaining -= 1
                 if self.remaining == 0:
@@ -126,12 +132,22 @@ class Puller:
     async def _status(self, msg: Msg) -> None:
         """A status the server sent to the request instead of a message: 100 an idle
         heartbeat, 408 the request expired, 409 it ended otherwise (its bytes, a leader
-        change), each but the first followed by a new one; 409 ``Consumer Deleted`` and
-        503 (no responders: no consumer of the name) end the pulls."""
+        change), each but the first followed by a new one; 409 ``Consumer Deleted`` ends
+        the pulls, and 503 (no responders: no consumer of the name, or none elected yet)
+        once pulls have gone untaken for ``_NOBODY_S``."""
         assert msg.headers is not None
         status = msg.headers["Status"]
         said = msg.headers.get("Description", "")
-        if status == "503" or (status == "409" and "consumer deleted" in said.lower()):
+        if status == "503":
+            now = asyncio.get_running_loop().time()
+            since = self._nobody_since = self._nobody_since or now
+            if now - since >= self._NOBODY_S:
+                raise ConsumerGone(f"consumer {self.name} is gone ({status} {said.strip()})")
+            await asyncio.sleep(self._ASK_AGAIN_S)
+            await self._request()
+            return
+        self._nobody_since = None
+        if status == "409" and "consumer deleted" in said.lower():
             raise ConsumerGone(f"consumer {self.name} is gone ({status} {said.strip()})")
         if status == "408" and self.on_idle is not None:
             await self.on_idle()
