@@ -155,6 +155,14 @@ class FolderFiles:
         return ours
 
     def _ask(self, op: str, f: Vfolder | None, **args: Any) -> tuple[dict[str, Any], list[int]]:
+        try:
+            with self._conversation() as sock:
+                return _exchange(sock, _request(op, f, **args))
+        except _Cut:
+            if op not in _READS:
+                raise
+        # A read cut before its answer (the helper died under it, or was started again
+        # as it began) changes nothing: asked once more, on a new conversation.
         with self._conversation() as sock:
             return _exchange(sock, _request(op, f, **args))
 
@@ -265,7 +273,7 @@ def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[dict[str, A
         wire.send(sock, request)
         got = wire.receive(sock)
     except (OSError, wire.WireError) as e:
-        raise FolderError(503, f"the storage helper did not answer: {e}") from e
+        raise _Cut(503, f"the storage helper did not answer: {e}") from e
     if got is None:
         raise FolderError(503, "the storage helper stopped")
     reply, fds = got
@@ -278,6 +286,13 @@ def _exchange(sock: socket.socket, request: dict[str, Any]) -> tuple[dict[str, A
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
         os.close(fd)
+
+
+_READS = frozenset({"stat", "list", "open", "scan"})  # what asking twice changes nothing of
+
+
+class _Cut(FolderError):
+    """The helper did not answer: the conversation broke before its answer."""
 
 
 def _stop(proc: "subprocess.Popen[bytes]") -> None:
