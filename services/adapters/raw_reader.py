@@ -248,7 +248,7 @@ class Protocol:
         # Locals in the loop: it runs once a message, the reader's hot path.
         pos, size, end, message = 0, len(buf), self.src.end, self._message
         seqs, subjects, payloads = self._seqs.append, self._subjects.append, self._payloads.append
-        seq, pending = self.seq, self._pending
+        seq, pending, got, got_bytes = self.seq, self._pending, self.got, self._got_bytes
         while seq < end:
             m = message(buf, pos)
             if m is not None:  # the usual line, whole: read without a split
@@ -261,6 +261,7 @@ class Protocol:
                 head = buf[pos:eol]
                 if head[:1] not in (b"H", b"M"):
                     pos = eol + 2
+                    self.got = got  # a refusal says whether messages came
                     self._control(head, out)
                     continue  # not a message: pending is unchanged, no pull is due
                 name, stream_seq, skip, total = self._general(head)
@@ -278,13 +279,14 @@ class Protocol:
                 subjects(name)
                 payloads(buf[start + int(skip) : stop] if skip else buf[start:stop])
                 pending -= 1
-                self.got += 1
-                self._got_bytes += length
+                got += 1
+                got_bytes += length
             if pending <= self._first and seq < end:
+                self.got, self._got_bytes = got, got_bytes  # the pull is sized by them
                 self._first = self._pull_size()
                 out.append(self._pull(self._first))
                 pending += self._first
-        self.seq, self._pending = seq, pending
+        self.seq, self._pending, self.got, self._got_bytes = seq, pending, got, got_bytes
         self._buf = buf[pos:]
         return b"".join(out)
 
