@@ -26,6 +26,12 @@
  * to its estimate is added to tat when the sample is harvested); a kernel
  * never timed yet is charged the thread's last measured cost.
  *
+ * A sample's time includes a fixed part that is not the kernel's: the event pair's
+ * own processing and the launch's dispatch, which a busy stream hides behind the
+ * previous kernel.  FGPU_LAUNCH_FLOOR_NS of it is taken off every sample (never
+ * below zero), so a host-bound loop of tiny kernels is charged what its kernels
+ * take, not its launch cadence.
+ *
  * Launches captured into a graph are not charged (the graph launch is).
  * With no share set the launch path costs one branch plus a thread-local
  * counter increment.
@@ -168,8 +174,10 @@ static void poll_samples(tstate *ts) {
             continue;
         }
         if (ms < 0)
-            continue;
-        int64_t ns = (int64_t)((double)ms * 1e6);
+            continue; /* a clock step between the events: the sample says nothing */
+        int64_t ns = (int64_t)((double)ms * 1e6) - fgpu_g.floor_ns;
+        if (ns < 0)
+            ns = 0;
         est_add(ts, s->key, ns);
         /* This launch's true cost is known: settle the difference to its estimate. */
         int64_t delta = ns - s->charged;

@@ -23,6 +23,7 @@ typedef struct fgpu_state {
     uint32_t sample_every; /* time one launch in this many per kernel once learnt */
     int64_t burst_ns;      /* how far ahead of its share a container may run */
     int64_t min_sleep_ns;  /* shorter waits are carried over, not slept */
+    int64_t floor_ns;      /* fixed cost of a timed launch (event pair, dispatch), not charged */
 } fgpu_state;
 
 FGPU_HIDDEN extern fgpu_state fgpu_g;

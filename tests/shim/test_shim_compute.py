@@ -77,3 +77,24 @@ def test_without_a_share_launches_are_only_counted(kit: Kit, state: Path, tmp_pa
         dev = r.device(0)
         assert dev.throttled_ns == dev.charged_ns == 0
         assert dev.launches == done["launches"]  # flushed at exit
+
+
+def test_the_fixed_cost_of_a_timed_launch_is_not_charged(
+    kit: Kit, state: Path, tmp_path: Path
+) -> None:
+    """FGPU_LAUNCH_FLOOR_NS comes off every sample: a loop of short kernels is charged
+    what its kernels take, so a launch-bound process is not paced by its launch cadence."""
+    kernel_ns, floor_ns = 400_000, 300_000
+    charged: dict[int, float] = {}
+    for floor in (0, floor_ns):
+        region = tmp_path / f"floor{floor}"
+        env = kit.env(state=state, region=region, sm_share="0.5", FGPU_LAUNCH_FLOOR_NS=str(floor))
+        kit.run("launch", "0.6", str(kernel_ns), env=env)
+        with open_region(region) as r:
+            dev = r.device(0)
+            assert dev.launches > 0
+            charged[floor] = dev.charged_ns / dev.launches
+    # Every sample loses the floor; a sample is never charged less than nothing.
+    assert charged[0] >= kernel_ns
+    assert charged[floor_ns] <= charged[0] - floor_ns / 2, charged
+    assert charged[floor_ns] >= 0
