@@ -1,0 +1,75 @@
+"""scripts/gpu-check's CPU side: it skips cleanly without a GPU, reads the region's
+counters where the shim writes them, and judges shares and pairs as the issue states."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.machinery import SourceFileLoader
+from importlib.util import module_from_spec, spec_from_loader
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpu_shim import open_region
+from tests.support.shim_kit import Kit
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
+
+
+@pytest.fixture(scope="module")
+def gpu_check() -> ModuleType:
+    loader = SourceFileLoader("gpu_check", str(SCRIPT))
+    spec = spec_from_loader("gpu_check", loader)
+    assert spec is not None
+    module = module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_it_says_why_and_passes(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path)}  # no nvidia-smi on it
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["check"] == "gpu-shim" and "nvidia-smi" in out["skipped"]
+
+
+def test_it_reads_the_counters_the_shim_wrote(
+    gpu_check: ModuleType, kit: Kit, state: Path, tmp_path: Path
+) -> None:
+    region = tmp_path / "c"
+    env = kit.env(state=state, region=region, sm_share="0.25")
+    kit.run("launch", "0.5", "2000000", env=env)
+    got = gpu_check.region_counters(region)
+    with open_region(region) as r:
+        dev = r.device(0)
+        want = {"launches": dev.launches, "charged_ns": dev.charged_ns,
+                "throttled_ns": dev.throttled_ns}  # fmt: skip
+    assert got == want and got["throttled_ns"] > 0
+
+
+def test_shares_and_pairs_are_judged_within_five_percent(gpu_check: ModuleType) -> None:
+    assert gpu_check.share_ok(0.524, 0.5) and not gpu_check.share_ok(0.53, 0.5)
+    assert not gpu_check.share_ok(0.0, 0.0)
+    runs = [{"rate": 256.0}, {"rate": 636.0}]
+    fig = gpu_check._pair_figures(runs, 1000.0, (0.25, 0.75))
+    # The measured H100 pair: its 0.25 container took 0.287 of the aggregate.
+    assert fig["parts"] == [0.287, 0.713] and fig["aggregate"] == 0.892
+    assert fig["pass"] is False
+    fair = gpu_check._pair_figures([{"rate": 230.0}, {"rate": 660.0}], 1000.0, (0.25, 0.75))
+    assert fair["pass"] is True
+    assert "pass" not in gpu_check._pair_figures(runs, 1000.0, None)
+
+
+def test_the_floor_is_the_event_pair_time_that_is_not_the_kernel(gpu_check: ModuleType) -> None:
+    events = {"tiny_kernel": {"median_us": 6.2}, "tiny_kernel_profiled_us": 2.0}
+    assert gpu_check._floor_ns(events) == 4200
+    assert gpu_check._floor_ns({"tiny_kernel": {"median_us": 6.2}}) is None
+    assert gpu_check._floor_ns({"tiny_kernel": {"median_us": 1.0},
+                                "tiny_kernel_profiled_us": 2.0}) == 0  # fmt: skip
