@@ -67,9 +67,15 @@ def test_shares_and_pairs_are_judged_within_five_percent(gpu_check: ModuleType) 
     assert "pass" not in gpu_check._pair_figures(runs, 1000.0, None)
 
 
-def test_the_floor_is_the_event_pair_time_that_is_not_the_kernel(gpu_check: ModuleType) -> None:
-    events = {"tiny_kernel": {"median_us": 6.2}, "tiny_kernel_profiled_us": 2.0}
-    assert gpu_check._floor_ns(events) == 4200
-    assert gpu_check._floor_ns({"tiny_kernel": {"median_us": 6.2}}) is None
-    assert gpu_check._floor_ns({"tiny_kernel": {"median_us": 1.0},
-                                "tiny_kernel_profiled_us": 2.0}) == 0  # fmt: skip
+def test_the_floor_candidates_come_from_the_event_figures(gpu_check: ModuleType) -> None:
+    events = {
+        "tiny_kernel": {"median_us": 6.2},
+        "tiny_kernel_profiled_us": 2.0,
+        "memset_1b": {"median_us": 3.5},
+    }
+    assert gpu_check.candidate_floors(events) == {"pair_minus_kernel": 4200, "memset_pair": 3500}
+    assert gpu_check.candidate_floors({"tiny_kernel": {"median_us": 6.2}}) == {}
+    shorter = {"tiny_kernel": {"median_us": 1.0}, "tiny_kernel_profiled_us": 2.0}
+    assert gpu_check.candidate_floors(shorter) == {"pair_minus_kernel": 0}
+    failed = {"tiny_kernel_profiled_us": "profiler: no CUPTI", "memset_1b": {"error": "x"}}
+    assert gpu_check.candidate_floors(failed) == {}
