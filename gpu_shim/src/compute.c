@@ -28,9 +28,12 @@
  *
  * A sample's time includes a fixed part that is not the kernel's: the event pair's
  * own processing and the launch's dispatch, which a busy stream hides behind the
- * previous kernel.  FGPU_LAUNCH_FLOOR_NS of it is taken off every sample (never
- * below zero), so a host-bound loop of tiny kernels is charged what its kernels
- * take, not its launch cadence.
+ * previous kernel.  That floor is taken off every sample (never below zero), so a
+ * host-bound loop of tiny kernels is charged what its kernels take, not its launch
+ * cadence.  FGPU_LAUNCH_FLOOR_NS=N fixes it; =auto learns it per context as the
+ * event-pair time of a null launch (a 1-byte memset of a scratch byte, enqueued
+ * before one sampled launch in NULL_EVERY): the least of its last NULL_WINDOW
+ * times, so a null launch slowed by another tenant never lowers what is charged.
  *
  * Launches captured into a graph are not charged (the graph launch is).
  * With no share set the launch path costs one branch plus a thread-local
@@ -40,6 +43,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "shim.h"
@@ -48,6 +52,9 @@
 #define EST_WINDOW 16
 #define SAMPLES 8
 #define SAMPLE_GPU_NS 500000
+#define NULL_WINDOW 8
+#define NULL_EVERY 64
+#define FLOOR_CTXS 4
 
 typedef struct est_entry {
     uint64_t key;
@@ -57,6 +64,15 @@ typedef struct est_entry {
     int64_t est; /* mean of win, valid when seen > 0 */
 } est_entry;
 
+/* The learnt floor of one context (FGPU_LAUNCH_FLOOR_NS=auto). */
+typedef struct floor_est {
+    CUcontext ctx;
+    int64_t win[NULL_WINDOW];
+    uint32_t seen;  /* null samples taken */
+    uint32_t since; /* sampled launches since the last null sample */
+    int64_t floor;  /* least of win; 0 until the first null sample */
+} floor_est;
+
 typedef struct sample {
     CUevent start, end;
     CUcontext ctx;         /* events belong to this context */
@@ -64,14 +80,24 @@ typedef struct sample {
     uint32_t share;        /* its share when charged */
     uint64_t key;
     int64_t charged;       /* the estimate the launch was charged */
+    floor_est *null_of;    /* a null launch timing this context's floor; else NULL */
     int pending;
 } sample;
 
 typedef struct tstate {
     est_entry est[EST_SLOTS];
     sample s[SAMPLES];
+    floor_est fl[FLOOR_CTXS];
     int64_t last_cost;
 } tstate;
+
+/* One scratch byte per context for the null launches, shared by the process's
+ * threads (allocated from the driver directly: a byte, outside the slice). */
+static struct {
+    CUcontext ctx;
+    CUdeviceptr ptr;
+} g_scratch[FLOOR_CTXS];
+static pthread_mutex_t g_scratch_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static FGPU_TLS tstate *t_state;
 static pthread_key_t g_tkey;
@@ -104,8 +130,59 @@ static tstate *get_tstate(void) {
 }
 
 void fgpu_compute_fork_child(void) {
-    /* The parent's events belong to contexts this process cannot use. */
+    /* The parent's events and scratch bytes belong to contexts this process cannot use. */
     t_state = NULL;
+    memset(g_scratch, 0, sizeof(g_scratch));
+    pthread_mutex_init(&g_scratch_mu, NULL);
+}
+
+/* The context's scratch byte, allocated on first use (ctx is current); 0 if none. */
+static CUdeviceptr scratch_of(CUcontext ctx) {
+    CUdeviceptr p = 0;
+    pthread_mutex_lock(&g_scratch_mu);
+    int i = 0;
+    for (; i < FLOOR_CTXS && g_scratch[i].ctx; i++)
+        if (g_scratch[i].ctx == ctx) {
+            p = g_scratch[i].ptr;
+            break;
+        }
+    fgpu_pfn_cuMemAlloc_v2 alloc = FGPU_REAL(cuMemAlloc_v2);
+    if (!p && i < FLOOR_CTXS && alloc && alloc(&p, 1) == CUDA_SUCCESS) {
+        g_scratch[i].ctx = ctx;
+        g_scratch[i].ptr = p;
+    }
+    pthread_mutex_unlock(&g_scratch_mu);
+    return p;
+}
+
+/* The thread's floor estimate for ctx (a full table evicts the first entry). */
+static floor_est *floor_of(tstate *ts, CUcontext ctx) {
+    for (int i = 0; i < FLOOR_CTXS; i++)
+        if (ts->fl[i].ctx == ctx)
+            return &ts->fl[i];
+    for (int i = 0; i < FLOOR_CTXS; i++)
+        if (!ts->fl[i].ctx) {
+            ts->fl[i].ctx = ctx;
+            return &ts->fl[i];
+        }
+    memset(&ts->fl[0], 0, sizeof(ts->fl[0]));
+    ts->fl[0].ctx = ctx;
+    return &ts->fl[0];
+}
+
+static void floor_add(floor_est *f, int64_t ns) {
+    f->win[f->seen % NULL_WINDOW] = ns;
+    f->seen++;
+    uint32_t n = f->seen < NULL_WINDOW ? f->seen : NULL_WINDOW;
+    int64_t least = f->win[0];
+    for (uint32_t i = 1; i < n; i++)
+        least = f->win[i] < least ? f->win[i] : least;
+    f->floor = least;
+}
+
+/* What comes off a sample of ctx before it is charged. */
+static int64_t floor_ns(tstate *ts, CUcontext ctx) {
+    return fgpu_g.floor_auto ? floor_of(ts, ctx)->floor : fgpu_g.floor_ns;
 }
 
 static inline uint64_t mix64(uint64_t x) {
@@ -145,6 +222,7 @@ static void est_add(tstate *ts, uint64_t key, int64_t ns) {
 }
 
 static void drop_events(sample *s) {
+    s->null_of = NULL;
     fgpu_pfn_cuEventDestroy_v2 destroy = FGPU_REAL(cuEventDestroy_v2);
     if (destroy && s->start) {
         destroy(s->start);
@@ -175,7 +253,13 @@ static void poll_samples(tstate *ts) {
         }
         if (ms < 0)
             continue; /* a clock step between the events: the sample says nothing */
-        int64_t ns = (int64_t)((double)ms * 1e6) - fgpu_g.floor_ns;
+        int64_t ns = (int64_t)((double)ms * 1e6);
+        if (s->null_of) { /* a null launch: the floor, not a charge */
+            floor_add(s->null_of, ns);
+            s->null_of = NULL;
+            continue;
+        }
+        ns -= floor_ns(ts, s->ctx);
         if (ns < 0)
             ns = 0;
         est_add(ts, s->key, ns);
@@ -215,6 +299,29 @@ static sample *take_sample(tstate *ts, CUcontext ctx) {
     }
     spare->ctx = ctx;
     return spare;
+}
+
+/* Time a null launch on stream ahead of a sampled launch, when this context's floor is
+ * due a sample (auto floor only; never while capturing: the caller checked). */
+static void null_sample(tstate *ts, CUcontext ctx, CUstream stream, int ptsz) {
+    floor_est *f = floor_of(ts, ctx);
+    if (f->seen >= NULL_WINDOW && ++f->since < NULL_EVERY)
+        return;
+    f->since = 0;
+    fgpu_pfn_cuEventRecord record = ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
+    fgpu_pfn_cuMemsetD8Async memset8 =
+        ptsz ? FGPU_REAL(cuMemsetD8Async_ptsz) : FGPU_REAL(cuMemsetD8Async);
+    CUdeviceptr p = memset8 && record ? scratch_of(ctx) : 0;
+    sample *s = p ? take_sample(ts, ctx) : NULL;
+    if (!s)
+        return;
+    if (record(s->start, stream) == CUDA_SUCCESS && memset8(p, 0, 1, stream) == CUDA_SUCCESS &&
+        record(s->end, stream) == CUDA_SUCCESS) {
+        s->null_of = f;
+        s->pending = 1;
+    } else {
+        drop_events(s);
+    }
 }
 
 /* What pace_before decided, for pace_after. */
@@ -282,6 +389,8 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
         every = SAMPLE_GPU_NS / e->est < 1 ? 1 : (uint32_t)(SAMPLE_GPU_NS / e->est);
     int want = e->seen < EST_WINDOW || ++e->count % every == 0;
     if (want) {
+        if (fgpu_g.floor_auto)
+            null_sample(ts, ctx, stream, ptsz);
         sample *s = take_sample(ts, ctx);
         fgpu_pfn_cuEventRecord record =
             ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);

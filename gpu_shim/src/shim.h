@@ -24,6 +24,7 @@ typedef struct fgpu_state {
     int64_t burst_ns;      /* how far ahead of its share a container may run */
     int64_t min_sleep_ns;  /* shorter waits are carried over, not slept */
     int64_t floor_ns;      /* fixed cost of a timed launch (event pair, dispatch), not charged */
+    int floor_auto;        /* learn floor_ns per context from null launches instead */
 } fgpu_state;
 
 FGPU_HIDDEN extern fgpu_state fgpu_g;

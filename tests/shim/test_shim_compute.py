@@ -98,3 +98,26 @@ def test_the_fixed_cost_of_a_timed_launch_is_not_charged(
     assert charged[0] >= kernel_ns
     assert charged[floor_ns] <= charged[0] - floor_ns / 2, charged
     assert charged[floor_ns] >= 0
+
+
+def test_the_floor_is_learnt_from_null_launches(kit: Kit, state: Path, tmp_path: Path) -> None:
+    """FGPU_LAUNCH_FLOOR_NS=auto times a 1-byte memset now and then and takes the least
+    of those times off every sample: here the fake memset holds the device as long as a
+    fixed floor of that size would be, so the charge drops as with the fixed floor."""
+    kernel_ns, memset_ns = 400_000, 300_000
+    charged: dict[str, float] = {}
+    for floor in ("0", "auto"):
+        region = tmp_path / f"floor-{floor}"
+        env = kit.env(
+            state=state,
+            region=region,
+            sm_share="0.5",
+            FGPU_LAUNCH_FLOOR_NS=floor,
+            FAKE_CUDA_MEMSET_NS=str(memset_ns),
+        )
+        kit.run("launch", "0.6", str(kernel_ns), env=env)
+        with open_region(region) as r:
+            dev = r.device(0)
+            charged[floor] = dev.charged_ns / dev.launches
+    assert charged["0"] >= kernel_ns
+    assert charged["auto"] <= charged["0"] - memset_ns / 2, charged

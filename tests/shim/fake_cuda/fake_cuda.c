@@ -10,6 +10,8 @@
  *   FAKE_CUDA_TOTAL_MEM  bytes per device (default 16 GiB)
  *   FAKE_CUDA_DEVICES    device count (default 2)
  *   FAKE_CUDA_TENANT     0..7: whose busy time a kernel adds to (a "container")
+ *   FAKE_CUDA_MEMSET_NS  how long a cuMemsetD8Async holds the device, as a kernel would
+ *                        (default 0: returns at once)
  *   FAKE_CUDA_HIDDEN     a base name whose look-up returns a private (non-exported)
  *                        allocation function, as a newer driver might: the shim cannot
  *                        swap it and must report the escape
@@ -67,6 +69,7 @@ static struct fake_shared *g_sh = &g_private;
 static uint64_t g_total = 16ULL << 30;
 static int g_ndev = 2;
 static int g_tenant;
+static uint64_t g_memset_ns;
 static int g_initialised;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct fake_ctx g_ctx[MAX_DEV];
@@ -81,6 +84,9 @@ static void setup(void) {
     s = getenv("FAKE_CUDA_DEVICES");
     if (s)
         g_ndev = atoi(s) < 1 ? 1 : (atoi(s) > MAX_DEV ? MAX_DEV : atoi(s));
+    s = getenv("FAKE_CUDA_MEMSET_NS");
+    if (s)
+        g_memset_ns = strtoull(s, NULL, 10);
     s = getenv("FAKE_CUDA_TENANT");
     if (s)
         g_tenant = atoi(s) & (MAX_TENANT - 1);
@@ -553,6 +559,15 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
     return run_kernel((const uint64_t *)g);
 }
 
+/* A memset is a kernel of the driver's own: it holds the device as one would. */
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+    (void)p, (void)v, (void)n, (void)s;
+    return run_kernel(g_memset_ns ? &g_memset_ns : NULL);
+}
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+    return cuMemsetD8Async(p, v, n, s);
+}
+
 /* ------------------------------------------------------------------ events, streams */
 
 CUresult cuEventCreate(CUevent *e, unsigned int flags) {
@@ -701,6 +716,8 @@ static const proc k_procs[] = {
     P("cuEventSynchronize", 2000, cuEventSynchronize),
     P("cuEventElapsedTime", 2000, cuEventElapsedTime),
     P("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+    P("cuMemsetD8Async", 3020, cuMemsetD8Async),
+    PT("cuMemsetD8Async", 7000, cuMemsetD8Async_ptsz),
     P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
     PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing_ptsz),
     P("cuStreamSynchronize", 2000, cuStreamSynchronize),
