@@ -19,7 +19,10 @@ typedef enum fgpu_alloc_kind {
     FGPU_ALLOC_PTR = 1,      /* device pointer (cuMemAlloc*, managed, async, pitch) */
     FGPU_ALLOC_HANDLE = 2,   /* cuMemCreate physical handle */
     FGPU_ALLOC_ARRAY = 3,    /* CUarray */
-    FGPU_ALLOC_MIPMAP = 4    /* CUmipmappedArray */
+    FGPU_ALLOC_MIPMAP = 4,   /* CUmipmappedArray */
+    FGPU_ALLOC_CONTEXT = 5,  /* the driver's memory for a context (key: the CUcontext) */
+    FGPU_ALLOC_MODULE = 6,   /* the driver's memory for a loaded module (key: the CUmodule) */
+    FGPU_ALLOC_LIBRARY = 7   /* the driver's memory for a loaded library (key: the CUlibrary) */
 } fgpu_alloc_kind;
 
 typedef struct fgpu_alloc {
