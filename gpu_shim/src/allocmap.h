@@ -44,4 +44,29 @@ FGPU_HIDDEN void fgpu_allocmap_lock_all(void);
 FGPU_HIDDEN void fgpu_allocmap_unlock_all(void);
 FGPU_HIDDEN void fgpu_allocmap_clear(void);
 
+/* Give rec's bytes back to the slice (memory.c); the caller holds the guard. */
+FGPU_HIDDEN void fgpu_give_back(const fgpu_alloc *rec);
+
+/*
+ * Release (kind, key) around the driver's free: the entry is taken out first
+ * so a concurrent allocation that reuses the address cannot be confused with
+ * it, and put back if the driver refuses the free.
+ */
+#define RELEASE_AROUND(kind, key, call)                                      \
+    do {                                                                     \
+        if (!fgpu_enter())                                                   \
+            return (call);                                                   \
+        fgpu_alloc rec_;                                                     \
+        int found_ = fgpu_allocmap_take((kind), (uint64_t)(key), &rec_);     \
+        CUresult rc_ = (call);                                               \
+        if (found_) {                                                        \
+            if (rc_ == CUDA_SUCCESS)                                         \
+                fgpu_give_back(&rec_);                                            \
+            else                                                             \
+                fgpu_allocmap_put(&rec_);                                    \
+        }                                                                    \
+        fgpu_leave();                                                        \
+        return rc_;                                                          \
+    } while (0)
+
 #endif /* FGPU_ALLOCMAP_H */

@@ -144,10 +144,6 @@ static int charge(uint32_t kind, uint64_t key, CUcontext ctx, uint32_t dev, uint
     return 1;
 }
 
-static void give_back(const fgpu_alloc *rec) {
-    fgpu_mem_unreserve(fgpu_g.l, fgpu_slot(), rec->device, rec->bytes);
-}
-
 /* Enter a context creation on dev: 1 (guard and g_ctx_mu held) when it is accounted. */
 static int ctx_enter(CUdevice dev) {
     if (dev < 0 || dev >= FGPU_MAX_DEVICES || !fgpu_enter())
@@ -323,29 +319,12 @@ CUresult fgpu_policy_library_load_file(fgpu_sym id, CUlibrary *library, const ch
 }
 
 /* Unloads give the measured bytes back once the driver has unloaded. */
-#define UNLOAD_AROUND(kind, key, call)                                        \
-    do {                                                                      \
-        if (!fgpu_enter())                                                    \
-            return (call);                                                    \
-        fgpu_alloc rec_;                                                      \
-        int found_ = fgpu_allocmap_take((kind), (uint64_t)(uintptr_t)(key), &rec_); \
-        CUresult rc_ = (call);                                                \
-        if (found_) {                                                         \
-            if (rc_ == CUDA_SUCCESS)                                          \
-                give_back(&rec_);                                             \
-            else                                                              \
-                fgpu_allocmap_put(&rec_);                                     \
-        }                                                                     \
-        fgpu_leave();                                                         \
-        return rc_;                                                           \
-    } while (0)
-
 CUresult fgpu_policy_module_unload(fgpu_sym id, CUmodule hmod) {
     REAL_OR_FAIL(cuModuleUnload, id);
-    UNLOAD_AROUND(FGPU_ALLOC_MODULE, hmod, real(hmod));
+    RELEASE_AROUND(FGPU_ALLOC_MODULE, (uintptr_t)hmod, real(hmod));
 }
 
 CUresult fgpu_policy_library_unload(fgpu_sym id, CUlibrary library) {
     REAL_OR_FAIL(cuLibraryUnload, id);
-    UNLOAD_AROUND(FGPU_ALLOC_LIBRARY, library, real(library));
+    RELEASE_AROUND(FGPU_ALLOC_LIBRARY, (uintptr_t)library, real(library));
 }
