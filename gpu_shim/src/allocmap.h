@@ -19,7 +19,10 @@ typedef enum fgpu_alloc_kind {
     FGPU_ALLOC_PTR = 1,      /* device pointer (cuMemAlloc*, managed, async, pitch) */
     FGPU_ALLOC_HANDLE = 2,   /* cuMemCreate physical handle */
     FGPU_ALLOC_ARRAY = 3,    /* CUarray */
-    FGPU_ALLOC_MIPMAP = 4    /* CUmipmappedArray */
+    FGPU_ALLOC_MIPMAP = 4,   /* CUmipmappedArray */
+    FGPU_ALLOC_CONTEXT = 5,  /* the driver's memory for a context (key: the CUcontext) */
+    FGPU_ALLOC_MODULE = 6,   /* the driver's memory for a loaded module (key: the CUmodule) */
+    FGPU_ALLOC_LIBRARY = 7   /* the driver's memory for a loaded library (key: the CUlibrary) */
 } fgpu_alloc_kind;
 
 typedef struct fgpu_alloc {
@@ -40,5 +43,30 @@ FGPU_HIDDEN void fgpu_allocmap_take_ctx(void *ctx, void (*fn)(const fgpu_alloc *
 FGPU_HIDDEN void fgpu_allocmap_lock_all(void);
 FGPU_HIDDEN void fgpu_allocmap_unlock_all(void);
 FGPU_HIDDEN void fgpu_allocmap_clear(void);
+
+/* Give rec's bytes back to the slice (memory.c); the caller holds the guard. */
+FGPU_HIDDEN void fgpu_give_back(const fgpu_alloc *rec);
+
+/*
+ * Release (kind, key) around the driver's free: the entry is taken out first
+ * so a concurrent allocation that reuses the address cannot be confused with
+ * it, and put back if the driver refuses the free.
+ */
+#define RELEASE_AROUND(kind, key, call)                                      \
+    do {                                                                     \
+        if (!fgpu_enter())                                                   \
+            return (call);                                                   \
+        fgpu_alloc rec_;                                                     \
+        int found_ = fgpu_allocmap_take((kind), (uint64_t)(key), &rec_);     \
+        CUresult rc_ = (call);                                               \
+        if (found_) {                                                        \
+            if (rc_ == CUDA_SUCCESS)                                         \
+                fgpu_give_back(&rec_);                                            \
+            else                                                             \
+                fgpu_allocmap_put(&rec_);                                    \
+        }                                                                    \
+        fgpu_leave();                                                        \
+        return rc_;                                                          \
+    } while (0)
 
 #endif /* FGPU_ALLOCMAP_H */

@@ -63,31 +63,9 @@ static CUresult acct_commit(acct *a, CUresult rc, uint32_t kind, uint64_t key) {
     return rc;
 }
 
-static void give_back(const fgpu_alloc *rec) {
+void fgpu_give_back(const fgpu_alloc *rec) {
     fgpu_mem_unreserve(fgpu_g.l, fgpu_slot(), rec->device, rec->bytes);
 }
-
-/*
- * Release (kind, key) around the driver's free: the entry is taken out first
- * so a concurrent allocation that reuses the address cannot be confused with
- * it, and put back if the driver refuses the free.
- */
-#define RELEASE_AROUND(kind, key, call)                                      \
-    do {                                                                     \
-        if (!fgpu_enter())                                                   \
-            return (call);                                                   \
-        fgpu_alloc rec_;                                                     \
-        int found_ = fgpu_allocmap_take((kind), (uint64_t)(key), &rec_);     \
-        CUresult rc_ = (call);                                               \
-        if (found_) {                                                        \
-            if (rc_ == CUDA_SUCCESS)                                         \
-                give_back(&rec_);                                            \
-            else                                                             \
-                fgpu_allocmap_put(&rec_);                                    \
-        }                                                                    \
-        fgpu_leave();                                                        \
-        return rc_;                                                          \
-    } while (0)
 
 /*
  * Allocations of a size known before the call: reserve n, call, and remember
@@ -317,7 +295,7 @@ CUresult fgpu_policy_ctx_destroy(fgpu_sym id, CUcontext ctx) {
         return real(ctx);
     CUresult rc = real(ctx);
     if (rc == CUDA_SUCCESS) {
-        fgpu_allocmap_take_ctx(ctx, give_back);
+        fgpu_allocmap_take_ctx(ctx, fgpu_give_back);
         fgpu_t_ctx = NULL;
     }
     fgpu_leave();
@@ -349,7 +327,7 @@ CUresult fgpu_policy_primary_ctx_release(fgpu_sym id, CUdevice dev) {
     CUcontext before = primary_if_active(dev);
     CUresult rc = real(dev);
     if (rc == CUDA_SUCCESS && before && primary_if_active(dev) != before) {
-        fgpu_allocmap_take_ctx(before, give_back);
+        fgpu_allocmap_take_ctx(before, fgpu_give_back);
         fgpu_t_ctx = NULL;
     }
     fgpu_leave();

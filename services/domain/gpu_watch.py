@@ -8,10 +8,10 @@ I/O; times are what the caller says.
 
 Memory: a session holding more than its slice on a GPU beyond the tolerance is stopped.
 The tolerance is ``slack`` plus ``per_process`` for each of its processes on that GPU:
-the driver counts each process's CUDA context (a few hundred MiB on a real GPU, which
-the shim's slice does not count) and rounds allocations up, so a session that uses its
-whole slice honestly is never stopped. What a hostile session can keep beyond its slice is
-therefore bounded by that tolerance, and what its contexts really take of it.
+the driver counts memory the shim's slice cannot (what it takes lazily after a context
+and its modules were measured and charged, a context that could not be measured) and
+rounds allocations up, so a session that uses its whole slice honestly is never stopped.
+What a hostile session can keep beyond its slice is therefore bounded by that tolerance.
 
 SM share: the shim's share is soft (launch pacing, docs/architecture.md). Sustained use
 beyond it (the mean over a whole window above the share by more than a margin) is

@@ -150,6 +150,9 @@ class Kit:
         env["FAKE_CUDA_STATE"] = str(state)
         env["FAKE_CUDA_TOTAL_MEM"] = str(total_mem)
         env["FAKE_CUDA_TENANT"] = str(tenant)
+        # No real NVML unless a test gives one (NvmlKit.env): contexts are then charged
+        # FGPU_CTX_BYTES, never measured on whatever GPU the test machine has.
+        env["FGPU_REAL_LIBNVML"] = "/nonexistent/libnvidia-ml.so.1"
         if region is not None:
             env["FGPU_REGION"] = str(region)
         if mem_limit is not None:

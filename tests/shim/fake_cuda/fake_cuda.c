@@ -12,6 +12,11 @@
  *   FAKE_CUDA_TENANT     0..7: whose busy time a kernel adds to (a "container")
  *   FAKE_CUDA_MEMSET_NS  how long a cuMemsetD8Async holds the device, as a kernel would
  *                        (default 0: returns at once)
+ *   FAKE_CUDA_CTX_BYTES  device memory a context takes while it lives (default 0): the
+ *                        primary context from its first retain to its last release or
+ *                        reset, a created one until destroyed; the driver's cuMemGetInfo
+ *                        (and the fake NVML) show it as used, as a real GPU does
+ *   FAKE_CUDA_MODULE_BYTES  the same for each loaded module or library (default 0)
  *   FAKE_CUDA_HIDDEN     a base name whose look-up returns a private (non-exported)
  *                        allocation function, as a newer driver might: the shim cannot
  *                        swap it and must report the escape
@@ -45,19 +50,10 @@
 #include <unistd.h>
 
 #include "cuda_min.h"
+#include "fake_shared.h"
 
-#define MAX_DEV 4
-#define MAX_TENANT 8
-
-struct fake_shared {
-    _Atomic uint32_t ticket;
-    _Atomic uint32_t serving;
-    _Atomic uint64_t launches;
-    _Atomic uint64_t in_use[MAX_DEV];
-    _Atomic uint64_t peak[MAX_DEV];
-    _Atomic uint64_t busy_ns[MAX_TENANT];
-    _Atomic uint64_t kernels[MAX_TENANT];
-};
+#define MAX_DEV FAKE_MAX_DEV
+#define MAX_TENANT FAKE_MAX_TENANT
 
 struct fake_ctx {
     int dev;
@@ -67,6 +63,8 @@ struct fake_ctx {
 static struct fake_shared g_private;
 static struct fake_shared *g_sh = &g_private;
 static uint64_t g_total = 16ULL << 30;
+static uint64_t g_ctx_bytes;
+static uint64_t g_module_bytes;
 static int g_ndev = 2;
 static int g_tenant;
 static uint64_t g_memset_ns;
@@ -87,6 +85,12 @@ static void setup(void) {
     s = getenv("FAKE_CUDA_MEMSET_NS");
     if (s)
         g_memset_ns = strtoull(s, NULL, 10);
+    s = getenv("FAKE_CUDA_CTX_BYTES");
+    if (s)
+        g_ctx_bytes = strtoull(s, NULL, 10);
+    s = getenv("FAKE_CUDA_MODULE_BYTES");
+    if (s)
+        g_module_bytes = strtoull(s, NULL, 10);
     s = getenv("FAKE_CUDA_TENANT");
     if (s)
         g_tenant = atoi(s) & (MAX_TENANT - 1);
@@ -172,7 +176,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
     if (d < 0 || d >= g_ndev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_mu);
-    g_ctx[d].refs++;
+    if (g_ctx[d].refs++ == 0)
+        atomic_fetch_add(&g_sh->in_use[d], g_ctx_bytes);
     pthread_mutex_unlock(&g_mu);
     *pctx = (CUcontext)&g_ctx[d];
     return CUDA_SUCCESS;
@@ -192,8 +197,8 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
     if (d < 0 || d >= g_ndev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_mu);
-    if (g_ctx[d].refs > 0)
-        g_ctx[d].refs--;
+    if (g_ctx[d].refs > 0 && --g_ctx[d].refs == 0)
+        atomic_fetch_sub(&g_sh->in_use[d], g_ctx_bytes);
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
 }
@@ -202,6 +207,8 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
     if (d < 0 || d >= g_ndev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_mu);
+    if (g_ctx[d].refs > 0)
+        atomic_fetch_sub(&g_sh->in_use[d], g_ctx_bytes);
     g_ctx[d].refs = 0;
     pthread_mutex_unlock(&g_mu);
     return CUDA_SUCCESS;
@@ -224,11 +231,78 @@ CUresult cuCtxGetDevice(CUdevice *d) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxDestroy_v2(CUcontext ctx) {
-    if (t_cur == (struct fake_ctx *)ctx)
-        t_cur = NULL;
+/* Created contexts are malloc'd; destroying a primary one (allowed by the fake) frees nothing. */
+static int is_primary(const struct fake_ctx *c) { return c >= g_ctx && c < g_ctx + MAX_DEV; }
+
+static CUresult ctx_create(CUcontext *pctx, CUdevice d) {
+    ensure();
+    if (d < 0 || d >= g_ndev)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_ctx *c = malloc(sizeof(*c));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dev = d;
+    c->refs = 1;
+    atomic_fetch_add(&g_sh->in_use[d], g_ctx_bytes);
+    t_cur = c;
+    *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
 }
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice d) {
+    (void)flags;
+    return ctx_create(pctx, d);
+}
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
+                        CUdevice d) {
+    (void)params, (void)flags;
+    return ctx_create(pctx, d);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    struct fake_ctx *c = (struct fake_ctx *)ctx;
+    if (t_cur == c)
+        t_cur = NULL;
+    if (c && !is_primary(c)) {
+        atomic_fetch_sub(&g_sh->in_use[c->dev], g_ctx_bytes);
+        free(c);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Modules and libraries: a malloc'd record of their device, holding g_module_bytes there. */
+static CUresult load(void **out) {
+    int dev = t_cur ? t_cur->dev : -1;
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    int *rec = malloc(sizeof(*rec));
+    if (!rec)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *rec = dev;
+    atomic_fetch_add(&g_sh->in_use[dev], g_module_bytes);
+    *out = rec;
+    return CUDA_SUCCESS;
+}
+
+static CUresult unload(void *h) {
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_sub(&g_sh->in_use[*(int *)h], g_module_bytes);
+    free(h);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    (void)image;
+    return load((void **)m);
+}
+CUresult cuModuleUnload(CUmodule m) { return unload(m); }
+CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv,
+                           unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo) {
+    (void)code, (void)jo, (void)jv, (void)njo, (void)lo, (void)lv, (void)nlo;
+    return load((void **)l);
+}
+CUresult cuLibraryUnload(CUlibrary l) { return unload(l); }
 
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 
@@ -676,6 +750,12 @@ static const proc k_procs[] = {
     P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
     P("cuCtxGetDevice", 2000, cuCtxGetDevice),
     P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    P("cuCtxCreate", 3020, cuCtxCreate_v2),
+    P("cuCtxCreate", 12050, cuCtxCreate_v4),
+    P("cuModuleLoadData", 2000, cuModuleLoadData),
+    P("cuModuleUnload", 2000, cuModuleUnload),
+    P("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    P("cuLibraryUnload", 12000, cuLibraryUnload),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
     P("cuGetErrorString", 6000, cuGetErrorString),
     P("cuMemAlloc", 2000, cuMemAlloc),

@@ -13,15 +13,24 @@
  *                         lines "proc DEV PID BYTES" (a compute process) and
  *                         "util DEV PID SM_PERCENT TIMESTAMP_US" (a sample)
  *
- * Device i: used = (4 + i) GiB, reserved 256 MiB (v2), two host processes
+ *   FAKE_CUDA_STATE       the fake GPU's state file (tests/shim/fake_cuda): what its
+ *                         processes hold on a device (allocations, contexts, modules)
+ *                         is used too, as the real library counts every process
+ *
+ * Device i: used = (4 + i) GiB (+ the fake GPU's bytes), reserved 256 MiB (v2), two host processes
  * (pids 70001+10i with 1 GiB and 70002+10i with 2 GiB) in every list,
  * utilisation gpu 77 / memory 55, temperature 40 + i.  Before nvmlInit every
  * device call returns NVML_ERROR_UNINITIALIZED, as the real library does.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "../fake_cuda/fake_shared.h"
 #include "nvml_min.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -138,7 +147,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, un
     return NVML_SUCCESS;
 }
 
-static unsigned long long used_bytes(const struct nvmlDevice_st *d) { return (4 + d->index) * GIB; }
+/* Bytes the fake GPU's processes hold on device i (0 without FAKE_CUDA_STATE). */
+static unsigned long long fake_gpu_bytes(unsigned int i) {
+    const char *path = getenv("FAKE_CUDA_STATE");
+    int fd = path && *path && i < FAKE_MAX_DEV ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return 0;
+    unsigned long long n = 0;
+    struct stat st;
+    struct fake_shared *sh = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(*sh)) /* the driver sized it */
+        sh = mmap(NULL, sizeof(*sh), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (sh != MAP_FAILED) {
+        n = atomic_load(&sh->in_use[i]);
+        munmap(sh, sizeof(*sh));
+    }
+    return n;
+}
+
+static unsigned long long used_bytes(const struct nvmlDevice_st *d) {
+    return (4 + d->index) * GIB + fake_gpu_bytes(d->index);
+}
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     CHECK_DEVICE(device);

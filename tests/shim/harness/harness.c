@@ -16,6 +16,10 @@
  *   harness used BYTES              allocate, then report meminfo
  *   harness forkrandom N ITER MAX   fork N children after initialisation, each runs random
  *   harness direct                  call forwarded (unhooked) exports found with dlsym
+ *   harness driverobjects           load and unload a module and a library, create and
+ *                                   destroy a context: meminfo after each step
+ *
+ * A process whose context cannot be set up prints {"error":..., "retain":rc} and exits 3.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -58,6 +62,12 @@ static struct {
     CUresult (*primary_retain)(CUcontext *, CUdevice);
     CUresult (*ctx_set)(CUcontext);
     CUresult (*ctx_destroy)(CUcontext);
+    CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+    CUresult (*module_load)(CUmodule *, const void *);
+    CUresult (*module_unload)(CUmodule);
+    CUresult (*library_load)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int,
+                             CUlibraryOption *, void **, unsigned int);
+    CUresult (*library_unload)(CUlibrary);
     CUresult (*alloc)(CUdeviceptr *, size_t);
     CUresult (*alloc_v1)(CUdeviceptr_v1 *, unsigned int);
     CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned int);
@@ -102,6 +112,11 @@ static void setup(void) {
     *(void **)&cu.primary_retain = need("cuDevicePrimaryCtxRetain", 7000, 0);
     *(void **)&cu.ctx_set = need("cuCtxSetCurrent", 4000, 0);
     *(void **)&cu.ctx_destroy = need("cuCtxDestroy", 4000, 0);
+    *(void **)&cu.ctx_create = need("cuCtxCreate", 12050, 0);
+    *(void **)&cu.module_load = need("cuModuleLoadData", 2000, 0);
+    *(void **)&cu.module_unload = need("cuModuleUnload", 2000, 0);
+    *(void **)&cu.library_load = need("cuLibraryLoadData", 12000, 0);
+    *(void **)&cu.library_unload = need("cuLibraryUnload", 12000, 0);
     *(void **)&cu.alloc = need("cuMemAlloc", 3020, 0);
     *(void **)&cu.alloc_v1 = need("cuMemAlloc", 2000, 0);
     *(void **)&cu.alloc_managed = need("cuMemAllocManaged", 6000, 0);
@@ -124,9 +139,10 @@ static void setup(void) {
     *(void **)&cu.launch = need("cuLaunchKernel", s ? 7000 : 4000, s);
     *(void **)&cu.graph_launch = need("cuGraphLaunch", 10000, s);
     CUdevice dev;
-    if (cu.init(0) || cu.device_get(&dev, 0) || cu.primary_retain(&g_ctx, dev) ||
+    CUresult rc = CUDA_ERROR_NOT_INITIALIZED;
+    if (cu.init(0) || cu.device_get(&dev, 0) || (rc = cu.primary_retain(&g_ctx, dev)) ||
         cu.ctx_set(g_ctx)) {
-        printf("{\"error\":\"context setup failed\"}\n");
+        printf("{\"error\":\"context setup failed\",\"retain\":%d}\n", rc);
         exit(3);
     }
 }
@@ -367,6 +383,28 @@ static int cmd_ctxdestroy(uint64_t bytes) {
     return 0;
 }
 
+/* The driver's own objects: each step's result, then what the process sees. */
+static int cmd_driverobjects(void) {
+    static const char image[] = "fake module";
+    CUmodule mod;
+    CUlibrary lib;
+    CUcontext ctx;
+    meminfo("start");
+    printf("{\"module_load\":%d}\n", cu.module_load(&mod, image));
+    meminfo("module");
+    printf("{\"library_load\":%d}\n",
+           cu.library_load(&lib, image, NULL, NULL, 0, NULL, NULL, 0));
+    meminfo("library");
+    printf("{\"unload\":[%d,%d]}\n", cu.module_unload(mod), cu.library_unload(lib));
+    meminfo("unloaded");
+    printf("{\"ctx_create\":%d}\n", cu.ctx_create(&ctx, NULL, 0, 0));
+    meminfo("created");
+    printf("{\"ctx_destroy\":%d}\n", cu.ctx_destroy(ctx));
+    cu.ctx_set(g_ctx);
+    meminfo("destroyed");
+    return 0;
+}
+
 /* Exports the shim does not hook are trampolines into the real driver. */
 static int cmd_direct(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -433,6 +471,8 @@ int main(int argc, char **argv) {
     setup();
     if (strcmp(cmd, "paths") == 0)
         return cmd_paths();
+    if (strcmp(cmd, "driverobjects") == 0)
+        return cmd_driverobjects();
     if (strcmp(cmd, "meminfo") == 0) {
         meminfo("now");
         return 0;
