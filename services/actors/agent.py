@@ -70,6 +70,7 @@ from services.domain.container_spec import (
 )
 from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
+from services.domain.mps import MpsClient, mps_client, shim_slice
 from services.domain.pull_progress import PullThrottle
 from services.domain.records import SessionView
 from services.domain.scheduling.images import pulls_from
@@ -423,8 +424,11 @@ class AgentActor:
             if isinstance(folders, str):
                 await self._end(session_id, SessionErrored, reason=folders)
                 return
-            parts = self._slice(v)  # one slice, for the region and the environment alike
-            spec = self._spec(v, parts, self._create_region(v, parts), folders)
+            parts = self._slice(v)
+            mps = mps_client(parts, dict(self.config.mps_pipes))
+            # One slice, as the shim enforces it, for the region and the environment alike.
+            parts = shim_slice(parts, mps)
+            spec = self._spec(v, parts, self._create_region(v, parts), folders, mps)
             try:
                 c = await self._run_pulling(session_id, spec, sup)
             except ImageNotFound as e:
@@ -588,6 +592,7 @@ class AgentActor:
         parts: Sequence[DeviceSlice],
         region_path: str | None,
         vfolders: tuple[Mount, ...] = (),
+        mps: MpsClient | None = None,
     ) -> ContainerSpec:
         c = self.config
         return session_spec(
@@ -600,6 +605,7 @@ class AgentActor:
             region_group=self.regions.group if self.regions is not None else None,
             log_identity=self.log_identity,
             vfolders=vfolders,
+            mps=mps,
         )
 
     # ---- usage from the shim --------------------------------------------------------------

@@ -30,5 +30,8 @@ class AgentConfig:
     vfolder_root: str | None = None
     # The storage hosts whose folders are under ``vfolder_root`` here; None: every one.
     storage_hosts: tuple[str, ...] | None = None
+    # The pipe directory of the MPS control daemon of each GPU (host index) that has one
+    # (``services.adapters.mps_daemon``); a session on one of them alone is its client.
+    mps_pipes: tuple[tuple[int, str], ...] = ()
     # How the driver's figures of the sessions' processes are watched (with a GpuWatch).
     watch: WatchSettings = field(default_factory=WatchSettings)

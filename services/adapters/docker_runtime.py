@@ -104,6 +104,8 @@ def container_config(
             {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
             for m in spec.mounts
         ]
+    if spec.ipc_host:
+        host["IpcMode"] = "host"
     if spec.groups:
         host["GroupAdd"] = [str(g) for g in spec.groups]
     if spec.gpu_uuids:

@@ -1,22 +1,33 @@
 """GPU discovery: NVML on hosts with NVIDIA GPUs, or GPUs declared in the agent's config;
 and the driver's own figures of the processes using them (``NvmlProcessWatch``)."""
 
+import ctypes
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import structlog
 
 from events import GpuInfo
 from services.ports.gpu_watch import GpuProcess, GpuUtilSample, GpuWatchUnavailable
 
-__all__ = ["MockGpus", "NvmlProbe", "NvmlProcessWatch"]
+__all__ = ["MockGpus", "NvmlProbe", "NvmlProcessWatch", "cuda_sm_counts"]
 
 log = structlog.get_logger()
 
 
 class NvmlProbe:
-    """The host's NVIDIA GPUs through pynvml; none when NVML is missing (no driver)."""
+    """The host's NVIDIA GPUs through pynvml; none when NVML is missing (no driver).
+
+    Listed in PCI bus order, each indexed by its place in it: the order every other reader
+    of the host's GPUs uses (``NvmlProcessWatch``; CUDA told ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+    in containers, ``gpu_slice.container_order``). A GPU whose multiprocessor count NVML
+    does not give (its attributes are only for MIG on some cards: a whole H100 gives none)
+    gets the CUDA driver's (``cuda_sm_counts``), else 0."""
+
+    def __init__(self, libcuda: str = "libcuda.so.1") -> None:
+        self._libcuda = libcuda
 
     def gpus(self) -> list[GpuInfo]:
         try:
@@ -29,28 +40,75 @@ class NvmlProbe:
             log.info("gpu_probe.no_nvml", error=str(e))
             return []
         try:
-            out = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                name = pynvml.nvmlDeviceGetName(h)
-                uuid = pynvml.nvmlDeviceGetUUID(h)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
-                try:
-                    sm = int(pynvml.nvmlDeviceGetAttributes(h).multiprocessorCount)
-                except pynvml.NVMLError:
-                    sm = 0  # unknown: the SM share is still a fraction of whatever it has
-                out.append(
-                    GpuInfo(
-                        index=i,
-                        uuid=uuid if isinstance(uuid, str) else uuid.decode(),
-                        model=name if isinstance(name, str) else name.decode(),
-                        mem=int(mem),
-                        sm_count=sm,
-                    )
-                )
-            return out
+            found = [_describe(pynvml, h) for h in _handles_in_pci_order(pynvml)]
         finally:
             pynvml.nvmlShutdown()
+        unknown = [bus for bus, info in found if info.sm_count == 0]
+        counts = cuda_sm_counts(unknown, self._libcuda) if unknown else {}
+        return [
+            msgspec.structs.replace(info, index=i, sm_count=counts.get(bus, info.sm_count))
+            for i, (bus, info) in enumerate(found)
+        ]
+
+
+def _handles_in_pci_order(pynvml: Any) -> list[Any]:
+    """NVML's device handles by PCI bus id: NVML does not promise its index order is."""
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    return sorted(handles, key=lambda h: _bus_id(pynvml, h).lower())
+
+
+def _bus_id(pynvml: Any, handle: Any) -> str:
+    bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+    return bus if isinstance(bus, str) else bus.decode()
+
+
+def _describe(pynvml: Any, h: Any) -> tuple[str, GpuInfo]:
+    """One device's PCI bus id and what NVML says of it (index to be set by the caller;
+    sm_count 0 where NVML gives none)."""
+    name = pynvml.nvmlDeviceGetName(h)
+    uuid = pynvml.nvmlDeviceGetUUID(h)
+    try:
+        sm = int(pynvml.nvmlDeviceGetAttributes(h).multiprocessorCount)
+    except pynvml.NVMLError:
+        sm = 0
+    info = GpuInfo(
+        index=0,
+        uuid=uuid if isinstance(uuid, str) else uuid.decode(),
+        model=name if isinstance(name, str) else name.decode(),
+        mem=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+        sm_count=sm,
+    )
+    return _bus_id(pynvml, h), info
+
+
+_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16  # cuda.h's CUdevice_attribute
+
+
+def cuda_sm_counts(bus_ids: Sequence[str], libcuda: str = "libcuda.so.1") -> dict[str, int]:
+    """The multiprocessor count of each GPU named by its PCI bus id (NVML's form,
+    ``00000000:17:00.0``), from the CUDA driver ``libcuda`` (initialised in this process,
+    no context made). A GPU the driver cannot tell of is left out; no driver to load,
+    or one that does not initialise, gives an empty dict and a log line. Never raises."""
+    try:
+        cuda = ctypes.CDLL(libcuda)
+        if (rc := cuda.cuInit(0)) != 0:
+            log.warning("gpu_probe.no_cuda", library=libcuda, error=f"cuInit returned {rc}")
+            return {}
+    except (OSError, AttributeError) as e:
+        log.warning("gpu_probe.no_cuda", library=libcuda, error=str(e))
+        return {}
+    out = {}
+    for bus in bus_ids:
+        dev, count = ctypes.c_int(), ctypes.c_int()
+        if cuda.cuDeviceGetByPCIBusId(ctypes.byref(dev), bus.encode()) != 0:
+            continue
+        attr = _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        if cuda.cuDeviceGetAttribute(ctypes.byref(count), attr, dev) == 0 and count.value > 0:
+            out[bus] = count.value
+    missing = sorted(set(bus_ids) - set(out))
+    if missing:
+        log.warning("gpu_probe.no_sm_count", gpus=missing)
+    return out
 
 
 class NvmlProcessWatch:
@@ -68,8 +126,8 @@ class NvmlProcessWatch:
 
             pynvml.nvmlInit()
             try:
-                count = pynvml.nvmlDeviceGetCount()
-                self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+                # Indexed as NvmlProbe indexes the agent's GPUs: in PCI order.
+                self._handles = _handles_in_pci_order(pynvml)
             except pynvml.NVMLError:
                 pynvml.nvmlShutdown()
                 raise
@@ -153,3 +211,19 @@ class MockGpus:
 
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
+
+
+def main() -> None:
+    """``python -m services.adapters.gpu_probe [LIBCUDA]``: the host's GPUs as NvmlProbe
+    finds them (asking the CUDA driver LIBCUDA, default libcuda.so.1, what NVML does not
+    tell), one JSON line (a list of GpuInfo) on stdout, for checks on a real GPU; what it logs
+    goes to stderr."""
+    import sys
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    probe = NvmlProbe(*sys.argv[1:2])
+    print(msgspec.json.encode(probe.gpus()).decode())
+
+
+if __name__ == "__main__":
+    main()

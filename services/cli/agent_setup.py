@@ -8,6 +8,7 @@ import tomllib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +22,10 @@ from services.domain.resources import parse_cpu, parse_fgpu, parse_mem
 from services.domain.tenancy.groups import DEFAULT_GROUP
 from services.ports import ContainerRuntime, SliceRegions
 
-__all__ = ["agent_config", "container_runtime", "with_regions"]
+if TYPE_CHECKING:
+    from services.adapters.mps_daemon import MpsDaemons
+
+__all__ = ["agent_config", "container_runtime", "mps_daemons", "with_regions"]
 
 
 class MockGpuConfig(BaseModel):
@@ -45,6 +49,7 @@ class AgentFile(BaseModel):
     # Whose folders it mounts (default: every one; [] none: no session mounting one comes).
     storage_hosts: list[str] | None = None
     mock_gpus: list[MockGpuConfig] = []
+    mps: str | None = None  # as --mps: "all" or GPU indexes, "0,1"
 
 
 def with_regions(
@@ -83,6 +88,7 @@ def agent_config(
     config: Path | None,
     group: str | None = None,
     registry: str | None = None,
+    mps: str | None = None,
 ) -> AgentConfig:
     """The agent's configuration from its file and options. Raises ValueError."""
     f = AgentFile()
@@ -127,7 +133,47 @@ def agent_config(
         group=group,
         registry=_registry(registry or f.registry),
         storage_hosts=None if f.storage_hosts is None else tuple(f.storage_hosts),
+        mps_pipes=_mps_pipes(mps or f.mps, gpus, mock, aid),
     )
+
+
+def _mps_pipes(
+    given: str | None, gpus: list[GpuInfo], mock: bool, agent_id: str
+) -> tuple[tuple[int, str], ...]:
+    """The pipe directory of each GPU (host index) --mps names: ``all`` or indexes
+    ``0,1``; none without it. Raises ValueError for mock GPUs or an index it lacks."""
+    if not given:
+        return ()
+    from services.adapters.mps_daemon import pipe_dir
+
+    if mock:
+        raise ValueError("--mps needs real GPUs: mock GPUs have no MPS")
+    have = {g.index for g in gpus}
+    if given.strip() == "all":
+        chosen = sorted(have)
+    else:
+        try:
+            chosen = sorted({int(i) for i in given.split(",")})
+        except ValueError:
+            raise ValueError(
+                f"--mps must be 'all' or GPU indexes like 0,1, got {given!r}"
+            ) from None
+        if not set(chosen) <= have:
+            raise ValueError(f"--mps {given}: this host's GPUs are {sorted(have)}")
+    if not chosen:
+        raise ValueError("--mps: this host has no GPU (NVML found none)")
+    root = str(state_file().parent / "mps" / agent_id)
+    return tuple((i, pipe_dir(root, i)) for i in chosen)
+
+
+def mps_daemons(cfg: AgentConfig) -> "MpsDaemons | None":
+    """The MPS daemons of the GPUs of ``cfg.mps_pipes``; None if it has MPS on none."""
+    if not cfg.mps_pipes:
+        return None
+    from services.adapters.mps_daemon import MpsDaemons
+
+    uuid = {g.index: g.uuid for g in cfg.gpus}
+    return MpsDaemons({uuid[i]: pipe for i, pipe in cfg.mps_pipes})
 
 
 def _registry(text: str | None) -> str | None:

@@ -81,6 +81,14 @@ RegionsOpt = Annotated[
     str | None,
     typer.Option(help="Where the shim's per-session regions live (default: $FGPU_HOME/regions)."),
 ]
+MpsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Run NVIDIA MPS on these GPUs: 'all' or indexes, 0,1 (default: none, "
+        "time-slicing). The agent runs a control daemon per GPU and will not start if one "
+        "cannot run; a session on one such GPU alone is its client, held to its slice.",
+    ),
+]
 
 VfolderRootOpt = Annotated[
     str | None,
@@ -129,6 +137,7 @@ class AgentOptions:
     registry: RegistryOpt = None
     vfolder_root: VfolderRootOpt = None
     storage_host: StorageHostOpt = None
+    mps: MpsOpt = None
 
     @property
     def vfolders(self) -> str:
@@ -143,6 +152,7 @@ class AgentOptions:
             cfg = agent_config(
                 self.agent_id, self.mock_gpus, self.gpu_mem, self.fgpu_per_gpu,
                 self.cpu, self.mem, self.runtime, self.config, self.group, self.registry,
+                self.mps,
             )  # fmt: skip
         except ValueError as e:
             fail(str(e))
@@ -372,12 +382,14 @@ def _run_up(
     """Run ``stack`` until signalled, then ``stop``, whatever happened; exits 1 with the
     reason if it could not start."""
     from services.adapters.vfolder_files import HelperFailed
+    from services.ports import MpsUnavailable
     from services.wiring.stack import StreamRefused
 
     try:
         tune_gc()
-        run_async(functools.partial(_serve_up, stack, info, api_port), passing=(StreamRefused,))
-    except (HelperFailed, StreamRefused) as e:
+        passing = (StreamRefused, MpsUnavailable)
+        run_async(functools.partial(_serve_up, stack, info, api_port), passing=passing)
+    except (HelperFailed, StreamRefused, MpsUnavailable) as e:
         fail(str(e), code=1)
     finally:
         stop()
@@ -476,7 +488,7 @@ def _up_stack(
 ) -> "StackConfig":
     """The whole stack on ``own``'s server, its read API on ``api_port`` (None: none)."""
     from projections.paths import default_db_path
-    from services.cli.agent_setup import container_runtime
+    from services.cli.agent_setup import container_runtime, mps_daemons
     from services.wiring.stack import AgentPart, ApiPart, StackConfig
 
     store = Path(own.server.store_dir)
@@ -490,7 +502,9 @@ def _up_stack(
         own.server.url,
         archive_dir=store / "archive",  # the archive lives with its log
         own=own,
-        agent=AgentPart(cfg, runtime, regions, output_root=state_file().parent / "output"),
+        agent=AgentPart(
+            cfg, runtime, regions, output_root=state_file().parent / "output", mps=mps_daemons(cfg)
+        ),
         api=api,
     )
 
@@ -577,7 +591,7 @@ def _keep_first_admin(first: "FirstAdmin") -> None:
 def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     """Run one agent against --nats URL: it runs the sessions placed on this node."""
 
-    from services.cli.agent_setup import container_runtime
+    from services.cli.agent_setup import container_runtime, mps_daemons
     from services.cli.preflight import writable
 
     url = _url(ctx)
@@ -587,7 +601,8 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     writable(state_file().parent, home_hint())  # where it keeps sessions' output
     cfg, regions = agent.setup()
     runtime = functools.partial(container_runtime, cfg.runtime_name)
-    part = AgentPart(cfg, runtime, regions, output_root=state_file().parent / "output")
+    output = state_file().parent / "output"
+    part = AgentPart(cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg))
 
     async def main() -> None:
         config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)
@@ -595,8 +610,13 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
             out().print(f"agent {cfg.agent_id} ready on {url}")
             await stop.wait()
 
+    from services.ports import MpsUnavailable
+
     tune_gc()
-    run_async(main)
+    try:
+        run_async(main, passing=(MpsUnavailable,))
+    except MpsUnavailable as e:
+        fail(str(e), code=1)
 
 
 def api(
@@ -736,8 +756,13 @@ def sim_agents(
             )
             out().print(f"{count} simulated agents ready on {url}")
 
+    from services.ports import MpsUnavailable
+
     tune_gc()
-    run_async(main)
+    try:
+        run_async(main, passing=(MpsUnavailable,))
+    except MpsUnavailable as e:
+        fail(str(e), code=1)
 
 
 def scheduler(
@@ -901,8 +926,13 @@ def _single(
                 await tg.start(quota, conn.log)
             out().print(f"{which} ready on {url}")
 
+    from services.ports import MpsUnavailable
+
     tune_gc()
-    run_async(main)
+    try:
+        run_async(main, passing=(MpsUnavailable,))
+    except MpsUnavailable as e:
+        fail(str(e), code=1)
 
 
 # No group of its own: main puts these beside its own commands, in this order (--help's).

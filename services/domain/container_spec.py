@@ -6,6 +6,7 @@ import msgspec
 
 from events import SessionType
 from services.domain.gpu_slice import DeviceSlice
+from services.domain.mps import MPS_PIPE_IN_CONTAINER, MpsClient
 from services.domain.records import SessionView
 
 __all__ = [
@@ -64,6 +65,9 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Supplementary groups (numeric gids) of every process of the container, whatever
     # user the image runs as: the group that may write the shim region's counters.
     groups: tuple[int, ...] = ()
+    # The host's IPC namespace (its shared memory): an MPS client's channel to the MPS
+    # server, which runs on the host, goes through it besides the pipe directory.
+    ipc_host: bool = False
 
 
 def container_env(spec: ContainerSpec, image_env: dict[str, str]) -> dict[str, str]:
@@ -97,6 +101,7 @@ def session_spec(
     region_group: int | None = None,
     log_identity: str | None = None,
     vfolders: tuple[Mount, ...] = (),
+    mps: MpsClient | None = None,
 ) -> ContainerSpec:
     """The spec for ``v``'s container on ``agent_id``, holding the slice ``parts``
     (``gpu_slice.slices`` of ``v``'s devices: the agent computes it once, for this spec
@@ -114,6 +119,10 @@ def session_spec(
     processes. With ``request_devices`` false (mock GPUs) the engine is asked for no device.
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
     session it is: an agent never removes a container of another log.
+    With ``mps`` (``mps.mps_client`` of ``parts``) the processes are clients of their
+    GPU's MPS daemon: its pipe directory mounted at ``MPS_PIPE_IN_CONTAINER``, the host's
+    IPC namespace, and the client's limits in NVIDIA's variables (``MpsClient.env``); the
+    caller gives ``parts`` as the shim enforces them (``mps.shim_slice``).
     """
     uuids = tuple(p.gpu.uuid for p in parts)
     env = {
@@ -137,6 +146,9 @@ def session_spec(
         slice_path = region_path + SLICE_SUFFIX
         mounts.append(Mount(source=slice_path, target=SLICE_IN_CONTAINER, read_only=True))
         env["FGPU_REGION"] = REGION_IN_CONTAINER
+    if mps is not None:
+        mounts.append(Mount(source=mps.pipe_dir, target=MPS_PIPE_IN_CONTAINER, read_only=False))
+        env.update(mps.env())
     mounts += vfolders
     return ContainerSpec(
         name=container_name(agent_id, v.session_id),
@@ -156,4 +168,5 @@ def session_spec(
         env_prepend=prepend,
         tty=v.session_type is SessionType.INTERACTIVE,
         groups=(region_group,) if region_path is not None and region_group is not None else (),
+        ipc_host=mps is not None,
     )

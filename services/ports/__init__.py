@@ -68,6 +68,7 @@ from services.ports.log import (
     Retention,
     check_batch,
 )
+from services.ports.mps import MpsControl, MpsUnavailable
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
 from services.ports.snapshots import SnapshotStore
@@ -124,6 +125,8 @@ __all__ = [
     "LogServer",
     "LogsReply",
     "LogsRequest",
+    "MpsControl",
+    "MpsUnavailable",
     "OomRefusal",
     "OpenFile",
     "OutcomeUnknown",

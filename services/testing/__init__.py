@@ -4,8 +4,8 @@ The in-memory log and the virtual clock are product code (``services.adapters.me
 
 Each passes the same contract tests as the real adapter (``tests/support/log_contract.py``,
 ``tests/support/bus_contract.py``, ``tests/support/snapshot_contract.py``,
-``tests/adapters/test_gpu_watch_adapters.py``; the Kicker's is in
-``tests/adapters/test_gatekeeper.py``).
+``tests/adapters/test_gpu_watch_adapters.py``, ``tests/adapters/test_mps_daemon.py``; the
+Kicker's is in ``tests/adapters/test_gatekeeper.py``).
 """
 
 from services.testing.gpu_watch import FakeContainers, FakeGpuWatch
@@ -13,10 +13,12 @@ from services.testing.memory_bus import MemoryBus
 from services.testing.memory_output import MemoryOutput
 from services.testing.memory_servers import MemoryServers
 from services.testing.memory_snapshots import MemorySnapshots
+from services.testing.mps import FakeMps
 
 __all__ = [
     "FakeContainers",
     "FakeGpuWatch",
+    "FakeMps",
     "MemoryBus",
     "MemoryOutput",
     "MemoryServers",

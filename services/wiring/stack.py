@@ -6,7 +6,7 @@ and ``fgpu agent`` run one part each against a server someone else runs.
 The order, and why:
 
 1. the agent's container runtime, first: without an engine, one error before anything
-   has connected;
+   has connected; then its GPUs' MPS daemons, if it has MPS on any (stopped last);
 2. on a server the stack owns, its administration: the stream made (or its retention
    updated), a new cluster's superadmin, keypairs for the services it runs;
 3. the gatekeeper (everything else connects through it), in a task group that outlives
@@ -34,7 +34,14 @@ from anyio.abc import TaskGroup
 from services.actors.bootstrap import FirstAdmin, bootstrap
 from services.adapters.nats_connection import NatsConnection
 from services.adapters.system_clock import SystemClock
-from services.ports import ContainerRuntime, EventLog, LogError, Retention, SliceRegions
+from services.ports import (
+    ContainerRuntime,
+    EventLog,
+    LogError,
+    MpsControl,
+    Retention,
+    SliceRegions,
+)
 from services.wiring.identity import Identity
 from services.wiring.parts import (
     connected,
@@ -103,12 +110,14 @@ class OwnServer:
 @dataclass(frozen=True)
 class AgentPart:
     """An agent of ``config``, its containers on ``runtime()`` (entered first), slices
-    enforced through ``regions``, ended sessions' output kept under ``output_root``."""
+    enforced through ``regions``, ended sessions' output kept under ``output_root``, the
+    MPS daemons of its GPUs with MPS run by ``mps`` (``config.mps_pipes``)."""
 
     config: AgentConfig
     runtime: Callable[[], AbstractAsyncContextManager[ContainerRuntime]]
     regions: SliceRegions | None = None
     output_root: Path | None = None
+    mps: MpsControl | None = None
 
     @property
     def kind(self) -> str:
@@ -180,8 +189,9 @@ class Stack:
         connections) must not run cancelled (aiodocker's close, cancelled there, loops
         for ever in contextlib on an exception whose context holds itself). Raises
         StreamRefused (a stack that owns its server), the runtime's error if its engine
-        does not answer, and what a part raises (HelperFailed: the folders' helper; an
-        OSError: the API's port). Entered and left in one task, as a task group is."""
+        does not answer, MpsUnavailable if an MPS daemon does not start, and what a part
+        raises (HelperFailed: the folders' helper; an OSError: the API's port). Entered
+        and left in one task, as a task group is."""
         async with AsyncExitStack() as exits:
             yield await self._start(exits)
 
@@ -190,6 +200,9 @@ class Stack:
         runtime = None
         if c.agent is not None:
             runtime = await exits.enter_async_context(c.agent.runtime())
+            if c.agent.mps is not None:
+                await anyio.to_thread.run_sync(c.agent.mps.start)
+                exits.push_async_callback(_stop_mps, c.agent.mps)
         identities = await self._identities(exits)
         outer = await exits.enter_async_context(anyio.create_task_group())
         exits.callback(outer.cancel_scope.cancel)  # the block left: its parts stop
@@ -299,3 +312,10 @@ class Stack:
             watch=watch,
             snapshots=snapshots,
         )
+
+
+async def _stop_mps(mps: MpsControl) -> None:
+    """``mps`` stopped (in a thread: it waits for the daemons), even as the stack is
+    cancelled."""
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(mps.stop)

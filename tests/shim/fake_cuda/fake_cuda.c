@@ -17,6 +17,8 @@
  *                        reset, a created one until destroyed; the driver's cuMemGetInfo
  *                        (and the fake NVML) show it as used, as a real GPU does
  *   FAKE_CUDA_MODULE_BYTES  the same for each loaded module or library (default 0)
+ *   FAKE_CUDA_SM_COUNTS  multiprocessors per device, comma-separated (default 80 each);
+ *                        device N's PCI bus id is 00000000:<N+1, two hex digits>:00.0
  *   FAKE_CUDA_HIDDEN     a base name whose look-up returns a private (non-exported)
  *                        allocation function, as a newer driver might: the shim cannot
  *                        swap it and must report the escape
@@ -40,6 +42,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -146,6 +149,45 @@ CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     if (ordinal < 0 || ordinal >= g_ndev)
         return CUDA_ERROR_INVALID_VALUE;
     *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+/* The multiprocessor count (attribute 16, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) of
+ * FAKE_CUDA_SM_COUNTS; any other attribute is 0. */
+CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice d) {
+    ensure();
+    if (!g_initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (d < 0 || d >= g_ndev || !v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 0;
+    if (attrib != 16)
+        return CUDA_SUCCESS;
+    *v = 80;
+    const char *s = getenv("FAKE_CUDA_SM_COUNTS");
+    for (int i = 0; s && *s; i++) {
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (i == d) {
+            *v = (int)n;
+            break;
+        }
+        s = *end == ',' ? end + 1 : end;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Device N sits on PCI bus N+1 (domain and device 0), in NVML's or the short form. */
+CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *id) {
+    ensure();
+    if (!g_initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    unsigned int domain, bus, dev, fn;
+    if (!d || !id || sscanf(id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (domain != 0 || dev != 0 || fn != 0 || bus < 1 || (int)bus > g_ndev)
+        return CUDA_ERROR_INVALID_VALUE;
+    *d = (CUdevice)bus - 1;
     return CUDA_SUCCESS;
 }
 

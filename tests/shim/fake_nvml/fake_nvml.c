@@ -7,6 +7,11 @@
  *   FAKE_NVML_DEVICES     devices (default 2)
  *   FAKE_NVML_TOTAL       total bytes per device (default 16 GiB)
  *
+ *   FAKE_NVML_BUSES       the PCI bus of each device by index, comma-separated
+ *                         (default i + 1: index order is PCI order); the UUID
+ *                         names the bus (GPU-fake-bus-<bus, two hex digits>),
+ *                         the attributes' call is not supported (a whole card)
+ *
  *   FAKE_NVML_NO_DRIVER   1: nvmlInit fails as without a loaded driver (error 9)
  *   FAKE_NVML_PROCS_FILE  a file, read at every call, that replaces the fixed
  *                         processes (the agent's watch's tests change it):
@@ -138,6 +143,52 @@ EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned 
         return NVML_ERROR_INSUFFICIENT_SIZE;
     strcpy(name, "Fake GPU");
     return NVML_SUCCESS;
+}
+
+/* Device d's PCI bus: the d-th of FAKE_NVML_BUSES, else d + 1. */
+static unsigned int bus_of(const struct nvmlDevice_st *d) {
+    const char *s = getenv("FAKE_NVML_BUSES");
+    for (unsigned int i = 0; s && *s; i++) {
+        char *end;
+        unsigned long bus = strtoul(s, &end, 10);
+        if (i == d->index)
+            return (unsigned int)bus;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return d->index + 1;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    CHECK_DEVICE(device);
+    if (!uuid || length < 20)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    snprintf(uuid, length, "GPU-fake-bus-%02x", bus_of(d));
+    return NVML_SUCCESS;
+}
+
+/* nvmlPciInfo_t of nvml.h (v3): the fields a reader of the bus id needs. */
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} fake_pci_info;
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, fake_pci_info *pci) {
+    CHECK_DEVICE(device);
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    pci->bus = bus_of(d);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
+    return NVML_SUCCESS;
+}
+
+/* As on a whole (non-MIG) card, where the real library gives no multiprocessor count. */
+EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, void *attributes) {
+    CHECK_DEVICE(device);
+    (void)attributes;
+    return NVML_ERROR_NOT_SUPPORTED;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
