@@ -149,9 +149,11 @@ static void do_init(void) {
     fgpu_g.sample_every = (uint32_t)fgpu_env_int("FGPU_SAMPLE_EVERY", 16, 1, 1 << 20);
     fgpu_g.burst_ns = fgpu_env_int("FGPU_BURST_US", 20000, 0, 10000000) * 1000;
     fgpu_g.min_sleep_ns = fgpu_env_int("FGPU_MIN_SLEEP_US", 100, 0, 1000000) * 1000;
-    const char *floor = getenv("FGPU_LAUNCH_FLOOR_NS");
-    fgpu_g.floor_auto = floor && strcmp(floor, "auto") == 0;
-    fgpu_g.floor_ns = fgpu_env_int("FGPU_LAUNCH_FLOOR_NS", 0, 0, 1000000);
+    /* A number of nanoseconds fixes the floor (0: none); anything else learns it. */
+    fgpu_g.floor_ns = fgpu_env_int("FGPU_LAUNCH_FLOOR_NS", -1, 0, 1000000);
+    fgpu_g.floor_auto = fgpu_g.floor_ns < 0;
+    if (fgpu_g.floor_auto)
+        fgpu_g.floor_ns = 0;
     load_real();
     fgpu_forward_resolve_all(g_real_handle);
     base_names();
