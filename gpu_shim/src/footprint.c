@@ -19,12 +19,26 @@
  * microseconds is the documented error (README "Memory slice").  Without a
  * real NVML a context is charged FGPU_CTX_BYTES (default 0).
  *
+ * Measurements never overlap within the container: each holds a mutex (the
+ * process's threads) and the region's FGPU_MEASURE_LOCK byte (the container's
+ * processes) from its first reading to its charge.  Otherwise two processes
+ * building contexts at once each see the other's memory fall in their window,
+ * and its charge land in it or not depending on timing: one process is charged
+ * the other's context, and the in_use growth taken out no longer matches the
+ * drop, so in_use drifts from what the container's processes really hold.  So
+ * a measured drop holds only this object and the allocations (counted in
+ * in_use, taken out) of the container's other processes.
+ *
  * These calls are rare (a context per device and process; modules at start
  * and on lazy loads): the measurement costs two driver queries and one mutex.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <string.h>
+#include <time.h>
 
 #include "allocmap.h"
 #include "config.h"
@@ -51,8 +65,10 @@ static const char *const k_default_nvml[] = {
 static pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
 static nvml_handle_fn g_nvml_handle;
 static nvml_mem_fn g_nvml_mem;
-/* One context creation at a time per process: its before/after must not see the other's. */
-static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+/* One measurement at a time per process: its before/after must not see another's. */
+static pthread_mutex_t g_measure_mu = PTHREAD_MUTEX_INITIALIZER;
+/* How long a measurement waits for another process's (a context takes well under a second). */
+#define MEASURE_WAIT_NS 10000000000LL
 static uint64_t g_ctx_fallback;
 static uint64_t g_ctx_max;
 
@@ -144,17 +160,63 @@ static int charge(uint32_t kind, uint64_t key, CUcontext ctx, uint32_t dev, uint
     return 1;
 }
 
-/* Enter a context creation on dev: 1 (guard and g_ctx_mu held) when it is accounted. */
+/* F_OFD_SETLK(W) of the region's FGPU_MEASURE_LOCK byte; 1 when done. */
+static int measure_ofd(int fd, short type, int wait) {
+    struct flock fl;
+    memset(&fl, 0, sizeof(fl));
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = FGPU_MEASURE_LOCK;
+    fl.l_len = 1;
+    return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) == 0;
+}
+
+/*
+ * Start a measurement: no other thread of this process nor process of the
+ * container measures until measure_end.  A process that keeps the lock longer
+ * than MEASURE_WAIT_NS (stopped, say) is not waited for: the measurement then
+ * goes ahead unserialised, with the documented race.  Returns whether the
+ * region's lock was taken.
+ */
+static int measure_begin(void) {
+    pthread_mutex_lock(&g_measure_mu);
+    int fd = fgpu_g.region ? fgpu_g.region->fd : -1;
+    if (fd < 0)
+        return 0;
+    int64_t give_up = fgpu_now_ns(CLOCK_MONOTONIC) + MEASURE_WAIT_NS;
+    while (!measure_ofd(fd, F_WRLCK, 0)) {
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+            return 0;
+        if (fgpu_now_ns(CLOCK_MONOTONIC) >= give_up) {
+            FGPU_DEBUG("another process measures for too long: measuring beside it");
+            return 0;
+        }
+        struct timespec ts = {0, 1000000}; /* 1 ms: measurements are rare */
+        nanosleep(&ts, NULL);
+    }
+    return 1;
+}
+
+static void measure_end(int locked) {
+    if (locked)
+        measure_ofd(fgpu_g.region->fd, F_UNLCK, 0);
+    pthread_mutex_unlock(&g_measure_mu);
+}
+
+/* The region's lock of the context creation in progress on this thread. */
+static FGPU_TLS int t_ctx_locked;
+
+/* Enter a context creation on dev: 1 (guard held, measurement begun) when it is accounted. */
 static int ctx_enter(CUdevice dev) {
     if (dev < 0 || dev >= FGPU_MAX_DEVICES || !fgpu_enter())
         return 0;
     pthread_once(&g_nvml_once, load_nvml);
-    pthread_mutex_lock(&g_ctx_mu);
+    t_ctx_locked = measure_begin();
     return 1;
 }
 
 static CUresult ctx_leave(CUresult rc) {
-    pthread_mutex_unlock(&g_ctx_mu);
+    measure_end(t_ctx_locked);
     fgpu_leave();
     return rc;
 }
@@ -248,6 +310,7 @@ CUresult fgpu_policy_ctx_create_v4(fgpu_sym id, CUcontext *pctx,
             fgpu_leave();                                                     \
             return (call);                                                    \
         }                                                                     \
+        int locked_ = measure_begin();                                        \
         reading before_ = take_reading(d_, 0);                                \
         CUresult rc_ = (call);                                                \
         if (rc_ == CUDA_SUCCESS) {                                            \
@@ -258,6 +321,7 @@ CUresult fgpu_policy_ctx_create_v4(fgpu_sym id, CUcontext *pctx,
                 rc_ = CUDA_ERROR_OUT_OF_MEMORY;                               \
             }                                                                 \
         }                                                                     \
+        measure_end(locked_);                                                 \
         fgpu_leave();                                                         \
         return rc_;                                                           \
     } while (0)

@@ -43,6 +43,9 @@
 #define FGPU_SLICE_MAGIC 0x31434C5355504746ULL /* "FGPUSLC1" */
 #define FGPU_SLICE_VERSION 1u
 #define FGPU_LOCK_BASE 0
+/* The byte after the slots' locks: held by the process measuring a context, module or
+ * library (footprint.c), so no two measurements of the container overlap. */
+#define FGPU_MEASURE_LOCK (FGPU_LOCK_BASE + FGPU_MAX_SLOTS)
 #define FGPU_SLOT_FREE 0u
 #define FGPU_SLOT_ACTIVE 1u
 #define FGPU_NO_SLOT UINT32_MAX

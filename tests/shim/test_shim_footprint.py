@@ -122,3 +122,33 @@ def test_without_a_real_nvml_a_context_is_charged_the_configured_estimate(
     env = kit.env(state=state, region=region, mem_limit="1GiB", FGPU_CTX_BYTES=str(CTX))
     info = kit.run("used", str(HELD), env=env)[-1]
     assert info["free"] == GIB - CTX - HELD
+
+
+def test_processes_starting_together_are_each_charged_their_own_footprint(
+    kit: Kit, nvml: NvmlKit, state: Path, tmp_path: Path
+) -> None:
+    """Contexts and modules built at the same time by several processes of one container:
+    each measurement must see only its own object, so every slot holds exactly its
+    process's context, modules and allocation, in_use is their sum and what the driver
+    holds, and nvidia-smi's rows add up to its header."""
+    region = tmp_path / "region"
+    module, loads, n = 16 * MIB, 3, 3
+    env = _env(kit, nvml, state, region, "4GiB") | {
+        "FAKE_CUDA_MODULE_BYTES": str(module),
+        "FAKE_CUDA_CTX_DELAY_NS": str(40_000_000),  # each build overlaps the others'
+    }
+    own = CTX + 2 * loads * module + HELD
+    with ExitStack() as stack:
+        procs = [
+            stack.enter_context(running(kit, "loadhold", str(loads), str(HELD), env=env))
+            for _ in range(n)
+        ]
+        assert [read_line(p)["rc"] for p in procs] == [0] * n
+        with open_region(region) as r:
+            slots = {p.pid: p.bytes[0] for p in r.processes() if p.alive}
+            in_use = r.device(0).in_use
+        assert slots == {p.pid: own for p in procs}
+        assert in_use == sum(slots.values()) == FakeDevice.read(state).in_use[0] == n * own
+        dev0 = nvml.run("show", env=env)[1]
+        rows = dev0["compute_v3"]["procs"]
+        assert dev0["mem"]["used"] == sum(b for _, b in rows) == n * own

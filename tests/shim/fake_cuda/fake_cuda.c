@@ -17,6 +17,10 @@
  *                        reset, a created one until destroyed; the driver's cuMemGetInfo
  *                        (and the fake NVML) show it as used, as a real GPU does
  *   FAKE_CUDA_MODULE_BYTES  the same for each loaded module or library (default 0)
+ *   FAKE_CUDA_CTX_DELAY_NS  how long creating a context or loading a module takes (default
+ *                        0): half its bytes are taken at the start, the rest at the end, as
+ *                        a real driver's memory grows while it builds a context, so another
+ *                        process measuring meanwhile sees part of it
  *   FAKE_CUDA_SM_COUNTS  multiprocessors per device, comma-separated (default 80 each);
  *                        device N's PCI bus id is 00000000:<N+1, two hex digits>:00.0
  *   FAKE_CUDA_HIDDEN     a base name whose look-up returns a private (non-exported)
@@ -71,6 +75,7 @@ static uint64_t g_module_bytes;
 static int g_ndev = 2;
 static int g_tenant;
 static uint64_t g_memset_ns;
+static uint64_t g_ctx_delay_ns;
 static int g_initialised;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct fake_ctx g_ctx[MAX_DEV];
@@ -94,6 +99,9 @@ static void setup(void) {
     s = getenv("FAKE_CUDA_MODULE_BYTES");
     if (s)
         g_module_bytes = strtoull(s, NULL, 10);
+    s = getenv("FAKE_CUDA_CTX_DELAY_NS");
+    if (s)
+        g_ctx_delay_ns = strtoull(s, NULL, 10);
     s = getenv("FAKE_CUDA_TENANT");
     if (s)
         g_tenant = atoi(s) & (MAX_TENANT - 1);
@@ -120,6 +128,19 @@ static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Take bytes on device d the way a driver builds an object: half, the delay, the rest. */
+static void grow(int d, uint64_t bytes) {
+    uint64_t half = bytes / 2;
+    atomic_fetch_add(&g_sh->in_use[d], half);
+    if (g_ctx_delay_ns) {
+        struct timespec ts = {(time_t)(g_ctx_delay_ns / 1000000000ULL),
+                              (long)(g_ctx_delay_ns % 1000000000ULL)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) != 0) {
+        }
+    }
+    atomic_fetch_add(&g_sh->in_use[d], bytes - half);
 }
 
 /* ------------------------------------------------------------------ device */
@@ -219,7 +240,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_mu);
     if (g_ctx[d].refs++ == 0)
-        atomic_fetch_add(&g_sh->in_use[d], g_ctx_bytes);
+        grow(d, g_ctx_bytes);
     pthread_mutex_unlock(&g_mu);
     *pctx = (CUcontext)&g_ctx[d];
     return CUDA_SUCCESS;
@@ -285,7 +306,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice d) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     c->dev = d;
     c->refs = 1;
-    atomic_fetch_add(&g_sh->in_use[d], g_ctx_bytes);
+    grow(d, g_ctx_bytes);
     t_cur = c;
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -321,7 +342,7 @@ static CUresult load(void **out) {
     if (!rec)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *rec = dev;
-    atomic_fetch_add(&g_sh->in_use[dev], g_module_bytes);
+    grow(dev, g_module_bytes);
     *out = rec;
     return CUDA_SUCCESS;
 }

@@ -10,6 +10,7 @@
  *   harness meminfo                 cuMemGetInfo / cuDeviceTotalMem as the process sees them
  *   harness random ITER SEED MAX    random allocations and frees; counts of ok / oom
  *   harness hold BYTES              allocate, print {"held":...}, wait to be killed
+ *   harness loadhold N BYTES        load N modules and N libraries, then as hold
  *   harness launch SECS NS [graph]  launch NS-long fake kernels (or graphs) for SECS
  *   harness ctxdestroy BYTES        allocate, destroy the context, report meminfo
  *   harness exit BYTES              allocate and exit without freeing
@@ -342,6 +343,23 @@ static __attribute__((noreturn)) void cmd_hold(uint64_t bytes) {
         pause();
 }
 
+static __attribute__((noreturn)) void cmd_loadhold(long n, uint64_t bytes) {
+    static const char image[] = "fake module";
+    for (long i = 0; i < n; i++) {
+        CUmodule mod;
+        CUlibrary lib;
+        CUresult a = cu.module_load(&mod, image);
+        CUresult b = cu.library_load(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+        if (a || b) {
+            printf("{\"held\":0,\"rc\":%d,\"pid\":%d}\n", a ? a : b, getpid());
+            fflush(stdout);
+            for (;;)
+                pause();
+        }
+    }
+    cmd_hold(bytes);
+}
+
 static double mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -482,6 +500,8 @@ int main(int argc, char **argv) {
                           strtoull(argv[argi + 2], NULL, 10));
     if (strcmp(cmd, "hold") == 0 && argi < argc)
         cmd_hold(strtoull(argv[argi], NULL, 10));
+    if (strcmp(cmd, "loadhold") == 0 && argi + 1 < argc)
+        cmd_loadhold(atol(argv[argi]), strtoull(argv[argi + 1], NULL, 10));
     if (strcmp(cmd, "launch") == 0 && argi + 1 < argc)
         return cmd_launch(atof(argv[argi]), strtoull(argv[argi + 1], NULL, 10),
                           argi + 2 < argc && strcmp(argv[argi + 2], "graph") == 0);
