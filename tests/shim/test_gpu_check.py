@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from gpu_shim import open_region
-from tests.support.shim_kit import Kit
+from tests.support.shim_kit import Kit, read_line, running
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
 
@@ -52,6 +52,19 @@ def test_it_reads_the_counters_the_shim_wrote(
         want = {"launches": dev.launches, "charged_ns": dev.charged_ns,
                 "throttled_ns": dev.throttled_ns}  # fmt: skip
     assert got == want and got["throttled_ns"] > 0
+
+
+def test_it_reads_the_slots_the_shim_wrote(
+    gpu_check: ModuleType, kit: Kit, state: Path, tmp_path: Path
+) -> None:
+    region = tmp_path / "c"
+    env = kit.env(state=state, region=region, mem_limit="1GiB")
+    with running(kit, "hold", str(64 << 20), env=env) as p:
+        assert read_line(p).get("held") is not None
+        got = gpu_check.region_slots(region)
+        with open_region(region) as r:
+            want = {s.pid: s.bytes[0] for s in r.processes()}
+    assert got == want and list(got.values()) == [64 << 20]
 
 
 def test_shares_and_pairs_are_judged_within_five_percent(gpu_check: ModuleType) -> None:
