@@ -3,8 +3,8 @@
 Read only: every change to the cluster is an event on the log, written by the CLI or any
 client of the log, never through this API; the web UI's writes are its user's own
 requests, published on the user's own connection to the bus (``ui.py``). Each request
-gets its own DuckDB connection and does its DuckDB work in a worker thread. Errors are JSON (``Problem``); a bad
-parameter gets a 4xx that says what is wrong.
+gets its own DuckDB connection and does its DuckDB work in a worker thread. Errors are
+JSON (``Problem``); a bad parameter gets a 4xx that says what is wrong.
 """
 
 import time
