@@ -80,10 +80,19 @@ RULES = (
         (*_INNER, "projections", "services.api"),
         frozenset({"duckdb", "fastapi", "starlette", "uvicorn"}),
     ),
-    # The stack's wiring: the actors on the adapters, and the read API; no entry point.
+    # The stack's wiring: the actors on the adapters, and the read API (with the user's
+    # requests, ``services.client``, for the web UI's writes); no entry point.
     Rule(
         "services.wiring",
-        (*_INNER, "services.actors", "services.adapters", "projections", "services.api", _WIRING),
+        (
+            *_INNER,
+            "services.actors",
+            "services.adapters",
+            "projections",
+            "services.api",
+            "services.client",
+            _WIRING,
+        ),
     ),
     # Entry points: anything.
     Rule("services.cli", OURS, EDGE),

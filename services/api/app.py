@@ -1,9 +1,10 @@
 """The read API: every answer comes from the DuckDB projections of the log.
 
 Read only: every change to the cluster is an event on the log, written by the CLI or any
-client of the log, never through this API. Each request gets its own DuckDB connection
-and does its DuckDB work in a worker thread. Errors are JSON (``Problem``); a bad
-parameter gets a 4xx that says what is wrong.
+client of the log, never through this API; the web UI's writes are its user's own
+requests, published on the user's own connection to the bus (``ui.py``). Each request
+gets its own DuckDB connection and does its DuckDB work in a worker thread. Errors are
+JSON (``Problem``); a bad parameter gets a 4xx that says what is wrong.
 """
 
 import time
@@ -16,7 +17,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.api import (
@@ -32,9 +33,11 @@ from services.api import (
     state_routes,
     stream_routes,
     tenancy_routes,
+    ui,
     vfolder_routes,
 )
 from services.api.auth import Authenticator, TokenSigner
+from services.api.browser import ActAs, BrowserSessions
 from services.api.guard import AccessRecorder, Guard
 from services.api.params import MAX_SEQ, Ask, utc
 from services.domain.tenancy.model import Tenancy
@@ -74,12 +77,16 @@ def create_app(
     storage: vfolder_routes.Storage | None = None,
     health: health_routes.Health | None = None,
     snapshots: health_routes.Snapshots | None = None,
+    act: ActAs | None = None,
 ) -> FastAPI:
     """The API over ``source``; ``closing`` (set on shutdown) ends the event streams.
     ``signer`` signs its tokens (a fresh key if None); ``recorder`` hears of sign-ins and
     refusals, for the audit log; ``storage``: the storage service's routes (virtual
     folders' files) on this host's folders; ``health``: the log's health (none known:
-    an empty list); ``snapshots``: the actors' snapshots' health (None: not known here)."""
+    an empty list); ``snapshots``: the actors' snapshots' health (None: not known here);
+    ``act``: how the web UI connects to the bus as a signed-in user, for its writes (None:
+    it makes none). Its browser sessions are ``app.state.guard.browsers``, to be closed
+    (``aclose``) when the server stops."""
     app = FastAPI(
         title="fgpu read API",
         version="1",
@@ -92,13 +99,10 @@ def create_app(
     _errors(app)
     stop = closing or anyio.Event()
     auth = Authenticator(source.tenancy, signer or TokenSigner.fresh(), time.time)
-    guard.mount(app, Guard(auth, recorder))
+    door = Guard(auth, recorder, BrowserSessions(time.time, act))
+    guard.mount(app, door)
 
     query = _reads(source)
-
-    @app.get("/", include_in_schema=False)
-    async def root() -> RedirectResponse:
-        return RedirectResponse("/console")
 
     # The order routes are registered in is the order they are matched in, and the
     # order the schema lists them in.
@@ -106,7 +110,7 @@ def create_app(
     agent_routes.mount(app, query)
     event_routes.mount(app, query)
     state_routes.mount(app, query)
-    stream_routes.mount(app, query, source, stop, auth.live)
+    stream_routes.mount(app, query, source, stop, door)
     tenancy_routes.mount(app, query, source.tenancy)
     image_routes.mount(app, query, source.tenancy)
     if storage is not None:
@@ -114,6 +118,7 @@ def create_app(
     export_routes.mount(app, query, utc)
     health_routes.mount(app, query, health or tuple, snapshots)
     console.mount(app)
+    ui.mount(app, query, door)
     return app
 
 

@@ -130,7 +130,10 @@ class Authenticator:
             return OPEN
         if not token:
             raise Refused(401, "sign in: POST /v1/auth/token, then send its bearer token")
-        access_key = self.signer.access_key(token, self._now())
+        return self.holder(self.signer.access_key(token, self._now()))
+
+    def holder(self, access_key: str) -> Viewer:
+        """The viewer ``access_key`` is now. Raises Refused (401: revoked, removed)."""
         found = viewer_of(self._tenancy(), access_key)
         if isinstance(found, str):
             self._secrets.forget(access_key)

@@ -19,6 +19,7 @@ from events import LogHealth
 from projections import ProjectionStore, Projector, SchemaMismatch
 from services.api.app import create_app
 from services.api.auth import TokenSigner
+from services.api.browser import ActAs
 from services.api.guard import AccessRecorder
 from services.api.health_routes import Snapshots
 from services.api.vfolder_routes import Storage
@@ -45,6 +46,10 @@ class ReadApi:
     @property
     def console(self) -> str:
         return f"{self.url}/console"
+
+    @property
+    def ui(self) -> str:
+        return f"{self.url}/"
 
     @property
     def openapi(self) -> str:
@@ -121,6 +126,7 @@ async def serve_read_api(
     vfolders: FolderStore | None = None,
     live_health: Callable[[], LogHealth | None] | None = None,
     snapshots: Snapshots | None = None,
+    act: ActAs | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -132,7 +138,8 @@ async def serve_read_api(
     also the storage service of the virtual folders there (their scans appended to
     ``events``), and deletes the files of folders purged from the trash. ``live_health``:
     what the watcher beside the log's server finds now, laid over what the log holds;
-    ``snapshots``: the actors' snapshots' health, for ``/v1/status``.
+    ``snapshots``: the actors' snapshots' health, for ``/v1/status``; ``act``: how the web
+    UI connects to the bus as a signed-in user (None: the UI reads, and writes nothing).
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
@@ -150,6 +157,7 @@ async def serve_read_api(
             storage=storage,
             health=lambda: _log_health(store, live_health),
             snapshots=snapshots,
+            act=act,
         )
         sock = _listen(host, port)
         bound = sock.getsockname()[1]
@@ -177,6 +185,7 @@ async def serve_read_api(
                 with anyio.CancelScope(shield=True):
                     closing.set()  # event streams end, so their connections can close
                     await server.shutdown(sockets=[sock])
+                    await app.state.guard.browsers.aclose()  # users' connections
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(store.close)

@@ -1,20 +1,19 @@
 """The live event stream: ``/v1/events/stream`` (server-sent events, ``sse``'s).
 
 Who may read: each viewer the records in its scope, for as long as its keypair lives (a
-revoked one's stream ends). A reconnecting client resumes after ``Last-Event-ID``.
+revoked one's stream ends) and, for the web UI, its browser session (sign-out ends it).
+A reconnecting client resumes after ``Last-Event-ID``.
 """
 
-from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
 import anyio
-from fastapi import FastAPI, Header, HTTPException, Query
+from fastapi import FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
-from services.api.guard import WhoStreaming
+from services.api.guard import Guard, WhoStreaming
 from services.api.params import MAX_SEQ, Ask
 from services.api.sse import event_stream
-from services.domain.access.visibility import Viewer
 
 __all__ = ["Projected", "mount"]
 
@@ -31,10 +30,11 @@ def mount(
     query: Ask[Any],
     source: Projected,
     stop: anyio.Event,
-    live: Callable[[Viewer], bool],
+    guard: Guard,
 ) -> None:
     """The stream over ``source`` (its ``wait_beyond``), ended for all on ``stop`` and for
-    a viewer once ``live(viewer)`` is false."""
+    a viewer once ``guard`` says it may read no more (its key revoked, its browser session
+    ended)."""
 
     @app.get(
         "/v1/events/stream",
@@ -43,6 +43,7 @@ def mount(
         responses={200: {"content": {"text/event-stream": {}}, "description": "events"}},
     )
     async def stream(
+        request: Request,
         after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="start after it")] = 0,
         last_event_id: Annotated[
             str | None, Header(description="resume after this sequence (wins over after)")
@@ -56,7 +57,8 @@ def mount(
         A reconnecting client sends ``Last-Event-ID`` and gets every event after it:
         no gap, no duplicate."""
         start = after if last_event_id is None else _resume_after(last_event_id)
-        return event_stream(source, start, stop, query, viewer.scope, lambda: live(viewer))
+        live = guard.still(request, viewer)
+        return event_stream(source, start, stop, query, viewer.scope, live)
 
 
 def _resume_after(last_event_id: str) -> int:

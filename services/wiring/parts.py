@@ -376,6 +376,7 @@ async def run_read_api(
     vfolder_owner: tuple[int, int] | None = None,
     watch: StoreWatch | None = None,
     snapshots: NatsConnection | None = None,
+    url: str | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The projector and the read API, its sign-ins and refusals audited on the log; the
@@ -383,11 +384,13 @@ async def run_read_api(
     ``vfolder_owner`` (uid, gid; None: ``storage_owner``'s choice); the log's health as
     ``watch`` (the watcher beside its server, in this process) finds it now, over what
     the log holds; each actor snapshot's health read through ``snapshots`` (a service's
-    connection that may read them: the archiver's), for ``/v1/status``. Raises
-    HelperFailed if the folders' helper cannot start."""
+    connection that may read them: the archiver's), for ``/v1/status``; the web UI's
+    writes on the bus at ``url``, each on its user's own connection (None: it writes
+    nothing). Raises HelperFailed if the folders' helper cannot start."""
     from services.actors.access_audit import AccessAudit
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
+    from services.wiring.acting import acting_on
 
     audit = AccessAudit(events, SystemClock(), "api", "api")
     files = None
@@ -405,6 +408,7 @@ async def run_read_api(
                 vfolders=files,
                 live_health=live,
                 snapshots=survey,
+                act=None if url is None else acting_on(url),
             )
             api = await tg.start(serve, events, db, host, port)
             task_status.started(api)

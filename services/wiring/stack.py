@@ -231,7 +231,7 @@ class Stack:
             await tg.start(agent, conns[c.agent.kind], runtime, c.agent.config, c.agent.regions)
         api = None
         if c.api is not None:
-            api = await tg.start(self._api(c.api, watch, conns.get("archiver")), logs["api"])
+            api = await tg.start(self._api(c.api, c.url, watch, conns.get("archiver")), logs["api"])
         return Started(api, watch)
 
     async def _identities(self, exits: AsyncExitStack) -> Mapping[str, Identity]:
@@ -298,10 +298,11 @@ class Stack:
 
     @staticmethod
     def _api(
-        part: ApiPart, watch: StoreWatch | None, snapshots: NatsConnection | None
+        part: ApiPart, url: str, watch: StoreWatch | None, snapshots: NatsConnection | None
     ) -> Callable[..., Coroutine[Any, Any, None]]:
         """The read API's runner: the log's health as ``watch`` finds it, the actors'
-        snapshots read through ``snapshots`` (the archiver's connection), where given."""
+        snapshots read through ``snapshots`` (the archiver's connection), where given; the
+        web UI's writes on the bus at ``url``, each as its user."""
         return partial(
             run_read_api,
             db=part.db,
@@ -311,6 +312,7 @@ class Stack:
             vfolder_owner=part.vfolder_owner,
             watch=watch,
             snapshots=snapshots,
+            url=url,
         )
 
 

@@ -9,9 +9,7 @@ Nothing is downloaded at test time: ``scripts/test-deps`` installs chromium and
 chromium-driver. Without them the test is skipped, unless FGPU_REQUIRE_BROWSER=1.
 """
 
-import os
 import re
-import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +25,7 @@ from services.adapters.system_clock import SystemClock
 from services.api import ReadApi, console, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from tests.support.browser import browser_or_skip, chrome
 from tests.support.scenario import Scenario, run_scenario
 
 if TYPE_CHECKING:
@@ -34,19 +33,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 WIDTH, HEIGHT = 1400, 1100
-
-
-def _browser_or_skip() -> None:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
-    if not missing:
-        return
-    why = f"no {' or '.join(missing)}: scripts/test-deps installs chromium and chromium-driver"
-    if os.environ.get("FGPU_REQUIRE_BROWSER") == "1":
-        pytest.fail(why + " (FGPU_REQUIRE_BROWSER=1)")
-    pytest.skip(why + " (set FGPU_REQUIRE_BROWSER=1 to make this a failure)")
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -57,26 +44,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def _chrome(tmp: Path) -> "WebDriver":
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp / 'chromium'}",
-        f"--window-size={WIDTH},{HEIGHT}",
-    ):
-        options.add_argument(arg)
-    return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    return chrome(tmp, WIDTH, HEIGHT)
 
 
 def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
@@ -163,7 +131,7 @@ def _drive(console: str, sc: Scenario, tmp: Path) -> Path:
 async def test_the_console_shows_the_past_the_present_and_a_story(
     log: JetStreamLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _browser_or_skip()
+    browser_or_skip()
     monkeypatch.setenv("SE_OFFLINE", "true")  # selenium must never fetch a driver
     sc = await run_scenario(log)
     async with anyio.create_task_group() as tg:
@@ -209,7 +177,7 @@ def _sign_in(console: str, alice: tuple[str, str], mine: str, tmp: Path) -> None
 async def test_the_console_asks_who_reads_on_a_cluster_with_tenancy(
     log: JetStreamLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _browser_or_skip()
+    browser_or_skip()
     monkeypatch.setenv("SE_OFFLINE", "true")
     keys = {u: (new_access_key(), new_secret()) for u in ("alice", "bob")}
     people: list[AdminCommand] = []

@@ -1,0 +1,234 @@
+// The researchers' web UI: the read API and the user's own requests, shown. No framework,
+// nothing fetched from elsewhere, every text from the log set as text (never as HTML).
+// Signed in by a browser session: an HttpOnly cookie the page never sees, and a CSRF
+// token every write carries (services/api/ui.py).
+
+const $ = (selector) => document.querySelector(selector);
+const LIVE = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING", "TERMINATING"];
+const ENDED = ["TERMINATED", "CANCELLED", "ERROR", "REJECTED"];
+const SHOWN = { live: LIVE, ended: ENDED, all: [] };
+const PAGE = 50;
+// The events that change a session's row (tests/api/test_ui.py checks none is missing).
+export const SESSION_EVENTS = [
+  "session.requested.v1", "session.admitted.v1", "session.rejected.v1", "session.queued.v1",
+  "session.unplaced.v1", "session.scheduled.v1", "session.preparing.v1", "session.pulling.v1",
+  "session.running.v1", "session.terminating.v1", "session.terminated.v1",
+  "session.cancelled.v1", "session.errored.v1", "session.lost.v1",
+  "session.destroy-requested.v1", "session.destroy-rejected.v1",
+];
+
+const state = { csrf: null, show: "live", offset: 0, stream: null, loading: false, again: false };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  for (const child of children) {
+    // Strings become text nodes: nothing from the log is ever parsed as HTML.
+    if (child !== null && child !== undefined) node.append(child);
+  }
+  return node;
+}
+
+class Unauthorized extends Error {}
+
+async function call(method, path, body) {
+  const headers = {};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (method !== "GET" && state.csrf) headers["X-CSRF-Token"] = state.csrf;
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const text = await response.text();
+  const answer = text ? JSON.parse(text) : null;
+  if (response.status === 401) throw new Unauthorized(answer?.detail || "sign in");
+  if (!response.ok) throw new Error(answer?.detail || response.statusText);
+  return answer;
+}
+
+function say(text) {
+  $("#error").textContent = text || "";
+}
+
+// ---- signing in and out ---------------------------------------------------------------
+
+function signedOut(why) {
+  state.csrf = null;
+  if (state.stream) state.stream.close();
+  state.stream = null;
+  $("#sessions").hidden = true;
+  $("#sign-out").hidden = true;
+  $("#who").textContent = "";
+  $("#sign-in").hidden = false;
+  $("#sign-in-error").textContent = why || "";
+  document.body.dataset.signedIn = "";
+}
+
+function signedIn(session) {
+  state.csrf = session.csrf;
+  const who = session.identity;
+  $("#who").textContent = `${who.user} (${who.role}, ${who.domain})`;
+  $("#sign-in").hidden = true;
+  $("#sign-in-error").textContent = "";
+  $("#sign-out").hidden = false;
+  $("#sessions").hidden = false;
+  document.body.dataset.signedIn = who.user;
+  state.offset = 0;
+  load().then(follow);
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  try {
+    const session = await call("POST", "/ui/session", {
+      access_key: $("#sign-in-key").value.trim(),
+      secret_key: $("#sign-in-secret").value,
+    });
+    $("#sign-in-secret").value = "";
+    signedIn(session);
+  } catch (e) {
+    $("#sign-in-error").textContent = e.message;
+  }
+}
+
+async function signOut() {
+  try {
+    await call("DELETE", "/ui/session");
+  } catch (e) {
+    if (!(e instanceof Unauthorized)) return say(e.message);
+  }
+  signedOut("signed out");
+}
+
+// ---- the sessions -----------------------------------------------------------------------
+
+function devices(s) {
+  if (s.devices.length) return s.devices.map((d) => `gpu${d.gpu} ${d.fgpu}`).join(", ");
+  return s.requested.fgpu === "0" ? "no GPU" : `${s.requested.fgpu} asked`;
+}
+
+function why(s) {
+  if (s.status === "PENDING" || s.status === "REQUESTED") return s.waiting || "";
+  return s.reason || "";
+}
+
+function row(s) {
+  const ended = ENDED.includes(s.status);
+  const action = ended ? "" : el("button", {
+    type: "button",
+    class: "terminate",
+    onclick: () => terminate(s),
+    "data-session": s.id,
+  }, "terminate");
+  const tr = el("tr", { "data-session": s.id, "data-status": s.status },
+    el("td", { class: "sid" }, s.id),
+    el("td", { class: "name" }, s.name || ""),
+    el("td", { class: "status" }, s.status),
+    el("td", { class: "image" }, s.image),
+    el("td", { class: "devices" }, devices(s)),
+    el("td", { class: "agent" }, s.agent || ""),
+    el("td", { class: "why" }, why(s)),
+    el("td", { class: "at" }, (s.times.requested || "").replace("T", " ").slice(0, 19)),
+    el("td", { class: "act" }, action));
+  if (ended) tr.dataset.ended = "";
+  return tr;
+}
+
+async function load() {
+  if (state.loading) {
+    state.again = true; // one more load once this one is done: nothing is missed
+    return;
+  }
+  state.loading = true;
+  try {
+    do {
+      state.again = false;
+      const url = new URL("/v1/sessions", location.origin);
+      for (const status of SHOWN[state.show]) url.searchParams.append("status", status);
+      url.searchParams.set("limit", PAGE);
+      url.searchParams.set("offset", state.offset);
+      const page = await call("GET", url.pathname + url.search);
+      render(page);
+    } while (state.again);
+  } catch (e) {
+    if (e instanceof Unauthorized) signedOut(e.message);
+    else say(e.message);
+  } finally {
+    state.loading = false;
+  }
+}
+
+function render(page) {
+  $("#session-table tbody").replaceChildren(...page.sessions.map(row));
+  $("#empty").hidden = page.sessions.length > 0;
+  const last = page.offset + page.sessions.length;
+  $("#page-info").textContent = page.total ? `${page.offset + 1}–${last} of ${page.total}` : "";
+  $("#prev").disabled = page.offset === 0;
+  $("#next").disabled = last >= page.total;
+  state.seq = Math.max(state.seq || 0, page.last_seq);
+  document.body.dataset.seq = String(state.seq);
+}
+
+// Live: the read API's event stream (server-sent events, resumed by the browser after the
+// last event it got); each session event loads the page shown again. No polling.
+function follow() {
+  if (state.stream || !state.csrf) return;
+  const stream = new EventSource(`/v1/events/stream?after=${state.seq || 0}`);
+  state.stream = stream;
+  stream.onopen = () => { $("#live-status").textContent = "live"; };
+  for (const type of SESSION_EVENTS) stream.addEventListener(type, () => load());
+  stream.onerror = async () => {
+    $("#live-status").textContent = "reconnecting…";
+    if (stream.readyState !== EventSource.CLOSED) return;
+    state.stream = null;
+    try {
+      signedIn(await call("GET", "/ui/session")); // refused for good: is it still us?
+    } catch (e) {
+      if (e instanceof Unauthorized) signedOut(e.message);
+      else say(e.message);
+    }
+  };
+}
+
+// ---- terminating ------------------------------------------------------------------------
+
+function terminate(s) {
+  const dialog = $("#confirm");
+  if (dialog.open) return;
+  $("#confirm-session").textContent = s.name ? `${s.id} (${s.name})` : s.id;
+  dialog.returnValue = "";
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "yes") return;
+    try {
+      await call("POST", `/ui/sessions/${encodeURIComponent(s.id)}/terminate`);
+      say("");
+    } catch (e) {
+      if (e instanceof Unauthorized) signedOut(e.message);
+      else say(`terminate ${s.id}: ${e.message}`);
+    }
+  };
+  dialog.showModal();
+}
+
+// ---- start --------------------------------------------------------------------------------
+
+$("#sign-in-form").addEventListener("submit", signIn);
+$("#sign-out").addEventListener("click", signOut);
+for (const radio of document.querySelectorAll('input[name="show"]')) {
+  radio.addEventListener("change", () => {
+    state.show = radio.value;
+    state.offset = 0;
+    load();
+  });
+}
+$("#prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); load(); });
+$("#next").addEventListener("click", () => { state.offset += PAGE; load(); });
+
+call("GET", "/ui/session").then(signedIn, (e) => signedOut(e instanceof Unauthorized ? "" : e.message))
+  .finally(() => { document.body.dataset.ready = "1"; });

@@ -1,0 +1,163 @@
+"""The web UI's world: a real NATS server with authentication on (the gatekeeper, the
+intake), people with keypairs and a session each, and the read API serving the UI with
+its writes on each user's own connection (``services.wiring.acting``). Run in a thread
+of its own, for tests that speak HTTP or drive a browser."""
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, aclosing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from anyio.abc import TaskStatus
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from events import AdminCommand, AnyEvent, CreateKeypair, CreateUser, RevokeKeypair, Slots
+from events import subjects as subj
+from services.actors.bootstrap import system_applied
+from services.adapters.nats_connection import nats_connection
+from services.adapters.system_clock import SystemClock
+from services.api.serve import ReadApi, serve_read_api
+from services.client import Client
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.wiring.acting import acting_on
+from services.wiring.identity import Identity
+from tests.support.tenancy_env import Secured, secured_cluster, start_actors
+
+__all__ = ["PEOPLE", "UiWorld", "ui_world"]
+
+PEOPLE = ("alice", "bob", "mallory")
+IMAGE = "fgpu/busybox:latest"
+SMALL = Slots(cpu=100, mem=1 << 28, fgpu=50)
+
+
+@dataclass
+class UiWorld:
+    url: str  # the API's, http://host:port
+    keys: dict[str, tuple[str, str]]  # user -> access key, secret
+    sessions: dict[str, str]  # user -> the id of a session of theirs
+    c: Secured
+    api: ReadApi
+    portal: BlockingPortal
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    def http(self, **options: Any) -> httpx.Client:
+        """An HTTP client of the API, closed with the world."""
+        http = httpx.Client(base_url=self.url, timeout=10, **options)
+        self.clients.append(http)
+        return http
+
+    def sign_in(self, who: str, **headers: str) -> tuple[httpx.Client, str]:
+        """An HTTP client holding ``who``'s browser session (its cookie), and the session's
+        CSRF token."""
+        key, secret = self.keys[who]
+        http = self.http()
+        r = http.post(
+            "/ui/session",
+            json={"access_key": key, "secret_key": secret},
+            headers={"Origin": self.url, **headers},
+        )
+        assert r.status_code == 200, r.text
+        return http, r.json()["csrf"]
+
+    def create(self, who: str, **ask: Any) -> str:
+        """A new session of ``who``'s, on the log."""
+
+        return self.portal.call(lambda: _create(self.c, *self.keys[who], **ask))
+
+    def revoke(self, who: str) -> None:
+        """Revoke ``who``'s keypair; back once the read API has folded it."""
+
+        async def revoked() -> None:
+            e = system_applied(RevokeKeypair(access_key=self.keys[who][0]), SystemClock())
+            seq = await self.c.setup.append(subj.TENANCY, e)
+            with anyio.fail_after(30):
+                await self.api.projector.wait_beyond(seq - 1)
+
+        self.portal.call(revoked)
+
+    def wait_for(self, after: int, found: Callable[[str, AnyEvent], bool]) -> tuple[str, AnyEvent]:
+        """The first record after ``after`` that is ``found`` (subject, event), once the log
+        holds it (30 s at most)."""
+
+        async def first() -> tuple[str, AnyEvent]:
+            with anyio.fail_after(30):
+                async with aclosing(self.c.setup.tail(after)) as batches:
+                    async for batch in batches:
+                        for r in batch:
+                            if found(r.subject, r.event):
+                                return r.subject, r.event
+            raise AssertionError("the log ended")
+
+        return self.portal.call(first)
+
+    def stored_since(self, seq: int) -> list[tuple[str, AnyEvent]]:
+        """What the log stored after ``seq`` (subject, event)."""
+
+        async def read() -> list[tuple[str, AnyEvent]]:
+            last = await self.c.setup.last_seq()
+            found: list[tuple[str, AnyEvent]] = []
+            if last <= seq:
+                return found
+            async for batch in self.c.setup.read(seq):
+                found += [(r.subject, r.event) for r in batch]
+                if batch[-1].seq >= last:
+                    break
+            return found
+
+        return self.portal.call(read)
+
+    def last_seq(self) -> int:
+        return self.portal.call(self.c.setup.last_seq)
+
+
+async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:
+    """A session asked for by ``key`` as the CLI asks (its own connection, the intake),
+    once the log holds it."""
+    options = Identity(key, secret).options()
+    async with nats_connection(c.url, name="test-user", **options) as conn:
+        client = Client(conn.log, SystemClock(), key, sender=conn.sender(key), secret=secret)
+        [sid] = await client.create(image=ask.pop("image", IMAGE), slots=SMALL, **ask)
+    with anyio.fail_after(30):
+        await Client(c.setup, SystemClock(), key).wait_until(lambda s: sid in s.sessions)
+    return sid
+
+
+async def _run(
+    db: Path, *, task_status: TaskStatus[tuple[Secured, ReadApi, dict[str, Any]]]
+) -> None:
+    async with secured_cluster(services=("intake",)) as c, AsyncExitStack() as stack:
+        keys = {u: (new_access_key(), new_secret()) for u in PEOPLE}
+        commands: list[AdminCommand] = []
+        for user, (key, secret) in keys.items():
+            commands.append(
+                CreateUser(user=user, domain="default", projects=("default",), default_project=None)
+            )
+            commands.append(
+                CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret))
+            )
+        for command in commands:
+            await c.setup.append(subj.TENANCY, system_applied(command, SystemClock()))
+        await start_actors(c, stack)
+        sessions = {u: await _create(c, *keys[u], name=f"{u}-1") for u in PEOPLE}
+        async with anyio.create_task_group() as tg:
+            serve = functools.partial(serve_read_api, act=acting_on(c.url))
+            api = await tg.start(serve, c.setup, db)
+            task_status.started((c, api, {"keys": keys, "sessions": sessions}))
+            await anyio.sleep_forever()
+
+
+@contextmanager
+def ui_world(tmp: Path) -> Iterator[UiWorld]:
+    with start_blocking_portal("asyncio") as portal:
+        running, (c, api, made) = portal.start_task(_run, tmp / "p.duckdb")
+        world = UiWorld(api.url, made["keys"], made["sessions"], c, api, portal)
+        try:
+            yield world
+        finally:
+            for http in world.clients:
+                http.close()
+            running.cancel()
