@@ -193,8 +193,14 @@ def test_a_full_disk_is_said_and_the_stack_writes_again_by_itself(
         again = stack.run(*CREATE, "--count", "20", "--request-id", "full-1")
         assert again.stdout.split() == ids and len(set(ids)) == 20
         _wait_state(stack, "ok")
-        events = _events(stack)
-        asked = [e["session_id"] for e in events if e["type"] == "session.requested.v1"]
+        # The read API's projection follows the log: wait until it has the requests.
+        deadline = time.monotonic() + 30
+        while True:
+            events = _events(stack)
+            asked = [e["session_id"] for e in events if e["type"] == "session.requested.v1"]
+            if set(ids) <= set(asked) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert sorted(i for i in asked if i in ids) == sorted(ids)
         said = [e["data"] for e in events if e["type"] == "log.health.v1"]
         assert [h["state"] for h in said][-2:] == ["low", "ok"], said
