@@ -32,6 +32,7 @@ __all__ = [
     "CreateDomain",
     "CreateGroup",
     "CreateKeypair",
+    "CreatePreset",
     "CreateProject",
     "CreateServiceKey",
     "CreateUser",
@@ -40,6 +41,7 @@ __all__ = [
     "QueueOrder",
     "RemoveGroup",
     "RemoveMember",
+    "RemovePreset",
     "RemoveProject",
     "RemoveUser",
     "ResourcePolicy",
@@ -102,7 +104,9 @@ class GroupSettings(
     fits); ``default_lifetime_s`` ends a running session that asked for no lifetime,
     ``max_lifetime_s`` is the most one may ask for; ``idle_timeout_s`` ends one idle that
     long (no kernel launch, no GPU memory in use, no CPU); ``projects`` (``domain/project``)
-    may use the group, None: every project.
+    may use the group, None: every project. ``fgpu_quantum``: the step of the fGPU a
+    session of the group may ask for, in quanta (``FGPU_QUANTUM_PER_UNIT`` to one fGPU: 10
+    is 0.1 fGPU); None: the cluster's own step (one quantum, 0.01 fGPU).
     """
 
     queue: QueueOrder = QueueOrder.FIFO
@@ -112,6 +116,7 @@ class GroupSettings(
     max_lifetime_s: int | None = None
     idle_timeout_s: int | None = None
     projects: tuple[str, ...] | None = None
+    fgpu_quantum: int | None = None
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -237,6 +242,24 @@ class SetImageAlias(_Command, frozen=True, kw_only=True, tag="set-image-alias"):
     image: str | None = None
 
 
+class CreatePreset(_Command, frozen=True, kw_only=True, tag="create-preset"):
+    """A resource preset: a name for ``slots`` a launch may fill its amounts from. Of
+    ``domain`` (its admins', shown to its members), or of every domain (None: a
+    superadmin's); ``group``: offered for that resource group only (None: for any)."""
+
+    name: str
+    slots: Slots
+    domain: str | None = None
+    group: str | None = None
+
+
+class RemovePreset(_Command, frozen=True, kw_only=True, tag="remove-preset"):
+    """The preset ``name`` of ``domain`` (None: of every domain) is no longer offered."""
+
+    name: str
+    domain: str | None = None
+
+
 AdminCommand = (
     CreateDomain
     | CreateProject
@@ -255,6 +278,8 @@ AdminCommand = (
     | RemoveGroup
     | SetImages
     | SetImageAlias
+    | CreatePreset
+    | RemovePreset
     | CreateVfolder
     | ShareVfolder
     | UnshareVfolder

@@ -12,6 +12,7 @@ from typing import Any
 import duckdb
 
 from services.domain.access.visibility import Scope
+from services.domain.status import HOLDS_ALLOCATION, SessionStatus
 
 __all__ = [
     "EventFilter",
@@ -19,6 +20,7 @@ __all__ = [
     "agent_rows",
     "destroy_row",
     "event_rows",
+    "held_by",
     "owner_usage",
     "session_events",
     "session_rows",
@@ -186,6 +188,40 @@ def owner_usage(con: duckdb.DuckDBPyConnection) -> list[Row]:
             """
         )
     )
+
+
+_HELD = sorted(s.value for s in HOLDS_ALLOCATION | {SessionStatus.PENDING})
+_HOLDERS = ("owner", "user", "project", "domain")  # a keypair's, a user's, ...
+
+
+def held_by(con: duckdb.DuckDBPyConnection, column: str, value: str) -> Row:
+    """What the sessions whose ``column`` (owner, user, project or domain) is ``value``
+    hold against a policy, as the quota actor counts it (from admission until they end):
+    ``sessions``, ``cpu``, ``mem``, ``fgpu``; and of them those still pending (admitted,
+    not yet placed): ``pending_sessions``, ``pending_cpu``, ``pending_mem``,
+    ``pending_fgpu``."""
+    if column not in _HOLDERS:
+        raise ValueError(f"no holder column {column!r}")
+    marks = ", ".join("?" for _ in _HELD)
+    held = f"status IN ({marks})"
+    pending = "status = 'PENDING'"
+    [row] = _rows(
+        con.execute(
+            f"""
+            SELECT count(*) FILTER (WHERE {held})::INTEGER AS sessions,
+                   coalesce(sum(req_cpu) FILTER (WHERE {held}), 0)::BIGINT AS cpu,
+                   coalesce(sum(req_mem) FILTER (WHERE {held}), 0)::BIGINT AS mem,
+                   coalesce(sum(req_fgpu) FILTER (WHERE {held}), 0)::BIGINT AS fgpu,
+                   count(*) FILTER (WHERE {pending})::INTEGER AS pending_sessions,
+                   coalesce(sum(req_cpu) FILTER (WHERE {pending}), 0)::BIGINT AS pending_cpu,
+                   coalesce(sum(req_mem) FILTER (WHERE {pending}), 0)::BIGINT AS pending_mem,
+                   coalesce(sum(req_fgpu) FILTER (WHERE {pending}), 0)::BIGINT AS pending_fgpu
+            FROM sessions WHERE "{column}" = ?
+            """,
+            [*_HELD, *_HELD, *_HELD, *_HELD, value],
+        )
+    )
+    return row
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,9 @@ class QuotaActor(LogActor):
                 why = space_refusal(s.log_space.values())
                 code = "disk"
             if why is None:
-                why = admission_problem(s.tenancy.groups, v.group, v.project, v.lifetime_s)
+                why = admission_problem(
+                    s.tenancy.groups, v.group, v.project, v.lifetime_s, v.slots.fgpu
+                )
                 code = "group"
             if why is None:
                 why = image_refusal(s.tenancy, v.domain, image)

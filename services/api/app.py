@@ -28,6 +28,7 @@ from services.api import (
     guard,
     health_routes,
     image_routes,
+    launch_routes,
     models,
     session_routes,
     state_routes,
@@ -113,12 +114,13 @@ def create_app(
     stream_routes.mount(app, query, source, stop, door)
     tenancy_routes.mount(app, query, source.tenancy)
     image_routes.mount(app, query, source.tenancy)
+    launch_routes.mount(app, query, source.tenancy)
     if storage is not None:
         vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, utc)
     health_routes.mount(app, query, health or tuple, snapshots)
     console.mount(app)
-    ui.mount(app, query, door)
+    ui.mount(app, query, door, source.wait_beyond)
     return app
 
 

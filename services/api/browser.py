@@ -16,14 +16,18 @@ from typing import Protocol
 
 import anyio
 
+from events import SessionType, Slots, VfolderMount
+
 __all__ = [
     "COOKIE",
     "IDLE_S",
     "MAX_AGE_S",
     "ActAs",
     "Acting",
+    "BadLaunch",
     "BrowserSession",
     "BrowserSessions",
+    "Launch",
     "NoActing",
 ]
 
@@ -33,9 +37,37 @@ MAX_AGE_S = 8 * 3600
 MAX_SESSIONS = 10_000  # a flood of sign-ins costs the oldest sessions, never the memory
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What a launch asks for: ``count`` sessions, each as ``SessionRequested``'s fields
+    of the same names say; ``request_id`` makes it once (the CLI's ``--request-id``)."""
+
+    image: str
+    slots: Slots
+    count: int = 1
+    request_id: str | None = None
+    command: tuple[str, ...] = ()
+    name: str | None = None
+    project: str | None = None
+    group: str | None = None
+    cpu_only: bool = False
+    session_type: SessionType | None = None
+    mounts: tuple[VfolderMount, ...] = ()
+
+
+class BadLaunch(ValueError):
+    """A launch that could never be run as written (what ``fgpu session create`` refuses
+    before sending); the message says why. Nothing was sent."""
+
+
 class Acting(Protocol):
     """A user's own connection to the bus: each request published in the user's name,
     exactly as the CLI publishes it (the server lets it publish nothing else)."""
+
+    async def create(self, launch: Launch) -> list[str]:
+        """Ask for the sessions of ``launch``; their ids, in order. Raises BadLaunch
+        (nothing sent), LogError (RequestsRefused, OutcomeUnknown)."""
+        ...
 
     async def destroy(self, session_id: str) -> str:
         """Ask to end ``session_id``; the request's id. Raises LogError (RequestsRefused,

@@ -336,6 +336,9 @@ class GroupInfo(BaseModel):
     max_lifetime_s: int | None
     idle_timeout_s: int | None
     projects: list[str] | None
+    fgpu_quantum: str | None = Field(
+        default=None, description="the step of its sessions' fGPU; null: the cluster's, 0.01"
+    )
 
 
 class TokenRequest(BaseModel):

@@ -15,6 +15,7 @@ from projections import queries
 from services.api import models, shapes
 from services.api.guard import Who
 from services.domain.access.visibility import Viewer, sees_group, sees_policy, sees_user
+from services.domain.resources import format_fgpu
 from services.domain.tenancy.groups import DEFAULT_GROUP
 from services.domain.tenancy.model import Tenancy
 
@@ -67,6 +68,7 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
                 max_lifetime_s=g.max_lifetime_s,
                 idle_timeout_s=g.idle_timeout_s,
                 projects=None if g.projects is None else _projects_seen(viewer, g.projects),
+                fgpu_quantum=None if g.fgpu_quantum is None else format_fgpu(g.fgpu_quantum),
             )
             for name, g in sorted(t.groups.items())
             if sees_group(t, viewer, g.projects)

@@ -16,6 +16,11 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
 - ``POST /ui/sessions/{id}/terminate``: a browser session whose viewer sees that session
   (its owner, its domain's admins, superadmins; else 404, as the read API answers), with
   its CSRF token; the log then judges the request as it judges the CLI's.
+- ``POST /ui/sessions``: a browser session, with its CSRF token: a launch, the user's own
+  session request (``ui_launch.py``); the log judges it as it judges the CLI's.
+
+The launch form reads ``/v1/launch-options`` (``launch_routes.py``), a read API route as
+any other: the CLI or a script may read the same.
 """
 
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -29,7 +34,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
 from projections import queries
-from services.api import models
+from services.api import models, ui_launch
 from services.api.auth import Refused
 from services.api.browser import COOKIE, MAX_AGE_S, NoActing
 from services.api.guard import Browser, Guard, identity, same_origin_problem
@@ -43,6 +48,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "ui.js": "text/javascript; charset=utf-8",
     "ui.css": "text/css; charset=utf-8",
+    "launch.js": "text/javascript; charset=utf-8",
 }
 # No inline script or style, no eval, no frame around it, no form posted elsewhere.
 CSP = (
@@ -102,12 +108,16 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def mount(app: FastAPI, query: Ask[Any], guard: Guard) -> None:
-    """The UI's routes on ``app``, its browser sessions kept by ``guard``."""
+def mount(
+    app: FastAPI, query: Ask[Any], guard: Guard, moved: Callable[[int], Awaitable[int]]
+) -> None:
+    """The UI's routes on ``app``, its browser sessions kept by ``guard``; ``moved(seq)``
+    returns once the projections are past ``seq``."""
     app.add_middleware(SecurityHeaders)
     _pages(app)
     _sign_in_out(app, guard)
     _acts(app, query, guard)
+    ui_launch.mount(app, query, guard, moved)
 
 
 def _pages(app: FastAPI) -> None:

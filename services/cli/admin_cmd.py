@@ -5,14 +5,15 @@ modules that hold its commands.
   ``keypair``, ``policy``;
 - ``snapshots_cmd``: ``snapshots``;
 - ``group_cmd``: ``group``;
-- ``image_policy_cmd``: ``images``.
+- ``image_policy_cmd``: ``images``;
+- ``preset_cmd``: ``preset``.
 
 Its options (``--request-id``) are the group's, before the command, shared by every change.
 """
 
 import typer
 
-from services.cli import group_cmd, image_policy_cmd, snapshots_cmd, tenancy_cmd
+from services.cli import group_cmd, image_policy_cmd, preset_cmd, snapshots_cmd, tenancy_cmd
 from services.cli.options import Settings
 from services.cli.outcome import RequestIdOpt
 
@@ -33,3 +34,4 @@ app.add_typer(tenancy_cmd.app)
 app.add_typer(snapshots_cmd.app)
 app.add_typer(group_cmd.app, name="group")
 app.add_typer(image_policy_cmd.app, name="images")
+app.add_typer(preset_cmd.app, name="preset")

@@ -47,7 +47,15 @@ ClearOpt = Annotated[
     typer.Option(
         "--clear",
         help="Settings to take back to none (update): pending-timeout, default-lifetime, "
-        "max-lifetime, idle-timeout, projects.",
+        "max-lifetime, idle-timeout, projects, fgpu-quantum.",
+    ),
+]
+QuantumOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fgpu-quantum",
+        help="The step of the fGPU its sessions ask for (0.1: 0.1, 0.2, ...). "
+        "[default: 0.01, the cluster's]",
     ),
 ]
 # Tries of an update whose group someone else changed meanwhile (each reads it again).
@@ -59,6 +67,7 @@ _CLEARABLE = {
     "max-lifetime": "max_lifetime_s",
     "idle-timeout": "idle_timeout_s",
     "projects": "projects",
+    "fgpu-quantum": "fgpu_quantum",
 }
 
 
@@ -67,9 +76,11 @@ def _given(
     policy: str | None,
     times: tuple[int | None, int | None, int | None, int | None],
     projects: list[str] | None,
+    quantum: str | None = None,
 ) -> dict[str, Any]:
     """The settings named on the command line, as GroupSettings' fields."""
     from events import QueueOrder
+    from services.domain.resources import InvalidAmount, parse_fgpu
 
     pending, default_lifetime, max_lifetime, idle = times
     given: dict[str, Any] = {
@@ -80,6 +91,11 @@ def _given(
         "idle_timeout_s": idle,
         "projects": tuple(projects) if projects else None,
     }
+    if quantum is not None:
+        try:
+            given["fgpu_quantum"] = parse_fgpu(quantum)
+        except InvalidAmount as e:
+            fail(f"--fgpu-quantum: {e}")
     if queue is not None:
         try:
             given["queue"] = QueueOrder(queue)
@@ -99,6 +115,10 @@ def _current(ctx: typer.Context, group: str) -> dict[str, Any]:
             kept = {k: v for k, v in g.items() if k not in ("group", "configured")}
             if kept.get("projects") is not None:
                 kept["projects"] = tuple(kept["projects"])
+            if kept.get("fgpu_quantum") is not None:  # shown as fGPU, held in quanta
+                from services.domain.resources import parse_fgpu
+
+                kept["fgpu_quantum"] = parse_fgpu(kept["fgpu_quantum"])
             return {k: v for k, v in kept.items() if v is not None}
     fail(f"no resource group {group}", code=1)
 
@@ -127,6 +147,7 @@ def group_create(
     max_lifetime: SecondsOpt = None,
     idle_timeout: SecondsOpt = None,
     project: ProjectsOpt = None,
+    fgpu_quantum: QuantumOpt = None,
     timeout: TimeoutOpt = 30.0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -136,7 +157,7 @@ def group_create(
     from events import CreateGroup
 
     times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
-    settings = _make(_given(queue, policy, times, project))
+    settings = _make(_given(queue, policy, times, project, fgpu_quantum))
     answer = ask(ctx, CreateGroup(group=group, settings=settings), timeout)
     said(answer, f"resource group {group} created", as_json)
 
@@ -152,6 +173,7 @@ def group_update(
     max_lifetime: SecondsOpt = None,
     idle_timeout: SecondsOpt = None,
     project: ProjectsOpt = None,
+    fgpu_quantum: QuantumOpt = None,
     clear: ClearOpt = None,
     timeout: TimeoutOpt = 30.0,
     as_json: JsonOpt = False,
@@ -167,7 +189,7 @@ def group_update(
         if name not in _CLEARABLE:
             fail(f"--clear takes {', '.join(_CLEARABLE)}; not {name!r}")
     times = (pending_timeout, default_lifetime, max_lifetime, idle_timeout)
-    given = _given(queue, policy, times, project)
+    given = _given(queue, policy, times, project, fgpu_quantum)
     for attempt in range(_UPDATE_ATTEMPTS):
         before = _current(ctx, group)
         if not before and policy is None:

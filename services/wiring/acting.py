@@ -3,16 +3,19 @@
 ``acting_on(url)`` is the read API's ``ActAs``: it connects to ``url`` as the user (the
 access key as user, its secret as password, replies in the user's own inbox), so the
 servers and the gatekeeper give this connection the user's permissions and no more, and
-its requests go to the intake on the user's own subject, as ``fgpu session rm`` sends
-them (``services.client.Client``).
+its requests go to the intake on the user's own subject, as ``fgpu session create`` and
+``fgpu session rm`` send them (``services.client.Client``).
 """
 
 from contextlib import AsyncExitStack
 
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
-from services.api.browser import ActAs, Acting
-from services.client import Client
+from services.api.browser import ActAs, Acting, BadLaunch, Launch
+from services.client import Client, session_requests
+from services.domain.fold.validation import invalid_request
+from services.domain.image_ref import image_reference_problem
+from services.domain.request_ids import RequestIds, new_request_id, request_id_problem
 from services.wiring.identity import Identity
 
 __all__ = ["acting_on"]
@@ -22,6 +25,33 @@ class _UserConnection:
     def __init__(self, stack: AsyncExitStack, client: Client) -> None:
         self._stack = stack
         self._client = client
+
+    async def create(self, launch: Launch) -> list[str]:
+        c = self._client
+        rid = launch.request_id or new_request_id()
+        problem = request_id_problem(rid) or image_reference_problem(launch.image)
+        if problem is not None:
+            raise BadLaunch(problem)
+        drafts = session_requests(
+            RequestIds(c.access_key, rid, c.secret),
+            c.clock.now(),
+            launch.count,
+            image=launch.image,
+            slots=launch.slots,
+            command=launch.command,
+            name=launch.name,
+            project=launch.project,
+            group=launch.group,
+            cpu_only=launch.cpu_only,
+            session_type=launch.session_type,
+            mounts=launch.mounts,
+        )
+        # What the quota actor would reject for good, refused before sending, as the CLI
+        # does (``fgpu session create``: the requests differ in their ids alone).
+        why = invalid_request(drafts[0])
+        if why is not None:
+            raise BadLaunch(why)
+        return await c.send_requests(drafts)
 
     async def destroy(self, session_id: str) -> str:
         return await self._client.destroy(session_id)

@@ -176,6 +176,8 @@ GETS = (
     "/v1/admin/requests/x",
     "/v1/images",
     "/v1/image-policies",
+    "/v1/presets",
+    "/v1/launch-options",
     "/v1/groups",
     "/v1/health",
     "/v1/status",

@@ -181,6 +181,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/ui/session"): "holder",
     ("DELETE", "/ui/session"): "holder",
     ("POST", "/ui/sessions/{session_id}/terminate"): "holder",
+    ("POST", "/ui/sessions"): "holder",  # a launch: the user's own (test_ui_launch.py)
 }
 
 

@@ -294,3 +294,53 @@ def test_images_ls_shows_each_tag_and_the_agents_holding_it(cluster: Tenanted) -
         app, ["--api", cluster.api, "--access-key", "AKnobody", "images", "ls"]
     )
     assert anonymous.exit_code != 0 and "images" not in anonymous.stdout
+
+
+def test_presets_by_cli_a_domains_admin_defines_them_its_users_see_them(
+    cluster: Tenanted,
+) -> None:
+    cluster.ok("admin", "domain", "create", "pre")
+    cluster.ok("admin", "project", "create", "pre/p")
+    keys: dict[str, str] = {}
+    for user, role in (("pia", "domain-admin"), ("pat", "user")):
+        cluster.ok(
+            "admin", "user", "create", user, "--domain", "pre", "--project", "p", "--role", role
+        )
+        keys[user] = cluster.ok("admin", "keypair", "create", "--user", user)["access_key"]
+    half = ["admin", "preset", "create", "half", "--fgpu", "0.5", "--cpu", "2", "--mem", "4g"]
+    refused = cluster.run(*half, "--domain", "pre", key=keys["pat"])
+    assert refused.exit_code == 1
+    assert refused.stderr == "error: refused (forbidden): user pat may not create preset\n"
+    everyone = cluster.run(*half, key=keys["pia"])  # every domain's: a superadmin's
+    assert everyone.exit_code == 1 and "domain-admin pia may not create preset" in everyone.stderr
+    assert cluster.ok(*half, "--domain", "pre", "--group", "default", key=keys["pia"])["applied"]
+    cluster.ok("admin", "preset", "create", "cpu", "--cpu", "1", "--mem", "1g")
+    assert cluster.run(*half[:-2], "--mem", "lots", key=keys["pia"]).exit_code == 2
+    seen = cluster.ok("admin", "preset", "ls", key=keys["pat"])
+    assert [(p["name"], p["domain"]) for p in seen] == [("cpu", None), ("half", "pre")]
+    assert seen[1]["group"] == "default"
+    assert seen[1]["slots"] == {"fgpu": "0.5", "cpu": "2", "mem": 4 << 30}
+    text = cluster.run("admin", "preset", "ls", key=keys["pat"]).stdout
+    assert "half (pre, group default): 0.5 fGPU, 2 CPU, 4G" in text, text
+    cluster.ok("admin", "preset", "rm", "half", "--domain", "pre", key=keys["pia"])
+    gone = cluster.run("admin", "preset", "rm", "half", "--domain", "pre", key=keys["pia"])
+    assert gone.exit_code == 1 and "no preset half of domain pre" in gone.stderr
+    assert [p["name"] for p in cluster.ok("admin", "preset", "ls", key=keys["pat"])] == ["cpu"]
+
+
+def test_a_groups_fgpu_quantum_by_cli_refuses_a_finer_session(cluster: Tenanted) -> None:
+    cluster.ok("admin", "group", "create", "tenths", "--fgpu-quantum", "0.1")
+    shown = {g["group"]: g for g in cluster.ok("admin", "group", "ls")}
+    assert shown["tenths"]["fgpu_quantum"] == "0.1"
+    cluster.ok("admin", "group", "update", "tenths", "--idle-timeout", "60")  # quantum kept
+    shown = {g["group"]: g for g in cluster.ok("admin", "group", "ls")}
+    assert (shown["tenths"]["fgpu_quantum"], shown["tenths"]["idle_timeout_s"]) == ("0.1", 60)
+    create = ["session", "create", "--image", IMAGE, "--group", "tenths", "--wait", "--json"]
+    wrong = cluster.run(*create, "--fgpu", "0.55", "--", "true")
+    assert wrong.exit_code == 1
+    [rejected] = json.loads(wrong.stdout)["sessions"]
+    assert rejected["reason"] == "resource group tenths gives fGPU in steps of 0.1; asked 0.55"
+    cluster.ok("admin", "group", "update", "tenths", "--clear", "fgpu-quantum")
+    shown = {g["group"]: g for g in cluster.ok("admin", "group", "ls")}
+    assert shown["tenths"]["fgpu_quantum"] is None
+    assert cluster.run("admin", "group", "update", "tenths", "--fgpu-quantum", "x").exit_code == 2

@@ -27,9 +27,11 @@ from services.wiring.acting import acting_on
 from services.wiring.identity import Identity
 from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
-__all__ = ["PEOPLE", "UiWorld", "ui_world"]
+__all__ = ["CLUSTER", "PEOPLE", "UiWorld", "ui_world"]
 
 PEOPLE = ("alice", "bob", "mallory")
+# The actors of a whole cluster: agent a1 has one mock GPU worth 2 fGPU (agent_config's).
+CLUSTER = ("intake", "quota", "scheduler", "agent:a1")
 IMAGE = "fgpu/busybox:latest"
 SMALL = Slots(cpu=100, mem=1 << 28, fgpu=50)
 
@@ -70,14 +72,19 @@ class UiWorld:
 
     def revoke(self, who: str) -> None:
         """Revoke ``who``'s keypair; back once the read API has folded it."""
+        self.apply(RevokeKeypair(access_key=self.keys[who][0]))
 
-        async def revoked() -> None:
-            e = system_applied(RevokeKeypair(access_key=self.keys[who][0]), SystemClock())
+    def apply(self, command: AdminCommand) -> None:
+        """``command`` applied (as the first tenancy is); back once the read API has
+        folded it."""
+
+        async def applied() -> None:
+            e = system_applied(command, SystemClock())
             seq = await self.c.setup.append(subj.TENANCY, e)
             with anyio.fail_after(30):
                 await self.api.projector.wait_beyond(seq - 1)
 
-        self.portal.call(revoked)
+        self.portal.call(applied)
 
     def wait_for(self, after: int, found: Callable[[str, AnyEvent], bool]) -> tuple[str, AnyEvent]:
         """The first record after ``after`` that is ``found`` (subject, event), once the log
@@ -127,9 +134,12 @@ async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:
 
 
 async def _run(
-    db: Path, *, task_status: TaskStatus[tuple[Secured, ReadApi, dict[str, Any]]]
+    db: Path,
+    services: tuple[str, ...],
+    *,
+    task_status: TaskStatus[tuple[Secured, ReadApi, dict[str, Any]]],
 ) -> None:
-    async with secured_cluster(services=("intake",)) as c, AsyncExitStack() as stack:
+    async with secured_cluster(services=services) as c, AsyncExitStack() as stack:
         keys = {u: (new_access_key(), new_secret()) for u in PEOPLE}
         commands: list[AdminCommand] = []
         for user, (key, secret) in keys.items():
@@ -151,9 +161,12 @@ async def _run(
 
 
 @contextmanager
-def ui_world(tmp: Path) -> Iterator[UiWorld]:
+def ui_world(tmp: Path, services: tuple[str, ...] = ("intake",)) -> Iterator[UiWorld]:
+    """The world, its actors those of ``services`` (the intake alone: sessions are asked
+    for and never judged; ``CLUSTER``: judged, placed and run on one agent whose one mock
+    GPU is worth 2 fGPU)."""
     with start_blocking_portal("asyncio") as portal:
-        running, (c, api, made) = portal.start_task(_run, tmp / "p.duckdb")
+        running, (c, api, made) = portal.start_task(_run, tmp / "p.duckdb", services)
         world = UiWorld(api.url, made["keys"], made["sessions"], c, api, portal)
         try:
             yield world

@@ -21,6 +21,7 @@ import msgspec
 
 from events import (
     AdminRequested,
+    CreatePreset,
     GroupSettings,
     ImageInfo,
     LogHealth,
@@ -56,8 +57,8 @@ __all__ = [
 # 2: the workload forecast and the latest placement (placement policies); 3: resource
 # groups; 4: agents' image details and registry, sessions' pull progress, domains' image
 # allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts);
-# 6: the storage hosts agents mount and admitted sessions need
-FOLD_VERSION = 6
+# 6: the storage hosts agents mount and admitted sessions need; 7: resource presets
+FOLD_VERSION = 7
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -129,6 +130,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
     images: list[tuple[str, list[str]]] = []  # domain -> its allow-list
     aliases: list[tuple[str, list[tuple[str, str]]]] = []  # domain -> alias, image
     vfolders: list[Vfolder] = []  # since fold version 5
+    presets: list[CreatePreset] = []  # since fold version 7
 
     @classmethod
     def of(cls, t: Tenancy) -> "_Tenancy":
@@ -143,6 +145,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             images=[(d, list(t.images[d])) for d in sorted(t.images)],
             aliases=[(d, sorted(t.aliases[d].items())) for d in sorted(t.aliases)],
             vfolders=[t.vfolders[k] for k in sorted(t.vfolders)],
+            presets=[t.presets[k] for k in sorted(t.presets)],
         )
 
     def view(self) -> Tenancy:
@@ -155,6 +158,7 @@ class _Tenancy(msgspec.Struct, array_like=True, frozen=True):
             images={d: tuple(names) for d, names in self.images},
             aliases={d: dict(pairs) for d, pairs in self.aliases},
             vfolders={f.vfolder_id: f for f in self.vfolders},
+            presets={(p.domain or "", p.name): p for p in self.presets},
         )
 
 

@@ -15,12 +15,14 @@ from events import (
     CreateDomain,
     CreateGroup,
     CreateKeypair,
+    CreatePreset,
     CreateProject,
     CreateServiceKey,
     CreateUser,
     PolicyLevel,
     RemoveGroup,
     RemoveMember,
+    RemovePreset,
     RemoveProject,
     RemoveUser,
     ResourcePolicy,
@@ -36,7 +38,8 @@ from events import (
 from events import subjects as subj
 from services.domain.image_ref import image_reference_problem
 from services.domain.refusal import Refusal
-from services.domain.tenancy.groups import invalid_group_command
+from services.domain.resources import MAX_AMOUNT
+from services.domain.tenancy.groups import DEFAULT_GROUP, invalid_group_command
 from services.domain.tenancy.model import Keypair, Tenancy, User
 from services.domain.tenancy.vfolders import apply_vfolder, vfolder_refusal
 
@@ -171,6 +174,10 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
                 del t.aliases[d]
         case SetImageAlias(domain=d, alias=alias, image=image) if image is not None:
             t.aliases.setdefault(d, {})[alias] = image
+        case CreatePreset() if (c.domain or "", c.name) not in t.presets:
+            t.presets[c.domain or "", c.name] = c
+        case RemovePreset():
+            t.presets.pop((c.domain or "", c.name), None)
         case _ if isinstance(c, VfolderCommand):
             apply_vfolder(t, c)
 
@@ -181,7 +188,8 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     Roles: a superadmin may do anything (resource groups and domains are its alone); a
     domain admin manage its own domain's projects, users (not superadmins), their
     keypairs, the keypair, user and project policies in it, its image allow-list and
-    aliases, and its readers' keypairs; a user create and revoke its own keypairs.
+    aliases, its resource presets, and its readers' keypairs (presets of every domain are
+    a superadmin's); a user create and revoke its own keypairs.
     Services administer nothing. Virtual folders have rules of their own
     (``services.domain.tenancy.vfolders``).
     """
@@ -254,6 +262,8 @@ def _domain_of(t: Tenancy, c: AdminCommand) -> str | None:
             return _policy_domain(t, level, target)
         case SetImages(domain=d) | SetImageAlias(domain=d):
             return d
+        case CreatePreset(domain=d) | RemovePreset(domain=d):
+            return d  # None (every domain's): no domain admin's
         case _:
             return None
 
@@ -302,6 +312,8 @@ def _invalid(t: Tenancy, c: AdminCommand) -> Refusal | None:
             return _invalid_images(t, c)
         case SetImageAlias():
             return _invalid_alias(t, c)
+        case CreatePreset() | RemovePreset():
+            return _invalid_preset(t, c)
     return None
 
 
@@ -374,6 +386,27 @@ def _invalid_alias(t: Tenancy, c: SetImageAlias) -> Refusal | None:
         return _bad(f"alias {c.alias} would name itself")
     if c.image is None and c.alias not in t.aliases.get(c.domain, {}):
         return _bad(f"no alias {c.alias} in domain {c.domain}")
+    return None
+
+
+def _invalid_preset(t: Tenancy, c: CreatePreset | RemovePreset) -> Refusal | None:
+    where = f"domain {c.domain}" if c.domain is not None else "every domain"
+    if c.domain is not None and c.domain not in t.domains:
+        return _bad(f"no domain {c.domain}")
+    exists = (c.domain or "", c.name) in t.presets
+    if isinstance(c, RemovePreset):
+        return None if exists else _bad(f"no preset {c.name} of {where}")
+    if not subj.is_token(c.name):
+        return _bad(f"preset {c.name!r} must be 1-64 letters, digits, '-' or '_'")
+    if exists:
+        return _taken(f"preset {c.name} of {where} exists")
+    if c.group is not None and c.group not in t.groups and c.group != DEFAULT_GROUP:
+        return _bad(f"no resource group {c.group}")
+    s = c.slots
+    if min(s.cpu, s.mem) <= 0 or s.fgpu < 0:
+        return _bad("a preset holds some CPU and memory, and no negative fGPU")
+    if max(s.cpu, s.mem, s.fgpu) > MAX_AMOUNT:
+        return _bad("a preset's amounts must be at most what any cluster holds")
     return None
 
 

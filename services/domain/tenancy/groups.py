@@ -17,13 +17,16 @@ from collections.abc import Mapping
 
 from events import CreateGroup, GroupSettings, RemoveGroup, UpdateGroup
 from events import subjects as subj
+from events.slots import FGPU_QUANTUM_PER_UNIT
 from services.domain.durations import LONGEST_S
+from services.domain.resources import format_fgpu
 
 __all__ = [
     "DEFAULT_GROUP",
     "POLICY_NAMES",
     "GroupCommand",
     "admission_problem",
+    "fgpu_quantum_of",
     "invalid_group_command",
     "lifetime_of",
     "settings_of",
@@ -54,15 +57,25 @@ def lifetime_of(settings: GroupSettings, asked_s: int | None) -> int | None:
     return default if default is not None else settings.max_lifetime_s
 
 
+def fgpu_quantum_of(groups: Mapping[str, GroupSettings], group: str) -> int:
+    """The step of the fGPU a session of ``group`` may ask for, in quanta: its
+    administrator's, else one quantum (0.01 fGPU)."""
+    settings = groups.get(group)
+    quantum = None if settings is None else settings.fgpu_quantum
+    return 1 if quantum is None else quantum
+
+
 def admission_problem(
     groups: Mapping[str, GroupSettings],
     group: str,
     project: str,
     lifetime_s: int | None,
+    fgpu: int = 0,
 ) -> str | None:
     """Why a session of ``project`` (``domain/project``) may not ask for ``group`` with
-    ``lifetime_s``; None if it may. The default group takes every project unless given
-    settings that say otherwise.
+    ``lifetime_s`` and ``fgpu`` quanta; None if it may. The default group takes every
+    project unless given settings that say otherwise; an amount of fGPU must be a
+    multiple of the group's quantum (finer is refused, never rounded).
 
     A group closed to the project is refused in the same words as one that does not
     exist: the reason reaches the requester, who must not learn of groups it cannot see
@@ -76,6 +89,12 @@ def admission_problem(
     most = settings.max_lifetime_s
     if lifetime_s is not None and most is not None and lifetime_s > most:
         return f"a lifetime of {lifetime_s} s is over resource group {group}'s maximum of {most} s"
+    quantum = fgpu_quantum_of(groups, group)
+    if fgpu % quantum:
+        return (
+            f"resource group {group} gives fGPU in steps of {format_fgpu(quantum)}; "
+            f"asked {format_fgpu(fgpu)}"
+        )
     return None
 
 
@@ -132,6 +151,9 @@ def _invalid_settings(
     most, default = s.max_lifetime_s, s.default_lifetime_s
     if most is not None and default is not None and default > most:
         return False, "the default lifetime must not be over the maximum"
+    q = s.fgpu_quantum
+    if q is not None and not 1 <= q <= FGPU_QUANTUM_PER_UNIT:
+        return False, "the fGPU quantum must be 0.01 to 1 fGPU"
     for key in s.projects or ():
         domain, _, project = key.partition("/")
         if project not in projects.get(domain, {}):

@@ -9,9 +9,9 @@ never the other way, so neither rule module needs the other's records.
 from dataclasses import dataclass, field
 from typing import Literal
 
-from events import Access, GroupSettings, PolicyLevel, ResourcePolicy, Role
+from events import Access, CreatePreset, GroupSettings, PolicyLevel, ResourcePolicy, Role
 
-__all__ = ["Keypair", "State", "Tenancy", "User", "Vfolder"]
+__all__ = ["Keypair", "State", "Tenancy", "User", "Vfolder", "presets_for"]
 
 State = Literal["live", "trashed", "purged"]  # a folder's
 
@@ -63,6 +63,8 @@ class Tenancy:
     images: dict[str, tuple[str, ...]] = field(default_factory=dict)
     aliases: dict[str, dict[str, str]] = field(default_factory=dict)
     vfolders: dict[str, Vfolder] = field(default_factory=dict)  # by id, trashed ones too
+    # Resource presets by (domain, name); domain "" for those of every domain.
+    presets: dict[tuple[str, str], CreatePreset] = field(default_factory=dict)
 
     @property
     def on(self) -> bool:
@@ -75,3 +77,9 @@ class Tenancy:
         if kp is None or kp.revoked or kp.user is None:
             return None
         return self.users.get(kp.user)
+
+
+def presets_for(t: Tenancy, domain: str | None) -> list[CreatePreset]:
+    """The presets a member of ``domain`` is offered: those of every domain, then its
+    domain's, each by name."""
+    return [t.presets[k] for k in sorted(t.presets) if k[0] in ("", domain)]
