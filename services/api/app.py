@@ -118,7 +118,7 @@ def create_app(
     export_routes.mount(app, query, utc)
     health_routes.mount(app, query, health or tuple, snapshots)
     console.mount(app)
-    ui.mount(app, query, door)
+    ui.mount(app, query, door, stop)
     return app
 
 
