@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck pytest bench shim clean
+.PHONY: demo test check lint typecheck pytest bench shim web clean
 
 $(STAMP): pyproject.toml $(wildcard setup.py)
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -30,6 +30,12 @@ typecheck: $(STAMP)
 
 shim:
 	$(MAKE) -C gpu_shim
+
+# The web UI's third-party files (xterm.js, its fit add-on), rebuilt from package-lock.json
+# into services/api/ui/vendor/ (committed: `make test` and `make demo` need no npm).
+web:
+	npm ci --no-audit --no-fund
+	scripts/web-vendor
 
 # One JSON line per benchmark (a few minutes in all: three of them fill a 1M-event log).
 bench: $(STAMP)

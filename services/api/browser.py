@@ -6,22 +6,29 @@ used, and, from the first write on, the user's own connection to the bus (``Acti
 opened with the secret given at sign-in (``docs/architecture.md``, "The web UI and who
 acts"). A session ends at sign-out, after ``IDLE_S`` unused or ``MAX_AGE_S`` in all, when
 the store is full and it is the oldest, or when its keypair is revoked or its user removed
-(the guard sees that at the next request); its connection is closed with it.
+(the guard sees that at the next request); its connection is closed with it, and every
+terminal opened on it with the connection.
+
+A terminal's WebSocket carries no CSRF header, so it is opened with a ticket instead: a
+random one-time word that a CSRF-checked POST of the browser session obtains for one
+session of the cluster, good for ``TICKET_S`` and once (``ticket``, ``redeem``).
 """
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
 
 from events import SessionType, Slots, VfolderMount
+from services.ports import LogsReply
 
 __all__ = [
     "COOKIE",
     "IDLE_S",
     "MAX_AGE_S",
+    "TICKET_S",
     "ActAs",
     "Acting",
     "BadLaunch",
@@ -29,12 +36,34 @@ __all__ = [
     "BrowserSessions",
     "Launch",
     "NoActing",
+    "ShellEnd",
+    "ShellRefused",
 ]
 
 COOKIE = "fgpu_ui"
 IDLE_S = 30 * 60
 MAX_AGE_S = 8 * 3600
 MAX_SESSIONS = 10_000  # a flood of sign-ins costs the oldest sessions, never the memory
+TICKET_S = 30.0
+MAX_TICKETS = 16  # per browser session: asking for more drops its oldest
+
+
+class ShellEnd(Protocol):
+    """The browser's end of a terminal: keys in, output out, its size when it opens."""
+
+    async def read(self) -> bytes | None:
+        """The next keys; None once the browser has gone."""
+        ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    def size(self) -> tuple[int, int]:
+        """Rows and columns."""
+        ...
+
+
+class ShellRefused(Exception):
+    """The agent did not open the terminal (or could not be reached); says why."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +103,23 @@ class Acting(Protocol):
         OutcomeUnknown)."""
         ...
 
+    async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:
+        """The last ``tail`` lines of ``session_id``'s output, asked of ``agent_id`` as
+        ``fgpu session logs`` asks. Raises ShellRefused when the agent is not reached."""
+        ...
+
+    async def shell(
+        self,
+        agent_id: str,
+        session_id: str,
+        end: ShellEnd,
+        sizes: AsyncIterator[tuple[int, int]],
+    ) -> str:
+        """A terminal in ``session_id`` on ``end`` until it closes, as ``fgpu session shell``
+        opens one (the agent checks who asks, and writes the opening and closing on the
+        log); how it closed. Raises ShellRefused."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -94,6 +140,8 @@ class BrowserSession:
     seen: float
     secret: str = field(repr=False)
     acting: Acting | None = field(default=None, repr=False)
+    # One-time terminal tickets: ticket -> (the session of the cluster, good until).
+    tickets: dict[str, tuple[str, float]] = field(default_factory=dict, repr=False)
     lock: anyio.Lock = field(default_factory=anyio.Lock, repr=False)
 
     @property
@@ -109,6 +157,10 @@ class BrowserSessions:
         self._now = now
         self._act = act
         self._by_id: dict[str, BrowserSession] = {}
+
+    def now(self) -> float:
+        """The time on the sessions' clock."""
+        return self._now()
 
     async def start(self, access_key: str, secret: str) -> BrowserSession:
         """A new session for a keypair whose secret was just checked."""
@@ -146,6 +198,23 @@ class BrowserSessions:
         if s is not None:
             await self._forget(s)
 
+    def ticket(self, s: BrowserSession, session_id: str) -> str:
+        """A one-time ticket of ``s`` to open a terminal in ``session_id``, good for
+        ``TICKET_S``."""
+        now = self._now()
+        s.tickets = {t: v for t, v in s.tickets.items() if v[1] > now}
+        while len(s.tickets) >= MAX_TICKETS:
+            s.tickets.pop(next(iter(s.tickets)))
+        word = secrets.token_urlsafe(32)
+        s.tickets[word] = (session_id, now + TICKET_S)
+        return word
+
+    def redeem(self, s: BrowserSession, ticket: str, session_id: str) -> bool:
+        """Whether ``ticket`` is one of ``s``'s, for ``session_id``, unexpired; it is used
+        up either way (a ticket is tried once)."""
+        found = s.tickets.pop(ticket, None)
+        return found is not None and found[0] == session_id and found[1] > self._now()
+
     async def acting(self, s: BrowserSession) -> Acting:
         """The user's connection of ``s``, opened on first use. Raises NoActing, LogError."""
         if self._act is None:
@@ -168,6 +237,7 @@ class BrowserSessions:
     async def _forget(self, s: BrowserSession) -> None:
         self._by_id.pop(s.id, None)
         s.secret = ""
+        s.tickets.clear()
         acting, s.acting = s.acting, None
         if acting is not None:
             with anyio.CancelScope(shield=True):

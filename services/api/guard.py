@@ -18,6 +18,7 @@ from typing import Annotated, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
 
 from services.api import models
 from services.api.auth import MAX_TOKEN, Authenticator, Refused
@@ -59,7 +60,7 @@ class _Unrecorded:
         pass
 
 
-def _client(request: Request) -> str | None:
+def _client(request: HTTPConnection) -> str | None:
     return request.client.host if request.client is not None else None
 
 
@@ -82,12 +83,14 @@ def _key_of(token: str | None) -> str | None:
     return parts[1][:64] if len(parts) == 4 else None
 
 
-def own_origin(request: Request) -> str:
-    """This server's origin as the request reached it (scheme: TLS, or a proxy's word)."""
-    return f"{request.url.scheme}://{request.url.netloc}"
+def own_origin(request: HTTPConnection) -> str:
+    """This server's origin as the request reached it (scheme: TLS, or a proxy's word; a
+    WebSocket's ws and wss are http's and https's)."""
+    scheme = {"ws": "http", "wss": "https"}.get(request.url.scheme, request.url.scheme)
+    return f"{scheme}://{request.url.netloc}"
 
 
-def same_origin_problem(request: Request) -> str | None:
+def same_origin_problem(request: HTTPConnection) -> str | None:
     """Why ``request`` may not be a page of this origin's own (None: it is). A browser
     sends ``Origin`` with every POST, PUT, PATCH and DELETE, and ``Sec-Fetch-Site`` with
     every request, and a page cannot forge either."""
@@ -116,8 +119,8 @@ class Guard:
         self.recorder: AccessRecorder = recorder or _Unrecorded()
         self.browsers = browsers or BrowserSessions(lambda: 0.0)
 
-    def _refuse(self, request: Request, key: str | None, e: Refused) -> HTTPException:
-        what = f"{request.method} {request.url.path}"
+    def _refuse(self, request: HTTPConnection, key: str | None, e: Refused) -> HTTPException:
+        what = f"{request.scope.get('method', 'WEBSOCKET')} {request.url.path}"
         self.recorder.refused(key, what, e.reason, _client(request))
         return HTTPException(e.status, e.reason, headers={"WWW-Authenticate": "Bearer"})
 
@@ -128,11 +131,12 @@ class Guard:
         except Refused as e:
             raise self._refuse(request, _key_of(token), e) from e
 
-    async def browser(self, request: Request) -> tuple[BrowserSession, Viewer]:
+    async def browser(self, request: HTTPConnection) -> tuple[BrowserSession, Viewer]:
         """The browser session of ``request``'s cookie and who it reads as, as the
         tenancy stands now (a revoked key or a removed user ends the session); for a
-        request that may change something, checked against CSRF. Raises HTTPException
-        (401: none, ended; 403: a write without its token, or from another origin)."""
+        request that may change something, checked against CSRF (a WebSocket is checked
+        by its caller: it carries no header of the page's). Raises HTTPException (401:
+        none, ended; 403: a write without its token, or from another origin)."""
         sid = request.cookies.get(COOKIE, "")
         s = await self.browsers.get(sid) if sid else None
         if s is None:
@@ -142,7 +146,7 @@ class Guard:
         except Refused as e:
             await self.browsers.end(s.id)
             raise self._refuse(request, s.access_key, e) from e
-        if request.method not in SAFE_METHODS:
+        if request.scope["type"] == "http" and request.scope["method"] not in SAFE_METHODS:
             problem = same_origin_problem(request)
             given = request.headers.get(CSRF_HEADER, "")
             if problem is None and not hmac.compare_digest(given.encode(), s.csrf.encode()):
@@ -151,7 +155,12 @@ class Guard:
                 raise self._refuse(request, s.access_key, Refused(403, problem))
         return s, viewer
 
-    def still(self, request: Request, viewer: Viewer) -> Callable[[], bool]:
+    def refused(self, request: HTTPConnection, key: str | None, why: str) -> None:
+        """Record a refusal of ``request`` (by ``key``, if known) for the audit."""
+        what = f"{request.scope.get('method', 'WEBSOCKET')} {request.url.path}"
+        self.recorder.refused(key, what, why, _client(request))
+
+    def still(self, request: HTTPConnection, viewer: Viewer) -> Callable[[], bool]:
         """Whether the reader of ``request`` may read on (a stream asks as it goes): its
         keypair lives, and the browser session it came with, if any, has not ended."""
         sid = None if request.headers.get("authorization") else request.cookies.get(COOKIE)

@@ -166,6 +166,7 @@ async def serve_read_api(
             log_config=None,
             access_log=False,
             lifespan="off",
+            ws="wsproto",  # the web terminal's WebSocket (a declared dependency)
             timeout_graceful_shutdown=5,
         )
         server = _Server(config)

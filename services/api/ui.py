@@ -9,7 +9,8 @@ writes, each the user's own request published on the user's own connection to th
 (``browser.Acting``; ``docs/architecture.md``, "The web UI and who acts").
 
 Who may use each route (``tests/api/test_ui.py`` enumerates them):
-- ``GET /``, ``GET /ui/assets/{name}``: anyone (the page and its files, no data);
+- ``GET /``, ``GET /ui/assets/{name}``: anyone (the page and its files, ``ASSETS``, no
+  data);
 - ``POST /ui/session``: anyone with a live keypair's secret, from this origin's page;
 - ``GET /ui/session``, ``DELETE /ui/session``: the browser session's holder (DELETE with
   its CSRF token);
@@ -18,6 +19,7 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
   its CSRF token; the log then judges the request as it judges the CLI's.
 - ``POST /ui/sessions``: a browser session, with its CSRF token: a launch, the user's own
   session request (``ui_launch.py``); the log judges it as it judges the CLI's.
+- one session's logs and terminal: ``ui_session.py``.
 
 The launch form reads ``/v1/launch-options`` (``launch_routes.py``), a read API route as
 any other: the CLI or a script may read the same.
@@ -28,13 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import duckdb
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
 from projections import queries
-from services.api import models, ui_launch
+from services.api import models, ui_launch, ui_session
 from services.api.auth import Refused
 from services.api.browser import COOKIE, MAX_AGE_S, NoActing
 from services.api.guard import Browser, Guard, identity, same_origin_problem
@@ -44,11 +47,20 @@ from services.ports import LogError, OutcomeUnknown, RequestsRefused
 __all__ = ["ASSETS", "SECURITY_HEADERS", "SecurityHeaders", "mount"]
 
 _DIR = Path(__file__).with_name("ui")
+_JS, _CSS = "text/javascript; charset=utf-8", "text/css; charset=utf-8"
+# Every file the page may load, by its name under /ui/assets/ (and under ui/ here): no
+# other is served. vendor/ holds the third-party ones, copied from npm by ``make web``
+# (vendor/MANIFEST.json names each one's package, version and digest).
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
-    "ui.js": "text/javascript; charset=utf-8",
-    "ui.css": "text/css; charset=utf-8",
-    "launch.js": "text/javascript; charset=utf-8",
+    "ui.js": _JS,
+    "ui.css": _CSS,
+    "launch.js": _JS,
+    "session.js": _JS,
+    "terminal.js": _JS,
+    "vendor/xterm.mjs": _JS,
+    "vendor/addon-fit.mjs": _JS,
+    "vendor/xterm.css": _CSS,
 }
 # No inline script or style, no eval, no frame around it, no form posted elsewhere.
 CSP = (
@@ -109,15 +121,20 @@ class SecurityHeaders:
 
 
 def mount(
-    app: FastAPI, query: Ask[Any], guard: Guard, moved: Callable[[int], Awaitable[int]]
+    app: FastAPI,
+    query: Ask[Any],
+    guard: Guard,
+    moved: Callable[[int], Awaitable[int]],
+    stop: anyio.Event,
 ) -> None:
     """The UI's routes on ``app``, its browser sessions kept by ``guard``; ``moved(seq)``
-    returns once the projections are past ``seq``."""
+    returns once the projections are past ``seq``; its streams end on ``stop``."""
     app.add_middleware(SecurityHeaders)
     _pages(app)
     _sign_in_out(app, guard)
     _acts(app, query, guard)
     ui_launch.mount(app, query, guard, moved)
+    ui_session.mount(app, query, guard, stop)
 
 
 def _pages(app: FastAPI) -> None:
@@ -125,7 +142,7 @@ def _pages(app: FastAPI) -> None:
     async def page() -> FileResponse:
         return FileResponse(_DIR / "index.html", media_type=ASSETS["index.html"])
 
-    @app.get("/ui/assets/{name}", include_in_schema=False)
+    @app.get("/ui/assets/{name:path}", include_in_schema=False)
     async def asset(name: str) -> FileResponse:
         if name not in ASSETS:
             raise HTTPException(404, f"no UI file {name!r}")

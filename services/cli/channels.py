@@ -3,62 +3,27 @@ local TCP port whose each connection is relayed to a port in the container (``fg
 session app``). Over the bus alone, as the session's owner or an administrator of its
 domain asks (the agent checks); see ``services.actors.agent_channels`` for the other end.
 
-The channel's down subject is heard before the request goes, so nothing the agent sends
-first (a shell's prompt) is missed.
+The request and the relay are ``services.actors.user_channels``'s (the web UI's terminal
+opens its own there too); what is here is the local end: the terminal, the TCP port.
 """
 
 import contextlib
 import os
-import secrets
 import termios
 import tty
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 from anyio.abc import ByteStream, TaskStatus
 
-from events import subjects as subj
 from services.actors.relay import ByteEnd, Closing, relay
-from services.domain.channels import PING_S, Resize, encode_frame
-from services.ports import (
-    AgentReply,
-    AgentRequest,
-    AgentRequests,
-    AgentUnreachable,
-    AppRequest,
-    ChannelReply,
-    Pipe,
-    ShellRequest,
-)
+from services.actors.user_channels import ChannelRefused, new_channel, opened, shell
+from services.domain.channels import PING_S
+from services.ports import AgentRequests, AgentUnreachable, AppRequest
 
 __all__ = ["ChannelRefused", "Terminal", "app_connection", "serve_app", "shell"]
 
 _READ = 64 << 10
-
-
-class ChannelRefused(Exception):
-    """The agent did not open the channel; the message says why."""
-
-
-def _new_channel() -> str:
-    return "c" + secrets.token_hex(8)
-
-
-@contextlib.asynccontextmanager
-async def _opened(
-    bus: AgentRequests, requester: str, agent_id: str, request: AgentRequest
-) -> AsyncIterator[tuple[Pipe, ChannelReply]]:
-    """The channel ``request`` names, heard, then asked for; its pipe and the answer.
-    Raises ChannelRefused, or AgentUnreachable."""
-    channel: str = getattr(request, "channel")  # noqa: B009 - both requests name one
-    up, down = subj.channel(agent_id, requester, channel)
-    async with bus.pipe(listen=down, speak=up) as pipe:
-        reply: AgentReply = await bus.ask(agent_id, request)
-        if not isinstance(reply, ChannelReply):
-            raise ChannelRefused(f"agent {agent_id}: {getattr(reply, 'error', reply)}")
-        if not reply.ok:
-            raise ChannelRefused(str(reply.error))
-        yield pipe, reply
 
 
 class Terminal:
@@ -104,36 +69,6 @@ class Terminal:
             termios.tcsetattr(self.fd_in, termios.TCSADRAIN, saved)
 
 
-async def shell(
-    bus: AgentRequests,
-    requester: str,
-    agent_id: str,
-    session_id: str,
-    terminal: Terminal,
-    sizes: AsyncIterator[tuple[int, int]],
-    *,
-    term: str = "xterm",
-    ping_s: float = PING_S,
-) -> Closing:
-    """A terminal in ``session_id`` on ``terminal`` until the shell exits; each size from
-    ``sizes`` goes to the container's terminal. Raises ChannelRefused, AgentUnreachable."""
-    rows, cols = terminal.size()
-    request = ShellRequest(
-        session_id=session_id, channel=_new_channel(), rows=rows, cols=cols, term=term
-    )
-    opened = _opened(bus, requester, agent_id, request)
-    async with opened as (pipe, _), anyio.create_task_group() as tg:
-        tg.start_soon(_send_sizes, pipe, sizes)
-        closing = await relay(pipe, terminal, ping_s=ping_s)
-        tg.cancel_scope.cancel()
-    return closing
-
-
-async def _send_sizes(pipe: Pipe, sizes: AsyncIterator[tuple[int, int]]) -> None:
-    async for rows, cols in sizes:
-        await pipe.send(encode_frame(Resize(rows, cols)))
-
-
 class _Socket:
     """A TCP connection's end."""
 
@@ -162,8 +97,8 @@ async def app_connection(
 ) -> Closing:
     """One TCP connection (``stream``) relayed to ``target`` in ``session_id``'s container
     (a service the image declares, or a port). Raises ChannelRefused, AgentUnreachable."""
-    request = AppRequest(session_id=session_id, channel=_new_channel(), target=target)
-    async with _opened(bus, requester, agent_id, request) as (pipe, _):
+    request = AppRequest(session_id=session_id, channel=new_channel(), target=target)
+    async with opened(bus, requester, agent_id, request) as (pipe, _):
         end: ByteEnd = _Socket(stream)
         return await relay(pipe, end, ping_s=ping_s)
 

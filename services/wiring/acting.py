@@ -1,30 +1,39 @@
-"""The web UI's writes on the bus: a signed-in user's own connection, as the CLI's.
+"""The web UI's acts on the bus: a signed-in user's own connection, as the CLI's.
 
 ``acting_on(url)`` is the read API's ``ActAs``: it connects to ``url`` as the user (the
 access key as user, its secret as password, replies in the user's own inbox), so the
-servers and the gatekeeper give this connection the user's permissions and no more, and
-its requests go to the intake on the user's own subject, as ``fgpu session create`` and
-``fgpu session rm`` send them (``services.client.Client``).
+servers and the gatekeeper give this connection the user's permissions and no more. Its
+requests go to the intake on the user's own subject, as ``fgpu session create`` and
+``fgpu session rm`` send them (``services.client.Client``); it asks a session's agent for
+its logs as ``fgpu session logs`` does, and opens a terminal as ``fgpu session shell`` does
+(``services.actors.user_channels``): the agent sees the user's key, judges it, and writes
+the terminal's opening and closing on the log.
 """
 
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
+from services.actors.user_channels import ChannelRefused
+from services.actors.user_channels import shell as open_shell
+from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
-from services.api.browser import ActAs, Acting, BadLaunch, Launch
+from services.api.browser import ActAs, Acting, BadLaunch, Launch, ShellEnd, ShellRefused
 from services.client import Client, session_requests
 from services.domain.fold.validation import invalid_request
 from services.domain.image_ref import image_reference_problem
 from services.domain.request_ids import RequestIds, new_request_id, request_id_problem
+from services.ports import AgentUnreachable, LogsReply, LogsRequest
 from services.wiring.identity import Identity
 
 __all__ = ["acting_on"]
 
 
 class _UserConnection:
-    def __init__(self, stack: AsyncExitStack, client: Client) -> None:
+    def __init__(self, stack: AsyncExitStack, client: Client, bus: NatsBus) -> None:
         self._stack = stack
         self._client = client
+        self._bus = bus
 
     async def create(self, launch: Launch) -> list[str]:
         c = self._client
@@ -56,6 +65,31 @@ class _UserConnection:
     async def destroy(self, session_id: str) -> str:
         return await self._client.destroy(session_id)
 
+    async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:
+        try:
+            reply = await self._bus.ask(agent_id, LogsRequest(session_id=session_id, tail=tail))
+        except AgentUnreachable as e:
+            raise ShellRefused(str(e)) from e
+        if not isinstance(reply, LogsReply):
+            return LogsReply(ok=False, error=f"agent {agent_id}: {getattr(reply, 'error', reply)}")
+        return reply
+
+    async def shell(
+        self,
+        agent_id: str,
+        session_id: str,
+        end: ShellEnd,
+        sizes: AsyncIterator[tuple[int, int]],
+    ) -> str:
+        bus = self._bus
+        try:
+            closing = await open_shell(bus, bus.requester, agent_id, session_id, end, sizes)
+        except (ChannelRefused, AgentUnreachable) as e:
+            raise ShellRefused(str(e)) from e
+        if closing.exit_code is not None:
+            return f"the shell exited with status {closing.exit_code}"
+        return closing.reason
+
     async def aclose(self) -> None:
         await self._stack.aclose()
 
@@ -75,6 +109,6 @@ def acting_on(url: str) -> ActAs:
             raise
         sender = conn.sender(access_key)
         client = Client(conn.log, SystemClock(), access_key, sender=sender, secret=secret)
-        return _UserConnection(stack, client)
+        return _UserConnection(stack, client, conn.bus)
 
     return act

@@ -12,7 +12,7 @@ from typing import get_args
 import duckdb
 import httpx
 import pytest
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIWebSocketRoute
 
 from events import AccessGranted, AnyEvent, SessionDestroyRequested
 from events import subjects as subj
@@ -41,7 +41,8 @@ def test_every_ui_answer_carries_the_security_headers(w: UiWorld) -> None:
     page = httpx.get(f"{w.url}/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "<script>" not in page.text and " style=" not in page.text  # no inline
-    for path in ("/", "/ui/assets/ui.js", "/ui/assets/ui.css", "/ui/assets/nope", "/ui/session"):
+    paths = ("/", "/ui/assets/ui.js", "/ui/assets/ui.css", "/ui/assets/nope", "/ui/session")
+    for path in (*paths, "/ui/assets/vendor/xterm.mjs", "/ui/assets/vendor/MANIFEST.json"):
         _csp_ok(httpx.get(f"{w.url}{path}"))
     _csp_ok(httpx.post(f"{w.url}/ui/session", json={}))  # an error too
 
@@ -176,13 +177,18 @@ def test_a_revoked_keypair_ends_its_browser_sessions_at_the_next_request(w: UiWo
 # a foreign one gets ``foreign``'s status). A route added without a line here fails below.
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/"): "anyone",
-    ("GET", "/ui/assets/{name}"): "anyone",
+    ("GET", "/ui/assets/{name:path}"): "anyone",
     ("POST", "/ui/session"): "anyone",  # with a keypair's secret (tests above)
     ("GET", "/ui/session"): "holder",
     ("DELETE", "/ui/session"): "holder",
     ("POST", "/ui/sessions/{session_id}/terminate"): "holder",
     ("POST", "/ui/sessions"): "holder",  # a launch: the user's own (test_ui_launch.py)
+    ("POST", "/ui/sessions/{session_id}/shell-ticket"): "holder",
+    ("GET", "/ui/sessions/{session_id}/logs"): "holder",
 }
+# The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
+# (tests/api/test_ui_session.py tries each refusal).
+SOCKETS = {"/ui/sessions/{session_id}/shell": "holder"}
 
 
 class _NoSource:
@@ -208,12 +214,18 @@ def _ui_routes() -> set[tuple[str, str]]:
     return found
 
 
+def test_every_websocket_says_who_may_use_it() -> None:
+    app = create_app(_NoSource())
+    sockets = {r.path for r in app.routes if isinstance(r, APIWebSocketRoute)}
+    assert sockets == set(SOCKETS)
+
+
 def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -> None:
     assert _ui_routes() == set(ROUTES)
     bob, csrf = w.sign_in("bob")
-    fill = {"{name}": "ui.js", "{session_id}": w.sessions["alice"]}
+    fill = {"{name:path}": "vendor/xterm.mjs", "{session_id}": w.sessions["alice"]}
     for (method, path), who in ROUTES.items():
-        url = re.sub(r"\{[a-z_]+\}", lambda m: fill[m.group(0)], path)
+        url = re.sub(r"\{[a-z_:]+\}", lambda m: fill[m.group(0)], path)
         anonymous = httpx.request(method, f"{w.url}{url}", headers={"Origin": w.url})
         if who == "anyone":
             assert anonymous.status_code in (200, 422), (method, path, anonymous.text)

@@ -29,7 +29,7 @@ from services.client import Client
 from services.domain.access.access_audit import AccessLimiter
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.access.permissions import inbox
-from services.ports import LogError
+from services.ports import ContainerRuntime, LogError
 from services.wiring.identity import Identity
 from services.wiring.parts import violations_to
 
@@ -204,11 +204,15 @@ class _Gate:
 
 
 async def start_actors(
-    c: Secured, stack: AsyncExitStack, *, intake: Callable[..., Any] | None = None
+    c: Secured,
+    stack: AsyncExitStack,
+    *,
+    intake: Callable[..., Any] | None = None,
+    runtime: ContainerRuntime | None = None,
 ) -> None:
     """The actors of ``c``'s services, in their order, each on its own keypair (agents with
-    dummy containers; ``intake``: the intake's runner, ``run_intake`` with the test's
-    settings), until ``stack`` closes."""
+    dummy containers, or on ``runtime``; ``intake``: the intake's runner, ``run_intake``
+    with the test's settings), until ``stack`` closes."""
     from services.adapters.dummy_runtime import DummyRuntime
     from services.wiring.parts import (
         connected,
@@ -244,6 +248,6 @@ async def start_actors(
             agent = agent_config(kind.partition(":")[2])
             # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.
             agent_ = functools.partial(run_agent, output_root=fgpu_home() / "output")
-            await tg.start(agent_, conn, DummyRuntime(), agent)
+            await tg.start(agent_, conn, runtime or DummyRuntime(), agent)
         else:
             raise ValueError(f"no actor of service {kind!r} here")

@@ -5,7 +5,7 @@ of its own, for tests that speak HTTP or drive a browser."""
 
 import functools
 from collections.abc import Callable, Iterator
-from contextlib import AsyncExitStack, aclosing, contextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,17 +23,22 @@ from services.adapters.system_clock import SystemClock
 from services.api.serve import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.ports import ContainerRuntime
 from services.wiring.acting import acting_on
 from services.wiring.identity import Identity
 from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
-__all__ = ["CLUSTER", "PEOPLE", "UiWorld", "ui_world"]
+__all__ = ["CLUSTER", "PEOPLE", "RUNNING_SERVICES", "SLIVER", "UiWorld", "ui_world"]
 
 PEOPLE = ("alice", "bob", "mallory")
 # The actors of a whole cluster: agent a1 has one mock GPU worth 2 fGPU (agent_config's).
 CLUSTER = ("intake", "quota", "scheduler", "agent:a1")
 IMAGE = "fgpu/busybox:latest"
 SMALL = Slots(cpu=100, mem=1 << 28, fgpu=50)
+SLIVER = Slots(cpu=100, mem=1 << 28, fgpu=1)
+# The actors that run sessions: with these, a world's sessions reach RUNNING on agent a1.
+RUNNING_SERVICES = ("intake", "registrar", "quota", "scheduler", "agent:a1")
+Runtime = Callable[[], AbstractAsyncContextManager[ContainerRuntime]]
 
 
 @dataclass
@@ -120,6 +125,24 @@ class UiWorld:
     def last_seq(self) -> int:
         return self.portal.call(self.c.setup.last_seq)
 
+    def wait_until(self, session_id: str, *kinds: type[AnyEvent]) -> None:
+        """Back once the log holds an event of one of ``kinds`` for ``session_id`` and the
+        read API has projected it (30 s at most)."""
+
+        async def projected() -> None:
+            with anyio.fail_after(30):
+                async with aclosing(self.c.setup.tail(0)) as batches:
+                    async for batch in batches:
+                        for r in batch:
+                            if isinstance(r.event, kinds) and (
+                                getattr(r.event, "session_id", None) == session_id
+                            ):
+                                await self.api.projector.wait_beyond(r.seq - 1)
+                                return
+            raise AssertionError("the log ended")
+
+        self.portal.call(projected)
+
 
 async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:
     """A session asked for by ``key`` as the CLI asks (its own connection, the intake),
@@ -127,7 +150,8 @@ async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:
     options = Identity(key, secret).options()
     async with nats_connection(c.url, name="test-user", **options) as conn:
         client = Client(conn.log, SystemClock(), key, sender=conn.sender(key), secret=secret)
-        [sid] = await client.create(image=ask.pop("image", IMAGE), slots=SMALL, **ask)
+        slots = ask.pop("slots", SMALL)
+        [sid] = await client.create(image=ask.pop("image", IMAGE), slots=slots, **ask)
     with anyio.fail_after(30):
         await Client(c.setup, SystemClock(), key).wait_until(lambda s: sid in s.sessions)
     return sid
@@ -136,6 +160,7 @@ async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:
 async def _run(
     db: Path,
     services: tuple[str, ...],
+    runtime: Runtime | None,
     *,
     task_status: TaskStatus[tuple[Secured, ReadApi, dict[str, Any]]],
 ) -> None:
@@ -151,8 +176,11 @@ async def _run(
             )
         for command in commands:
             await c.setup.append(subj.TENANCY, system_applied(command, SystemClock()))
-        await start_actors(c, stack)
-        sessions = {u: await _create(c, *keys[u], name=f"{u}-1") for u in PEOPLE}
+        engine = None if runtime is None else await stack.enter_async_context(runtime())
+        await start_actors(c, stack, runtime=engine)
+        # On an agent (RUNNING_SERVICES: one GPU), each asks for a sliver: all run.
+        first = SLIVER if services == RUNNING_SERVICES or runtime is not None else SMALL
+        sessions = {u: await _create(c, *keys[u], name=f"{u}-1", slots=first) for u in PEOPLE}
         async with anyio.create_task_group() as tg:
             serve = functools.partial(serve_read_api, act=acting_on(c.url))
             api = await tg.start(serve, c.setup, db)
@@ -161,12 +189,16 @@ async def _run(
 
 
 @contextmanager
-def ui_world(tmp: Path, services: tuple[str, ...] = ("intake",)) -> Iterator[UiWorld]:
+def ui_world(
+    tmp: Path, services: tuple[str, ...] = ("intake",), runtime: Runtime | None = None
+) -> Iterator[UiWorld]:
     """The world, its actors those of ``services`` (the intake alone: sessions are asked
     for and never judged; ``CLUSTER``: judged, placed and run on one agent whose one mock
-    GPU is worth 2 fGPU)."""
+    GPU is worth 2 fGPU; ``RUNNING_SERVICES``: the same with the registrar, on dummy
+    containers or ``runtime``'s)."""
     with start_blocking_portal("asyncio") as portal:
-        running, (c, api, made) = portal.start_task(_run, tmp / "p.duckdb", services)
+        run = functools.partial(_run, tmp / "p.duckdb", services, runtime)
+        running, (c, api, made) = portal.start_task(run)
         world = UiWorld(api.url, made["keys"], made["sessions"], c, api, portal)
         try:
             yield world

@@ -1,7 +1,10 @@
 // The researchers' web UI: the read API and the user's own requests, shown. No framework,
 // nothing fetched from elsewhere, every text from the log set as text (never as HTML).
 // Signed in by a browser session: an HttpOnly cookie the page never sees, and a CSRF
-// token every write carries (services/api/ui.py).
+// token every write carries (services/api/ui.py). One session's page is session.js's,
+// reached from a row of the list (#/sessions/ID).
+
+import * as sessionPage from "./session.js";
 
 const $ = (selector) => document.querySelector(selector);
 const LIVE = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING", "TERMINATING"];
@@ -62,6 +65,7 @@ function signedOut(why) {
   state.csrf = null;
   if (state.stream) state.stream.close();
   state.stream = null;
+  sessionPage.hide();
   $("#sessions").hidden = true;
   $("#sign-out").hidden = true;
   $("#who").textContent = "";
@@ -77,10 +81,26 @@ function signedIn(session) {
   $("#sign-in").hidden = true;
   $("#sign-in-error").textContent = "";
   $("#sign-out").hidden = false;
-  $("#sessions").hidden = false;
   document.body.dataset.signedIn = who.user;
   state.offset = 0;
+  route();
   load().then(follow);
+}
+
+// ---- which page: the list, or one session (#/sessions/ID) -----------------------------
+
+const CTX = { call, el, Unauthorized, signedOut: (why) => signedOut(why) };
+
+function route() {
+  if (!state.csrf) return;
+  const match = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
+  if (match) {
+    $("#sessions").hidden = true;
+    sessionPage.show(match[1], CTX);
+  } else {
+    sessionPage.hide();
+    $("#sessions").hidden = false;
+  }
 }
 
 async function signIn(ev) {
@@ -126,8 +146,9 @@ function row(s) {
     onclick: () => terminate(s),
     "data-session": s.id,
   }, "terminate");
-  const tr = el("tr", { "data-session": s.id, "data-status": s.status },
-    el("td", { class: "sid" }, s.id),
+  const link = el("a", { href: `#/sessions/${encodeURIComponent(s.id)}`, class: "open" }, s.id);
+  const tr = el("tr", { "data-session": s.id, "data-status": s.status, class: "clickable" },
+    el("td", { class: "sid" }, link),
     el("td", { class: "name" }, s.name || ""),
     el("td", { class: "status" }, s.status),
     el("td", { class: "image" }, s.image),
@@ -137,6 +158,10 @@ function row(s) {
     el("td", { class: "at" }, (s.times.requested || "").replace("T", " ").slice(0, 19)),
     el("td", { class: "act" }, action));
   if (ended) tr.dataset.ended = "";
+  // The whole row opens the session's page; its id is the link a keyboard reaches.
+  tr.addEventListener("click", (ev) => {
+    if (!ev.target.closest("button, a")) location.hash = `#/sessions/${encodeURIComponent(s.id)}`;
+  });
   return tr;
 }
 
@@ -182,7 +207,9 @@ function follow() {
   const stream = new EventSource(`/v1/events/stream?after=${state.seq || 0}`);
   state.stream = stream;
   stream.onopen = () => { $("#live-status").textContent = "live"; };
-  for (const type of SESSION_EVENTS) stream.addEventListener(type, () => load());
+  for (const type of SESSION_EVENTS) {
+    stream.addEventListener(type, () => { load(); sessionPage.refresh(); });
+  }
   stream.onerror = async () => {
     $("#live-status").textContent = "reconnecting…";
     if (stream.readyState !== EventSource.CLOSED) return;
@@ -220,6 +247,7 @@ function terminate(s) {
 
 $("#sign-in-form").addEventListener("submit", signIn);
 $("#sign-out").addEventListener("click", signOut);
+window.addEventListener("hashchange", route);
 for (const radio of document.querySelectorAll('input[name="show"]')) {
   radio.addEventListener("change", () => {
     state.show = radio.value;

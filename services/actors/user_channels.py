@@ -1,0 +1,95 @@
+"""The user's end of a channel into a session, over the bus alone: the request asked of
+the session's agent on a channel heard first, then relayed. The CLI's ``fgpu session
+shell`` and ``fgpu session app`` (``services.cli.channels``, over a local terminal or TCP
+port) and the web UI's terminal (``services.wiring.acting``, over a WebSocket) both open
+theirs here, as the same requests from the same user; the agent's end is
+``services.actors.agent_channels``.
+
+The channel's down subject is heard before the request goes, so nothing the agent sends
+first (a shell's prompt) is missed.
+"""
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import anyio
+
+from events import subjects as subj
+from services.actors.relay import ByteEnd, Closing, relay
+from services.domain.channels import PING_S, Resize, encode_frame
+from services.ports import (
+    AgentReply,
+    AgentRequest,
+    AgentRequests,
+    ChannelReply,
+    Pipe,
+    ShellRequest,
+)
+
+__all__ = ["ChannelRefused", "TerminalEnd", "new_channel", "opened", "shell"]
+
+
+class ChannelRefused(Exception):
+    """The agent did not open the channel; the message says why."""
+
+
+class TerminalEnd(ByteEnd, Protocol):
+    """A terminal's end: its bytes, and its size when the shell opens."""
+
+    def size(self) -> tuple[int, int]:
+        """Its rows and columns."""
+        ...
+
+
+def new_channel() -> str:
+    """A fresh channel name (a subject token no one can guess)."""
+    return "c" + secrets.token_hex(8)
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    bus: AgentRequests, requester: str, agent_id: str, request: AgentRequest
+) -> AsyncIterator[tuple[Pipe, ChannelReply]]:
+    """The channel ``request`` names, heard, then asked for; its pipe and the answer.
+    Raises ChannelRefused, or AgentUnreachable."""
+    channel: str = getattr(request, "channel")  # noqa: B009 - both requests name one
+    up, down = subj.channel(agent_id, requester, channel)
+    async with bus.pipe(listen=down, speak=up) as pipe:
+        reply: AgentReply = await bus.ask(agent_id, request)
+        if not isinstance(reply, ChannelReply):
+            raise ChannelRefused(f"agent {agent_id}: {getattr(reply, 'error', reply)}")
+        if not reply.ok:
+            raise ChannelRefused(str(reply.error))
+        yield pipe, reply
+
+
+async def shell(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    terminal: TerminalEnd,
+    sizes: AsyncIterator[tuple[int, int]],
+    *,
+    term: str = "xterm",
+    ping_s: float = PING_S,
+) -> Closing:
+    """A terminal in ``session_id`` on ``terminal`` until the shell exits; each size from
+    ``sizes`` goes to the container's terminal. Raises ChannelRefused, AgentUnreachable."""
+    rows, cols = terminal.size()
+    request = ShellRequest(
+        session_id=session_id, channel=new_channel(), rows=rows, cols=cols, term=term
+    )
+    opening = opened(bus, requester, agent_id, request)
+    async with opening as (pipe, _), anyio.create_task_group() as tg:
+        tg.start_soon(_send_sizes, pipe, sizes)
+        closing = await relay(pipe, terminal, ping_s=ping_s)
+        tg.cancel_scope.cancel()
+    return closing
+
+
+async def _send_sizes(pipe: Pipe, sizes: AsyncIterator[tuple[int, int]]) -> None:
+    async for rows, cols in sizes:
+        await pipe.send(encode_frame(Resize(rows, cols)))

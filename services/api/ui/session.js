@@ -1,0 +1,115 @@
+// One session's page: its details and its story (the read API's, as the console tells
+// it), its output followed live (/ui/sessions/{id}/logs, asked of its agent as the user)
+// and a terminal in it (terminal.js, loaded when first opened). Every text from the log
+// or the container is set as text, never parsed as HTML.
+
+const $ = (selector) => document.querySelector(selector);
+
+const page = { id: null, logs: null, term: null, ctx: null };
+
+function details(s, ctx) {
+  const { el } = ctx;
+  const devices = s.devices.length
+    ? s.devices.map((d) => `gpu${d.gpu} ${d.fgpu}`).join(", ")
+    : `${s.requested.fgpu} fGPU asked`;
+  const pairs = [
+    ["status", s.status], ["name", s.name || ""], ["image", s.image], ["fGPU", devices],
+    ["agent", s.agent || ""], ["owner", s.owner],
+  ];
+  $("#session-details").replaceChildren(...pairs.flatMap(([k, v]) => [
+    el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  document.body.dataset.sessionStatus = s.status;
+  $("#terminal-open").disabled = s.status !== "RUNNING";
+}
+
+// The details and the story, read again (each session event the page follows calls it).
+export async function refresh() {
+  const ctx = page.ctx;
+  if (!page.id || !ctx) return;
+  const id = page.id;
+  try {
+    const h = await ctx.call("GET", `/v1/sessions/${encodeURIComponent(id)}/history`);
+    if (page.id !== id) return;
+    details(h.session, ctx);
+    $("#session-summary").textContent = h.summary;
+    $("#session-story").replaceChildren(...h.story.map((line) =>
+      ctx.el("li", { class: line.effect ? "" : "no-effect", "data-seq": line.seq },
+        ctx.el("span", { class: "when" }, `${line.at.replace("T", " ").slice(0, 19)} `),
+        `${line.actor}: ${line.text}`)));
+    $("#session-problem").textContent = "";
+  } catch (e) {
+    if (e instanceof ctx.Unauthorized) return ctx.signedOut(e.message);
+    $("#session-problem").textContent = e.message;
+  }
+}
+
+function followLogs(id) {
+  const box = $("#session-logs");
+  box.textContent = "";
+  $("#logs-status").textContent = "asking its agent…";
+  const stream = new EventSource(`/ui/sessions/${encodeURIComponent(id)}/logs`);
+  page.logs = stream;
+  stream.addEventListener("output", (m) => {
+    const answer = JSON.parse(m.data);
+    const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    box.textContent = answer.ok ? answer.logs : "";
+    $("#logs-status").textContent = answer.ok ? "live" : answer.error;
+    if (atEnd) box.scrollTop = box.scrollHeight;
+  });
+  stream.addEventListener("problem", (m) => {
+    $("#logs-status").textContent = JSON.parse(m.data).error;
+  });
+  stream.addEventListener("end", (m) => {
+    $("#logs-status").textContent = `the session ended (${JSON.parse(m.data).status})`;
+    stream.close();
+  });
+  stream.onerror = () => {
+    if (stream.readyState === EventSource.CLOSED) $("#logs-status").textContent = "not followed";
+  };
+}
+
+async function openTerminal() {
+  const ctx = page.ctx;
+  const id = page.id;
+  const { terminal } = await import("./terminal.js");
+  if (page.id !== id) return;
+  if (!page.term) {
+    page.term = terminal($("#terminal"), id, ctx.call, (text, open) => {
+      $("#terminal-status").textContent = text;
+      document.body.dataset.terminal = open ? "open" : "closed";
+      $("#terminal-open").textContent = open ? "reconnect" : "open a terminal";
+    });
+  }
+  await page.term.connect();
+}
+
+// Show session `id`; `ctx` holds the page's helpers (call, el, Unauthorized, signedOut).
+export function show(id, ctx) {
+  hide();
+  page.id = id;
+  page.ctx = ctx;
+  $("#session-id").textContent = id;
+  $("#session-details").replaceChildren();
+  $("#session-story").replaceChildren();
+  $("#session-summary").textContent = "";
+  $("#terminal-status").textContent = "";
+  $("#terminal-open").textContent = "open a terminal";
+  $("#session").hidden = false;
+  followLogs(id);
+  refresh();
+}
+
+// Leave the session's page: its logs stop, its terminal closes.
+export function hide() {
+  if (page.logs) page.logs.close();
+  if (page.term) page.term.close();
+  page.logs = null;
+  page.term = null;
+  page.id = null;
+  $("#session").hidden = true;
+  document.body.dataset.terminal = "";
+}
+
+$("#terminal-open").addEventListener("click", () => {
+  openTerminal().catch((e) => { $("#terminal-status").textContent = e.message; });
+});
