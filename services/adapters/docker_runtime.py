@@ -320,7 +320,10 @@ class DockerRuntime:
             if stack is not None:
                 await stack.__aexit__(exc_type, exc, tb)
         finally:
-            await self.close()
+            # Left by cancellation too (the shutdown path): the sessions are closed all the
+            # same, or their sockets would be left open.
+            with anyio.CancelScope(shield=True):
+                await self.close()
 
     async def ping(self) -> None:
         """Return when the engine answers; RuntimeUnavailable otherwise."""
