@@ -4,7 +4,7 @@ stream, no reload), session names that are markup shown as text and never run, t
 one after confirming, sign out; another user signs in and sees none of the first's.
 A screenshot is saved and its path printed (docs/ui-sessions.png is one)."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,7 @@ import pytest
 from events import SessionDestroyRequested
 from events import subjects as subj
 from tests.support.browser import browser_or_skip, chrome
+from tests.support.ui_pages import SessionsPage
 from tests.support.ui_world import UiWorld, ui_world
 
 if TYPE_CHECKING:
@@ -27,71 +28,6 @@ SCRIPT = "<script>window.pwned=2</script>"
 def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiWorld]:
     with ui_world(tmp_path_factory.mktemp("ui-browser")) as world:
         yield world
-
-
-class SessionsPage:
-    """The page as a user sees it: what the tests read and click, by what shows."""
-
-    def __init__(self, driver: "WebDriver", url: str) -> None:
-        from selenium.common.exceptions import StaleElementReferenceException
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        self.d = driver
-        self.url = url
-        # The table is drawn again as the log moves on: a row read mid-draw is read again.
-        self.wait = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
-
-    def until(self, check: Callable[["WebDriver"], object], what: str) -> None:
-        self.wait.until(check, message=what)
-
-    def css(self, selector: str) -> list[str]:
-        from selenium.common.exceptions import StaleElementReferenceException
-        from selenium.webdriver.common.by import By
-
-        for _ in range(10):
-            try:
-                return [e.text for e in self.d.find_elements(By.CSS_SELECTOR, selector)]
-            except StaleElementReferenceException:
-                continue
-        raise AssertionError(f"{selector} kept changing under the test")
-
-    def attr(self, selector: str, name: str) -> list[str]:
-        from selenium.webdriver.common.by import By
-
-        found = self.d.find_elements(By.CSS_SELECTOR, selector)
-        return [e.get_attribute(name) or "" for e in found]
-
-    def rows(self) -> list[str]:
-        return self.attr("#session-table tbody tr", "data-session")
-
-    def sign_in(self, key: str, secret: str, user: str) -> None:
-        from selenium.webdriver.common.by import By
-
-        self.d.get(self.url)
-        self.until(lambda d: d.execute_script("return document.body.dataset.ready"), "loaded")
-        assert self.d.find_element(By.ID, "sign-in").is_displayed()
-        self.d.find_element(By.ID, "sign-in-key").send_keys(key)
-        self.d.find_element(By.ID, "sign-in-secret").send_keys(secret)
-        self.d.find_element(By.ID, "sign-in-go").click()
-        self.until(
-            lambda d: d.execute_script("return document.body.dataset.signedIn") == user,
-            f"signed in as {user}",
-        )
-        self.until(lambda d: self.css("#live-status") == ["live"], "the live stream open")
-
-    def terminate(self, sid: str) -> None:
-        from selenium.webdriver.common.by import By
-
-        self.d.find_element(By.CSS_SELECTOR, f'button.terminate[data-session="{sid}"]').click()
-        self.until(lambda d: d.find_element(By.ID, "confirm").is_displayed(), "asked to confirm")
-        assert sid in self.d.find_element(By.ID, "confirm-session").text
-        self.d.find_element(By.ID, "confirm-yes").click()
-
-    def sign_out(self) -> None:
-        from selenium.webdriver.common.by import By
-
-        self.d.find_element(By.ID, "sign-out").click()
-        self.until(lambda d: d.find_element(By.ID, "sign-in").is_displayed(), "signed out")
 
 
 def _alice(w: UiWorld, driver: "WebDriver", shot: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from events import GroupSettings, SessionRequested, UpdateGroup
-from tests.api.test_ui_browser import SessionsPage
 from tests.support.browser import browser_or_skip, chrome
+from tests.support.ui_pages import SessionsPage
 from tests.support.ui_world import CLUSTER, UiWorld, ui_world
 
 WIDTH, HEIGHT = 1200, 900

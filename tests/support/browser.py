@@ -34,12 +34,15 @@ def browser_or_skip() -> None:
 
 def chrome(tmp: Path, width: int, height: int) -> "WebDriver":
     """A headless Chromium of its own profile under ``tmp``, its window ``width`` x
-    ``height``. Set SE_OFFLINE=true first: selenium must never fetch a driver."""
+    ``height``; what its pages' consoles say is kept for ``driver.get_log("browser")`` (a
+    Content-Security-Policy's refusals among it). Set SE_OFFLINE=true first: selenium must
+    never fetch a driver."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for arg in (
         "--headless",
         "--no-sandbox",

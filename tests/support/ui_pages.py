@@ -1,0 +1,161 @@
+"""Page objects of the web UI for the browser tests: what a user reads and clicks, by what
+shows on the page, never by a fixed wait."""
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+__all__ = ["SessionPage", "SessionsPage"]
+
+
+class SessionsPage:
+    """The page as a user sees it: what the tests read and click, by what shows."""
+
+    def __init__(self, driver: "WebDriver", url: str) -> None:
+        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.d = driver
+        self.url = url
+        # The table is drawn again as the log moves on: a row read mid-draw is read again.
+        self.wait = WebDriverWait(driver, 20, ignored_exceptions=(StaleElementReferenceException,))
+
+    def until(self, check: Callable[["WebDriver"], object], what: str) -> None:
+        self.wait.until(check, message=what)
+
+    def css(self, selector: str) -> list[str]:
+        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.webdriver.common.by import By
+
+        for _ in range(10):
+            try:
+                return [e.text for e in self.d.find_elements(By.CSS_SELECTOR, selector)]
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{selector} kept changing under the test")
+
+    def attr(self, selector: str, name: str) -> list[str]:
+        from selenium.webdriver.common.by import By
+
+        found = self.d.find_elements(By.CSS_SELECTOR, selector)
+        return [e.get_attribute(name) or "" for e in found]
+
+    def rows(self) -> list[str]:
+        return self.attr("#session-table tbody tr", "data-session")
+
+    def sign_in(self, key: str, secret: str, user: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.get(self.url)
+        self.until(lambda d: d.execute_script("return document.body.dataset.ready"), "loaded")
+        assert self.d.find_element(By.ID, "sign-in").is_displayed()
+        self.d.find_element(By.ID, "sign-in-key").send_keys(key)
+        self.d.find_element(By.ID, "sign-in-secret").send_keys(secret)
+        self.d.find_element(By.ID, "sign-in-go").click()
+        self.until(
+            lambda d: d.execute_script("return document.body.dataset.signedIn") == user,
+            f"signed in as {user}",
+        )
+        self.until(lambda d: self.css("#live-status") == ["live"], "the live stream open")
+
+    def terminate(self, sid: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.CSS_SELECTOR, f'button.terminate[data-session="{sid}"]').click()
+        self.until(lambda d: d.find_element(By.ID, "confirm").is_displayed(), "asked to confirm")
+        assert sid in self.d.find_element(By.ID, "confirm-session").text
+        self.d.find_element(By.ID, "confirm-yes").click()
+
+    def sign_out(self) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "sign-out").click()
+        self.until(lambda d: d.find_element(By.ID, "sign-in").is_displayed(), "signed out")
+
+
+# Registered by a test once the page has loaded: every refusal of the page's
+# Content-Security-Policy from then on, as "directive blocked-uri sample".
+_CSP_LISTENER = """
+window.cspRefusals = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.cspRefusals.push(`${e.violatedDirective} ${e.blockedURI} ${e.sample}`);
+});
+"""
+_ROWS = """
+return Array.from(document.querySelectorAll("#terminal .xterm-rows > div"),
+                  (row) => row.textContent.replace(/\\u00a0/g, " ").trimEnd());
+"""
+
+
+class SessionPage(SessionsPage):
+    """One session's page (``#/sessions/ID``) and its terminal, as its user sees them."""
+
+    def until(self, check: Callable[["WebDriver"], object], what: str) -> None:
+        """Wait for ``check``; if it never comes, say how the terminal stood."""
+        from selenium.common.exceptions import TimeoutException
+
+        try:
+            super().until(check, what)
+        except TimeoutException as e:
+            status = self.css("#terminal-status") + self.css("#session-problem")
+            console = [entry["message"] for entry in self.d.get_log("browser")]
+            raise AssertionError(
+                f"waited for {what}; the terminal says {status}, shows {self.screen()}; "
+                f"the console: {console}"
+            ) from e
+
+    def watch_csp(self) -> None:
+        """From now on, keep what the page's Content-Security-Policy refuses."""
+        self.d.execute_script(_CSP_LISTENER)
+
+    def csp_refusals(self) -> list[str]:
+        """What the policy refused since ``watch_csp``, by its listener and by the console."""
+        heard: list[str] = self.d.execute_script("return window.cspRefusals") or []
+        said = [
+            e["message"]
+            for e in self.d.get_log("browser")
+            if "Content Security Policy" in e["message"]
+            or "Content-Security-Policy" in e["message"]
+        ]
+        return heard + said
+
+    def open(self, session_id: str) -> None:
+        self.d.execute_script("location.hash = arguments[0]", f"#/sessions/{session_id}")
+        self.until(
+            lambda d: self.css("#session-details dd[data-field=status]") == ["RUNNING"],
+            f"session {session_id} RUNNING",
+        )
+
+    def terminal_state(self) -> str:
+        state: str = self.d.execute_script("return document.body.dataset.terminal || ''")
+        return state
+
+    def open_terminal(self) -> None:
+        """Click "open a terminal" (or "reconnect") and wait for it to be open."""
+        from selenium.webdriver.common.by import By
+
+        button = self.d.find_element(By.ID, "terminal-open")
+        self.until(lambda d: button.is_enabled(), "the terminal's button enabled")
+        button.click()
+        self.until(lambda d: self.terminal_state() == "open", "the terminal open")
+
+    def screen(self) -> list[str]:
+        """The terminal's visible rows, as text."""
+        rows: list[str] = self.d.execute_script(_ROWS)
+        return rows
+
+    def text(self) -> str:
+        return "\n".join(self.screen())
+
+    def at_prompt(self) -> bool:
+        """Whether the shell waits at its prompt (the last row with text ends with it)."""
+        shown = [r for r in self.screen() if r.strip()]
+        return bool(shown) and shown[-1].endswith("#")
+
+    def type(self, keys: str) -> None:
+        """Type ``keys`` into the terminal, as the keyboard would (it has the focus)."""
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        ActionChains(self.d).send_keys(keys).perform()
