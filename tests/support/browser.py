@@ -7,6 +7,8 @@ chromium-driver. Without them a test is skipped, unless FGPU_REQUIRE_BROWSER=1.
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +17,7 @@ import pytest
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-__all__ = ["CHROMEDRIVER", "CHROMIUM", "browser_or_skip", "chrome"]
+__all__ = ["CHROMEDRIVER", "CHROMIUM", "browser_or_skip", "browsing", "chrome"]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -58,3 +60,13 @@ def chrome(tmp: Path, width: int, height: int) -> "WebDriver":
     ):
         options.add_argument(arg)
     return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+
+
+@contextmanager
+def browsing(tmp: Path, width: int, height: int) -> Iterator["WebDriver"]:
+    """``chrome(tmp, width, height)`` for the block, then closed."""
+    driver = chrome(tmp, width, height)
+    try:
+        yield driver
+    finally:
+        driver.quit()

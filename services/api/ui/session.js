@@ -80,6 +80,7 @@ async function openTerminal() {
       $("#terminal-open").textContent = open ? "reconnect" : "open a terminal";
     });
   }
+  $("#terminal").scrollIntoView({ block: "nearest" });
   await page.term.connect();
 }
 

@@ -8,14 +8,16 @@ import { Terminal } from "./vendor/xterm.mjs";
 import { FitAddon } from "./vendor/addon-fit.mjs";
 
 // xterm's DOM renderer writes the cells' measured size and its theme into <style>
-// elements it makes; a Content-Security-Policy without 'unsafe-inline' drops those. The
-// same rules go into constructed style sheets instead (the CSSOM, which the policy
-// allows): each <style> made here gets a sheet of its own that the document adopts, that
-// the element's text fills and that goes with the element.
+// elements it makes (document.createElement("style"), then only their textContent and
+// remove()); a Content-Security-Policy without 'unsafe-inline' refuses a <style> element as
+// soon as it joins the page, even an empty one or one of another type (Chromium checks the
+// policy first), and says so. So xterm gets an inert <template> instead, which is never
+// rendered nor checked, and the rules it writes go into a constructed style sheet (the
+// CSSOM, which the policy allows) that the document adopts and that goes with the element.
 const createElement = document.createElement.bind(document);
 document.createElement = (tag, options) => {
-  const node = createElement(tag, options);
-  if (String(tag).toLowerCase() !== "style") return node;
+  if (String(tag).toLowerCase() !== "style") return createElement(tag, options);
+  const node = createElement("template");
   const sheet = new CSSStyleSheet();
   let text = "";
   document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
