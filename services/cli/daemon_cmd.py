@@ -527,6 +527,7 @@ async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> 
                 highlight=False,
             )
             console.print(f"  console  {started.api.console}", highlight=False)
+            console.print(f"  web UI   {started.api.ui}", highlight=False)
         console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
         await stop.wait()
 
@@ -663,6 +664,7 @@ def api(
             console = out()
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
+            console.print(f"web UI   {served.ui}", highlight=False)
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
             await stop.wait()
 

@@ -563,6 +563,7 @@ def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) ->
     try:
         wait_for_line(log, "ready", process, 60)
         url = next(w for w in log.read_text().split() if w.startswith("http")).removesuffix("/v1")
+        assert f"web UI   {url}/\n" in log.read_text()  # the researchers' UI, named at start
         mine = ReadApi(url).get("/v1/agents")["agents"]
         assert [a["id"] for a in mine] == [a["id"] for a in cluster.get("/v1/agents")["agents"]]
         second = subprocess.run(
