@@ -826,7 +826,10 @@ def test_a_waiting_reason_counts_the_group_s_agents_only() -> None:
     waiting = c.ask("u", 100, group="fast")
     _scheduler().decide(c.s)
     assert c.s.sessions[waiting].waiting is not None
-    assert c.s.sessions[waiting].waiting.endswith("largest free share on a device: 0 fGPU")
+    assert c.s.sessions[waiting].waiting == (
+        "waiting for fGPU: no device in resource group fast has 1 fGPU free "
+        "(none free on any device)"
+    )
 
 
 def test_an_untold_session_past_its_timeout_is_cancelled_not_told() -> None:
