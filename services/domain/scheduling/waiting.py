@@ -121,7 +121,8 @@ class WaitingNotes:
         self._group = group
         self._excluded = excluded
         self._not_mounting = not_mounting
-        self._profiles: dict[_Profile, list[AgentView]] | None = None
+        # profile -> (order of registration, agent) of the group's live agents
+        self._profiles: dict[_Profile, list[tuple[int, AgentView]]] | None = None
         self._notes: dict[_NoteKey, tuple[str, str | None]] = {}
 
     def note(self, v: SessionView, reserved_by: str | None = None) -> str:
@@ -147,14 +148,14 @@ class WaitingNotes:
             self._notes[key] = self._work_out(v)
         return self._notes[key]
 
-    def _by_profile(self) -> dict[_Profile, list[AgentView]]:
+    def _by_profile(self) -> dict[_Profile, list[tuple[int, AgentView]]]:
         """The live agents of the group, filed by profile, in order of registration."""
         if self._profiles is None:
             # The one walk of every agent a round's notes make: kept lean (no Slots built,
             # no call per agent).
             group, excluded = self._group, self._excluded
-            profiles: dict[_Profile, list[AgentView]] = {}
-            for a in self._s.agents.values():
+            profiles: dict[_Profile, list[tuple[int, AgentView]]] = {}
+            for rank, a in enumerate(self._s.agents.values()):
                 if a.lost or a.group != group or a.agent_id in excluded:
                     continue
                 capacity, allocated = a.capacity, a.allocated
@@ -166,32 +167,33 @@ class WaitingNotes:
                 )
                 alike = profiles.get(key)
                 if alike is None:
-                    profiles[key] = [a]
+                    profiles[key] = [(rank, a)]
                 else:
-                    alike.append(a)
+                    alike.append((rank, a))
             self._profiles = profiles
         return self._profiles
 
     def _candidates(self, v: SessionView) -> tuple[list[_Candidate], str | None]:
         """One candidate per profile (its first agent that mounts ``v``'s storage hosts
-        and can have its image), or why there is none."""
+        and can have its image), in order of registration, or why there is none."""
         profiles = self._by_profile()
         if not profiles:
             return [], f"no agent of resource group {self._group} is alive"
         unmounting = self._not_mounting(v.storage_hosts) if v.storage_hosts else frozenset()
         mounting = False
-        out = []
+        out: list[tuple[int, _Candidate]] = []
         for p, agents in profiles.items():
-            for a in agents:
+            for rank, a in agents:
                 if a.agent_id in unmounting:
                     continue
                 mounting = True
                 if obtainable(a, v.image):
                     offer = _offer(a, v.slots.fgpu, v.gpu_models)
-                    out.append(_Candidate(a, p, offer, _short(p, v.slots, offer)))
+                    out.append((rank, _Candidate(a, p, offer, _short(p, v.slots, offer))))
                     break
         if out:
-            return out, None
+            out.sort(key=lambda ranked: ranked[0])
+            return [c for _, c in out], None
         if not mounting:
             hosts = ", ".join(v.storage_hosts)
             return [], (
