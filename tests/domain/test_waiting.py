@@ -2,88 +2,24 @@
 a scheduling round tells it (``session.queued``) and a pending timeout's cancellation
 repeats it (folded states, no bus)."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from events import (
-    AdminApplied,
-    AgentLost,
-    AgentRegistered,
-    AnyEvent,
-    CreateGroup,
-    DevicePlacement,
-    GpuInfo,
-    GroupSettings,
-    Record,
-    SessionAdmitted,
-    SessionCancelled,
-    SessionRequested,
-    SessionRunning,
-    SessionScheduled,
-    Slots,
-)
+from events import AnyEvent, GroupSettings, SessionCancelled, SessionScheduled
 from events import subjects as subj
 from services.actors.scheduler import SchedulerActor
 from services.adapters.virtual_clock import VirtualClock
-from services.domain.fold.cluster import ClusterState
-from services.domain.fold.state import evolve
 from services.domain.scheduling.waiting import WaitingNotes
 from tests.support.doubles import NoLog
+from tests.support.folded_cluster import GIB, T0, Cluster
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-IMAGE = "fgpu/busybox:latest"
-GIB = 1 << 30
 CPU = 1000  # millicores in one CPU
 FGPU = 100  # quanta in one fGPU
 
 
-class World:
-    """A folded state built event by event, as the log would give it."""
+class World(Cluster):
+    """The cluster, with a round to run and its sessions' amounts given in full."""
 
-    def __init__(self) -> None:
-        self.s = ClusterState()
-        self.seq = 0
-        self.n = 0
-
-    def add(self, subject: str, e: AnyEvent) -> None:
-        self.seq += 1
-        evolve(self.s, Record(seq=self.seq, subject=subject, event=e))
-
-    def agent(
-        self,
-        agent_id: str,
-        *,
-        cpu: int = 8 * CPU,
-        mem: int = 64 * GIB,
-        gpus: int = 1,
-        per: int = FGPU,
-        model: str = "m",
-        group: str = "default",
-        storage_hosts: tuple[str, ...] | None = None,
-    ) -> None:
-        devices = tuple(
-            GpuInfo(index=i, uuid=f"{agent_id}-{i}", model=model, mem=16 * GIB, sm_count=80)
-            for i in range(gpus)
-        )
-        e = AgentRegistered(
-            id=f"r-{agent_id}",
-            at=T0,
-            actor=f"agent:{agent_id}",
-            agent_id=agent_id,
-            capacity=Slots(cpu=cpu, mem=mem, fgpu=per * gpus),
-            gpus=devices,
-            fgpu_per_gpu=per,
-            images=(IMAGE,),
-            group=group,
-            storage_hosts=storage_hosts,
-        )
-        self.add(subj.agent(agent_id), e)
-
-    def group(self, name: str, settings: GroupSettings) -> None:
-        c = CreateGroup(group=name, settings=settings)
-        e = AdminApplied(id=f"g-{name}", at=T0, actor="registrar", requester="root", command=c)
-        self.add(subj.TENANCY, e)
-
-    def ask(
+    def want(
         self,
         *,
         cpu: int = CPU,
@@ -94,68 +30,22 @@ class World:
         storage_hosts: tuple[str, ...] = (),
         at: datetime = T0,
     ) -> str:
-        """A session admitted and PENDING; its id."""
-        self.n += 1
-        sid = f"s{self.n}"
-        e = SessionRequested(
-            id=f"q-{sid}",
-            at=at,
-            actor="u",
-            session_id=sid,
-            owner="u",
-            image=IMAGE,
-            slots=Slots(cpu=cpu, mem=mem, fgpu=fgpu),
+        """A session of user ``u`` PENDING; its id."""
+        return self.ask(
+            "u",
+            fgpu,
+            cpu=cpu,
+            mem=mem,
             group=group,
             gpu_models=gpu_models,
-        )
-        self.add(subj.request("u", sid), e)
-        admitted = SessionAdmitted(
-            id=f"a-{sid}",
-            at=at,
-            actor="quota",
-            session_id=sid,
-            owner="u",
             storage_hosts=storage_hosts,
+            at=at,
         )
-        self.add(subj.ADMISSION, admitted)
-        return sid
-
-    def hold(self, agent_id: str, *, cpu: int = 0, mem: int = 0, shares: dict[int, int]) -> None:
-        """A session RUNNING on ``agent_id`` holding ``cpu``, ``mem`` and ``shares`` (device
-        index -> quanta)."""
-        fgpu = sum(shares.values())
-        sid = self.ask(cpu=cpu, mem=mem, fgpu=fgpu, group=self.s.agents[agent_id].group)
-        devices = tuple(DevicePlacement(gpu_index=i, fgpu=q) for i, q in shares.items())
-        placed = SessionScheduled(
-            id=f"p-{sid}",
-            at=T0,
-            actor="scheduler",
-            session_id=sid,
-            owner="u",
-            agent_id=agent_id,
-            slots=Slots(cpu=cpu, mem=mem, fgpu=fgpu),
-            devices=devices,
-        )
-        self.add(subj.LEDGER, placed)
-        running = SessionRunning(
-            id=f"run-{sid}",
-            at=T0,
-            actor=f"agent:{agent_id}",
-            session_id=sid,
-            agent_id=agent_id,
-            container_id=f"c-{sid}",
-        )
-        self.add(subj.agent_session(agent_id, sid), running)
-
-    def lose(self, agent_id: str) -> None:
-        e = AgentLost(
-            id=f"lost-{agent_id}", at=T0, actor="scheduler", agent_id=agent_id, reason="silent"
-        )
-        self.add(subj.LEDGER, e)
 
     def round(self, at: datetime = T0, **kwargs: object) -> list[AnyEvent]:
         """One scheduling round, its decisions folded back."""
-        decisions = SchedulerActor(NoLog(), VirtualClock(at), **kwargs).decide(self.s)  # type: ignore[arg-type]
+        scheduler = SchedulerActor(NoLog(), VirtualClock(at), **kwargs)  # type: ignore[arg-type]
+        decisions = scheduler.decide(self.s)
         for d in decisions:
             self.add(subj.LEDGER, d)
         return decisions
@@ -173,7 +63,7 @@ def test_cpu_short_with_fgpu_free_names_cpu_not_the_free_share() -> None:
     w = World()
     w.agent("a1", cpu=2 * CPU, per=4 * FGPU)
     w.hold("a1", cpu=2 * CPU, shares={})
-    sid = w.ask(cpu=CPU, fgpu=FGPU // 2)
+    sid = w.want(cpu=CPU, fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for CPU: no agent of resource group default has 1 CPU free "
@@ -187,7 +77,7 @@ def test_cpu_short_names_the_agent_with_the_most_free() -> None:
     w.agent("a2", cpu=2 * CPU)
     w.hold("a1", cpu=2 * CPU, shares={})
     w.hold("a2", cpu=1500, shares={})
-    sid = w.ask(cpu=2 * CPU, fgpu=FGPU // 2)
+    sid = w.want(cpu=2 * CPU, fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for CPU: no agent of resource group default has 2 CPU free "
@@ -201,7 +91,7 @@ def test_memory_short() -> None:
     w.agent("a2", mem=16 * GIB)
     w.hold("a1", mem=12 * GIB, shares={})
     w.hold("a2", mem=14 * GIB, shares={})
-    sid = w.ask(mem=8 * GIB, fgpu=FGPU // 4)
+    sid = w.want(mem=8 * GIB, fgpu=FGPU // 4)
     w.round()
     assert w.waiting(sid) == (
         "waiting for memory: no agent of resource group default has 8G memory free "
@@ -215,7 +105,7 @@ def test_fgpu_short_names_the_largest_free_share_and_its_device() -> None:
     w.agent("a2", gpus=1)
     w.hold("a1", shares={0: 75, 1: 100})
     w.hold("a2", shares={0: 90})
-    sid = w.ask(fgpu=FGPU // 2)
+    sid = w.want(fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for fGPU: no device in resource group default has 0.5 fGPU free "
@@ -228,7 +118,7 @@ def test_fgpu_short_of_the_named_models_only() -> None:
     w.agent("old", model="T4")  # free, but of another model
     w.agent("new", model="A100")
     w.hold("new", shares={0: 80})
-    sid = w.ask(fgpu=FGPU // 2, gpu_models=("A100",))
+    sid = w.want(fgpu=FGPU // 2, gpu_models=("A100",))
     w.round()
     assert w.waiting(sid) == (
         "waiting for fGPU: no device of model A100 in resource group default has 0.5 fGPU "
@@ -240,7 +130,7 @@ def test_more_than_one_device_s_worth_counts_whole_free_devices() -> None:
     w = World()
     w.agent("a1", gpus=4)
     w.hold("a1", shares={0: 100, 1: 100, 2: 70})
-    sid = w.ask(fgpu=2 * FGPU + FGPU // 2)
+    sid = w.want(fgpu=2 * FGPU + FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for fGPU: no agent of resource group default has 2 whole devices and a "
@@ -254,7 +144,7 @@ def test_several_resources_short_everywhere_are_each_named() -> None:
     w.agent("a2", cpu=4 * CPU)
     w.hold("a1", cpu=3 * CPU, shares={0: 100})
     w.hold("a2", cpu=4 * CPU, shares={0: 60})
-    sid = w.ask(cpu=2 * CPU, fgpu=FGPU // 2)
+    sid = w.want(cpu=2 * CPU, fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for CPU and fGPU: no agent of resource group default has 2 CPU free "
@@ -273,7 +163,7 @@ def test_agents_short_of_different_things_name_the_one_closest_to_fitting() -> N
     w.hold("a1", cpu=2 * CPU, mem=4 * GIB, shares={})
     w.hold("a2", shares={0: 80})
     w.hold("a3", cpu=2 * CPU, shares={0: 100})
-    sid = w.ask(cpu=CPU, mem=2 * GIB, fgpu=FGPU // 2)
+    sid = w.want(cpu=CPU, mem=2 * GIB, fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == (
         "waiting for CPU or memory or fGPU: no agent of resource group default has 1 CPU, "
@@ -286,7 +176,7 @@ def test_no_live_agent_in_the_group() -> None:
     w = World()
     w.agent("a1")
     w.lose("a1")
-    sid = w.ask(fgpu=FGPU // 2)
+    sid = w.want(fgpu=FGPU // 2)
     w.round()
     assert w.waiting(sid) == "waiting for an agent: no agent of resource group default is alive"
 
@@ -295,7 +185,7 @@ def test_a_group_with_no_agent_yet() -> None:
     w = World()
     w.agent("elsewhere")  # of the default group: not a candidate
     w.group("empty", GroupSettings())
-    sid = w.ask(fgpu=FGPU // 2, group="empty")
+    sid = w.want(fgpu=FGPU // 2, group="empty")
     w.round()
     assert w.waiting(sid) == "waiting for an agent: no agent of resource group empty is alive"
 
@@ -305,7 +195,7 @@ def test_no_live_agent_mounting_the_folders() -> None:
     w.agent("mounting", storage_hosts=("nfs",))
     w.agent("other", storage_hosts=("local",))
     w.lose("mounting")
-    sid = w.ask(fgpu=FGPU // 2, storage_hosts=("nfs",))
+    sid = w.want(fgpu=FGPU // 2, storage_hosts=("nfs",))
     w.round()
     assert w.waiting(sid) == (
         "waiting for an agent: no live agent of resource group default mounts the virtual "
@@ -319,7 +209,7 @@ def test_agents_not_mounting_the_folders_are_not_counted() -> None:
     w.agent("other", cpu=8 * CPU, storage_hosts=("local",))
     w.hold("mounting", cpu=2 * CPU, shares={})
     w.hold("other", shares={0: 100})
-    sid = w.ask(fgpu=FGPU // 2, storage_hosts=("nfs",))
+    sid = w.want(fgpu=FGPU // 2, storage_hosts=("nfs",))
     w.round()
     assert w.waiting(sid) == (
         "waiting for CPU: no agent of resource group default has 1 CPU free "
@@ -334,7 +224,7 @@ def test_only_the_group_s_agents_count() -> None:
     w.group("fast", GroupSettings())
     w.group("slow", GroupSettings())
     w.hold("fast1", shares={0: 100})
-    sid = w.ask(fgpu=FGPU, group="fast")
+    sid = w.want(fgpu=FGPU, group="fast")
     w.round()
     assert w.waiting(sid) == (
         "waiting for fGPU: no device in resource group fast has 1 fGPU free "
@@ -346,9 +236,9 @@ def test_a_session_that_fits_waits_behind_the_one_that_reserves() -> None:
     w = World()
     w.agent("a1")
     w.hold("a1", shares={0: 60})  # 0.4 free
-    old = w.ask(fgpu=FGPU)
+    old = w.want(fgpu=FGPU)
     later = T0 + timedelta(seconds=600)
-    small = w.ask(fgpu=FGPU // 4, at=later)
+    small = w.want(fgpu=FGPU // 4, at=later)
     decisions = w.round(later, reserve_after_s=300)
     assert not [d for d in decisions if isinstance(d, SessionScheduled)]
     assert w.waiting(small) == (
@@ -364,7 +254,7 @@ def test_a_pending_timeout_cancels_with_the_short_resource() -> None:
     w.group("q", GroupSettings(pending_timeout_s=60))
     w.agent("q1", cpu=2 * CPU, group="q")
     w.hold("q1", cpu=2 * CPU, shares={})
-    sid = w.ask(fgpu=FGPU // 2, group="q")
+    sid = w.want(fgpu=FGPU // 2, group="q")
     w.round()
     assert w.waiting(sid).startswith("waiting for CPU")
     decisions = w.round(T0 + timedelta(seconds=61))
@@ -383,7 +273,7 @@ def test_notes_are_worked_out_once_per_shape_and_name_the_first_of_equals() -> N
         w.agent(f"a{i}", cpu=4 * CPU)
         w.hold(f"a{i}", cpu=3 * CPU if i in (1, 4) else 4 * CPU, shares={})
     w.hold("a3", shares={0: 10})
-    first, second = w.ask(cpu=2 * CPU), w.ask(cpu=2 * CPU)
+    first, second = w.want(cpu=2 * CPU), w.want(cpu=2 * CPU)
     notes = WaitingNotes(w.s, "default", frozenset(), lambda hosts: frozenset())
     said = notes.note(w.s.sessions[first])
     assert said == (
