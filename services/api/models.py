@@ -114,7 +114,10 @@ class Session(BaseModel):
     container: str | None
     exit_code: int | None
     reason: str | None = Field(description="why it was rejected, cancelled, stopped or failed")
-    waiting: str | None = Field(description="why the scheduler could not place it at first")
+    waiting: str | None = Field(
+        description="why the scheduler could not place it at first: the resource that was "
+        "short and where (docs/scheduling.md)"
+    )
     invalid: str | None
     correlation_id: str
     times: Times

@@ -5,7 +5,7 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from fractions import Fraction
 
 import pytest
@@ -13,22 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from events import (
-    AdminApplied,
     AgentLost,
     AgentRegistered,
     AnyEvent,
     CreateGroup,
-    GpuInfo,
     GpuUsageSampled,
     GroupSettings,
     QueueOrder,
-    Record,
-    SessionAdmitted,
     SessionCancelled,
     SessionCpuSampled,
     SessionRejected,
     SessionRequested,
-    SessionRunning,
     SessionScheduled,
     SessionTerminated,
     SessionTerminating,
@@ -42,7 +37,6 @@ from services.adapters.virtual_clock import VirtualClock
 from services.domain.durations import LONGEST_S
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.running_index import RunningIndex
-from services.domain.fold.state import evolve
 from services.domain.fold.state_codec import decode_state, encode_state
 from services.domain.fold.validation import invalid_request
 from services.domain.resources import add
@@ -52,109 +46,7 @@ from services.domain.status import HOLDS_ALLOCATION
 from services.domain.tenancy.groups import invalid_group_command
 from services.ports.log import check_batch
 from tests.support.doubles import NoLog
-
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-IMAGE = "fgpu/busybox:latest"
-GIB = 1 << 30
-
-
-class Cluster:
-    """A folded state built event by event, as the log would give it."""
-
-    def __init__(self) -> None:
-        self.s = ClusterState()
-        self.seq = 0
-        self.n = 0
-
-    def add(self, subject: str, e: AnyEvent) -> None:
-        self.seq += 1
-        evolve(self.s, Record(seq=self.seq, subject=subject, event=e))
-
-    def agent(
-        self,
-        agent_id: str,
-        group: str = "default",
-        gpus: int = 1,
-        cpu: int = 64_000,
-        storage_hosts: tuple[str, ...] | None = None,
-    ) -> None:
-        devices = tuple(
-            GpuInfo(index=i, uuid=f"{agent_id}-{i}", model="m", mem=16 * GIB, sm_count=80)
-            for i in range(gpus)
-        )
-        e = AgentRegistered(
-            id=f"r-{agent_id}",
-            at=T0,
-            actor=f"agent:{agent_id}",
-            agent_id=agent_id,
-            capacity=Slots(cpu=cpu, mem=256 * GIB, fgpu=100 * gpus),
-            gpus=devices,
-            fgpu_per_gpu=100,
-            images=(IMAGE,),
-            group=group,
-            storage_hosts=storage_hosts,
-        )
-        self.add(subj.agent(agent_id), e)
-
-    def group(self, name: str, settings: GroupSettings) -> None:
-        c = CreateGroup(group=name, settings=settings)
-        e = AdminApplied(id=f"g-{name}", at=T0, actor="registrar", requester="root", command=c)
-        self.add(subj.TENANCY, e)
-
-    def ask(
-        self,
-        owner: str,
-        fgpu: int,
-        *,
-        group: str | None = None,
-        at: datetime = T0,
-        lifetime_s: int | None = None,
-        cpu: int = 100,
-        command: tuple[str, ...] = (),
-        priority: int = 0,
-        storage_hosts: tuple[str, ...] = (),
-    ) -> str:
-        self.n += 1
-        sid = f"s{self.n}"
-        e = SessionRequested(
-            id=f"q-{sid}",
-            at=at,
-            actor=owner,
-            session_id=sid,
-            owner=owner,
-            image=IMAGE,
-            slots=Slots(cpu=cpu, mem=GIB, fgpu=fgpu),
-            group=group,
-            lifetime_s=lifetime_s,
-            command=command,
-            priority=priority,
-        )
-        self.add(subj.request(owner, sid), e)
-        admitted = SessionAdmitted(
-            id=f"a-{sid}",
-            at=at,
-            actor="quota",
-            session_id=sid,
-            owner=owner,
-            storage_hosts=storage_hosts,
-        )
-        self.add(subj.ADMISSION, admitted)
-        return sid
-
-    def run_placed(self, decisions: Sequence[AnyEvent], at: datetime = T0) -> None:
-        """Fold the decisions back, and each placed session's agent starting it."""
-        for d in decisions:
-            self.add(subj.LEDGER, d)
-            if isinstance(d, SessionScheduled):
-                running = SessionRunning(
-                    id=f"run-{d.session_id}",
-                    at=at,
-                    actor=f"agent:{d.agent_id}",
-                    session_id=d.session_id,
-                    agent_id=d.agent_id,
-                    container_id=f"c-{d.session_id}",
-                )
-                self.add(subj.agent_session(d.agent_id, d.session_id), running)
+from tests.support.folded_cluster import GIB, IMAGE, T0, Cluster
 
 
 def _scheduler(at: datetime = T0, **kwargs: object) -> SchedulerActor:
@@ -826,7 +718,10 @@ def test_a_waiting_reason_counts_the_group_s_agents_only() -> None:
     waiting = c.ask("u", 100, group="fast")
     _scheduler().decide(c.s)
     assert c.s.sessions[waiting].waiting is not None
-    assert c.s.sessions[waiting].waiting.endswith("largest free share on a device: 0 fGPU")
+    assert c.s.sessions[waiting].waiting == (
+        "waiting for fGPU: no device in resource group fast has 1 fGPU free "
+        "(none free on any device)"
+    )
 
 
 def test_an_untold_session_past_its_timeout_is_cancelled_not_told() -> None:

@@ -62,7 +62,7 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         running = [s for s in created if s["status"] == "RUNNING"]
         pending = next(s for s in created if s["status"] == "PENDING")
         assert pending["agent"] is None and pending["devices"] == []
-        assert "waiting for 1 fGPU" in pending["waiting"]
+        assert pending["waiting"].startswith("waiting for fGPU: no device in resource group")
 
         # Real containers, labelled, limited, told their slice.
         for s in running:

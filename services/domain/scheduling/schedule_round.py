@@ -14,7 +14,8 @@ A session that waited past ``reserve_after_s`` and does not fit reserves: nothin
 is placed until it fits (no starvation behind smaller sessions; Backend.AI #13706). The
 rest of the round still rejects what can never fit. After the placing, sessions not yet
 told why they wait are told (or cancelled, when past the pending timeout), and those
-waiting past the pending timeout are cancelled. Each is an event with its reason.
+waiting past the pending timeout are cancelled. Each is an event with its reason: the
+resource that is short and where (``services.domain.scheduling.waiting``).
 """
 
 import heapq
@@ -39,11 +40,12 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.fold.pending import QueueShape, UserKey, admitted_at
 from services.domain.provenance import Provenance, stamp
 from services.domain.records import SessionView
-from services.domain.resources import add, format_fgpu, format_slots
+from services.domain.resources import add
 from services.domain.scheduling.allocator import Placement, Refusal, never_fits
 from services.domain.scheduling.images import pullers
 from services.domain.scheduling.placement import PlacementPolicy
 from services.domain.scheduling.queue_order import dominant_share, group_capacity, held_by_user
+from services.domain.scheduling.waiting import WaitingNotes
 from services.domain.tenancy.vfolders import mounts_all
 
 __all__ = [
@@ -51,9 +53,8 @@ __all__ = [
     "GroupRound",
     "admitted_at",
     "cancel_pending",
-    "largest_free",
+    "not_mounting",
     "overdue",
-    "waiting_reason",
 ]
 
 NAME = "scheduler"  # the actor whose decisions these are
@@ -79,8 +80,9 @@ class GroupRound:
     _pulling: dict[str, frozenset[str]] = field(default_factory=dict)
     # Per set of storage hosts: the group's agents that do not mount them all.
     _unmounting: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
-    _largest: int | None = None  # the largest free share on the group's agents, once asked
-    _reserved: bool = False  # a session reserves: nothing more is placed this round
+    _notes: WaitingNotes | None = None  # why sessions wait, once asked
+    # The session that reserves: nothing more is placed this round.
+    _reserved_by: str | None = None
 
     def run(self) -> None:
         if self.settings.queue is QueueOrder.DRF:
@@ -115,12 +117,12 @@ class GroupRound:
             if why is not None:
                 self._reject_all(list(queue), why)
                 continue
-            placement = None if self._reserved else self._placement(v)
+            placement = None if self._reserved_by else self._placement(v)
             if placement is None:
                 # The rest of its shape cannot fit either, this round; the one of them
                 # that waited longest (the first to arrive) may reserve.
-                if not self._reserved:
-                    self._reserved = self._reserves(s.sessions[next(iter(queue))])
+                if not self._reserved_by:
+                    self._reserved_by = self._reserves(s.sessions[next(iter(queue))])
                 continue
             self._scheduled(v, placement)
             queue = shapes.get(key)
@@ -182,12 +184,12 @@ class GroupRound:
         if why is not None:
             self._reject_all(list(queue), why)
             return
-        placement = None if self._reserved else self._placement(v)
+        placement = None if self._reserved_by else self._placement(v)
         if placement is None:
             failed.add(key)
-            if not self._reserved:  # the shape's longest waiting, whoever's it is
+            if not self._reserved_by:  # the shape's longest waiting, whoever's it is
                 first = next(iter(self.s.queue.shapes(self.group)[key]))
-                self._reserved = self._reserves(self.s.sessions[first])
+                self._reserved_by = self._reserves(self.s.sessions[first])
             return
         self._scheduled(v, placement)
         held[who[1]] = add(held.get(who[1], Slots()), v.slots)
@@ -245,17 +247,16 @@ class GroupRound:
     def _not_mounting(self, hosts: tuple[str, ...]) -> frozenset[str]:
         """Once per set of hosts and round: it scans every agent."""
         if hosts not in self._unmounting:
-            self._unmounting[hosts] = frozenset(
-                a.agent_id for a in self.s.agents.values() if not mounts_all(a, hosts)
-            )
+            self._unmounting[hosts] = not_mounting(self.s, hosts)
         return self._unmounting[hosts]
 
-    def _reserves(self, v: SessionView) -> bool:
-        """Whether ``v``, which does not fit, waited so long that nothing after it may be
-        placed until it fits (no starvation behind smaller sessions; Backend.AI #13706).
-        Only a live agent it could run on (mounting its folders) is worth waiting for."""
+    def _reserves(self, v: SessionView) -> str | None:
+        """``v``'s id if ``v``, which does not fit, waited so long that nothing after it
+        may be placed until it fits (no starvation behind smaller sessions; Backend.AI
+        #13706), else None. Only a live agent it could run on (mounting its folders) is
+        worth waiting for."""
         if (self.now - admitted_at(v)).total_seconds() <= self.reserve_after_s:
-            return False
+            return None
         fits_a_live_one = (
             never_fits(
                 self.s, v.slots, v.image, live_only=True, gpu_models=v.gpu_models, group=self.group
@@ -263,8 +264,10 @@ class GroupRound:
             is None
         )
         if not fits_a_live_one:
-            return False
-        return not v.storage_hosts or self._never_mounted(v, live_only=True) is None
+            return None
+        if v.storage_hosts and self._never_mounted(v, live_only=True) is not None:
+            return None
+        return v.session_id
 
     def _scheduled(self, v: SessionView, placement: Placement) -> None:
         agent_id, devices = placement
@@ -297,10 +300,10 @@ class GroupRound:
 
     # ---- telling and timing out ------------------------------------------------------------
 
-    def _largest_free(self) -> int:
-        if self._largest is None:
-            self._largest = largest_free(self.s, self.excluded)
-        return self._largest
+    def _waiting(self) -> WaitingNotes:
+        if self._notes is None:
+            self._notes = WaitingNotes(self.s, self.group, self.excluded, self._not_mounting)
+        return self._notes
 
     def _tell_untold(self) -> None:
         """Each session still waiting that was never told why: told, or cancelled when it
@@ -311,9 +314,10 @@ class GroupRound:
                 return
             v = self.s.sessions[session_id]
             if limit is not None and (self.now - admitted_at(v)).total_seconds() >= limit:
-                self.emit(cancel_pending(v, limit, self._largest_free(), self._prov(v)))
+                notes = self._waiting()
+                self.emit(cancel_pending(v, limit, notes, self._prov(v), self._reserved_by))
             else:
-                reason = waiting_reason(v, self._largest_free())
+                reason = self._waiting().note(v, self._reserved_by)
                 self.emit(stamp(SessionQueued, self._prov(v), session_id=session_id, reason=reason))
 
     def _time_out(self) -> None:
@@ -333,40 +337,42 @@ def overdue(
     """The cancellations of ``group``'s sessions waiting past ``limit`` s at ``now``, the
     longest waiting first (``excluded``: the agents not the group's, for the reason)."""
     due = s.queue.admitted_by(group, before(now, limit))
-    largest = largest_free(s, excluded) if due else 0
+    if not due:
+        return
+    unmounting: dict[tuple[str, ...], frozenset[str]] = {}
+
+    def unmounting_of(hosts: tuple[str, ...]) -> frozenset[str]:
+        if hosts not in unmounting:
+            unmounting[hosts] = not_mounting(s, hosts)
+        return unmounting[hosts]
+
+    notes = WaitingNotes(s, group, excluded, unmounting_of)
     for session_id in due:
         v = s.sessions[session_id]
         prov = Provenance(NAME, now, v.request_id, v.correlation_id)
-        yield cancel_pending(v, limit, largest, prov)
+        yield cancel_pending(v, limit, notes, prov)
 
 
-def cancel_pending(v: SessionView, limit: int, largest: int, prov: Provenance) -> AnyEvent:
-    """``v`` cancelled: it waited past its pending timeout of ``limit`` s."""
-    waiting = waiting_reason(v, largest)
-    reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
+def cancel_pending(
+    v: SessionView,
+    limit: int,
+    notes: WaitingNotes,
+    prov: Provenance,
+    reserved_by: str | None = None,
+) -> AnyEvent:
+    """``v`` cancelled: it waited past its pending timeout of ``limit`` s; the reason says
+    what it waits for (``notes``; ``reserved_by``: the session reserving the group)."""
+    waiting = notes.note(v, reserved_by)
+    if notes.fits(v):  # it fits, but waited behind a session that reserves the group
+        reason = f"not placed within the pending timeout of {limit} s ({waiting})"
+    else:
+        reason = f"nothing fits within the pending timeout of {limit} s ({waiting})"
     return stamp(SessionCancelled, prov, session_id=v.session_id, owner=v.owner, reason=reason)
 
 
-def waiting_reason(v: SessionView, largest: int) -> str:
-    """Why ``v`` waits, ``largest`` being the largest free share on its group's agents."""
-    return (
-        f"waiting for {format_slots(v.slots)}; largest free share on a device: "
-        f"{format_fgpu(largest)} fGPU"
-    )
-
-
-def largest_free(s: ClusterState, excluded: AbstractSet[str]) -> int:
-    """The largest free share of one device on the agents not ``excluded`` (another
-    group's, or not heard from), lost ones aside."""
-    return max(
-        (
-            g.free
-            for a in s.agents.values()
-            if not a.lost and a.agent_id not in excluded
-            for g in a.gpus.values()
-        ),
-        default=0,
-    )
+def not_mounting(s: ClusterState, hosts: tuple[str, ...]) -> frozenset[str]:
+    """The agents that do not mount the folders of every storage host in ``hosts``."""
+    return frozenset(a.agent_id for a in s.agents.values() if not mounts_all(a, hosts))
 
 
 def _head(queue: dict[str, int], lifo: bool) -> str:
