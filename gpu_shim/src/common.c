@@ -82,3 +82,17 @@ void *fgpu_open_real(const char *env, const char *const *defaults, size_t n,
     FGPU_DEBUG("real library: %s", path);
     return h;
 }
+
+/* Where drivers install the real NVML, in the order tried. */
+static const char *const k_real_nvml[] = {
+    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", /* Debian/Ubuntu, NVIDIA container toolkit */
+    "/usr/lib64/libnvidia-ml.so.1",                /* RHEL, SUSE */
+    "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
+    "/usr/local/nvidia/lib64/libnvidia-ml.so.1", /* Kubernetes device plugins */
+    "/usr/lib/wsl/lib/libnvidia-ml.so.1",
+};
+
+void *fgpu_open_real_nvml(void) {
+    return fgpu_open_real("FGPU_REAL_LIBNVML", k_real_nvml,
+                          sizeof(k_real_nvml) / sizeof(k_real_nvml[0]), "nvmlInit_v2", 0);
+}

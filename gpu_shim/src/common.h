@@ -42,5 +42,7 @@ FGPU_HIDDEN void fgpu_once(_Atomic int *done, void (*init)(void));
  */
 FGPU_HIDDEN void *fgpu_open_real(const char *env, const char *const *defaults, size_t n,
                                  const char *probe, int extra_mode);
+/* The real NVML: FGPU_REAL_LIBNVML, else the first of the drivers' usual places. */
+FGPU_HIDDEN void *fgpu_open_real_nvml(void);
 
 #endif /* FGPU_COMMON_H */

@@ -54,14 +54,6 @@ typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_handle_fn)(unsigned int index, void **device);
 typedef int (*nvml_mem_fn)(void *device, nvml_mem *memory);
 
-static const char *const k_default_nvml[] = {
-    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", /* Debian/Ubuntu, NVIDIA container toolkit */
-    "/usr/lib64/libnvidia-ml.so.1",                /* RHEL, SUSE */
-    "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
-    "/usr/local/nvidia/lib64/libnvidia-ml.so.1", /* Kubernetes device plugins */
-    "/usr/lib/wsl/lib/libnvidia-ml.so.1",
-};
-
 static pthread_once_t g_nvml_once = PTHREAD_ONCE_INIT;
 static nvml_handle_fn g_nvml_handle;
 static nvml_mem_fn g_nvml_mem;
@@ -75,9 +67,7 @@ static uint64_t g_ctx_max;
 static void load_nvml(void) {
     g_ctx_fallback = (uint64_t)fgpu_env_int("FGPU_CTX_BYTES", 0, 0, INT64_MAX);
     g_ctx_max = (uint64_t)fgpu_env_int("FGPU_CTX_MAX_BYTES", 2LL << 30, 0, INT64_MAX);
-    void *h = fgpu_open_real("FGPU_REAL_LIBNVML", k_default_nvml,
-                             sizeof(k_default_nvml) / sizeof(k_default_nvml[0]), "nvmlInit_v2",
-                             0);
+    void *h = fgpu_open_real_nvml();
     if (!h)
         return;
     nvml_init_fn init = (nvml_init_fn)dlsym(h, "nvmlInit_v2");

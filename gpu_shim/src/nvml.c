@@ -46,14 +46,6 @@ static const char *const k_sym_name[FGPU_NVML_SYM_COUNT] = {
     }
 #include "nvml_hooks.def"
 
-static const char *const k_default_real[] = {
-    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", /* Debian/Ubuntu, NVIDIA container toolkit */
-    "/usr/lib64/libnvidia-ml.so.1",                /* RHEL, SUSE */
-    "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
-    "/usr/local/nvidia/lib64/libnvidia-ml.so.1", /* Kubernetes device plugins */
-    "/usr/lib/wsl/lib/libnvidia-ml.so.1",
-};
-
 static _Atomic int g_init_done;
 static FGPU_TLS int t_busy;
 static int g_real_loaded;
@@ -63,9 +55,7 @@ static fgpu_region *g_region; /* NULL: pass-through */
 
 static void do_init(void) {
     fgpu_debug_level = (int)fgpu_env_int("FGPU_DEBUG", 0, 0, 9);
-    void *h = fgpu_open_real("FGPU_REAL_LIBNVML", k_default_real,
-                             sizeof(k_default_real) / sizeof(k_default_real[0]), "nvmlInit_v2",
-                             0);
+    void *h = fgpu_open_real_nvml();
     g_real_loaded = h != NULL;
     for (int i = 0; i < FGPU_NVML_SYM_COUNT; i++) {
         fgpu_nvml_real_fn[i] = h ? dlsym(h, k_sym_name[i]) : NULL;

@@ -63,7 +63,7 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
     @app.get("/v1/sessions/{session_id}", tags=["sessions"], responses=NOT_FOUND)
     async def get_session(session_id: str, viewer: Who) -> models.Session:
         """One session: status, placement, times of each transition, reasons."""
-        row = await query(lambda con: _one_session(con, session_id, viewer))
+        row = await query(lambda con: one_session(con, session_id, viewer))
         return shapes.session_from_row(row)
 
     @app.get("/v1/sessions/{session_id}/history", tags=["sessions"], responses=NOT_FOUND)
@@ -73,7 +73,7 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
 
         def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any], list[Any]]:
             return (
-                _one_session(con, session_id, viewer),
+                one_session(con, session_id, viewer),
                 queries.session_transitions(con, session_id),
                 queries.session_events(con, session_id),
             )
@@ -91,7 +91,7 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
         return models.DestroyAnswer(**row)
 
 
-def _one_session(con: duckdb.DuckDBPyConnection, session_id: str, viewer: Viewer) -> dict[str, Any]:
+def one_session(con: duckdb.DuckDBPyConnection, session_id: str, viewer: Viewer) -> dict[str, Any]:
     """The session's row; 404 if there is none in the viewer's scope (a session of
     another is not even said to exist)."""
     _, rows = queries.session_rows(con, session_id=session_id, scope=viewer.scope)

@@ -31,18 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import duckdb
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from projections import queries
 from services.api import models, ui_launch, ui_session
 from services.api.auth import Refused
-from services.api.browser import COOKIE, MAX_AGE_S, NoActing
+from services.api.browser import COOKIE, MAX_AGE_S
 from services.api.guard import Browser, Guard, identity, same_origin_problem
 from services.api.params import NOT_FOUND, Ask
-from services.ports import LogError, OutcomeUnknown, RequestsRefused
+from services.api.session_routes import one_session
+from services.api.ui_launch import acting_errors
 
 __all__ = ["ASSETS", "SECURITY_HEADERS", "SecurityHeaders", "mount"]
 
@@ -198,24 +197,10 @@ def _acts(app: FastAPI, query: Ask[Any], guard: Guard) -> None:
         """Ask to end a session the viewer sees, as the user's own request (what
         ``fgpu session rm`` sends)."""
         s, viewer = who
-
-        def visible(con: duckdb.DuckDBPyConnection) -> bool:
-            _, rows = queries.session_rows(con, session_id=session_id, scope=viewer.scope)
-            return bool(rows)
-
-        if not await query(visible):
-            raise HTTPException(404, f"no session {session_id!r}")
-        try:
+        await query(lambda con: one_session(con, session_id, viewer))  # else 404
+        with acting_errors():
             acting = await guard.browsers.acting(s)
             return Terminating(request_id=await acting.destroy(session_id))
-        except NoActing as e:
-            raise HTTPException(503, str(e)) from e
-        except RequestsRefused as e:
-            raise HTTPException(429, f"refused: {e}") from e
-        except OutcomeUnknown as e:
-            raise HTTPException(504, f"outcome unknown ({e}): ask again") from e
-        except LogError as e:
-            raise HTTPException(502, f"the bus did not take it: {e}") from e
 
 
 def _at(unix: float) -> datetime:

@@ -12,7 +12,8 @@ Who may use it: a browser session (its CSRF token and this origin, ``guard.py``)
 launches as itself only, in its own projects, as the log decides.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import anyio
@@ -66,6 +67,23 @@ class Launched(BaseModel):
     refused: str | None = Field(description="the first refusal's reason, as the log gave it")
 
 
+@contextmanager
+def acting_errors() -> Iterator[None]:
+    """What acting as the user can meet, as the answers the CLI's errors map to: no
+    connection for the user (503), refused by the intake (429), the outcome unknown
+    (504), the bus not taking it (502)."""
+    try:
+        yield
+    except NoActing as e:
+        raise HTTPException(503, str(e)) from e
+    except RequestsRefused as e:
+        raise HTTPException(429, f"refused: {e}") from e
+    except OutcomeUnknown as e:
+        raise HTTPException(504, f"outcome unknown ({e}): ask again") from e
+    except LogError as e:
+        raise HTTPException(502, f"the bus did not take it: {e}") from e
+
+
 def mount(
     app: FastAPI, query: Ask[Any], guard: Guard, moved: Callable[[int], Awaitable[int]]
 ) -> None:
@@ -79,18 +97,11 @@ def mount(
         s, viewer = who
         ask = _launch(form)
         try:
-            acting = await guard.browsers.acting(s)
-            ids = await acting.create(ask)
+            with acting_errors():
+                acting = await guard.browsers.acting(s)
+                ids = await acting.create(ask)
         except BadLaunch as e:
             raise HTTPException(422, str(e)) from e
-        except NoActing as e:
-            raise HTTPException(503, str(e)) from e
-        except RequestsRefused as e:
-            raise HTTPException(429, f"refused: {e}") from e
-        except OutcomeUnknown as e:
-            raise HTTPException(504, f"outcome unknown ({e}): ask again") from e
-        except LogError as e:
-            raise HTTPException(502, f"the bus did not take it: {e}") from e
         rows = await _judged(query, moved, ids, viewer.scope)
         sessions = [shapes.session_from_row(r) for r in rows]
         refusals = [x.reason for x in sessions if x.status == "REJECTED"]

@@ -40,6 +40,7 @@ from projections import queries
 from services.api.browser import TICKET_S, BrowserSession, NoActing, ShellRefused
 from services.api.guard import Browser, Guard, same_origin_problem
 from services.api.params import NOT_FOUND, Ask
+from services.api.session_routes import one_session
 from services.domain.access.visibility import Viewer
 from services.ports import LogError
 
@@ -73,15 +74,6 @@ def _row(viewer: Viewer, session_id: str) -> Callable[[duckdb.DuckDBPyConnection
     return work
 
 
-async def _seen(query: Ask[Any], viewer: Viewer, session_id: str) -> dict[str, Any]:
-    """The session's row as ``viewer`` sees it. Raises HTTPException (404: not in its
-    scope, as the read API answers)."""
-    row: dict[str, Any] | None = await query(_row(viewer, session_id))
-    if row is None:
-        raise HTTPException(404, f"no session {session_id!r}")
-    return row
-
-
 def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -99,7 +91,7 @@ def _logs(app: FastAPI, query: Ask[Any], guard: Guard, stop: anyio.Event) -> Non
         (asked again every ``LOGS_EVERY_S``), ``problem`` when the agent cannot answer,
         ``end`` once the session has ended and its last output was sent."""
         s, viewer = who
-        await _seen(query, viewer, session_id)
+        await query(lambda con: one_session(con, session_id, viewer))  # else 404
         live = guard.still(request, viewer)
         body = _follow(
             query, guard, s, viewer, session_id, tail, lambda: live() and not stop.is_set()
@@ -156,7 +148,7 @@ def _shell(app: FastAPI, query: Ask[Any], guard: Guard) -> None:
         """A one-time ticket for the terminal's WebSocket (this route is a write: its
         origin and CSRF token are checked)."""
         s, viewer = who
-        await _seen(query, viewer, session_id)
+        await query(lambda con: one_session(con, session_id, viewer))  # else 404
         word = guard.browsers.ticket(s, session_id)
         until = datetime.fromtimestamp(guard.browsers.now() + TICKET_S, UTC)
         return ShellTicket(ticket=word, expires_at=until)

@@ -10,10 +10,7 @@ from events import (
     AgentImagesReported,
     AgentRegistered,
     CreateDomain,
-    CreateKeypair,
-    CreateUser,
     ImageInfo,
-    Role,
     SessionPreparing,
     SessionPulling,
     SessionRequested,
@@ -37,6 +34,7 @@ from services.domain.tenancy.model import Tenancy
 from tests.support.cluster import GIB
 from tests.support.fold_log import IMAGE, T0, Log
 from tests.support.images import REGISTRY, TOOL_2
+from tests.support.two_domains import two_domains
 
 S = SessionStatus
 
@@ -82,23 +80,6 @@ def test_a_domain_without_an_allow_list_allows_everything_and_aliases_resolve() 
     assert resolve_image(t, "lab", "python") == "python" and "lab" not in t.aliases
 
 
-def _tenancy() -> Tenancy:
-    """Two domains, each with an admin and a user; a superadmin in ``lab``."""
-    t = Tenancy()
-    for d in ("lab", "other"):
-        apply(t, CreateDomain(domain=d))
-    people = [
-        ("root", "lab", Role.SUPERADMIN),
-        ("ada", "lab", Role.DOMAIN_ADMIN),
-        ("uma", "lab", Role.USER),
-        ("oto", "other", Role.DOMAIN_ADMIN),
-    ]
-    for user, domain, role in people:
-        apply(t, CreateUser(user=user, domain=domain, role=role))
-        apply(t, CreateKeypair(access_key=f"AK{user}", user=user, secret_hash="x"))
-    return t
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -109,7 +90,7 @@ def _tenancy() -> Tenancy:
     ids=["allow", "allow-all", "alias"],
 )
 def test_only_a_superadmin_or_the_domains_admin_sets_its_images(command: Any) -> None:
-    t = _tenancy()
+    t = two_domains()
     assert refusal(t, "AKroot", command) is None
     assert refusal(t, "AKada", command) is None
     user = refusal(t, "AKuma", command)
@@ -132,7 +113,7 @@ def test_only_a_superadmin_or_the_domains_admin_sets_its_images(command: Any) ->
     ],
 )
 def test_a_bad_image_command_is_refused_with_its_reason(command: Any, reason: str) -> None:
-    why = refusal(_tenancy(), "AKroot", command)
+    why = refusal(two_domains(), "AKroot", command)
     assert why is not None and why.code == "invalid" and reason in why.reason
 
 

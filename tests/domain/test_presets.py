@@ -10,12 +10,9 @@ import pytest
 from events import (
     CreateDomain,
     CreateGroup,
-    CreateKeypair,
     CreatePreset,
-    CreateUser,
     GroupSettings,
     RemovePreset,
-    Role,
     Slots,
     UpdateGroup,
 )
@@ -23,30 +20,14 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state_codec import decode_state, encode_state
 from services.domain.tenancy.admin import apply, refusal
 from services.domain.tenancy.groups import admission_problem, fgpu_quantum_of
-from services.domain.tenancy.model import Tenancy, presets_for
+from services.domain.tenancy.model import presets_for
+from tests.support.two_domains import two_domains
 
 SMALL = Slots(cpu=2000, mem=4 << 30, fgpu=50)
 
 
-def _tenancy() -> Tenancy:
-    """Two domains, each with an admin; a user and a superadmin in ``lab``."""
-    t = Tenancy()
-    for d in ("lab", "other"):
-        apply(t, CreateDomain(domain=d))
-    people = [
-        ("root", "lab", Role.SUPERADMIN),
-        ("ada", "lab", Role.DOMAIN_ADMIN),
-        ("uma", "lab", Role.USER),
-        ("oto", "other", Role.DOMAIN_ADMIN),
-    ]
-    for user, domain, role in people:
-        apply(t, CreateUser(user=user, domain=domain, role=role))
-        apply(t, CreateKeypair(access_key=f"AK{user}", user=user, secret_hash="x"))
-    return t
-
-
 def test_presets_fold_by_domain_and_name_and_each_domain_sees_its_own_and_everyones() -> None:
-    t = _tenancy()
+    t = two_domains()
     apply(t, CreatePreset(name="half", slots=SMALL))
     apply(t, CreatePreset(name="half", slots=SMALL, domain="lab", group="default"))
     apply(t, CreatePreset(name="big", slots=Slots(cpu=8000, mem=1 << 34, fgpu=200), domain="lab"))
@@ -72,7 +53,7 @@ def test_presets_fold_by_domain_and_name_and_each_domain_sees_its_own_and_everyo
     ids=["create", "remove"],
 )
 def test_a_domains_presets_are_its_admins_and_superadmins_never_a_users(command: Any) -> None:
-    t = _tenancy()
+    t = two_domains()
     if isinstance(command, RemovePreset):
         apply(t, CreatePreset(name="p", slots=SMALL, domain="lab"))
     assert refusal(t, "AKroot", command) is None
@@ -88,7 +69,7 @@ def test_a_domains_presets_are_its_admins_and_superadmins_never_a_users(command:
 
 
 def test_presets_of_every_domain_are_a_superadmins() -> None:
-    t = _tenancy()
+    t = two_domains()
     everyone = CreatePreset(name="p", slots=SMALL)
     assert refusal(t, "AKroot", everyone) is None
     admin = refusal(t, "AKada", everyone)
@@ -110,7 +91,7 @@ def test_presets_of_every_domain_are_a_superadmins() -> None:
     ],
 )
 def test_a_bad_preset_is_refused_with_its_reason(command: Any, code: str, reason: str) -> None:
-    t = _tenancy()
+    t = two_domains()
     apply(t, CreatePreset(name="taken", slots=SMALL, domain="lab"))
     why = refusal(t, "AKroot", command)
     assert why is not None and (why.code, reason in why.reason) == (code, True), why
@@ -126,7 +107,7 @@ def test_a_snapshot_keeps_the_presets() -> None:
 
 
 def test_a_groups_quantum_refuses_a_finer_fgpu_at_admission() -> None:
-    t = _tenancy()
+    t = two_domains()
     coarse = GroupSettings(fgpu_quantum=10)
     assert refusal(t, "AKroot", CreateGroup(group="g", settings=coarse)) is None
     apply(t, CreateGroup(group="g", settings=coarse))

@@ -229,22 +229,19 @@ class WaitingNotes:
         """That no candidate has enough of ``r`` for ``v``, and the most one has."""
         g = self._group
         slots = v.slots
-        if r == _CPU:
-            best = max(candidates, key=lambda c: c.profile[0])
-            most = best.profile[0]
-            where = f"most free: {format_cpu(most)} CPU on {best.agent.agent_id}"
-            if not most:
-                where = "none free on any agent"
-            return f"no agent of resource group {g} has {format_cpu(slots.cpu)} CPU free ({where})"
-        if r == _MEM:
-            best = max(candidates, key=lambda c: c.profile[1])
-            most = best.profile[1]
-            where = f"most free: {format_mem(most)} on {best.agent.agent_id}"
-            if not most:
-                where = "none free on any agent"
-            return (
-                f"no agent of resource group {g} has {format_mem(slots.mem)} memory free ({where})"
+        if r in (_CPU, _MEM):
+            free = _free_cpu if r == _CPU else _free_mem
+            best = max(candidates, key=free)
+            most = free(best)
+            asked, has = (
+                (f"{format_cpu(slots.cpu)} CPU", f"{format_cpu(most)} CPU")
+                if r == _CPU
+                else (f"{format_mem(slots.mem)} memory", format_mem(most))
             )
+            where = (
+                f"most free: {has} on {best.agent.agent_id}" if most else "none free on any agent"
+            )
+            return f"no agent of resource group {g} has {asked} free ({where})"
         models = f" of model {', '.join(v.gpu_models)}" if v.gpu_models else ""
         best = max(candidates, key=lambda c: (c.offer.whole, c.offer.share))
         per = best.profile[2]
@@ -297,3 +294,11 @@ def _has(r: str, c: _Candidate, v: SessionView) -> str:
         share = f"{format_fgpu(c.offer.share)} fGPU on gpu{c.offer.gpu}"
         return f"fGPU: largest free share {share} of {format_fgpu(v.slots.fgpu)}"
     return f"fGPU: {_devices_free(c)} free for {format_fgpu(v.slots.fgpu)}"
+
+
+def _free_cpu(c: _Candidate) -> int:
+    return c.profile[0]
+
+
+def _free_mem(c: _Candidate) -> int:
+    return c.profile[1]
