@@ -21,7 +21,7 @@ from typing import Protocol
 
 import anyio
 
-from events import SessionType, Slots, VfolderMount
+from events import AdminCommand, SessionType, Slots, VfolderMount
 from services.ports import LogsReply
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ActAs",
     "Acting",
     "BadLaunch",
+    "BadRequestId",
     "BrowserSession",
     "BrowserSessions",
     "Launch",
@@ -84,6 +85,11 @@ class Launch:
     mounts: tuple[VfolderMount, ...] = ()
 
 
+class BadRequestId(ValueError):
+    """A request id that could never name a request (what the CLI refuses before sending);
+    the message says why. Nothing was sent."""
+
+
 class BadLaunch(ValueError):
     """A launch that could never be run as written (what ``fgpu session create`` refuses
     before sending); the message says why. Nothing was sent."""
@@ -101,6 +107,12 @@ class Acting(Protocol):
     async def destroy(self, session_id: str) -> str:
         """Ask to end ``session_id``; the request's id. Raises LogError (RequestsRefused,
         OutcomeUnknown)."""
+        ...
+
+    async def admin(self, command: AdminCommand, request_id: str | None = None) -> str:
+        """Ask the registrar to apply ``command``, as ``fgpu admin`` asks (an admin request
+        in the user's name; the same ``request_id`` is the same request); the request's id.
+        Raises BadRequestId (nothing sent), LogError (RequestsRefused, OutcomeUnknown)."""
         ...
 
     async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
-from events import AccessGranted, AnyEvent, SessionDestroyRequested
+from events import AccessGranted, AdminRequested, AnyEvent, SessionDestroyRequested
 from events import subjects as subj
 from services.api import create_app, ui
 from services.api.browser import COOKIE
@@ -173,8 +173,9 @@ def test_a_revoked_keypair_ends_its_browser_sessions_at_the_next_request(w: UiWo
     assert http.get("/ui/session").status_code == 401
 
 
-# Every route of the UI and who may use it: "anyone", or "holder" (its browser session's;
-# a foreign one gets ``foreign``'s status). A route added without a line here fails below.
+# Every route of the UI and who may use it: "anyone", "holder" (its browser session's; a
+# foreign one gets ``foreign``'s status) or "admin" (an administrator's browser session; a
+# user's gets 403). A route added without a line here fails below.
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/"): "anyone",
     ("GET", "/ui/assets/{name:path}"): "anyone",
@@ -185,6 +186,14 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/sessions"): "holder",  # a launch: the user's own (test_ui_launch.py)
     ("POST", "/ui/sessions/{session_id}/shell-ticket"): "holder",
     ("GET", "/ui/sessions/{session_id}/logs"): "holder",
+    # The administrators' writes: a domain admin's or a superadmin's browser session; a
+    # user's gets ``admin``'s 403 (tests/api/test_ui_admin.py tries each as every one).
+    ("POST", "/ui/admin/users"): "admin",
+    ("POST", "/ui/admin/keypairs"): "admin",
+    ("POST", "/ui/admin/keypairs/{access_key}/revoke"): "admin",
+    ("POST", "/ui/admin/policies"): "admin",
+    ("POST", "/ui/admin/presets"): "admin",
+    ("DELETE", "/ui/admin/presets/{name}"): "admin",
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -223,7 +232,13 @@ def test_every_websocket_says_who_may_use_it() -> None:
 def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -> None:
     assert _ui_routes() == set(ROUTES)
     bob, csrf = w.sign_in("bob")
-    fill = {"{name:path}": "vendor/xterm.mjs", "{session_id}": w.sessions["alice"]}
+    fill = {
+        "{name:path}": "vendor/xterm.mjs",
+        "{session_id}": w.sessions["alice"],
+        "{access_key}": w.keys["alice"][0],
+        "{name}": "small",
+    }
+    before = w.last_seq()
     for (method, path), who in ROUTES.items():
         url = re.sub(r"\{[a-z_:]+\}", lambda m: fill[m.group(0)], path)
         anonymous = httpx.request(method, f"{w.url}{url}", headers={"Origin": w.url})
@@ -234,6 +249,10 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
         if "{session_id}" in path:  # bob's own session, written, is bob's: alice's is not
             foreign = bob.request(method, url, headers={"Origin": w.url, "X-CSRF-Token": csrf})
             assert foreign.status_code == 404, (method, path, foreign.text)
+        if who == "admin":  # a user administers nothing: refused before anything is sent
+            user = bob.request(method, url, headers={"Origin": w.url, "X-CSRF-Token": csrf})
+            assert user.status_code == 403, (method, path, user.text)
+    assert not [e for _, e in w.stored_since(before) if isinstance(e, AdminRequested)]
 
 
 def test_the_page_follows_every_event_that_changes_a_session() -> None:
