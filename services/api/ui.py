@@ -60,6 +60,7 @@ ASSETS = {
     "launch.js": _JS,
     "session.js": _JS,
     "terminal.js": _JS,
+    "admin.js": _JS,
     "vendor/xterm.mjs": _JS,
     "vendor/addon-fit.mjs": _JS,
     "vendor/xterm.css": _CSS,

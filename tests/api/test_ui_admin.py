@@ -19,7 +19,6 @@ from events import (
     SetPolicy,
 )
 from events import subjects as subj
-from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from tests.support.ui_world import UiWorld, ui_world
 
 # Besides the world's users (alice, bob, mallory: users of domain default): a domain
@@ -28,21 +27,13 @@ ADMINS = {"ada": ("default", Role.DOMAIN_ADMIN), "oto": ("other", Role.DOMAIN_AD
 ADMINS["root"] = ("default", Role.SUPERADMIN)
 
 
-def add_person(w: UiWorld, user: str, domain: str, role: Role) -> None:
-    """``user`` made (as the first tenancy is), with a keypair in ``w.keys``."""
-    key, secret = new_access_key(), new_secret()
-    w.apply(CreateUser(user=user, domain=domain, role=role, projects=("default",)))
-    w.apply(CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret)))
-    w.keys[user] = (key, secret)
-
-
 @pytest.fixture(scope="module")
 def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiWorld]:
     with ui_world(tmp_path_factory.mktemp("ui-admin"), ("intake", "registrar")) as world:
         world.apply(CreateDomain(domain="other"))
         world.apply(CreateProject(domain="other", project="default"))
         for user, (domain, role) in ADMINS.items():
-            add_person(world, user, domain, role)
+            world.add_person(user, domain, role, ("default",))
         yield world
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-__all__ = ["SessionPage", "SessionsPage"]
+__all__ = ["AdminPage", "SessionPage", "SessionsPage"]
 
 
 class SessionsPage:
@@ -159,3 +159,84 @@ class SessionPage(SessionsPage):
         from selenium.webdriver.common.action_chains import ActionChains
 
         ActionChains(self.d).send_keys(keys).perform()
+
+
+class AdminPage(SessionPage):
+    """The administrators' page (``#/admin``), as an administrator sees it."""
+
+    def shown(self, selector: str) -> bool:
+        from selenium.webdriver.common.by import By
+
+        found = self.d.find_elements(By.CSS_SELECTOR, selector)
+        return bool(found) and found[0].is_displayed()
+
+    def open_admin(self) -> None:
+        """Follow the header's admin link; back once the page has read what it shows."""
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "nav-admin").click()
+        self.until(
+            lambda d: d.execute_script("return document.body.dataset.adminReady") == "1",
+            "the admin page read",
+        )
+
+    def shares(self, agent: str) -> list[str]:
+        """The parts of ``agent``'s GPU bars that name a session's share."""
+        return self.css(f'[data-agent="{agent}"] .bar .share')
+
+    def waiting(self, session_id: str) -> str:
+        """Why ``session_id`` waits, as the pending queue says ("" if not listed)."""
+        found = self.css(f'#admin-pending tr[data-session="{session_id}"] td.why')
+        return found[0] if found else ""
+
+    def policy(self, level: str, target: str) -> list[str]:
+        """The cells of the policy of ``level`` ``target`` (none if not listed)."""
+        return self.css(f'#admin-policies tr[data-level="{level}"][data-target="{target}"] td')
+
+    def result(self, form: str) -> str:
+        """What the ``form``'s last write got, once answered."""
+        selector = f"#admin-{form}-result"
+        self.until(lambda _: self.css(selector)[0] not in ("", "asking…"), f"{form} answered")
+        return self.css(selector)[0]
+
+    def _fill(self, fields: dict[str, str]) -> None:
+        from selenium.webdriver.common.by import By
+
+        for name, value in fields.items():
+            box = self.d.find_element(By.ID, name)
+            box.clear()
+            box.send_keys(value)
+
+    def create_user(self, user: str, domain: str, projects: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.execute_script("document.querySelector('#admin-user-result').textContent = ''")
+        self._fill(
+            {"admin-user-name": user, "admin-user-domain": domain, "admin-user-projects": projects}
+        )
+        self.d.find_element(By.ID, "admin-user-go").click()
+
+    def new_keypair(self, user: str) -> tuple[str, str]:
+        """Click ``user``'s "new keypair"; the access key and secret shown (once)."""
+        from selenium.webdriver.common.by import By
+
+        button = f'button.new-keypair[data-user="{user}"]'
+        self.until(lambda d: d.find_elements(By.CSS_SELECTOR, button), f"{user} listed")
+        self.d.find_element(By.CSS_SELECTOR, button).click()
+        self.until(lambda _: self.shown("#admin-secret"), "the new secret shown")
+        return self.css("#admin-secret-key")[0], self.css("#admin-secret-value")[0]
+
+    def dismiss_secret(self) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "admin-secret-done").click()
+        self.until(lambda _: not self.shown("#admin-secret"), "the secret dismissed")
+
+    def set_policy(self, level: str, target: str, *, fgpu: str) -> None:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        self.d.execute_script("document.querySelector('#admin-policy-result').textContent = ''")
+        Select(self.d.find_element(By.ID, "admin-policy-level")).select_by_value(level)
+        self._fill({"admin-policy-target": target, "admin-policy-fgpu": fgpu})
+        self.d.find_element(By.ID, "admin-policy-go").click()

@@ -15,7 +15,15 @@ import httpx
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from events import AdminCommand, AnyEvent, CreateKeypair, CreateUser, RevokeKeypair, Slots
+from events import (
+    AdminCommand,
+    AnyEvent,
+    CreateKeypair,
+    CreateUser,
+    RevokeKeypair,
+    Role,
+    Slots,
+)
 from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.nats_connection import nats_connection
@@ -74,6 +82,13 @@ class UiWorld:
         """A new session of ``who``'s, on the log."""
 
         return self.portal.call(lambda: _create(self.c, *self.keys[who], **ask))
+
+    def add_person(self, user: str, domain: str, role: Role, projects: tuple[str, ...]) -> None:
+        """``user`` made (as the first tenancy is), with a keypair in ``keys``."""
+        key, secret = new_access_key(), new_secret()
+        self.apply(CreateUser(user=user, domain=domain, role=role, projects=projects))
+        self.apply(CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret)))
+        self.keys[user] = (key, secret)
 
     def revoke(self, who: str) -> None:
         """Revoke ``who``'s keypair; back once the read API has folded it."""

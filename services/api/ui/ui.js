@@ -2,8 +2,10 @@
 // nothing fetched from elsewhere, every text from the log set as text (never as HTML).
 // Signed in by a browser session: an HttpOnly cookie the page never sees, and a CSRF
 // token every write carries (services/api/ui.py). One session's page is session.js's,
-// reached from a row of the list (#/sessions/ID).
+// reached from a row of the list (#/sessions/ID); the administrators' pages are admin.js's
+// (#/admin), linked from the header for administrators only.
 
+import * as adminPage from "./admin.js";
 import * as sessionPage from "./session.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -20,7 +22,7 @@ export const SESSION_EVENTS = [
   "session.destroy-requested.v1", "session.destroy-rejected.v1",
 ];
 
-const state = { csrf: null, show: "live", offset: 0, stream: null, loading: false, again: false };
+const state = { csrf: null, who: null, show: "live", offset: 0, stream: null, loading: false, again: false };
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -63,11 +65,15 @@ function say(text) {
 
 function signedOut(why) {
   state.csrf = null;
+  state.who = null;
   if (state.stream) state.stream.close();
   state.stream = null;
   sessionPage.hide();
+  adminPage.hide();
   $("#sessions").hidden = true;
   $("#sign-out").hidden = true;
+  $("#nav-sessions").hidden = true;
+  $("#nav-admin").hidden = true;
   $("#who").textContent = "";
   $("#sign-in").hidden = false;
   $("#sign-in-error").textContent = why || "";
@@ -77,6 +83,9 @@ function signedOut(why) {
 function signedIn(session) {
   state.csrf = session.csrf;
   const who = session.identity;
+  state.who = who;
+  $("#nav-sessions").hidden = false;
+  $("#nav-admin").hidden = !adminPage.isAdministrator(who); // the routes refuse others too
   $("#who").textContent = `${who.user} (${who.role}, ${who.domain})`;
   $("#sign-in").hidden = true;
   $("#sign-in-error").textContent = "";
@@ -87,18 +96,25 @@ function signedIn(session) {
   load().then(follow);
 }
 
-// ---- which page: the list, or one session (#/sessions/ID) -----------------------------
+// ---- which page: the list, one session (#/sessions/ID), or administration (#/admin) ----
 
 const CTX = { call, el, Unauthorized, signedOut: (why) => signedOut(why) };
 
 function route() {
   if (!state.csrf) return;
   const match = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
+  const admin = location.hash.match(/^#\/admin(?:\/([a-z]+))?$/);
   if (match) {
     $("#sessions").hidden = true;
+    adminPage.hide();
     sessionPage.show(match[1], CTX);
+  } else if (admin) {
+    $("#sessions").hidden = true;
+    sessionPage.hide();
+    adminPage.show(CTX, state.who, admin[1]);
   } else {
     sessionPage.hide();
+    adminPage.hide();
     $("#sessions").hidden = false;
   }
 }
@@ -208,7 +224,7 @@ function follow() {
   state.stream = stream;
   stream.onopen = () => { $("#live-status").textContent = "live"; };
   for (const type of SESSION_EVENTS) {
-    stream.addEventListener(type, () => { load(); sessionPage.refresh(); });
+    stream.addEventListener(type, () => { load(); sessionPage.refresh(); adminPage.refresh(); });
   }
   stream.onerror = async () => {
     $("#live-status").textContent = "reconnecting…";
