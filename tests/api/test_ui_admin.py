@@ -156,3 +156,17 @@ def test_a_user_administers_nothing_even_its_own_keypairs_here(w: UiWorld) -> No
         r = post(w, "alice", path, body)
         assert r.status_code == 403 and "administers nothing" in r.text, r.text
     assert asked(w, before) == []
+
+
+def test_an_admin_whose_keypair_is_revoked_is_signed_out_and_sends_nothing(w: UiWorld) -> None:
+    w.add_person("rex", "default", Role.DOMAIN_ADMIN, ("default",))
+    http, csrf = w.sign_in("rex")
+    w.revoke("rex")
+    before = w.last_seq()
+    r = http.post(
+        "/ui/admin/users",
+        json={"user": "late", "domain": "default"},
+        headers={"Origin": w.url, "X-CSRF-Token": csrf},
+    )
+    assert r.status_code == 401, r.text
+    assert asked(w, before) == []
