@@ -185,6 +185,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/sessions"): "holder",  # a launch: the user's own (test_ui_launch.py)
     ("POST", "/ui/sessions/{session_id}/shell-ticket"): "holder",
     ("GET", "/ui/sessions/{session_id}/logs"): "holder",
+    # A session's apps: its owner's alone (an admin of its domain is refused too:
+    # tests/e2e/test_ui_apps.py, which also tries every refusal of the apps origin).
+    ("GET", "/ui/sessions/{session_id}/apps"): "holder",
+    ("POST", "/ui/sessions/{session_id}/apps/{service}/ticket"): "holder",
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -223,7 +227,11 @@ def test_every_websocket_says_who_may_use_it() -> None:
 def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -> None:
     assert _ui_routes() == set(ROUTES)
     bob, csrf = w.sign_in("bob")
-    fill = {"{name:path}": "vendor/xterm.mjs", "{session_id}": w.sessions["alice"]}
+    fill = {
+        "{name:path}": "vendor/xterm.mjs",
+        "{session_id}": w.sessions["alice"],
+        "{service}": "web",
+    }
     for (method, path), who in ROUTES.items():
         url = re.sub(r"\{[a-z_:]+\}", lambda m: fill[m.group(0)], path)
         anonymous = httpx.request(method, f"{w.url}{url}", headers={"Origin": w.url})
@@ -250,3 +258,30 @@ def test_the_page_follows_every_event_that_changes_a_session() -> None:
         "session.channel-closed.v1",
     }
     assert {t for t in tags if t.startswith("session.")} - quiet == listed
+
+
+def test_the_apps_origin_refuses_anonymous_and_another_users_grant(w: UiWorld) -> None:
+    apps = w.api.apps_url
+    assert apps is not None and apps != w.url  # another origin: another port
+    alice = w.sessions["alice"]
+    for path in (f"/apps/{alice}/web/", f"/apps/{alice}/web/x?y=1", "/open?ticket=nope"):
+        r = httpx.get(f"{apps}{path}")
+        assert r.status_code == 403, (path, r.text)
+        assert r.headers["content-security-policy"].startswith("default-src 'none'")
+    assert httpx.get(f"{apps}/elsewhere").status_code == 404
+    # Bob's grant, for his own session's app, opens nothing of Alice's.
+    bob, csrf = w.sign_in("bob")
+    own = w.sessions["bob"]
+    r = bob.post(
+        f"/ui/sessions/{own}/apps/web/ticket", headers={"Origin": w.url, "X-CSRF-Token": csrf}
+    )
+    assert r.status_code == 200, r.text
+    opened = bob.get(r.json()["url"])
+    assert opened.status_code == 303 and opened.headers["location"] == f"/apps/{own}/web/"
+    cookie = opened.headers["set-cookie"]
+    assert f"Path=/apps/{own}/web/" in cookie and "HttpOnly" in cookie, cookie
+    assert "SameSite=Strict" in cookie, cookie
+    grant = cookie.split(";")[0]
+    for path in (f"/apps/{alice}/web/", f"/apps/{own}/other/"):
+        refused = bob.get(f"{apps}{path}", headers={"Cookie": grant})
+        assert refused.status_code == 403, (path, refused.text)
