@@ -103,12 +103,6 @@ class AppGrants:
                 return g
         return None
 
-    def forget(self, browser: str) -> None:
-        """Drop every grant and ticket of ``browser`` (its session ended)."""
-        for held in (self._tickets, self._grants):
-            for word in [w for w, g in held.items() if g.browser == browser]:
-                del held[word]
-
     @staticmethod
     def _trim(held: dict[str, AppGrant]) -> None:
         while len(held) >= MAX_GRANTS:

@@ -183,16 +183,19 @@ def test_others_get_no_ticket_and_the_agent_refuses_another(w: UiWorld) -> None:
     alice, _ = w.sign_in("alice")
     agent = alice.get(f"/v1/sessions/{w.sessions['app']}").json()["agent"]
 
-    async def as_bob() -> str:
+    async def as_bob(listing: bool) -> object:
         acting = await acting_on(w.c.url)(*w.keys["bob"])
         try:
+            if listing:
+                return await acting.services(agent, w.sessions["app"])
             with Pipe() as pipe:
                 return await acting.app(agent, w.sessions["app"], "web", pipe)
         finally:
             await acting.aclose()
 
-    with pytest.raises(ShellRefused, match="may not run commands"):
-        w.portal.call(as_bob)
+    for listing in (True, False):
+        with pytest.raises(ShellRefused, match="may not run commands"):
+            w.portal.call(as_bob, listing)
 
 
 def test_alice_opens_her_app_from_her_sessions_page(
@@ -206,6 +209,7 @@ def test_alice_opens_her_app_from_her_sessions_page(
         page.sign_in(*w.keys["alice"], "alice")
         page.open(w.sessions["app"])
         page.until(lambda d: page.css("#apps li .app-name") == ["web"], "the app listed")
+        driver.execute_script("document.querySelector('#session').scrollIntoView()")
         driver.save_screenshot(str(shot))
         page.d.find_element("css selector", "#apps li button").click()
         page.until(lambda d: len(d.window_handles) == 2, "the app's window")
