@@ -1,6 +1,7 @@
 """What an agent answers off the log: requests only its host can answer (a session's logs,
 a command run in its container, a terminal or an app port opened into it: those are
-``agent_channels``'s once allowed here).
+``agent_channels``'s once allowed here; the services its image declares, to whoever may
+open one, for the web UI's list of apps).
 
 A command run in a session is audited on the log, on the agent's own subject for it
 (``fgpu.agent.<id>.exec.<session>``): ``session.exec-started`` before it starts, and

@@ -89,7 +89,7 @@ class AppsOrigin:
             return
         prefix = f"/apps/{sid}/{service}"
         target = _target(scope, len(prefix))
-        host = scope_host(scope)
+        host = _host(scope)
         headers = forwarded(scope["headers"], host.encode(), prefix)
         if scope["type"] == "http":
             await _proxy_http(
@@ -167,7 +167,7 @@ def _own_row(con: Any, sid: str, viewer: Viewer) -> dict[str, Any] | None:
     return rows[0]
 
 
-def scope_host(scope: MutableMapping[str, Any]) -> str:
+def _host(scope: MutableMapping[str, Any]) -> str:
     """The Host the browser asked for."""
     for name, value in scope["headers"]:
         if name == b"host":

@@ -150,6 +150,10 @@ def test_an_apps_grant_opens_that_app_alone_and_a_ticket_opens_once(w: UiWorld) 
             timeout=10,
         )
     assert apps is not None and httpx.get(f"{apps}/open?ticket=nope").status_code == 403
+    # A service the image does not declare: the agent refuses the channel, the proxy says so.
+    http, r = _ticket(w, "alice", "nope")
+    landed = http.get(r.json()["url"], follow_redirects=True)
+    assert landed.status_code == 502 and "no service 'nope'" in landed.text, landed.text
 
 
 def test_an_apps_page_cannot_act_in_the_ui(w: UiWorld) -> None:
