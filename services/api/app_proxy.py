@@ -84,7 +84,8 @@ class AppsOrigin:
                 return
             acting, agent_id = await self._admitted(scope, sid, service)
         except _No as no:
-            self.guard.refused(HTTPConnection(scope), None, no.why)
+            if no.status in (401, 403):  # refusals are audited; a 404 (a favicon) is not
+                self.guard.refused(HTTPConnection(scope), None, no.why)
             await _refuse(scope, receive, send, no)
             return
         prefix = f"/apps/{sid}/{service}"

@@ -14,10 +14,11 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
-from events import AccessGranted, AnyEvent, SessionDestroyRequested
+from events import AccessGranted, AnyEvent, CreateKeypair, CreateUser, SessionDestroyRequested
 from events import subjects as subj
 from services.api import create_app, ui
 from services.api.browser import COOKIE
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy.model import Tenancy
 from tests.support.ui_world import UiWorld, ui_world
 
@@ -285,3 +286,23 @@ def test_the_apps_origin_refuses_anonymous_and_another_users_grant(w: UiWorld) -
     for path in (f"/apps/{alice}/web/", f"/apps/{own}/other/"):
         refused = bob.get(f"{apps}{path}", headers={"Cookie": grant})
         assert refused.status_code == 403, (path, refused.text)
+
+
+def test_an_apps_grant_ends_with_its_keypair_and_is_secure_over_tls(w: UiWorld) -> None:
+    key, secret = new_access_key(), new_secret()
+    w.apply(CreateUser(user="erin", domain="default", projects=("default",)))
+    w.apply(CreateKeypair(access_key=key, user="erin", secret_hash=hash_secret(secret)))
+    w.keys["erin"] = (key, secret)
+    own = w.create("erin")
+    erin, csrf = w.sign_in("erin")
+    asks = {"Origin": w.url, "X-CSRF-Token": csrf}
+    url = erin.post(f"/ui/sessions/{own}/apps/web/ticket", headers=asks).json()["url"]
+    over_tls = erin.get(url, headers={"X-Forwarded-Proto": "https"})  # a proxy's word
+    assert over_tls.status_code == 303 and "Secure" in over_tls.headers["set-cookie"]
+    url = erin.post(f"/ui/sessions/{own}/apps/web/ticket", headers=asks).json()["url"]
+    grant = erin.get(url).headers["set-cookie"].split(";")[0]
+    app = f"{w.api.apps_url}/apps/{own}/web/"
+    waiting = httpx.get(app, headers={"Cookie": grant})
+    assert waiting.status_code == 409, waiting.text  # admitted: her session is not running
+    w.revoke("erin")
+    assert httpx.get(app, headers={"Cookie": grant}).status_code == 401
