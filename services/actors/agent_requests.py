@@ -1,6 +1,7 @@
 """What an agent answers off the log: requests only its host can answer (a session's logs,
 a command run in its container, a terminal or an app port opened into it: those are
-``agent_channels``'s once allowed here).
+``agent_channels``'s once allowed here; the services its image declares, to whoever may
+open one, for the web UI's list of apps).
 
 A command run in a session is audited on the log, on the agent's own subject for it
 (``fgpu.agent.<id>.exec.<session>``): ``session.exec-started`` before it starts, and
@@ -31,6 +32,7 @@ from services.domain.channels import (
     app_program,
     app_target,
     channel_problem,
+    services_of,
     shell_program,
 )
 from services.domain.container_spec import LABEL_AGENT, LABEL_SESSION
@@ -52,6 +54,8 @@ from services.ports import (
     LogsReply,
     LogsRequest,
     OutputStore,
+    ServicesReply,
+    ServicesRequest,
     ShellRequest,
 )
 
@@ -94,6 +98,8 @@ class AgentAnswers:
                 return await self.run(requester, request)
             case ShellRequest() | AppRequest():
                 return await self.open_channel(requester, request)
+            case ServicesRequest():
+                return await self.services(requester, request)
 
     async def logs(self, requester: str, request: LogsRequest) -> LogsReply:
         """The tail of a session's output: its container's, else what was kept of it."""
@@ -195,6 +201,24 @@ class AgentAnswers:
             return ChannelReply(ok=False, error=error)
         port = None if program.kind == "shell" else int(program.target)
         return ChannelReply(ok=True, port=port, service=program.service)
+
+    async def services(self, requester: str, request: ServicesRequest) -> ServicesReply:
+        """The services the session's image declares, told to whoever may open them (as
+        an app channel is allowed); nothing is written: nothing was opened."""
+        sid = request.session_id
+        refused = may_not_exec(self._state(), requester, sid, self._agent_id)
+        if refused is not None:
+            return ServicesReply(ok=False, error=refused)
+        try:
+            found = await self._runtime.list(self._labels(sid))
+        except ContainerError as e:
+            return ServicesReply(ok=False, error=str(e))
+        if not found:
+            return ServicesReply(ok=False, error=f"no container of {sid} here")
+        declared = sorted(services_of(found[0].labels).values(), key=lambda s: s.name)
+        return ServicesReply(
+            ok=True, services=tuple((s.name, s.protocol, s.port) for s in declared)
+        )
 
     def _labels(self, session_id: str) -> dict[str, str]:
         """The labels of this agent's container of ``session_id``."""

@@ -1,9 +1,9 @@
 """The user's end of a channel into a session, over the bus alone: the request asked of
 the session's agent on a channel heard first, then relayed. The CLI's ``fgpu session
 shell`` and ``fgpu session app`` (``services.cli.channels``, over a local terminal or TCP
-port) and the web UI's terminal (``services.wiring.acting``, over a WebSocket) both open
-theirs here, as the same requests from the same user; the agent's end is
-``services.actors.agent_channels``.
+port), the web UI's terminal (over a WebSocket) and its app proxy (over an HTTP request or
+a WebSocket; both ``services.wiring.acting``) open theirs here, as the same requests from
+the same user; the agent's end is ``services.actors.agent_channels``.
 
 The channel's down subject is heard before the request goes, so nothing the agent sends
 first (a shell's prompt) is missed.
@@ -23,12 +23,13 @@ from services.ports import (
     AgentReply,
     AgentRequest,
     AgentRequests,
+    AppRequest,
     ChannelReply,
     Pipe,
     ShellRequest,
 )
 
-__all__ = ["ChannelRefused", "TerminalEnd", "new_channel", "opened", "shell"]
+__all__ = ["ChannelRefused", "TerminalEnd", "app", "new_channel", "opened", "shell"]
 
 
 class ChannelRefused(Exception):
@@ -88,6 +89,24 @@ async def shell(
         closing = await relay(pipe, terminal, ping_s=ping_s)
         tg.cancel_scope.cancel()
     return closing
+
+
+async def app(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    target: str,
+    end: ByteEnd,
+    *,
+    ping_s: float = PING_S,
+) -> Closing:
+    """One connection (``end``) relayed to ``target`` in ``session_id``'s container (a
+    service the image declares, or a port) until either side closes. Raises
+    ChannelRefused, AgentUnreachable."""
+    request = AppRequest(session_id=session_id, channel=new_channel(), target=target)
+    async with opened(bus, requester, agent_id, request) as (pipe, _):
+        return await relay(pipe, end, ping_s=ping_s)
 
 
 async def _send_sizes(pipe: Pipe, sizes: AsyncIterator[tuple[int, int]]) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "TICKET_S",
     "ActAs",
     "Acting",
+    "AppEnd",
     "BadLaunch",
     "BadRequestId",
     "BrowserSession",
@@ -47,6 +48,16 @@ MAX_AGE_S = 8 * 3600
 MAX_SESSIONS = 10_000  # a flood of sign-ins costs the oldest sessions, never the memory
 TICKET_S = 30.0
 MAX_TICKETS = 16  # per browser session: asking for more drops its oldest
+
+
+class AppEnd(Protocol):
+    """The proxy's end of one connection to an app in a container: bytes both ways."""
+
+    async def read(self) -> bytes | None:
+        """The next bytes for the app; None once there are no more."""
+        ...
+
+    async def write(self, data: bytes) -> None: ...
 
 
 class ShellEnd(Protocol):
@@ -130,6 +141,17 @@ class Acting(Protocol):
         """A terminal in ``session_id`` on ``end`` until it closes, as ``fgpu session shell``
         opens one (the agent checks who asks, and writes the opening and closing on the
         log); how it closed. Raises ShellRefused."""
+        ...
+
+    async def services(self, agent_id: str, session_id: str) -> list[tuple[str, str, int]]:
+        """The services ``session_id``'s image declares, (name, protocol, port), asked of
+        ``agent_id`` as the user. Raises ShellRefused (refused, or not reached)."""
+        ...
+
+    async def app(self, agent_id: str, session_id: str, service: str, end: AppEnd) -> str:
+        """One connection to ``service`` in ``session_id`` on ``end`` until either side
+        closes, as ``fgpu session app`` opens each (the agent checks who asks, and writes
+        the opening and closing on the log); how it closed. Raises ShellRefused."""
         ...
 
     async def aclose(self) -> None: ...

@@ -9,6 +9,7 @@ import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -38,6 +39,7 @@ class ReadApi:
     url: str  # http://host:port
     db_path: str
     projector: Projector
+    apps_url: str | None = None  # the apps origin (http://host:port), if served
 
     @property
     def api(self) -> str:
@@ -106,6 +108,33 @@ class _Server(uvicorn.Server):
         yield
 
 
+def _server(app: Any) -> _Server:
+    """A server of ``app``, loaded, to be started on a socket of the caller's."""
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ws="wsproto",  # the web terminal's and the apps' WebSockets (a declared dependency)
+        timeout_graceful_shutdown=5,
+    )
+    config.load()
+    server = _Server(config)
+    server.lifespan = config.lifespan_class(config)
+    return server
+
+
+async def _serve_apps(apps: Any, sock: socket.socket) -> None:
+    """The apps origin on ``sock`` until cancelled (with the read API)."""
+    server = _server(apps)
+    await server.startup(sockets=[sock])
+    try:
+        await server.main_loop()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.shutdown(sockets=[sock])
+
+
 def _listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -127,6 +156,7 @@ async def serve_read_api(
     live_health: Callable[[], LogHealth | None] | None = None,
     snapshots: Snapshots | None = None,
     act: ActAs | None = None,
+    apps_port: int | None = None,
     task_status: TaskStatus[ReadApi] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Project the log into ``db_path`` and serve the read API on ``host:port`` (0: any
@@ -139,7 +169,9 @@ async def serve_read_api(
     ``events``), and deletes the files of folders purged from the trash. ``live_health``:
     what the watcher beside the log's server finds now, laid over what the log holds;
     ``snapshots``: the actors' snapshots' health, for ``/v1/status``; ``act``: how the web
-    UI connects to the bus as a signed-in user (None: the UI reads, and writes nothing).
+    UI connects to the bus as a signed-in user (None: the UI reads, and writes nothing);
+    ``apps_port``: where the apps origin listens on ``host`` (0: any free port; None: no
+    apps are served), the sessions' apps relayed through it (``app_proxy.py``).
 
     Raises StoreLocked if another process has the file open, OSError if the port is taken.
     """
@@ -161,25 +193,23 @@ async def serve_read_api(
         )
         sock = _listen(host, port)
         bound = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            ws="wsproto",  # the web terminal's WebSocket (a declared dependency)
-            timeout_graceful_shutdown=5,
-        )
-        server = _Server(config)
+        server = _server(app)
+        shown = f"[{host}]" if ":" in host else host
+        apps_url = None
+        if apps_port is not None:
+            apps_sock = _listen(host, apps_port)
+            app.state.apps_port = apps_sock.getsockname()[1]
+            apps_url = f"http://{shown}:{app.state.apps_port}"
         async with anyio.create_task_group() as tg:
             await tg.start(projector.run)
             if storage is not None:
                 tg.start_soon(storage.reap, projector.tenancy, projector.wait_beyond)
                 tg.start_soon(storage.scan_all, projector.tenancy, SCAN_EVERY_S)
-            config.load()
-            server.lifespan = config.lifespan_class(config)
             await server.startup(sockets=[sock])
-            shown = f"[{host}]" if ":" in host else host
-            task_status.started(ReadApi(f"http://{shown}:{bound}", str(db_path), projector))
+            if apps_port is not None:
+                tg.start_soon(_serve_apps, app.state.apps, apps_sock)
+            api = ReadApi(f"http://{shown}:{bound}", str(db_path), projector, apps_url)
+            task_status.started(api)
             try:
                 await server.main_loop()
             finally:
@@ -187,6 +217,7 @@ async def serve_read_api(
                     closing.set()  # event streams end, so their connections can close
                     await server.shutdown(sockets=[sock])
                     await app.state.guard.browsers.aclose()  # users' connections
+                tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(store.close)

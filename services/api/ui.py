@@ -19,7 +19,8 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
   its CSRF token; the log then judges the request as it judges the CLI's.
 - ``POST /ui/sessions``: a browser session, with its CSRF token: a launch, the user's own
   session request (``ui_launch.py``); the log judges it as it judges the CLI's.
-- one session's logs and terminal: ``ui_session.py``;
+- one session's logs and terminal: ``ui_session.py``; its apps: ``ui_apps.py`` (served
+  on the apps origin: ``app_proxy.py``);
 - the administrators' writes (``/ui/admin/...``): a domain admin's or a superadmin's
   browser session, with its CSRF token (``ui_admin.py``); the registrar then judges each
   as it judges the CLI's.
@@ -38,7 +39,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from services.api import models, ui_admin, ui_launch, ui_session
+from services.api import models, ui_admin, ui_apps, ui_launch, ui_session
 from services.api.auth import Refused
 from services.api.browser import COOKIE, MAX_AGE_S
 from services.api.guard import Browser, Guard, identity, same_origin_problem
@@ -61,6 +62,7 @@ ASSETS = {
     "session.js": _JS,
     "terminal.js": _JS,
     "admin.js": _JS,
+    "apps.js": _JS,
     "vendor/xterm.mjs": _JS,
     "vendor/addon-fit.mjs": _JS,
     "vendor/xterm.css": _CSS,
@@ -139,6 +141,7 @@ def mount(
     ui_launch.mount(app, query, guard, moved)
     ui_admin.mount(app, query, guard, moved)
     ui_session.mount(app, query, guard, stop)
+    ui_apps.mount(app, query, guard)
 
 
 def _pages(app: FastAPI) -> None:

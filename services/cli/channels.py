@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 import anyio
 from anyio.abc import ByteStream, TaskStatus
 
-from services.actors.relay import ByteEnd, Closing, relay
-from services.actors.user_channels import ChannelRefused, new_channel, opened, shell
+from services.actors.relay import Closing
+from services.actors.user_channels import ChannelRefused, app, shell
 from services.domain.channels import PING_S
-from services.ports import AgentRequests, AgentUnreachable, AppRequest
+from services.ports import AgentRequests, AgentUnreachable
 
 __all__ = ["ChannelRefused", "Terminal", "app_connection", "serve_app", "shell"]
 
@@ -97,10 +97,7 @@ async def app_connection(
 ) -> Closing:
     """One TCP connection (``stream``) relayed to ``target`` in ``session_id``'s container
     (a service the image declares, or a port). Raises ChannelRefused, AgentUnreachable."""
-    request = AppRequest(session_id=session_id, channel=new_channel(), target=target)
-    async with opened(bus, requester, agent_id, request) as (pipe, _):
-        end: ByteEnd = _Socket(stream)
-        return await relay(pipe, end, ping_s=ping_s)
+    return await app(bus, requester, agent_id, session_id, target, _Socket(stream), ping_s=ping_s)
 
 
 async def serve_app(

@@ -311,6 +311,10 @@ def up(
     api_port: Annotated[
         int, typer.Option(help="Port of the read API and console (0: a free one).")
     ] = 0,
+    apps_port: Annotated[
+        int,
+        typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one)."),
+    ] = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
     storage_uid: StorageUidOpt = None,
     lost_grace: LostGraceOpt = 600.0,
@@ -365,7 +369,7 @@ def up(
     history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
     _say_up(server.url, f"{server.store_dir}: {history}", cfg)
     own = _own_server(server, auth, watermark, retention_of(retain_events, retain_days))
-    stack = _up_stack(own, cfg, regions, vfolder_owner, None if no_api else api_port)
+    stack = _up_stack(own, cfg, regions, vfolder_owner, None if no_api else api_port, apps_port)
     stack = dataclasses.replace(
         stack,
         lost_grace_s=lost_grace,
@@ -485,8 +489,10 @@ def _up_stack(
     regions: "SliceRegions | None",
     vfolder_owner: tuple[int, int] | None,
     api_port: int | None,
+    apps_port: int = 0,
 ) -> "StackConfig":
-    """The whole stack on ``own``'s server, its read API on ``api_port`` (None: none)."""
+    """The whole stack on ``own``'s server, its read API on ``api_port`` (None: none),
+    the web UI's apps on ``apps_port``."""
     from projections.paths import default_db_path
     from services.cli.agent_setup import container_runtime, mps_daemons
     from services.wiring.stack import AgentPart, ApiPart, StackConfig
@@ -496,7 +502,7 @@ def _up_stack(
     if api_port is not None:
         # The projections live with the log they project: a new store, a new file.
         db = default_db_path(store)
-        api = ApiPart(db, "127.0.0.1", api_port, cfg.vfolder_root, vfolder_owner)
+        api = ApiPart(db, "127.0.0.1", api_port, cfg.vfolder_root, vfolder_owner, apps_port)
     runtime = functools.partial(container_runtime, cfg.runtime_name)
     return StackConfig(
         own.server.url,
@@ -528,6 +534,7 @@ async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> 
             )
             console.print(f"  console  {started.api.console}", highlight=False)
             console.print(f"  web UI   {started.api.ui}", highlight=False)
+            console.print(f"  apps     {started.api.apps_url}  (the UI's apps)", highlight=False)
         console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
         await stop.wait()
 
@@ -624,6 +631,10 @@ def api(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8080,
+    apps_port: Annotated[
+        int,
+        typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one)."),
+    ] = 0,
     db: Annotated[
         Path | None,
         typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
@@ -656,7 +667,9 @@ def api(
             url,
             archive_dir=archive or default_archive_dir(),
             identities={"api": _me(ctx, "api")},
-            api=ApiPart(path, host, port, vfolder_root=root, vfolder_owner=owner),
+            api=ApiPart(
+                path, host, port, vfolder_root=root, vfolder_owner=owner, apps_port=apps_port
+            ),
         )
         async with _until_stopped() as stop, Stack(config).running() as started:
             served = started.api
@@ -665,6 +678,7 @@ def api(
             console.print(f"read API {served.api}  (OpenAPI {served.openapi})", highlight=False)
             console.print(f"console  {served.console}", highlight=False)
             console.print(f"web UI   {served.ui}", highlight=False)
+            console.print(f"apps     {served.apps_url}  (the UI's apps)", highlight=False)
             console.print(f"[green]ready[/]  projecting {url} into {path}", highlight=False)
             await stop.wait()
 

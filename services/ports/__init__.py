@@ -24,6 +24,8 @@ from services.ports.bus import (
     LogsRequest,
     Pipe,
     RequestFailed,
+    ServicesReply,
+    ServicesRequest,
     ShellRequest,
 )
 from services.ports.containers import (
@@ -142,6 +144,8 @@ __all__ = [
     "Retention",
     "RuntimeUnavailable",
     "ServerUnavailable",
+    "ServicesReply",
+    "ServicesRequest",
     "ShellRequest",
     "SliceRegions",
     "SnapshotCorrupt",

@@ -26,6 +26,8 @@ __all__ = [
     "LogsRequest",
     "Pipe",
     "RequestFailed",
+    "ServicesReply",
+    "ServicesRequest",
     "ShellRequest",
 ]
 
@@ -99,14 +101,30 @@ class ChannelReply(msgspec.Struct, frozen=True, kw_only=True, tag="channel"):
     error: str | None = None
 
 
+class ServicesRequest(msgspec.Struct, frozen=True, kw_only=True, tag="services"):
+    """The services a session's image declares (its ``fgpu.service.*`` labels), asked by
+    whoever may open one (the web UI lists them, to open them through its proxy)."""
+
+    session_id: str
+
+
+class ServicesReply(msgspec.Struct, frozen=True, kw_only=True, tag="services"):
+    """``ok``: ``services`` are (name, protocol, port), by name. Not ``ok``: ``error``
+    says why (refused, not running)."""
+
+    ok: bool
+    services: tuple[tuple[str, str, int], ...] = ()
+    error: str | None = None
+
+
 class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     """The agent could not read the request, or failed while answering it."""
 
     error: str
 
 
-AgentRequest = LogsRequest | ExecRequest | ShellRequest | AppRequest
-AgentReply = LogsReply | ExecReply | ChannelReply | RequestFailed
+AgentRequest = LogsRequest | ExecRequest | ShellRequest | AppRequest | ServicesRequest
+AgentReply = LogsReply | ExecReply | ChannelReply | ServicesReply | RequestFailed
 # Answers ``request`` from ``requester`` (the access key the bus says asked: on NATS, the
 # one the server let in on the connection that asked).
 AgentHandler = Callable[[str, AgentRequest], Awaitable[AgentReply]]

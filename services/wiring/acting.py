@@ -5,9 +5,10 @@ access key as user, its secret as password, replies in the user's own inbox), so
 servers and the gatekeeper give this connection the user's permissions and no more. Its
 requests go to the intake on the user's own subject, as ``fgpu session create``, ``fgpu
 session rm`` and ``fgpu admin ...`` send them (``services.client.Client``); it asks a
-session's agent for its logs as ``fgpu session logs`` does, and opens a terminal as
-``fgpu session shell`` does (``services.actors.user_channels``): the agent sees the user's
-key, judges it, and writes the terminal's opening and closing on the log.
+session's agent for its logs as ``fgpu session logs`` does, opens a terminal as ``fgpu
+session shell`` does and a connection to an app as ``fgpu session app`` does
+(``services.actors.user_channels``): the agent sees the user's key, judges it, and writes
+each opening and closing on the log.
 """
 
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from contextlib import AsyncExitStack
 
 from events import AdminCommand
 from services.actors.user_channels import ChannelRefused
+from services.actors.user_channels import app as open_app
 from services.actors.user_channels import shell as open_shell
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import nats_connection
@@ -22,6 +24,7 @@ from services.adapters.system_clock import SystemClock
 from services.api.browser import (
     ActAs,
     Acting,
+    AppEnd,
     BadLaunch,
     BadRequestId,
     Launch,
@@ -32,7 +35,13 @@ from services.client import Client, session_requests
 from services.domain.fold.validation import invalid_request
 from services.domain.image_ref import image_reference_problem
 from services.domain.request_ids import RequestIds, new_request_id, request_id_problem
-from services.ports import AgentUnreachable, LogsReply, LogsRequest
+from services.ports import (
+    AgentUnreachable,
+    LogsReply,
+    LogsRequest,
+    ServicesReply,
+    ServicesRequest,
+)
 from services.wiring.identity import Identity
 
 __all__ = ["acting_on"]
@@ -104,6 +113,25 @@ class _UserConnection:
             raise ShellRefused(str(e)) from e
         if closing.exit_code is not None:
             return f"the shell exited with status {closing.exit_code}"
+        return closing.reason
+
+    async def services(self, agent_id: str, session_id: str) -> list[tuple[str, str, int]]:
+        try:
+            reply = await self._bus.ask(agent_id, ServicesRequest(session_id=session_id))
+        except AgentUnreachable as e:
+            raise ShellRefused(str(e)) from e
+        if not isinstance(reply, ServicesReply):
+            raise ShellRefused(f"agent {agent_id}: {getattr(reply, 'error', reply)}")
+        if not reply.ok:
+            raise ShellRefused(str(reply.error))
+        return list(reply.services)
+
+    async def app(self, agent_id: str, session_id: str, service: str, end: AppEnd) -> str:
+        bus = self._bus
+        try:
+            closing = await open_app(bus, bus.requester, agent_id, session_id, service, end)
+        except (ChannelRefused, AgentUnreachable) as e:
+            raise ShellRefused(str(e)) from e
         return closing.reason
 
     async def aclose(self) -> None:

@@ -374,6 +374,7 @@ async def run_read_api(
     *,
     vfolder_root: str | None = None,
     vfolder_owner: tuple[int, int] | None = None,
+    apps_port: int | None = None,
     watch: StoreWatch | None = None,
     snapshots: NatsConnection | None = None,
     url: str | None = None,
@@ -386,7 +387,8 @@ async def run_read_api(
     the log holds; each actor snapshot's health read through ``snapshots`` (a service's
     connection that may read them: the archiver's), for ``/v1/status``; the web UI's
     writes on the bus at ``url``, each on its user's own connection (None: it writes
-    nothing). Raises HelperFailed if the folders' helper cannot start."""
+    nothing), and its sessions' apps on ``host:apps_port`` (None: none). Raises
+    HelperFailed if the folders' helper cannot start."""
     from services.actors.access_audit import AccessAudit
     from services.adapters.vfolder_files import FolderFiles
     from services.api.serve import serve_read_api  # heavy: only when serving
@@ -409,6 +411,7 @@ async def run_read_api(
                 live_health=live,
                 snapshots=survey,
                 act=None if url is None else acting_on(url),
+                apps_port=apps_port,
             )
             api = await tg.start(serve, events, db, host, port)
             task_status.started(api)

@@ -129,13 +129,15 @@ class AgentPart:
 class ApiPart:
     """The projector and the read API, projecting into ``db``, listening on
     ``host:port``; the virtual folders' storage service under ``vfolder_root`` (if
-    given), kept as ``vfolder_owner``."""
+    given), kept as ``vfolder_owner``; the web UI's apps origin on ``host:apps_port`` (0:
+    a free port; None: none)."""
 
     db: Path
     host: str = "127.0.0.1"
     port: int = 0
     vfolder_root: str | None = None
     vfolder_owner: tuple[int, int] | None = None
+    apps_port: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ class Stack:
             port=part.port,
             vfolder_root=part.vfolder_root,
             vfolder_owner=part.vfolder_owner,
+            apps_port=part.apps_port,
             watch=watch,
             snapshots=snapshots,
             url=url,

@@ -14,10 +14,18 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
-from events import AccessGranted, AdminRequested, AnyEvent, SessionDestroyRequested
+from events import (
+    AccessGranted,
+    AdminRequested,
+    AnyEvent,
+    CreateKeypair,
+    CreateUser,
+    SessionDestroyRequested,
+)
 from events import subjects as subj
 from services.api import create_app, ui
 from services.api.browser import COOKIE
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.tenancy.model import Tenancy
 from tests.support.ui_world import UiWorld, ui_world
 
@@ -194,6 +202,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/admin/policies"): "admin",
     ("POST", "/ui/admin/presets"): "admin",
     ("DELETE", "/ui/admin/presets/{name}"): "admin",
+    # A session's apps: its owner's alone (an admin of its domain is refused too:
+    # tests/e2e/test_ui_apps.py, which also tries every refusal of the apps origin).
+    ("GET", "/ui/sessions/{session_id}/apps"): "holder",
+    ("POST", "/ui/sessions/{session_id}/apps/{service}/ticket"): "holder",
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -237,6 +249,7 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
         "{session_id}": w.sessions["alice"],
         "{access_key}": w.keys["alice"][0],
         "{name}": "small",
+        "{service}": "web",
     }
     before = w.last_seq()
     for (method, path), who in ROUTES.items():
@@ -269,3 +282,50 @@ def test_the_page_follows_every_event_that_changes_a_session() -> None:
         "session.channel-closed.v1",
     }
     assert {t for t in tags if t.startswith("session.")} - quiet == listed
+
+
+def test_the_apps_origin_refuses_anonymous_and_another_users_grant(w: UiWorld) -> None:
+    apps = w.api.apps_url
+    assert apps is not None and apps != w.url  # another origin: another port
+    alice = w.sessions["alice"]
+    for path in (f"/apps/{alice}/web/", f"/apps/{alice}/web/x?y=1", "/open?ticket=nope"):
+        r = httpx.get(f"{apps}{path}")
+        assert r.status_code == 403, (path, r.text)
+        assert r.headers["content-security-policy"].startswith("default-src 'none'")
+    assert httpx.get(f"{apps}/elsewhere").status_code == 404
+    # Bob's grant, for his own session's app, opens nothing of Alice's.
+    bob, csrf = w.sign_in("bob")
+    own = w.sessions["bob"]
+    r = bob.post(
+        f"/ui/sessions/{own}/apps/web/ticket", headers={"Origin": w.url, "X-CSRF-Token": csrf}
+    )
+    assert r.status_code == 200, r.text
+    opened = bob.get(r.json()["url"])
+    assert opened.status_code == 303 and opened.headers["location"] == f"/apps/{own}/web/"
+    cookie = opened.headers["set-cookie"]
+    assert f"Path=/apps/{own}/web/" in cookie and "HttpOnly" in cookie, cookie
+    assert "SameSite=Strict" in cookie, cookie
+    grant = cookie.split(";")[0]
+    for path in (f"/apps/{alice}/web/", f"/apps/{own}/other/"):
+        refused = bob.get(f"{apps}{path}", headers={"Cookie": grant})
+        assert refused.status_code == 403, (path, refused.text)
+
+
+def test_an_apps_grant_ends_with_its_keypair_and_is_secure_over_tls(w: UiWorld) -> None:
+    key, secret = new_access_key(), new_secret()
+    w.apply(CreateUser(user="erin", domain="default", projects=("default",)))
+    w.apply(CreateKeypair(access_key=key, user="erin", secret_hash=hash_secret(secret)))
+    w.keys["erin"] = (key, secret)
+    own = w.create("erin")
+    erin, csrf = w.sign_in("erin")
+    asks = {"Origin": w.url, "X-CSRF-Token": csrf}
+    url = erin.post(f"/ui/sessions/{own}/apps/web/ticket", headers=asks).json()["url"]
+    over_tls = erin.get(url, headers={"X-Forwarded-Proto": "https"})  # a proxy's word
+    assert over_tls.status_code == 303 and "Secure" in over_tls.headers["set-cookie"]
+    url = erin.post(f"/ui/sessions/{own}/apps/web/ticket", headers=asks).json()["url"]
+    grant = erin.get(url).headers["set-cookie"].split(";")[0]
+    app = f"{w.api.apps_url}/apps/{own}/web/"
+    waiting = httpx.get(app, headers={"Cookie": grant})
+    assert waiting.status_code == 409, waiting.text  # admitted: her session is not running
+    w.revoke("erin")
+    assert httpx.get(app, headers={"Cookie": grant}).status_code == 401

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -564,6 +566,11 @@ def test_fgpu_api_serves_the_log_on_its_own(cluster: Cluster, tmp_path: Path) ->
         wait_for_line(log, "ready", process, 60)
         url = next(w for w in log.read_text().split() if w.startswith("http")).removesuffix("/v1")
         assert f"web UI   {url}/\n" in log.read_text()  # the researchers' UI, named at start
+        # Its apps' origin too, another port, answering (a ticket-less opening refused).
+        [apps] = [line.split()[1] for line in log.read_text().splitlines() if line[:5] == "apps "]
+        assert apps.startswith("http://") and apps != url
+        with pytest.raises(urllib.error.HTTPError, match="403"):
+            urllib.request.urlopen(f"{apps}/open", timeout=10)
         mine = ReadApi(url).get("/v1/agents")["agents"]
         assert [a["id"] for a in mine] == [a["id"] for a in cluster.get("/v1/agents")["agents"]]
         second = subprocess.run(

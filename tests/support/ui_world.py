@@ -197,7 +197,7 @@ async def _run(
         first = SLIVER if services == RUNNING_SERVICES or runtime is not None else SMALL
         sessions = {u: await _create(c, *keys[u], name=f"{u}-1", slots=first) for u in PEOPLE}
         async with anyio.create_task_group() as tg:
-            serve = functools.partial(serve_read_api, act=acting_on(c.url))
+            serve = functools.partial(serve_read_api, act=acting_on(c.url), apps_port=0)
             api = await tg.start(serve, c.setup, db)
             task_status.started((c, api, {"keys": keys, "sessions": sessions}))
             await anyio.sleep_forever()

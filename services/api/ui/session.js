@@ -1,7 +1,10 @@
 // One session's page: its details and its story (the read API's, as the console tells
-// it), its output followed live (/ui/sessions/{id}/logs, asked of its agent as the user)
-// and a terminal in it (terminal.js, loaded when first opened). Every text from the log
-// or the container is set as text, never parsed as HTML.
+// it), its output followed live (/ui/sessions/{id}/logs, asked of its agent as the user),
+// a terminal in it (terminal.js, loaded when first opened) and its apps (apps.js, listed
+// again as it starts or stops running). Every text from the log or the container is set
+// as text, never parsed as HTML.
+
+import { listApps } from "./apps.js";
 
 const $ = (selector) => document.querySelector(selector);
 
@@ -18,8 +21,10 @@ function details(s, ctx) {
   ];
   $("#session-details").replaceChildren(...pairs.flatMap(([k, v]) => [
     el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  const was = document.body.dataset.sessionStatus;
   document.body.dataset.sessionStatus = s.status;
   $("#terminal-open").disabled = s.status !== "RUNNING";
+  if (s.status !== was && (s.status === "RUNNING" || was === "RUNNING")) listApps(page.id, ctx);
 }
 
 // The details and the story, read again (each session event the page follows calls it).
@@ -109,6 +114,9 @@ export function hide() {
   page.id = null;
   $("#session").hidden = true;
   document.body.dataset.terminal = "";
+  document.body.dataset.sessionStatus = "";
+  $("#apps").replaceChildren();
+  $("#apps-status").textContent = "";
 }
 
 $("#terminal-open").addEventListener("click", () => {
