@@ -21,7 +21,7 @@ from typing import Protocol
 
 import anyio
 
-from events import SessionType, Slots, VfolderMount
+from events import AdminCommand, SessionType, Slots, VfolderMount
 from services.ports import LogsReply
 
 __all__ = [
@@ -101,6 +101,13 @@ class Acting(Protocol):
     async def destroy(self, session_id: str) -> str:
         """Ask to end ``session_id``; the request's id. Raises LogError (RequestsRefused,
         OutcomeUnknown)."""
+        ...
+
+    async def admin(self, command: AdminCommand, request_id: str | None) -> str:
+        """Ask the registrar to apply ``command`` (a folder's creation, a share), as
+        ``fgpu vfolder create`` and ``share`` ask; the request's id (its answer names it).
+        The same ``request_id`` again is the same request. Raises LogError
+        (RequestsRefused, OutcomeUnknown)."""
         ...
 
     async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:

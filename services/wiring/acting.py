@@ -3,16 +3,17 @@
 ``acting_on(url)`` is the read API's ``ActAs``: it connects to ``url`` as the user (the
 access key as user, its secret as password, replies in the user's own inbox), so the
 servers and the gatekeeper give this connection the user's permissions and no more. Its
-requests go to the intake on the user's own subject, as ``fgpu session create`` and
-``fgpu session rm`` send them (``services.client.Client``); it asks a session's agent for
-its logs as ``fgpu session logs`` does, and opens a terminal as ``fgpu session shell`` does
-(``services.actors.user_channels``): the agent sees the user's key, judges it, and writes
-the terminal's opening and closing on the log.
+requests go to the intake on the user's own subject, as ``fgpu session create``, ``fgpu
+session rm`` and ``fgpu vfolder create|share`` send them (``services.client.Client``); it
+asks a session's agent for its logs as ``fgpu session logs`` does, and opens a terminal
+as ``fgpu session shell`` does (``services.actors.user_channels``): the agent sees the
+user's key, judges it, and writes the terminal's opening and closing on the log.
 """
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 
+from events import AdminCommand
 from services.actors.user_channels import ChannelRefused
 from services.actors.user_channels import shell as open_shell
 from services.adapters.nats_bus import NatsBus
@@ -64,6 +65,9 @@ class _UserConnection:
 
     async def destroy(self, session_id: str) -> str:
         return await self._client.destroy(session_id)
+
+    async def admin(self, command: AdminCommand, request_id: str | None) -> str:
+        return await self._client.admin(command, request_id=request_id)
 
     async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:
         try:

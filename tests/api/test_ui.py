@@ -185,6 +185,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/sessions"): "holder",  # a launch: the user's own (test_ui_launch.py)
     ("POST", "/ui/sessions/{session_id}/shell-ticket"): "holder",
     ("GET", "/ui/sessions/{session_id}/logs"): "holder",
+    ("POST", "/ui/vfolders"): "holder",  # a folder: the user's own (test_ui_folders.py)
+    ("POST", "/ui/vfolders/{vfolder_id}/share"): "holder",  # a folder the viewer sees
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -223,7 +225,11 @@ def test_every_websocket_says_who_may_use_it() -> None:
 def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -> None:
     assert _ui_routes() == set(ROUTES)
     bob, csrf = w.sign_in("bob")
-    fill = {"{name:path}": "vendor/xterm.mjs", "{session_id}": w.sessions["alice"]}
+    fill = {
+        "{name:path}": "vendor/xterm.mjs",
+        "{session_id}": w.sessions["alice"],
+        "{vfolder_id}": "vf-of-nobody-bob-sees",
+    }
     for (method, path), who in ROUTES.items():
         url = re.sub(r"\{[a-z_:]+\}", lambda m: fill[m.group(0)], path)
         anonymous = httpx.request(method, f"{w.url}{url}", headers={"Origin": w.url})
@@ -231,8 +237,9 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
             assert anonymous.status_code in (200, 422), (method, path, anonymous.text)
             continue
         assert anonymous.status_code == 401, (method, path, anonymous.text)
-        if "{session_id}" in path:  # bob's own session, written, is bob's: alice's is not
-            foreign = bob.request(method, url, headers={"Origin": w.url, "X-CSRF-Token": csrf})
+        if "{session_id}" in path or "{vfolder_id}" in path:  # alice's: not bob's
+            mine = {"Origin": w.url, "X-CSRF-Token": csrf}
+            foreign = bob.request(method, url, headers=mine, json={} if method == "POST" else None)
             assert foreign.status_code == 404, (method, path, foreign.text)
 
 

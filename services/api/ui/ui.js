@@ -4,6 +4,7 @@
 // token every write carries (services/api/ui.py). One session's page is session.js's,
 // reached from a row of the list (#/sessions/ID).
 
+import * as folderPage from "./folders.js";
 import * as sessionPage from "./session.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -66,7 +67,9 @@ function signedOut(why) {
   if (state.stream) state.stream.close();
   state.stream = null;
   sessionPage.hide();
+  folderPage.hide();
   $("#sessions").hidden = true;
+  $("#nav").hidden = true;
   $("#sign-out").hidden = true;
   $("#who").textContent = "";
   $("#sign-in").hidden = false;
@@ -81,25 +84,32 @@ function signedIn(session) {
   $("#sign-in").hidden = true;
   $("#sign-in-error").textContent = "";
   $("#sign-out").hidden = false;
+  $("#nav").hidden = false;
   document.body.dataset.signedIn = who.user;
   state.offset = 0;
   route();
   load().then(follow);
 }
 
-// ---- which page: the list, or one session (#/sessions/ID) -----------------------------
+// ---- which page: the list, one session (#/sessions/ID), the folders (#/folders, one
+// folder's directory: #/folders/ID/DIR...) ----------------------------------------------
 
-const CTX = { call, el, Unauthorized, signedOut: (why) => signedOut(why) };
+const CTX = {
+  call, el, Unauthorized, signedOut: (why) => signedOut(why), csrf: () => state.csrf,
+};
 
 function route() {
   if (!state.csrf) return;
-  const match = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
-  if (match) {
-    $("#sessions").hidden = true;
-    sessionPage.show(match[1], CTX);
-  } else {
-    sessionPage.hide();
-    $("#sessions").hidden = false;
+  const session = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
+  const folders = location.hash.match(/^#\/folders(?:\/([A-Za-z0-9_-]+)((?:\/[^/]+)*))?\/?$/);
+  document.body.dataset.page = session ? "session" : folders ? "folders" : "sessions";
+  $("#sessions").hidden = Boolean(session || folders);
+  if (!session) sessionPage.hide();
+  if (!folders) folderPage.hide();
+  if (session) sessionPage.show(session[1], CTX);
+  if (folders) {
+    const dir = (folders[2] || "").split("/").filter(Boolean).map(decodeURIComponent).join("/");
+    folderPage.show(folders[1] || null, dir, CTX);
   }
 }
 
