@@ -20,9 +20,18 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from events import AdminRequested, CreateVfolder, ShareVfolder
+from events import (
+    AdminRequested,
+    CreateDomain,
+    CreateKeypair,
+    CreateUser,
+    CreateVfolder,
+    Role,
+    ShareVfolder,
+)
 from events import subjects as subj
 from services.api.browser import COOKIE
+from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from tests.support.ui_world import FOLDERS, UiWorld, ui_world
 
 HTML = '<img src=x onerror="window.pwned=1">.html'
@@ -221,6 +230,26 @@ def test_a_body_past_the_files_total_or_its_quota_is_refused(w: UiWorld, data: s
     assert r.status_code == 413 and "allows 1048576 bytes" in r.json()["detail"], r.text
     assert not {"long.bin", "huge.bin"} & alice.names(data)
     assert alice.stat(data, "huge.bin")["partial"] is None
+
+
+def test_another_domains_admin_is_not_told_the_folder_exists(w: UiWorld, data: str) -> None:
+    key, secret = new_access_key(), new_secret()
+    for command in (
+        CreateDomain(domain="other"),
+        CreateUser(user="eve", domain="other", role=Role.DOMAIN_ADMIN),
+        CreateKeypair(access_key=key, user="eve", secret_hash=hash_secret(secret)),
+    ):
+        w.apply(command)
+    w.keys["eve"] = (key, secret)
+    eve = Signed(w, "eve")
+    assert data not in {f["id"] for f in eve.http.get("/v1/vfolders").json()}
+    for r in (
+        eve.write("POST", f"/ui/vfolders/{data}/share", json={"user": "eve"}),
+        eve.put(data, "eve.bin", b"x", total=1),
+        eve.http.get(f"/v1/vfolders/{data}/files"),
+        eve.write("POST", f"/v1/vfolders/{data}/move", params={"path": "a", "to": "b"}),
+    ):
+        assert r.status_code == 404, r.text
 
 
 def test_a_reader_and_a_stranger_may_not_write(w: UiWorld, data: str) -> None:

@@ -60,6 +60,7 @@ def _alice(w: UiWorld, driver: "WebDriver", tmp: Path, downloads: Path) -> None:
 
     page = FoldersPage(driver, f"{w.url}/")
     page.sign_in(*w.keys["alice"], "alice")
+    page.watch_csp()
     page.open_list()
     said = page.create(HOSTILE)
     assert said.startswith("refused (invalid): folder name '<img src=x"), said
@@ -92,6 +93,7 @@ def _alice(w: UiWorld, driver: "WebDriver", tmp: Path, downloads: Path) -> None:
     page.until(lambda d: _downloaded(downloads, "weights.bin", len(body)), "the download")
     assert _downloaded(downloads, "weights.bin", len(body)) == body
     assert page.share("bob", "ro") == "shared with user bob (ro)"
+    assert page.csp_refusals() == []  # not one refusal of the Content-Security-Policy
 
 
 def _bob(w: UiWorld, driver: "WebDriver") -> None:

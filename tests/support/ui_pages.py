@@ -42,6 +42,21 @@ class SessionsPage:
         found = self.d.find_elements(By.CSS_SELECTOR, selector)
         return [e.get_attribute(name) or "" for e in found]
 
+    def watch_csp(self) -> None:
+        """From now on, keep what the page's Content-Security-Policy refuses."""
+        self.d.execute_script(_CSP_LISTENER)
+
+    def csp_refusals(self) -> list[str]:
+        """What the policy refused since ``watch_csp``, by its listener and by the console."""
+        heard: list[str] = self.d.execute_script("return window.cspRefusals") or []
+        said = [
+            e["message"]
+            for e in self.d.get_log("browser")
+            if "Content Security Policy" in e["message"]
+            or "Content-Security-Policy" in e["message"]
+        ]
+        return heard + said
+
     def rows(self) -> list[str]:
         return self.attr("#session-table tbody tr", "data-session")
 
@@ -105,21 +120,6 @@ class SessionPage(SessionsPage):
                 f"waited for {what}; the terminal says {status}, shows {self.screen()}; "
                 f"the console: {console}"
             ) from e
-
-    def watch_csp(self) -> None:
-        """From now on, keep what the page's Content-Security-Policy refuses."""
-        self.d.execute_script(_CSP_LISTENER)
-
-    def csp_refusals(self) -> list[str]:
-        """What the policy refused since ``watch_csp``, by its listener and by the console."""
-        heard: list[str] = self.d.execute_script("return window.cspRefusals") or []
-        said = [
-            e["message"]
-            for e in self.d.get_log("browser")
-            if "Content Security Policy" in e["message"]
-            or "Content-Security-Policy" in e["message"]
-        ]
-        return heard + said
 
     def open(self, session_id: str) -> None:
         self.d.execute_script("location.hash = arguments[0]", f"#/sessions/{session_id}")
