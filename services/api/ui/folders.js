@@ -5,7 +5,7 @@
 // an attachment, never a page of this origin), remove, rename, and upload in chunks with
 // progress and resume (upload.js). Every name is set as text, never parsed as HTML.
 
-import { Refused, send, stat } from "./upload.js";
+import { Refused, fileUrl, send, stat } from "./upload.js";
 
 const $ = (selector) => document.querySelector(selector);
 const page = { ctx: null, folder: null, dir: "", folders: [], busy: false, choice: null };
@@ -102,24 +102,26 @@ function fileRow(entry, f) {
   if (entry.kind === "dir") {
     link = el("a", { href: hashOf(f.id, path), class: "dir" }, `${entry.name}/`);
   } else {
-    const url = `/v1/vfolders/${encodeURIComponent(f.id)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+    const url = fileUrl(f.id, path);
     link = el("a", { href: url, download: entry.name, class: "download" }, entry.name);
   }
-  const writes = f.access === "rw";
+  const act = (name, onclick) => (f.access === "rw"
+    ? el("button", { type: "button", class: name, onclick }, name) : null);
   return el("tr", { "data-name": entry.name, "data-kind": entry.kind },
     el("td", { class: "name" }, link),
     el("td", { class: "size" }, entry.kind === "dir" ? "" : bytes(entry.size)),
     el("td", { class: "at" }, entry.mtime.replace("T", " ").slice(0, 19)),
     el("td", { class: "act" },
-      writes ? el("button", { type: "button", class: "rename", onclick: () => rename(f, path) }, "rename") : null,
-      writes ? el("button", { type: "button", class: "remove", onclick: () => remove(f, path, entry.kind) }, "remove") : null));
+      act("rename", () => rename(f, path)), act("remove", () => remove(f, path, entry.kind))));
 }
 
 function crumbs(f) {
   const { el } = page.ctx;
   const parts = page.dir ? page.dir.split("/") : [];
   const links = [el("a", { href: hashOf(f.id, "") }, f.name)];
-  parts.forEach((p, i) => links.push(" / ", el("a", { href: hashOf(f.id, parts.slice(0, i + 1).join("/")) }, p)));
+  parts.forEach((p, i) => {
+    links.push(" / ", el("a", { href: hashOf(f.id, parts.slice(0, i + 1).join("/")) }, p));
+  });
   $("#folder-path").replaceChildren(...links);
 }
 
@@ -127,7 +129,8 @@ async function loadFiles() {
   const f = page.folders.find((x) => x.id === page.folder);
   if (!f) throw new Error(`no folder ${page.folder} of yours or shared with you`);
   $("#folder-title-name").textContent = f.name;
-  $("#folder-access").textContent = f.access ? `you may ${f.access === "rw" ? "read and write" : "read"}` : "you manage it";
+  const may = { rw: "you may read and write", ro: "you may read" };
+  $("#folder-access").textContent = may[f.access] || "you manage it (share it to read it)";
   $("#upload-form").hidden = f.access !== "rw";
   crumbs(f);
   if (!f.access) return;
@@ -142,7 +145,7 @@ async function remove(f, path, kind) {
   if (!window.confirm(`Remove ${path}${kind === "dir" ? " and all it holds" : ""}?`)) return;
   const q = kind === "dir" ? "?recursive=true" : "";
   try {
-    await page.ctx.call("DELETE", `/v1/vfolders/${encodeURIComponent(f.id)}/files/${path.split("/").map(encodeURIComponent).join("/")}${q}`);
+    await page.ctx.call("DELETE", `${fileUrl(f.id, path)}${q}`);
     await loadFiles();
   } catch (e) { problem(e); }
 }
@@ -166,7 +169,8 @@ async function share(ev) {
   const kind = $("#share-kind").value;
   const body = { [kind]: who, access: $("#share-access").value, request_id: requestId() };
   try {
-    const answer = await page.ctx.call("POST", `/ui/vfolders/${encodeURIComponent(page.folder)}/share`, body);
+    const url = `/ui/vfolders/${encodeURIComponent(page.folder)}/share`;
+    const answer = await page.ctx.call("POST", url, body);
     said(out, answer, `shared with ${kind} ${who} (${body.access})`);
     await loadFolders();
   } catch (e) {
@@ -218,7 +222,8 @@ async function upload(ev) {
     });
     shown(file.size, file.size);
     status.className = "ok";
-    status.textContent = `${path}: ${bytes(done.size)} uploaded` + (offset ? `, resumed after ${bytes(offset)}` : "");
+    const resumed = offset ? `, resumed after ${bytes(offset)}` : "";
+    status.textContent = `${path}: ${bytes(done.size)} uploaded${resumed}`;
     await loadFolders();
     await loadFiles();
   } catch (e) {

@@ -15,8 +15,10 @@ export class Refused extends Error {
   }
 }
 
-function fileUrl(folder, path) {
-  return `/v1/vfolders/${encodeURIComponent(folder)}/files/${path.split("/").map(encodeURIComponent).join("/")}`;
+// The storage route of file `path` (slash-separated) of folder `folder`, each name quoted.
+export function fileUrl(folder, path) {
+  const names = path.split("/").map(encodeURIComponent).join("/");
+  return `/v1/vfolders/${encodeURIComponent(folder)}/files/${names}`;
 }
 
 // What the server holds of `path`: { size, partial } (null: none).
@@ -59,12 +61,13 @@ export async function send({ folder, path, file, offset, replace, csrf, progress
   let cuts = 0;
   do {
     const end = Math.min(at + CHUNK, file.size);
-    const params = new URLSearchParams({ offset: at, total: file.size, replace: replace ? "true" : "false" });
+    const params = new URLSearchParams({ offset: at, total: file.size, replace: String(replace) });
     const url = `${fileUrl(folder, path)}?${params}`;
     const start = at;
     progress(start, start);
     try {
-      const answer = await putChunk(url, file.slice(start, end), csrf, (n) => progress(start + n, null));
+      const blob = file.slice(start, end);
+      const answer = await putChunk(url, blob, csrf, (n) => progress(start + n, null));
       cuts = 0;
       if (answer.partial === null || answer.partial === undefined) return answer;
       at = answer.partial;
