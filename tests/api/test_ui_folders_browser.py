@@ -1,7 +1,8 @@
 """The Folders page in a real headless browser, as a researcher uses it: a folder name the
 registrar refuses is refused inline with its reason, shown as text; a folder created;
 a file uploaded in chunks with its progress shown, after an earlier upload of it was cut
-(the page offers to resume it, and sends only the rest); the file listed, downloaded by
+(the page offers to resume it, and sends only the rest), and one whose network is cut
+mid-upload goes on by itself from what the server holds; the file listed, downloaded by
 its link (the same bytes), a hostile file name shown as text; the folder shared
 read-only with bob, who then sees it and its files and no upload form. A screenshot is
 saved and its path printed (docs/ui-folders.png is one)."""
@@ -96,6 +97,48 @@ def _alice(w: UiWorld, driver: "WebDriver", tmp: Path, downloads: Path) -> None:
     assert page.csp_refusals() == []  # not one refusal of the Content-Security-Policy
 
 
+# upload.js's own ``send``, in the page, with the network cut once: the second chunk's
+# request fails before a byte of it goes (as a dropped connection). The page is to ask
+# the server where the upload stands and go on from there.
+_CUT_ONCE = """
+const [folder, done] = arguments;
+(async () => {
+  const { send, CHUNK } = await import("/ui/assets/upload.js");
+  const csrf = (await (await fetch("/ui/session")).json()).csrf;
+  const file = new File([new Uint8Array(CHUNK + 1000).map((_, i) => i % 251)], "cut.bin");
+  const open = XMLHttpRequest.prototype.open;
+  const realSend = XMLHttpRequest.prototype.send;
+  let cuts = 0;
+  XMLHttpRequest.prototype.open = function (method, url) {
+    this.target = url;
+    return open.call(this, method, url);
+  };
+  XMLHttpRequest.prototype.send = function (body) {
+    if (this.target.includes(`offset=${CHUNK}&`) && !cuts++) {
+      setTimeout(() => this.onerror(), 0);
+      return;
+    }
+    return realSend.call(this, body);
+  };
+  const starts = [];
+  const answer = await send({ folder, path: "cut.bin", file, offset: 0, replace: false, csrf,
+    progress: (sent, start) => { if (start !== null) starts.push(start); } });
+  XMLHttpRequest.prototype.open = open;
+  XMLHttpRequest.prototype.send = realSend;
+  return { size: answer.size, starts, cuts };
+})().then(done, (e) => done({ error: String(e) }));
+"""
+
+
+def _cut_mid_upload(w: UiWorld, driver: "WebDriver", folder: str) -> None:
+    got = driver.execute_async_script(_CUT_ONCE, folder)
+    # The second chunk tried again from where the server stood: nothing sent twice.
+    assert got == {"size": CHUNK + 1000, "starts": [0, CHUNK, CHUNK], "cuts": 2}, got
+    http, _ = w.sign_in("alice")
+    r = http.get(f"/v1/vfolders/{folder}/files/cut.bin")
+    assert r.content == bytes(i % 251 for i in range(CHUNK + 1000))
+
+
 def _bob(w: UiWorld, driver: "WebDriver") -> None:
     from selenium.webdriver.common.by import By
 
@@ -105,7 +148,7 @@ def _bob(w: UiWorld, driver: "WebDriver") -> None:
     assert list(page.folders()) == ["data"]
     assert page.css("#folder-table td.access") == ["ro"]
     page.open("data")
-    assert set(page.files()) == {"weights.bin", HOSTILE}
+    assert set(page.files()) == {"weights.bin", "cut.bin", HOSTILE}
     assert not driver.find_element(By.ID, "upload-form").is_displayed()  # read-only
     assert not driver.find_elements(By.CSS_SELECTOR, "#file-table button.remove")
 
@@ -122,6 +165,8 @@ def test_a_researcher_creates_uploads_downloads_and_shares_a_folder(
     try:
         _alice(w, driver, tmp_path, downloads)
         driver.save_screenshot(str(shot))
+        driver.set_script_timeout(60)
+        _cut_mid_upload(w, driver, FoldersPage(driver, w.url).folders()["data"])
     finally:
         driver.quit()
     driver = chrome(tmp_path / "bob", WIDTH, HEIGHT)
