@@ -120,7 +120,7 @@ def create_app(
     export_routes.mount(app, query, utc)
     health_routes.mount(app, query, health or tuple, snapshots)
     console.mount(app)
-    ui.mount(app, query, door, source.wait_beyond, stop)
+    ui.mount(app, query, door, source.wait_beyond, stop, source.tenancy)
     return app
 
 

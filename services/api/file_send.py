@@ -2,9 +2,15 @@
 path opened again. One byte range (``Range: bytes=N-``, ``N-M``, ``-K``) is answered
 206; several, or a malformed header, get the whole file (a server may ignore Range); a
 range past the end gets 416.
+
+A file is sent as an attachment (``Content-Disposition``, its name encoded), typed
+``application/octet-stream`` with ``nosniff``, under a Content-Security-Policy that
+sandboxes it and lets it load nothing: a folder's file is its writer's, so an HTML file
+opened by a link of the web UI is saved, never run as a page of the UI's origin.
 """
 
 import os
+import urllib.parse
 from collections.abc import AsyncIterator
 from email.utils import formatdate
 
@@ -14,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from services.ports import OpenFile
 
-__all__ = ["send_file"]
+__all__ = ["inert", "send_file"]
 
 _CHUNK = 256 * 1024
 
@@ -68,11 +74,22 @@ def _range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, end
 
 
-def send_file(opened: OpenFile, range_header: str | None) -> Response:
-    """The response that sends ``opened`` (and closes its descriptor)."""
+def inert(name: str) -> dict[str, str]:
+    """The headers that make file ``name`` a download that no browser renders or runs."""
+    quoted = urllib.parse.quote(name[-255:], safe="")
+    return {
+        "content-disposition": f"attachment; filename*=UTF-8''{quoted}",
+        "x-content-type-options": "nosniff",
+        "content-security-policy": "default-src 'none'; sandbox",
+    }
+
+
+def send_file(opened: OpenFile, range_header: str | None, name: str) -> Response:
+    """The response that sends ``opened``, called ``name`` (and closes its descriptor)."""
     headers = {
         "accept-ranges": "bytes",
         "last-modified": formatdate(opened.mtime, usegmt=True),
+        **inert(name),
     }
     try:
         wanted = _range(range_header, opened.size)

@@ -452,10 +452,16 @@ class FileStat(BaseModel):
 
 
 class Uploaded(BaseModel):
-    """What an upload left: the file's size, and the folder's bytes against its quota."""
+    """What an upload left: the file's size (or, after a chunk short of the file's total,
+    the bytes held so far), and the folder's bytes against its quota."""
 
     path: str
-    size: int
+    size: int | None = Field(description="the file's size; null: not whole yet (a chunk)")
+    partial: int | None = Field(
+        default=None,
+        description="after a chunk: the bytes held aside so far (where the next chunk "
+        "starts); null: the file is whole",
+    )
     folder_bytes: int
     quota_bytes: int | None
 

@@ -24,6 +24,8 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
 - the administrators' writes (``/ui/admin/...``): a domain admin's or a superadmin's
   browser session, with its CSRF token (``ui_admin.py``); the registrar then judges each
   as it judges the CLI's.
+- a folder's creation and sharing: ``ui_folders.py`` (its files: the storage service's
+  routes, ``vfolder_routes.py``, each write with the CSRF token as every cookie write).
 
 The launch form reads ``/v1/launch-options`` (``launch_routes.py``), a read API route as
 any other: the CLI or a script may read the same.
@@ -39,13 +41,14 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from services.api import models, ui_admin, ui_apps, ui_launch, ui_session
+from services.api import models, ui_admin, ui_apps, ui_folders, ui_launch, ui_session
 from services.api.auth import Refused
 from services.api.browser import COOKIE, MAX_AGE_S
 from services.api.guard import Browser, Guard, identity, same_origin_problem
 from services.api.params import NOT_FOUND, Ask
 from services.api.session_routes import one_session
 from services.api.ui_launch import acting_errors
+from services.domain.tenancy.model import Tenancy
 
 __all__ = ["ASSETS", "SECURITY_HEADERS", "SecurityHeaders", "mount"]
 
@@ -63,6 +66,8 @@ ASSETS = {
     "terminal.js": _JS,
     "admin.js": _JS,
     "apps.js": _JS,
+    "folders.js": _JS,
+    "upload.js": _JS,
     "vendor/xterm.mjs": _JS,
     "vendor/addon-fit.mjs": _JS,
     "vendor/xterm.css": _CSS,
@@ -131,9 +136,11 @@ def mount(
     guard: Guard,
     moved: Callable[[int], Awaitable[int]],
     stop: anyio.Event,
+    tenancy: Callable[[], Tenancy],
 ) -> None:
     """The UI's routes on ``app``, its browser sessions kept by ``guard``; ``moved(seq)``
-    returns once the projections are past ``seq``; its streams end on ``stop``."""
+    returns once the projections are past ``seq``; its streams end on ``stop``;
+    ``tenancy``: the tenancy as folded now (whose folders are whose)."""
     app.add_middleware(SecurityHeaders)
     _pages(app)
     _sign_in_out(app, guard)
@@ -142,6 +149,7 @@ def mount(
     ui_admin.mount(app, query, guard, moved)
     ui_session.mount(app, query, guard, stop)
     ui_apps.mount(app, query, guard)
+    ui_folders.mount(app, query, guard, moved, tenancy)
 
 
 def _pages(app: FastAPI) -> None:

@@ -6,14 +6,20 @@ tenancy's, changed only by events; these routes move bytes, and say what a folde
 - ``GET /v1/vfolders``: the folders the viewer may use or manage (``?trash=true``: those
   in the trash it manages);
 - ``GET /v1/vfolders/{id}/files?path=DIR`` and ``GET .../stat?path=FILE``;
-- ``PUT /v1/vfolders/{id}/files/{path}?offset=N``: the body written into the file from
-  ``N``: 0 starts anew, any other ``N`` resumes an upload that stopped there. The bytes go
-  to a hidden file beside it, which takes the file's name, whole, once the body has all
-  come (an existing file is replaced only with ``replace=true``). A client that goes away
-  leaves that hidden file to resume from; a refusal leaves nothing. The folder's quota is
-  checked as bytes come: past it, the answer is 413. Uploads into one folder take turns
-  (one process).
+- ``PUT /v1/vfolders/{id}/files/{path}?offset=N&total=T``: the body written into the file
+  from ``N``: 0 starts anew, any other ``N`` resumes an upload that stopped there (``stat``
+  says where: any other ``N`` is refused, 409). The bytes go to a hidden file beside it,
+  which takes the file's name, whole, once the body has all come, or, with ``total``, once
+  the file's ``T`` bytes have all come: a body that ends short of ``T`` is one chunk, kept
+  aside for the next (the web UI sends a file so, in chunks); a body past ``T`` is
+  refused (400). An existing file is replaced only with ``replace=true``, and only by a
+  whole upload. A client that goes away leaves that hidden file to resume from; a
+  refusal leaves nothing. The folder's quota is checked as bytes come (and against ``T``
+  before any): past it, the answer is 413. Uploads into one folder take turns (one
+  process).
 - ``GET /v1/vfolders/{id}/files/{path}``: the file, with ``Range`` for a resumed download;
+  always as an attachment of no type a browser would run (``file_send.py``): a folder's
+  HTML is never a page of this origin;
 - ``DELETE /v1/vfolders/{id}/files/{path}?recursive=``, ``POST .../move?path=&to=``.
 
 Every path is resolved by the store beneath the folder, never through a link, under the
@@ -47,7 +53,7 @@ from services.domain.tenancy.model import Tenancy, User, Vfolder
 from services.domain.tenancy.vfolders import access_of, manages
 from services.ports import EventLog, FolderError, FolderStore, LogError, Upload
 
-__all__ = ["Storage", "mount"]
+__all__ = ["Storage", "mount", "seen_folder"]
 
 log = structlog.get_logger()
 PathQuery = Annotated[str, Query(max_length=4096, description="relative to the folder")]
@@ -147,6 +153,16 @@ def _folder(t: Tenancy, viewer: Viewer, vfolder_id: str, need: str) -> Vfolder:
     if access is None or (need == "rw" and access != "rw"):
         verb = "write" if need == "rw" else "read"
         raise HTTPException(403, f"user {who.user} may not {verb} folder {f.name} ({f.vfolder_id})")
+    return f
+
+
+def seen_folder(t: Tenancy, viewer: Viewer, vfolder_id: str) -> Vfolder:
+    """The live folder ``vfolder_id`` if ``viewer`` sees it in ``GET /v1/vfolders`` (it may
+    use or manage it). Raises HTTPException (404: no such folder, or none of those)."""
+    who = _user(t, viewer)
+    f = t.vfolders.get(vfolder_id)
+    if f is None or f.state != "live" or not (access_of(who, f) or manages(t, who, f)):
+        raise HTTPException(404, f"no folder {vfolder_id!r}")
     return f
 
 
@@ -257,19 +273,28 @@ def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy])
         viewer: Who,
         offset: Annotated[int, Query(ge=0, description="0, or where a stopped upload resumes")] = 0,
         replace: Annotated[bool, Query(description="replace a file that exists")] = False,
+        total: Annotated[
+            int | None, Query(ge=0, description="the whole file's bytes: the body is a chunk")
+        ] = None,
     ) -> models.Uploaded:
         """Write the body into file ``path`` from ``offset`` (see the module's docstring)."""
         f = _folder(tenancy(), viewer, vfolder_id, "rw")
+        if total is not None and total < offset:
+            raise HTTPException(400, f"total {total} is less than offset {offset}")
         async with storage.turn(f.vfolder_id):
             used, _ = await _in_thread(storage.files.scan, f)
             up: Upload = await _in_thread(storage.files.upload, f, path, offset, replace)
             # What the folder holds without this upload's file (what it replaces, and what
             # an earlier upload into it left, both counted in ``used``).
             held = used - up.replaced - up.partial
-            size = await _receive(up, request, f, held, offset)
+            size, partial = await _receive(up, request, f, held, offset, total)
             folder_bytes, _ = await storage.scanned(f)
         return models.Uploaded(
-            path=path, size=size, folder_bytes=folder_bytes, quota_bytes=f.quota_bytes
+            path=path,
+            size=size,
+            partial=partial,
+            folder_bytes=folder_bytes,
+            quota_bytes=f.quota_bytes,
         )
 
     @app.get(
@@ -282,7 +307,7 @@ def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy])
         """The file; a ``Range: bytes=N-`` request gets the rest from ``N`` (206)."""
         f = _folder(tenancy(), viewer, vfolder_id, "ro")
         opened = await _in_thread(storage.files.open_read, f, path)
-        return send_file(opened, request.headers.get("range"))
+        return send_file(opened, request.headers.get("range"), path.rsplit("/", 1)[-1])
 
     @app.delete(
         "/v1/vfolders/{vfolder_id}/files/{path:path}", tags=["vfolders"], responses=_REFUSED
@@ -317,24 +342,33 @@ def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy])
         return models.Moved(path=path, to=to)
 
 
-async def _receive(up: Upload, request: Request, f: Vfolder, held: int, offset: int) -> int:
-    """The request's body written by ``up`` from ``offset`` and put in place; the file's
-    size. Past the folder's quota (``held``: what it holds besides this file) the upload
-    is undone and refused (413). A client gone, or the server stopping, leaves what came
-    for a resume; any other failure undoes it."""
+async def _receive(
+    up: Upload, request: Request, f: Vfolder, held: int, offset: int, total: int | None
+) -> tuple[int | None, int | None]:
+    """The request's body written by ``up`` from ``offset``, and put in place once the
+    file is whole (its ``total`` bytes come; no ``total``: the body is the rest): the
+    file's size, or, for a chunk short of ``total``, None and the bytes kept aside. Past
+    the folder's quota (``held``: what it holds besides this file) the upload is undone
+    and refused (413), as is a body past ``total`` (400). A client gone, or the server
+    stopping, leaves what came for a resume; any other failure undoes it."""
     room = None if f.quota_bytes is None else f.quota_bytes - held - offset
+    wanted = None if total is None else total - offset
     declared = request.headers.get("content-length", "")
     written = 0
     try:
-        if room is not None and declared.isdigit() and int(declared) > room:
-            raise HTTPException(413, _over(f, held + offset, int(declared)))
+        _refuse_early(f, held + offset, room, wanted, int(declared) if declared.isdigit() else None)
         async for chunk in request.stream():
             written += len(chunk)
             if room is not None and written > room:
                 raise HTTPException(413, _over(f, held + offset, written))
+            if wanted is not None and written > wanted:
+                raise HTTPException(400, _past(offset, written, total))
             await _in_thread(up.write, chunk)
+        if wanted is not None and written < wanted:
+            await anyio.to_thread.run_sync(up.keep)  # a chunk: the next one goes on
+            return None, offset + written
         size: int = await _in_thread(up.commit)
-        return size
+        return size, None
     except ClientDisconnect as e:
         await anyio.to_thread.run_sync(up.keep)
         # Nobody reads this answer; the log does.
@@ -347,6 +381,23 @@ async def _receive(up: Upload, request: Request, f: Vfolder, held: int, offset: 
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(up.discard)
         raise
+
+
+def _refuse_early(
+    f: Vfolder, used: int, room: int | None, wanted: int | None, declared: int | None
+) -> None:
+    """Refuse, before a byte is written, an upload whose declared length (or the file's
+    whole rest, ``wanted``) would pass the quota (413), or a body longer than that rest
+    (400)."""
+    for more in (wanted, declared):
+        if room is not None and more is not None and more > room:
+            raise HTTPException(413, _over(f, used, more))
+    if wanted is not None and declared is not None and declared > wanted:
+        raise HTTPException(400, f"a body of {declared} bytes passes the file's total")
+
+
+def _past(offset: int, written: int, total: int | None) -> str:
+    return f"the body passes the file's total ({total} bytes) at {offset + written}"
 
 
 def _over(f: Vfolder, used: int, more: int) -> str:

@@ -281,7 +281,13 @@ def upload(
     with api_errors():
         there = api.get(f"/v1/vfolders/{f['id']}/stat", {"path": path})
     offset = _upload_offset(path, there["size"], there.get("partial"), length, resume, replace)
-    params = {"offset": offset, "replace": "true" if there["size"] is not None else None}
+    # The file's total said, as the web UI says it with each chunk: one route, one rule
+    # (the file appears once its ``length`` bytes are there, never a shorter one).
+    params = {
+        "offset": offset,
+        "total": length,
+        "replace": "true" if there["size"] is not None else None,
+    }
     bar, task = _progress(f"{path}", length, offset)
     with open(local, "rb") as source, bar, api_errors():
         source.seek(offset)

@@ -4,11 +4,11 @@
 access key as user, its secret as password, replies in the user's own inbox), so the
 servers and the gatekeeper give this connection the user's permissions and no more. Its
 requests go to the intake on the user's own subject, as ``fgpu session create``, ``fgpu
-session rm`` and ``fgpu admin ...`` send them (``services.client.Client``); it asks a
-session's agent for its logs as ``fgpu session logs`` does, opens a terminal as ``fgpu
-session shell`` does and a connection to an app as ``fgpu session app`` does
-(``services.actors.user_channels``): the agent sees the user's key, judges it, and writes
-each opening and closing on the log.
+session rm``, ``fgpu admin ...`` and ``fgpu vfolder create|share`` send them
+(``services.client.Client``); it asks a session's agent for its logs as ``fgpu session
+logs`` does, opens a terminal as ``fgpu session shell`` does and a connection to an app as
+``fgpu session app`` does (``services.actors.user_channels``): the agent sees the user's
+key, judges it, and writes each opening and closing on the log.
 """
 
 from collections.abc import AsyncIterator

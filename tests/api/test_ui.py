@@ -206,6 +206,8 @@ ROUTES: dict[tuple[str, str], str] = {
     # tests/e2e/test_ui_apps.py, which also tries every refusal of the apps origin).
     ("GET", "/ui/sessions/{session_id}/apps"): "holder",
     ("POST", "/ui/sessions/{session_id}/apps/{service}/ticket"): "holder",
+    ("POST", "/ui/vfolders"): "holder",  # a folder: the user's own (test_ui_folders.py)
+    ("POST", "/ui/vfolders/{vfolder_id}/share"): "holder",  # a folder the viewer sees
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -250,6 +252,7 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
         "{access_key}": w.keys["alice"][0],
         "{name}": "small",
         "{service}": "web",
+        "{vfolder_id}": "vf-of-nobody-bob-sees",
     }
     before = w.last_seq()
     for (method, path), who in ROUTES.items():
@@ -259,8 +262,9 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
             assert anonymous.status_code in (200, 422), (method, path, anonymous.text)
             continue
         assert anonymous.status_code == 401, (method, path, anonymous.text)
-        if "{session_id}" in path:  # bob's own session, written, is bob's: alice's is not
-            foreign = bob.request(method, url, headers={"Origin": w.url, "X-CSRF-Token": csrf})
+        if "{session_id}" in path or "{vfolder_id}" in path:  # alice's: not bob's
+            mine = {"Origin": w.url, "X-CSRF-Token": csrf}
+            foreign = bob.request(method, url, headers=mine, json={} if method == "POST" else None)
             assert foreign.status_code == 404, (method, path, foreign.text)
         if who == "admin":  # a user administers nothing: refused before anything is sent
             user = bob.request(method, url, headers={"Origin": w.url, "X-CSRF-Token": csrf})

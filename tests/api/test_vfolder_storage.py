@@ -66,6 +66,7 @@ async def test_the_owner_writes_a_reader_reads_and_others_are_refused(api: Api) 
     assert r.json() == {
         "path": "runs/1/out.txt",
         "size": 10,
+        "partial": None,
         "folder_bytes": 10,
         "quota_bytes": 100,
     }

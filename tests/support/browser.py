@@ -34,11 +34,12 @@ def browser_or_skip() -> None:
     pytest.skip(why + " (set FGPU_REQUIRE_BROWSER=1 to make this a failure)")
 
 
-def chrome(tmp: Path, width: int, height: int) -> "WebDriver":
+def chrome(tmp: Path, width: int, height: int, downloads: Path | None = None) -> "WebDriver":
     """A headless Chromium of its own profile under ``tmp``, its window ``width`` x
     ``height``; what its pages' consoles say is kept for ``driver.get_log("browser")`` (a
-    Content-Security-Policy's refusals among it). Set SE_OFFLINE=true first: selenium must
-    never fetch a driver."""
+    Content-Security-Policy's refusals among it); what it downloads goes to
+    ``downloads``, unasked. Set SE_OFFLINE=true first: selenium must never fetch a
+    driver."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -59,7 +60,17 @@ def chrome(tmp: Path, width: int, height: int) -> "WebDriver":
         f"--window-size={width},{height}",
     ):
         options.add_argument(arg)
-    return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    if downloads is not None:
+        prefs = {
+            "download.default_directory": str(downloads),
+            "download.prompt_for_download": False,
+        }
+        options.add_experimental_option("prefs", prefs)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    if downloads is not None:  # headless, a download is refused unless allowed so
+        allow = {"behavior": "allow", "downloadPath": str(downloads)}
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", allow)
+    return driver
 
 
 @contextmanager

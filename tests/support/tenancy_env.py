@@ -244,6 +244,8 @@ async def start_actors(
             await tg.start(run_scheduler, conn.log, conn.bus)
         elif kind == "domain-feed":
             await tg.start(run_domain_feed, conn)
+        elif kind == "api":
+            pass  # the read API's own key: its caller serves the API on it
         elif kind.startswith("agent:"):
             agent = agent_config(kind.partition(":")[2])
             # As ``fgpu agent`` keeps ended sessions' output: under $FGPU_HOME.

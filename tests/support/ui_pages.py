@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-__all__ = ["AdminPage", "SessionPage", "SessionsPage"]
+__all__ = ["AdminPage", "FoldersPage", "SessionPage", "SessionsPage"]
 
 
 class SessionsPage:
@@ -41,6 +41,21 @@ class SessionsPage:
 
         found = self.d.find_elements(By.CSS_SELECTOR, selector)
         return [e.get_attribute(name) or "" for e in found]
+
+    def watch_csp(self) -> None:
+        """From now on, keep what the page's Content-Security-Policy refuses."""
+        self.d.execute_script(_CSP_LISTENER)
+
+    def csp_refusals(self) -> list[str]:
+        """What the policy refused since ``watch_csp``, by its listener and by the console."""
+        heard: list[str] = self.d.execute_script("return window.cspRefusals") or []
+        said = [
+            e["message"]
+            for e in self.d.get_log("browser")
+            if "Content Security Policy" in e["message"]
+            or "Content-Security-Policy" in e["message"]
+        ]
+        return heard + said
 
     def rows(self) -> list[str]:
         return self.attr("#session-table tbody tr", "data-session")
@@ -105,21 +120,6 @@ class SessionPage(SessionsPage):
                 f"waited for {what}; the terminal says {status}, shows {self.screen()}; "
                 f"the console: {console}"
             ) from e
-
-    def watch_csp(self) -> None:
-        """From now on, keep what the page's Content-Security-Policy refuses."""
-        self.d.execute_script(_CSP_LISTENER)
-
-    def csp_refusals(self) -> list[str]:
-        """What the policy refused since ``watch_csp``, by its listener and by the console."""
-        heard: list[str] = self.d.execute_script("return window.cspRefusals") or []
-        said = [
-            e["message"]
-            for e in self.d.get_log("browser")
-            if "Content Security Policy" in e["message"]
-            or "Content-Security-Policy" in e["message"]
-        ]
-        return heard + said
 
     def open(self, session_id: str) -> None:
         self.d.execute_script("location.hash = arguments[0]", f"#/sessions/{session_id}")
@@ -240,3 +240,63 @@ class AdminPage(SessionPage):
         Select(self.d.find_element(By.ID, "admin-policy-level")).select_by_value(level)
         self._fill({"admin-policy-target": target, "admin-policy-fgpu": fgpu})
         self.d.find_element(By.ID, "admin-policy-go").click()
+
+
+class FoldersPage(SessionsPage):
+    """The Folders page (``#/folders``) and one folder's files, as a user sees them."""
+
+    def open_list(self) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "nav-folders").click()
+        self.until(lambda d: d.find_element(By.ID, "folder-list").is_displayed(), "the folders")
+        self.until(lambda d: d.execute_script("return document.body.dataset.folders"), "listed")
+
+    def folders(self) -> dict[str, str]:
+        """Each folder's id, by its name (shown, or the list hidden behind a folder's
+        files)."""
+        return dict(
+            zip(
+                self.attr("#folder-table td.name", "textContent"),
+                self.attr("#folder-table tbody tr", "data-folder"),
+                strict=True,
+            )
+        )
+
+    def create(self, name: str) -> str:
+        """Ask for folder ``name``; what the page then says."""
+        from selenium.webdriver.common.by import By
+
+        box = self.d.find_element(By.ID, "folder-name")
+        box.clear()
+        box.send_keys(name)
+        before = self.attr("#folder-create-result", "data-request-id")
+        self.d.find_element(By.ID, "folder-create-go").click()
+        self.until(
+            lambda d: self.attr("#folder-create-result", "data-request-id") != before,
+            f"an answer to creating {name!r}",
+        )
+        return self.css("#folder-create-result")[0]
+
+    def open(self, name: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        folder = self.folders()[name]
+        self.d.find_element(By.CSS_SELECTOR, f'tr[data-folder="{folder}"] a.open').click()
+        self.until(
+            lambda d: d.execute_script("return document.body.dataset.filesShown") == f"{folder}/",
+            f"folder {name}'s files",
+        )
+
+    def files(self) -> list[str]:
+        return self.attr("#file-table tbody tr", "data-name")
+
+    def share(self, user: str, access: str) -> str:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        self.d.find_element(By.ID, "share-who").send_keys(user)
+        Select(self.d.find_element(By.ID, "share-access")).select_by_value(access)
+        self.d.find_element(By.ID, "share-go").click()
+        self.until(lambda d: self.attr("#share-result", "data-request-id") != [""], "an answer")
+        return self.css("#share-result")[0]

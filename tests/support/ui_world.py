@@ -28,15 +28,17 @@ from events import subjects as subj
 from services.actors.bootstrap import system_applied
 from services.adapters.nats_connection import nats_connection
 from services.adapters.system_clock import SystemClock
+from services.adapters.vfolder_files import FolderFiles
 from services.api.serve import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.ports import ContainerRuntime
 from services.wiring.acting import acting_on
 from services.wiring.identity import Identity
+from services.wiring.parts import connected
 from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
-__all__ = ["CLUSTER", "PEOPLE", "RUNNING_SERVICES", "SLIVER", "UiWorld", "ui_world"]
+__all__ = ["CLUSTER", "FOLDERS", "PEOPLE", "RUNNING_SERVICES", "SLIVER", "UiWorld", "ui_world"]
 
 PEOPLE = ("alice", "bob", "mallory")
 # The actors of a whole cluster: agent a1 has one mock GPU worth 2 fGPU (agent_config's).
@@ -46,6 +48,8 @@ SMALL = Slots(cpu=100, mem=1 << 28, fgpu=50)
 SLIVER = Slots(cpu=100, mem=1 << 28, fgpu=1)
 # The actors that run sessions: with these, a world's sessions reach RUNNING on agent a1.
 RUNNING_SERVICES = ("intake", "registrar", "quota", "scheduler", "agent:a1")
+# The actors that answer folders' requests (created, shared): the registrar's.
+FOLDERS = ("intake", "registrar")
 Runtime = Callable[[], AbstractAsyncContextManager[ContainerRuntime]]
 
 
@@ -176,10 +180,13 @@ async def _run(
     db: Path,
     services: tuple[str, ...],
     runtime: Runtime | None,
+    vfolders: Path | None,
     *,
     task_status: TaskStatus[tuple[Secured, ReadApi, dict[str, Any]]],
 ) -> None:
-    async with secured_cluster(services=services) as c, AsyncExitStack() as stack:
+    # The storage service appends its scans as the read API's own service key may.
+    keys_of = (*services, "api") if vfolders is not None else services
+    async with secured_cluster(services=keys_of) as c, AsyncExitStack() as stack:
         keys = {u: (new_access_key(), new_secret()) for u in PEOPLE}
         commands: list[AdminCommand] = []
         for user, (key, secret) in keys.items():
@@ -196,23 +203,37 @@ async def _run(
         # On an agent (RUNNING_SERVICES: one GPU), each asks for a sliver: all run.
         first = SLIVER if services == RUNNING_SERVICES or runtime is not None else SMALL
         sessions = {u: await _create(c, *keys[u], name=f"{u}-1", slots=first) for u in PEOPLE}
+        files, log = None, c.setup
+        if vfolders is not None:
+            files = stack.enter_context(FolderFiles(vfolders))
+            me = Identity(*c.services["api"])
+            log = (await stack.enter_async_context(connected(c.url, "fgpu-api", me))).log
         async with anyio.create_task_group() as tg:
-            serve = functools.partial(serve_read_api, act=acting_on(c.url), apps_port=0)
-            api = await tg.start(serve, c.setup, db)
+            serve = functools.partial(
+                serve_read_api, act=acting_on(c.url), apps_port=0, vfolders=files
+            )
+            api = await tg.start(serve, log, db)
             task_status.started((c, api, {"keys": keys, "sessions": sessions}))
             await anyio.sleep_forever()
 
 
 @contextmanager
 def ui_world(
-    tmp: Path, services: tuple[str, ...] = ("intake",), runtime: Runtime | None = None
+    tmp: Path,
+    services: tuple[str, ...] = ("intake",),
+    runtime: Runtime | None = None,
+    *,
+    vfolders: bool = False,
 ) -> Iterator[UiWorld]:
     """The world, its actors those of ``services`` (the intake alone: sessions are asked
     for and never judged; ``CLUSTER``: judged, placed and run on one agent whose one mock
     GPU is worth 2 fGPU; ``RUNNING_SERVICES``: the same with the registrar, on dummy
-    containers or ``runtime``'s)."""
+    containers or ``runtime``'s; ``FOLDERS``: the intake and the registrar, which answers
+    folders' requests). With ``vfolders``, the API is the storage service too, of folders
+    under ``tmp``."""
     with start_blocking_portal("asyncio") as portal:
-        run = functools.partial(_run, tmp / "p.duckdb", services, runtime)
+        where = tmp / "vfolders" if vfolders else None
+        run = functools.partial(_run, tmp / "p.duckdb", services, runtime, where)
         running, (c, api, made) = portal.start_task(run)
         world = UiWorld(api.url, made["keys"], made["sessions"], c, api, portal)
         try:

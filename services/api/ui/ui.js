@@ -6,6 +6,7 @@
 // (#/admin), linked from the header for administrators only.
 
 import * as adminPage from "./admin.js";
+import * as folderPage from "./folders.js";
 import * as sessionPage from "./session.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -70,9 +71,10 @@ function signedOut(why) {
   state.stream = null;
   sessionPage.hide();
   adminPage.hide();
+  folderPage.hide();
   $("#sessions").hidden = true;
+  $("#nav").hidden = true;
   $("#sign-out").hidden = true;
-  $("#nav-sessions").hidden = true;
   $("#nav-admin").hidden = true;
   $("#who").textContent = "";
   $("#sign-in").hidden = false;
@@ -84,39 +86,42 @@ function signedIn(session) {
   state.csrf = session.csrf;
   const who = session.identity;
   state.who = who;
-  $("#nav-sessions").hidden = false;
   $("#nav-admin").hidden = !adminPage.isAdministrator(who); // the routes refuse others too
   $("#who").textContent = `${who.user} (${who.role}, ${who.domain})`;
   $("#sign-in").hidden = true;
   $("#sign-in-error").textContent = "";
   $("#sign-out").hidden = false;
+  $("#nav").hidden = false;
   document.body.dataset.signedIn = who.user;
   state.offset = 0;
   route();
   load().then(follow);
 }
 
-// ---- which page: the list, one session (#/sessions/ID), or administration (#/admin) ----
+// ---- which page: the list, one session (#/sessions/ID), the folders (#/folders, one
+// folder's directory: #/folders/ID/DIR...), or administration (#/admin) ----------------
 
-const CTX = { call, el, Unauthorized, signedOut: (why) => signedOut(why) };
+const CTX = {
+  call, el, Unauthorized, signedOut: (why) => signedOut(why), csrf: () => state.csrf,
+};
 
 function route() {
   if (!state.csrf) return;
-  const match = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
+  const session = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
+  const folders = location.hash.match(/^#\/folders(?:\/([A-Za-z0-9_-]+)((?:\/[^/]+)*))?\/?$/);
   const admin = location.hash.match(/^#\/admin(?:\/([a-z]+))?$/);
-  if (match) {
-    $("#sessions").hidden = true;
-    adminPage.hide();
-    sessionPage.show(match[1], CTX);
-  } else if (admin) {
-    $("#sessions").hidden = true;
-    sessionPage.hide();
-    adminPage.show(CTX, state.who, admin[1]);
-  } else {
-    sessionPage.hide();
-    adminPage.hide();
-    $("#sessions").hidden = false;
+  const page = session ? "session" : folders ? "folders" : admin ? "admin" : "sessions";
+  document.body.dataset.page = page;
+  $("#sessions").hidden = page !== "sessions";
+  if (!session) sessionPage.hide();
+  if (!folders) folderPage.hide();
+  if (!admin) adminPage.hide();
+  if (session) sessionPage.show(session[1], CTX);
+  if (folders) {
+    const dir = (folders[2] || "").split("/").filter(Boolean).map(decodeURIComponent).join("/");
+    folderPage.show(folders[1] || null, dir, CTX);
   }
+  if (admin) adminPage.show(CTX, state.who, admin[1]);
 }
 
 async function signIn(ev) {
