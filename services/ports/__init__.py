@@ -19,6 +19,7 @@ from services.ports.bus import (
     ChannelReply,
     ExecReply,
     ExecRequest,
+    FollowRequest,
     Heartbeats,
     LogsReply,
     LogsRequest,
@@ -32,6 +33,7 @@ from services.ports.containers import (
     ContainerRuntime,
     ExecChannel,
     ExecResult,
+    OutputFollow,
     PullProgress,
 )
 from services.ports.domains import DomainFeed, ReaderConsumers
@@ -108,6 +110,7 @@ __all__ = [
     "FileState",
     "FolderError",
     "FolderStore",
+    "FollowRequest",
     "GpuProbe",
     "GpuProcess",
     "GpuProcessWatch",
@@ -130,6 +133,7 @@ __all__ = [
     "OomRefusal",
     "OpenFile",
     "OutcomeUnknown",
+    "OutputFollow",
     "OutputStore",
     "Pipe",
     "ProcessContainers",

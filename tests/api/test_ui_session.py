@@ -20,6 +20,7 @@ from events import (
 )
 from services.api import ui
 from services.api.browser import COOKIE
+from services.domain.channels import OUTPUT_ENDED
 from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 SAYS = ("sh", "-c", "echo hello-from-the-session; sleep infinity")
@@ -55,13 +56,36 @@ def _events(http: httpx.Client, path: str, until: str) -> list[tuple[str, dict[s
     raise AssertionError(f"the stream ended before {until!r}: {found}")
 
 
+def _text(found: list[tuple[str, dict[str, object]]]) -> str:
+    """The output the page shows: the pieces since the last reset."""
+    kinds = [k for k, _ in found]
+    start = len(kinds) - kinds[::-1].index("reset") if "reset" in kinds else 0
+    return "".join(str(d["text"]) for k, d in found[start:] if k == "output")
+
+
 def test_the_logs_are_the_users_own_sessions_output(w: UiWorld, running: str) -> None:
     alice, _ = w.sign_in("alice")
-    [(_, output)] = _events(alice, f"/ui/sessions/{running}/logs", until="output")
-    assert output["ok"] is True and output["logs"] == "hello-from-the-session\n", output
+    found = _events(alice, f"/ui/sessions/{running}/logs", until="output")
+    assert [k for k, _ in found] == ["reset", "output"], found
+    assert _text(found) == "hello-from-the-session\n", found
     bob, _ = w.sign_in("bob")
     assert bob.get(f"/ui/sessions/{running}/logs").status_code == 404
     assert httpx.get(f"{w.url}/ui/sessions/{running}/logs").status_code == 401
+
+
+def test_the_logs_follow_the_output_as_it_comes_and_end_with_the_session(w: UiWorld) -> None:
+    """One stream, opened before the second line is written: it brings that line when
+    it comes (no reload, no polling), then ends once the container has ended."""
+    says = ("sh", "-c", "echo first; sleep 1; echo second; sleep 1; exit 3")
+    sid = w.create("alice", name="follows", command=says, slots=SLIVER)
+    w.wait_until(sid, SessionRunning)
+    alice, _ = w.sign_in("alice")
+    found = _events(alice, f"/ui/sessions/{sid}/logs", until="end")
+    assert _text(found) == "first\nsecond\n", found
+    assert [k for k, _ in found].count("reset") == 1, found
+    assert found[-1][1]["reason"] == OUTPUT_ENDED, found
+    opened = [e for _, e in w.stored_since(0) if isinstance(e, SessionChannelOpened)]
+    assert any(e.session_id == sid and e.kind == "logs" for e in opened), opened
 
 
 def test_an_ended_sessions_logs_end(w: UiWorld) -> None:
@@ -69,8 +93,8 @@ def test_an_ended_sessions_logs_end(w: UiWorld) -> None:
     w.wait_until(sid, SessionTerminated)
     alice, _ = w.sign_in("alice")
     found = _events(alice, f"/ui/sessions/{sid}/logs", until="end")
-    assert [k for k, _ in found] == ["output", "end"], found
-    assert found[0][1]["logs"] == "bye\n" and found[1][1]["status"] == "TERMINATED", found
+    assert [k for k, _ in found] == ["reset", "output", "end"], found
+    assert _text(found) == "bye\n" and found[-1][1]["status"] == "TERMINATED", found
 
 
 def _ticket(w: UiWorld, http: httpx.Client, csrf: str, sid: str) -> httpx.Response:

@@ -43,24 +43,31 @@ export async function refresh() {
   }
 }
 
+// The output as the container writes it: `reset` starts it again from empty (each time
+// the stream opens, its EventSource reconnecting after a `problem` too), each `output`
+// appends a piece, `end` says the output has ended. Set as text: it is the container's.
 function followLogs(id) {
   const box = $("#session-logs");
   box.textContent = "";
   $("#logs-status").textContent = "asking its agent…";
   const stream = new EventSource(`/ui/sessions/${encodeURIComponent(id)}/logs`);
   page.logs = stream;
+  stream.addEventListener("reset", () => {
+    box.textContent = "";
+    $("#logs-status").textContent = "live";
+  });
   stream.addEventListener("output", (m) => {
-    const answer = JSON.parse(m.data);
     const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
-    box.textContent = answer.ok ? answer.logs : "";
-    $("#logs-status").textContent = answer.ok ? "live" : answer.error;
+    box.append(JSON.parse(m.data).text);
     if (atEnd) box.scrollTop = box.scrollHeight;
   });
   stream.addEventListener("problem", (m) => {
     $("#logs-status").textContent = JSON.parse(m.data).error;
   });
   stream.addEventListener("end", (m) => {
-    $("#logs-status").textContent = `the session ended (${JSON.parse(m.data).status})`;
+    const ended = JSON.parse(m.data);
+    $("#logs-status").textContent = `${ended.reason} (${ended.status})`;
+    document.body.dataset.logs = "ended";
     stream.close();
   });
   stream.onerror = () => {
@@ -87,6 +94,7 @@ async function openTerminal() {
 // Show session `id`; `ctx` holds the page's helpers (call, el, Unauthorized, signedOut).
 export function show(id, ctx) {
   hide();
+  document.body.dataset.logs = "";
   page.id = id;
   page.ctx = ctx;
   $("#session-id").textContent = id;
