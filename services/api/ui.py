@@ -56,6 +56,7 @@ ASSETS = {
     "ui.css": _CSS,
     "launch.js": _JS,
     "session.js": _JS,
+    "usage.js": _JS,
     "terminal.js": _JS,
     "vendor/xterm.mjs": _JS,
     "vendor/addon-fit.mjs": _JS,

@@ -19,8 +19,9 @@ from events import (
     SessionTerminated,
 )
 from services.api import ui
-from services.api.browser import COOKIE
+from services.api.browser import COOKIE, ShellRefused
 from services.domain.channels import OUTPUT_ENDED
+from services.wiring.acting import acting_on
 from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 SAYS = ("sh", "-c", "echo hello-from-the-session; sleep infinity")
@@ -86,6 +87,50 @@ def test_the_logs_follow_the_output_as_it_comes_and_end_with_the_session(w: UiWo
     assert found[-1][1]["reason"] == OUTPUT_ENDED, found
     opened = [e for _, e in w.stored_since(0) if isinstance(e, SessionChannelOpened)]
     assert any(e.session_id == sid and e.kind == "logs" for e in opened), opened
+
+
+def test_the_agent_refuses_a_follow_asked_in_another_users_name(w: UiWorld, running: str) -> None:
+    """Bob asks alice's agent himself, on his own connection (as the UI would for him,
+    had the server not already answered 404): the agent judges his key and refuses."""
+    bob_key, bob_secret = w.keys["bob"]
+    [agent] = {e.agent_id for _, e in w.stored_since(0) if isinstance(e, SessionRunning)}
+
+    async def follow() -> str:
+        acting = await acting_on(w.c.url)(bob_key, bob_secret)
+        try:
+            with pytest.raises(ShellRefused) as refused:
+                await acting.follow(agent, running, 10, _nothing)
+        finally:
+            await acting.aclose()
+        return str(refused.value)
+
+    assert w.portal.call(follow) == f"{bob_key} may not see session {running}"
+
+
+async def _nothing(data: bytes) -> None:
+    raise AssertionError(f"output reached another user: {data!r}")
+
+
+def test_gpu_usage_is_shown_to_the_sessions_viewers_alone(w: UiWorld, running: str) -> None:
+    """A usage sample of alice's session: in her session's read shape and on her event
+    stream (what the UI follows), in neither of bob's."""
+    before = w.last_seq()
+    w.sample(running, used=1 << 30, limit=4 << 30)
+    alice, _ = w.sign_in("alice")
+    bob, _ = w.sign_in("bob")
+    [memory] = alice.get(f"/v1/sessions/{running}").json()["gpu_memory"]
+    assert (memory["gpu"], memory["used"], memory["limit"]) == (0, 1 << 30, 4 << 30)
+    listed = {s["id"]: s for s in alice.get("/v1/sessions").json()["sessions"]}
+    assert listed[running]["gpu_memory"] == [memory]
+    assert bob.get(f"/v1/sessions/{running}").status_code == 404
+    assert all(s["gpu_memory"] == [] for s in bob.get("/v1/sessions").json()["sessions"])
+
+    def usage_seen(http: httpx.Client) -> list[str]:
+        events = http.get("/v1/events", params={"after": before}).json()["events"]
+        return [e["session_id"] for e in events if e["type"] == "gpu.usage-sampled.v1"]
+
+    assert usage_seen(alice) == [running]
+    assert usage_seen(bob) == []
 
 
 def test_an_ended_sessions_logs_end(w: UiWorld) -> None:

@@ -3,17 +3,17 @@
 // and a terminal in it (terminal.js, loaded when first opened). Every text from the log
 // or the container is set as text, never parsed as HTML.
 
+import { devices, sampled as fold } from "./usage.js";
+
 const $ = (selector) => document.querySelector(selector);
 
-const page = { id: null, logs: null, term: null, ctx: null };
+const page = { id: null, logs: null, term: null, ctx: null, session: null };
 
 function details(s, ctx) {
   const { el } = ctx;
-  const devices = s.devices.length
-    ? s.devices.map((d) => `gpu${d.gpu} ${d.fgpu}`).join(", ")
-    : `${s.requested.fgpu} fGPU asked`;
+  page.session = s;
   const pairs = [
-    ["status", s.status], ["name", s.name || ""], ["image", s.image], ["fGPU", devices],
+    ["status", s.status], ["name", s.name || ""], ["image", s.image], ["fGPU", devices(s)],
     ["agent", s.agent || ""], ["owner", s.owner],
   ];
   $("#session-details").replaceChildren(...pairs.flatMap(([k, v]) => [
@@ -91,6 +91,14 @@ async function openTerminal() {
   await page.term.connect();
 }
 
+// A usage sample of the viewer's (ui.js hears them all): shown if it is this session's.
+export function sampled(data) {
+  const s = page.session;
+  if (!s || s.id !== data.session_id || !fold(s, data)) return;
+  const field = document.querySelector('#session-details dd[data-field="fGPU"]');
+  if (field) field.textContent = devices(s);
+}
+
 // Show session `id`; `ctx` holds the page's helpers (call, el, Unauthorized, signedOut).
 export function show(id, ctx) {
   hide();
@@ -115,6 +123,7 @@ export function hide() {
   page.logs = null;
   page.term = null;
   page.id = null;
+  page.session = null;
   $("#session").hidden = true;
   document.body.dataset.terminal = "";
 }
