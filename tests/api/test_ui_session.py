@@ -87,6 +87,8 @@ def test_the_logs_follow_the_output_as_it_comes_and_end_with_the_session(w: UiWo
     assert found[-1][1]["reason"] == OUTPUT_ENDED, found
     opened = [e for _, e in w.stored_since(0) if isinstance(e, SessionChannelOpened)]
     assert any(e.session_id == sid and e.kind == "logs" for e in opened), opened
+    story = [line["text"] for line in alice.get(f"/v1/sessions/{sid}/history").json()["story"]]
+    assert f"{w.keys['alice'][0]} followed its output" in story, story
 
 
 def test_the_agent_refuses_a_follow_asked_in_another_users_name(w: UiWorld, running: str) -> None:
