@@ -130,20 +130,19 @@ class _Follow:
             return
         try:
             acting = await self.guard.browsers.acting(self.s)
-        except NoActing as e:
+        except (NoActing, LogError) as e:
             await write(_sse("problem", {"error": str(e)}))
             return
         await write(_sse("reset", {}))
-        why: str | None = None
-        if row["status"] not in _ENDED:
+        if row["status"] in _ENDED:
+            why = await self._kept(acting, row["agent_id"], write)
+        else:
             try:
                 why = await acting.follow(
                     row["agent_id"], self.session_id, self.tail, _Pieces(write).write
                 )
-            except ShellRefused:  # its container has gone: what was kept of it
-                why = None
-        if why is None:
-            why = await self._kept(acting, row["agent_id"], write)
+            except ShellRefused as e:  # the page's EventSource asks again (and once the
+                why = str(e)  # session has ended, its kept output is read instead)
         if why != OUTPUT_ENDED:
             await write(_sse("problem", {"error": why}))
             return
