@@ -78,6 +78,15 @@ def test_a_researcher_launches_half_a_gpu_with_the_slider_and_sees_it_running(
         page.until(sampled, f"the row saying {shown}")
         assert driver.execute_script("return window.notReloaded") is True
         driver.save_screenshot(str(shot))
+
+        # Its page shows the same, and the next sample as it comes.
+        driver.execute_script("location.hash = arguments[0]", f"#/sessions/{sid}")
+        field = '#session-details dd[data-field="fGPU"]'
+        page.until(lambda d: page.css(field) == [shown], f"its page saying {shown}")
+        w.sample(sid, used=1 << 31, limit=8 << 30)
+        later = "gpu0 0.5 · 2.0 / 8.0 GiB"
+        page.until(lambda d: page.css(field) == [later], f"its page saying {later}")
+        assert driver.execute_script("return window.notReloaded") is True
     finally:
         driver.quit()
     assert shot.stat().st_size > 10_000
