@@ -6,10 +6,11 @@ tests; never the default. It passes the same contract tests as DockerRuntime.
 What a container does: a command that is a small shell script (``sh -c`` of ``echo``,
 ``sleep N``, ``exit N``, ``true``, ``false``, ``:``, ``trap``, ``wait``, joined by ``;``,
 ``&&``, ``&`` or newlines, ``$VAR`` from the spec's env), or one of those simple commands
-run with no shell, is simulated: its echo lines appear in the logs
-at their time, it runs as long as its sleeps add up to and exits with its status. Any other
-command (or none) runs for ``run_duration_s`` (None: until removed) and exits with
-``exit_code``. ``remove`` of a running container makes it exit 143 (SIGTERM).
+run with no shell, is simulated: its echo lines appear in the logs at their time (and to
+a follow of them, ``follow_logs``, as that time comes), it runs as long as its sleeps add
+up to and exits with its status. Any other command (or none) runs for ``run_duration_s``
+(None: until removed) and exits with ``exit_code``. ``remove`` of a running container makes
+it exit 143 (SIGTERM).
 
 With ``state_file`` the containers are kept in a JSON file, so a restarted agent finds the
 containers it started, as it would on a real engine. Time is wall-clock for that reason.
