@@ -46,9 +46,11 @@ class SessionChannelOpened(Event, frozen=True, kw_only=True, tag="session.channe
     """``requester`` (allowed as for a command: the owner, or an administrator of the
     session's domain) opens a channel into the session's container, relayed by its agent
     over the bus: ``kind`` ``shell`` (a terminal running ``target``, the shell's argv as
-    one string) or ``app`` (a TCP connection to port ``target`` in the container, with the
-    image's service name ``service`` if it was asked by name). ``channel`` names it on the
-    bus (``fgpu.tty.<agent>.<requester>.<channel>``)."""
+    one string), ``app`` (a TCP connection to port ``target`` in the container, with the
+    image's service name ``service`` if it was asked by name), or ``logs`` (the container's
+    output followed from its last ``target`` lines; allowed as reading the logs is: the
+    owner, an administrator of its domain). ``channel`` names it on the bus
+    (``fgpu.tty.<agent>.<requester>.<channel>``)."""
 
     session_id: str
     agent_id: str

@@ -21,6 +21,7 @@ __all__ = [
     "destroy_row",
     "event_rows",
     "held_by",
+    "last_gpu_memory",
     "owner_usage",
     "session_events",
     "session_rows",
@@ -49,6 +50,29 @@ def _rows(result: duckdb.DuckDBPyConnection) -> list[Row]:
 def naive_utc(at: datetime) -> datetime:
     """``at`` as the naive UTC the tables hold (a naive ``at`` is taken to be UTC)."""
     return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
+
+
+def last_gpu_memory(
+    con: duckdb.DuckDBPyConnection, session_ids: Sequence[str]
+) -> dict[str, list[Row]]:
+    """The last usage sample of each device of each of ``session_ids``, by session:
+    ``gpu_index``, ``mem_used``, ``mem_limit``, ``at``. One query for a page of sessions,
+    however many it holds (never one a row)."""
+    if not session_ids:
+        return {}
+    rows = _rows(
+        con.execute(
+            "SELECT session_id, gpu_index, arg_max(mem_used, seq) AS mem_used,"
+            " arg_max(mem_limit, seq) AS mem_limit, max(happened_at) AS at"
+            " FROM gpu_usage WHERE list_contains(?, session_id)"
+            " GROUP BY session_id, gpu_index ORDER BY session_id, gpu_index",
+            [list(session_ids)],
+        )
+    )
+    found: dict[str, list[Row]] = {}
+    for r in rows:
+        found.setdefault(r["session_id"], []).append(r)
+    return found
 
 
 def session_rows(

@@ -223,6 +223,8 @@ def _access_text(e: AnyEvent) -> str | None:
                 return f"the command {e.requester} ran did not finish: {e.error}"
             wrote = f"{format_mem(e.stdout_bytes)} out, {format_mem(e.stderr_bytes)} err"
             return f"the command {e.requester} ran exited {e.exit_code} ({wrote})"
+        case SessionChannelOpened(kind="logs"):
+            return f"{e.requester} followed its output"
         case SessionChannelOpened():
             what = f"port {e.target}" + (f" ({e.service})" if e.service else "")
             opened = f"a terminal ({e.target})" if e.kind == "shell" else what

@@ -1,12 +1,17 @@
-"""Channels into the agent's sessions: a terminal (``fgpu session shell``) or one TCP
-connection to a port in the container (``fgpu session app``), relayed over the bus.
+"""Channels into the agent's sessions: a terminal (``fgpu session shell``), one TCP
+connection to a port in the container (``fgpu session app``), or the container's output
+followed (``fgpu session logs --follow``), relayed over the bus.
 
 The request comes as a command's does (``fgpu.rpc.<agent>.<key>``, checked the same way:
-``services.domain.access.session_access.may_not_exec``); the bytes then go on the channel's own
+``services.domain.access.session_access.may_not_exec``; a follow of the output as reading
+it is, ``may_not_read``); the bytes then go on the channel's own
 subjects, ``fgpu.tty.<agent>.<key>.<channel>.up|down``, which the server lets that key
 alone use on the user's side. No port of the agent's host is opened to anyone: the agent
 reaches out to NATS, and reaches into the container through its engine (an exec with a
-terminal, or a relay program run inside the container: ``relay_argv`` says why).
+terminal, or a relay program run inside the container: ``relay_argv`` says why; a follow
+reads the engine's log of it). Each channel holds one of the agent's ``max_open`` slots,
+and moves at most the relay's window of bytes not yet acknowledged: a reader who stops
+reading stops the container's output being read, so nothing piles up in the agent.
 
 Every opening and closing is on the log, on the session's exec subject:
 ``session.channel-opened`` before anything is opened (if it cannot be written, nothing
@@ -15,6 +20,8 @@ went through never is. A channel is cut, with the reason, once the agent's fold 
 its requester's key revoked (or its user removed): ``cut_refused``.
 """
 
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -26,7 +33,7 @@ from events import subjects as subj
 from services.actors.common import Provenance, stamp
 from services.actors.relay import Closing, relay
 from services.domain.access.session_access import key_refusal
-from services.domain.channels import IDLE_S, PING_S, Program
+from services.domain.channels import IDLE_S, OUTPUT_ENDED, PING_S, Program
 from services.domain.fold.cluster import ClusterState
 from services.ports import (
     AgentRequests,
@@ -35,7 +42,9 @@ from services.ports import (
     ContainerError,
     ContainerRuntime,
     EventLog,
+    ExecChannel,
     LogError,
+    OutputFollow,
 )
 
 __all__ = ["MAX_OPEN", "Channels", "Opening"]
@@ -160,9 +169,7 @@ class Channels:
         up, down = subj.channel(self.agent_id, o.requester, o.channel)
         async with (
             self.bus.pipe(listen=up, speak=down) as pipe,
-            self.runtime.open_exec(
-                o.container_id, o.program.argv, tty=o.program.tty is not None, env=o.program.env
-            ) as program,
+            self._started(o) as program,
         ):
             if o.program.tty is not None:
                 await program.resize(*o.program.tty)
@@ -180,6 +187,7 @@ class Channels:
                     ping_s=self.ping_s,
                     idle_s=self.idle_s,
                     cut=held.cut_off,
+                    ended=OUTPUT_ENDED if o.program.kind == "logs" else "the program exited",
                 )
             except Exception as e:  # one channel's failure ends it alone, never the agent
                 log.exception("agent.channel_failed", session=o.session_id, channel=o.channel)
@@ -189,6 +197,13 @@ class Channels:
                 self._relaying.discard(held)
                 with anyio.CancelScope(shield=True):
                     await self._closed(o, opened, closing)
+
+    def _started(self, o: Opening) -> AbstractAsyncContextManager[ExecChannel]:
+        """The channel's end in the container: its program, or its output followed."""
+        if o.program.kind == "logs":
+            return _following(self.runtime, o.container_id, int(o.program.target))
+        tty = o.program.tty is not None
+        return self.runtime.open_exec(o.container_id, o.program.argv, tty=tty, env=o.program.env)
 
     async def _closed(self, o: Opening, opened: str, closing: Closing) -> None:
         try:
@@ -225,3 +240,32 @@ class Channels:
         )
         await self.events.append(subj.agent_exec(self.agent_id, o.session_id), e)
         return e.id
+
+
+@asynccontextmanager
+async def _following(
+    runtime: ContainerRuntime, container_id: str, tail: int
+) -> AsyncIterator[ExecChannel]:
+    """A container's output followed, as a program's end: its reads are the output (the
+    relay asks for the next only once the window has room, so a reader who does not read
+    holds the follow still), what the asker sends is dropped, and no exit code is
+    reported (the session's own end says how it ended)."""
+    async with runtime.follow_logs(container_id, tail=tail) as output:
+        yield _Followed(output)
+
+
+class _Followed:
+    def __init__(self, output: OutputFollow) -> None:
+        self._output = output
+
+    async def read(self) -> bytes | None:
+        return await self._output.read()
+
+    async def write(self, data: bytes) -> None:
+        """Nothing reaches a container through its output."""
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """No terminal."""
+
+    async def exit_code(self) -> int | None:
+        return None

@@ -28,10 +28,12 @@ from services.domain.access.session_access import (
     may_not_read_kept,
 )
 from services.domain.channels import (
+    MAX_TAIL,
     Program,
     app_program,
     app_target,
     channel_problem,
+    logs_program,
     services_of,
     shell_program,
 )
@@ -50,6 +52,7 @@ from services.ports import (
     ExecReply,
     ExecRequest,
     ExecResult,
+    FollowRequest,
     LogError,
     LogsReply,
     LogsRequest,
@@ -100,6 +103,8 @@ class AgentAnswers:
                 return await self.open_channel(requester, request)
             case ServicesRequest():
                 return await self.services(requester, request)
+            case FollowRequest():
+                return await self.follow(requester, request)
 
     async def logs(self, requester: str, request: LogsRequest) -> LogsReply:
         """The tail of a session's output: its container's, else what was kept of it."""
@@ -188,15 +193,9 @@ class AgentAnswers:
         program = _program(request, container.labels)
         if isinstance(program, str):
             return ChannelReply(ok=False, error=program)
-        opening = Opening(
-            session_id=sid,
-            requester=requester,
-            channel=request.channel,
-            correlation_id=correlation,
-            container_id=container.id,
-            program=program,
+        error = await self._open(
+            Opening(sid, requester, request.channel, correlation, container.id, program)
         )
-        error = await self._channels.open(opening)
         if error is not None:
             return ChannelReply(ok=False, error=error)
         port = None if program.kind == "shell" else int(program.target)
@@ -219,6 +218,38 @@ class AgentAnswers:
         return ServicesReply(
             ok=True, services=tuple((s.name, s.protocol, s.port) for s in declared)
         )
+
+    async def follow(self, requester: str, request: FollowRequest) -> ChannelReply:
+        """A session's output followed on a channel, allowed as reading its logs is (and
+        audited as a channel: the opening, then the closing). Only while its container is
+        here: an ended session's kept output is ``logs``'s."""
+        s, sid = self._state(), request.session_id
+        refused = (
+            may_not_read(s, requester, sid)
+            or channel_problem(request.channel)
+            or (None if 0 <= request.tail <= MAX_TAIL else f"tail must be 0 to {MAX_TAIL}")
+        )
+        if refused is not None:
+            return ChannelReply(ok=False, error=refused)
+        session = s.sessions.get(sid)
+        if session is None or self._channels is None:
+            return ChannelReply(ok=False, error=f"no container of {sid} here")
+        try:
+            container = await self._container_of(sid)
+        except ContainerError as e:
+            return ChannelReply(ok=False, error=str(e))
+        if container is None:
+            return ChannelReply(ok=False, error=f"no container of {sid} here")
+        program = logs_program(request.tail)
+        error = await self._open(
+            Opening(sid, requester, request.channel, session.correlation_id, container, program)
+        )
+        return ChannelReply(ok=error is None, error=error)
+
+    async def _open(self, opening: Opening) -> str | None:
+        """Open a channel (the caller has allowed it); None once open, else why not."""
+        assert self._channels is not None
+        return await self._channels.open(opening)
 
     def _labels(self, session_id: str) -> dict[str, str]:
         """The labels of this agent's container of ``session_id``."""

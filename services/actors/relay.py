@@ -99,8 +99,9 @@ class _Relay:
         exit_code: Callable[[], Awaitable[int | None]] | None,
         on_resize: Callable[[int, int], Awaitable[None]] | None,
         window: int,
+        ended: str = "the program exited",
     ) -> None:
-        self.pipe, self.end = pipe, end
+        self.pipe, self.end, self.ended = pipe, end, ended
         self.exit_code, self.on_resize = exit_code, on_resize
         self.window = _Window(window)
         self.closing = Closing()
@@ -129,7 +130,7 @@ class _Relay:
         except _GONE as e:
             self.close(tg, f"error: {e}")
             return
-        self.close(tg, "the program exited")
+        self.close(tg, self.ended)
 
     async def inward(self, tg: TaskGroup, frames: AsyncIterator[bytes], idle_s: float) -> None:
         """The pipe's frames: bytes to the end (acknowledged once handed on), room in the
@@ -181,6 +182,7 @@ async def relay(
     idle_s: float = IDLE_S,
     window: int = WINDOW_BYTES,
     cut: Callable[[], Awaitable[str]] | None = None,
+    ended: str = "the program exited",
 ) -> Closing:
     """Relay between ``pipe`` and ``end`` until the channel closes; how it closed.
 
@@ -188,9 +190,10 @@ async def relay(
     has ended, End goes to the other side with what it returns. Without it, the end's
     output ending sends Eof and the relay goes on hearing. ``on_resize`` is given the
     other side's Resize frames. ``cut``: once it returns, the relay closes with what it
-    returned as the reason. Raises nothing the pipe or the end raise: they close it.
+    returned as the reason. ``ended``: the reason when the end's output ended (with
+    ``exit_code``). Raises nothing the pipe or the end raise: they close it.
     """
-    r = _Relay(pipe, end, exit_code, on_resize, window)
+    r = _Relay(pipe, end, exit_code, on_resize, window, ended)
     frames = aiter(pipe)
     try:
         async with anyio.create_task_group() as tg:

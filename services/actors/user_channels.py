@@ -1,9 +1,10 @@
 """The user's end of a channel into a session, over the bus alone: the request asked of
 the session's agent on a channel heard first, then relayed. The CLI's ``fgpu session
-shell`` and ``fgpu session app`` (``services.cli.channels``, over a local terminal or TCP
-port), the web UI's terminal (over a WebSocket) and its app proxy (over an HTTP request or
-a WebSocket; both ``services.wiring.acting``) open theirs here, as the same requests from
-the same user; the agent's end is ``services.actors.agent_channels``.
+shell``, ``fgpu session app`` and ``fgpu session logs --follow`` (``services.cli``, over a
+local terminal, TCP port or stdout), the web UI's terminal and followed output (over a
+WebSocket or server-sent events) and its app proxy (over an HTTP request or a WebSocket;
+all ``services.wiring.acting``) open theirs here, as the same requests from the same
+user; the agent's end is ``services.actors.agent_channels``.
 
 The channel's down subject is heard before the request goes, so nothing the agent sends
 first (a shell's prompt) is missed.
@@ -25,11 +26,21 @@ from services.ports import (
     AgentRequests,
     AppRequest,
     ChannelReply,
+    FollowRequest,
     Pipe,
     ShellRequest,
 )
 
-__all__ = ["ChannelRefused", "TerminalEnd", "app", "new_channel", "opened", "shell"]
+__all__ = [
+    "ChannelRefused",
+    "OutputEnd",
+    "TerminalEnd",
+    "app",
+    "follow",
+    "new_channel",
+    "opened",
+    "shell",
+]
 
 
 class ChannelRefused(Exception):
@@ -42,6 +53,14 @@ class TerminalEnd(ByteEnd, Protocol):
     def size(self) -> tuple[int, int]:
         """Its rows and columns."""
         ...
+
+
+class OutputEnd(Protocol):
+    """Where a followed output goes: a terminal's stdout, a page's stream of events. The
+    relay acknowledges what ``write`` has returned from, so a slow end slows the agent's
+    reading of the container's output (it reads no more than a window ahead)."""
+
+    async def write(self, data: bytes) -> None: ...
 
 
 def new_channel() -> str:
@@ -112,3 +131,34 @@ async def app(
 async def _send_sizes(pipe: Pipe, sizes: AsyncIterator[tuple[int, int]]) -> None:
     async for rows, cols in sizes:
         await pipe.send(encode_frame(Resize(rows, cols)))
+
+
+async def follow(
+    bus: AgentRequests,
+    requester: str,
+    agent_id: str,
+    session_id: str,
+    out: OutputEnd,
+    *,
+    tail: int = 200,
+    ping_s: float = PING_S,
+) -> Closing:
+    """``session_id``'s output on ``out``: its last ``tail`` lines, then as it is written,
+    until its container ends (``Closing.peer_ended``), the agent cuts it, or the caller is
+    cancelled (the agent is told, and stops). Raises ChannelRefused, AgentUnreachable."""
+    request = FollowRequest(session_id=session_id, channel=new_channel(), tail=tail)
+    async with opened(bus, requester, agent_id, request) as (pipe, _):
+        return await relay(pipe, _Listening(out), ping_s=ping_s)
+
+
+class _Listening:
+    """An end that only hears: it has nothing to send (Eof at once)."""
+
+    def __init__(self, out: OutputEnd) -> None:
+        self._out = out
+
+    async def read(self) -> bytes | None:
+        return None
+
+    async def write(self, data: bytes) -> None:
+        await self._out.write(data)

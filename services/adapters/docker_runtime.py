@@ -19,7 +19,7 @@ Connections: calls the engine answers at once (create, start, inspect, list, del
 share a pool of ``pool_size`` connections, each call bounded by ``request_timeout_s``
 (waiting for a free connection included). Nothing whose length a container or a registry
 decides holds one of them: the stop (as long as the container takes to go), an output's
-read, an exec, a pull each have a connection of their own, and every ``wait`` is told by
+read or follow, an exec, a pull each have a connection of their own, and every ``wait`` is told by
 one stream of the engine's events (``docker_exits``) instead of a request per container.
 So an agent with hundreds of containers can still start and stop the next.
 """
@@ -53,6 +53,7 @@ from services.ports import (
     ExecChannel,
     ExecResult,
     ImageNotFound,
+    OutputFollow,
     PullProgress,
     RuntimeUnavailable,
 )
@@ -528,6 +529,27 @@ class DockerRuntime:
             lines = await container.log(stdout=True, stderr=True, tail=tail, timeout=reading)
         return "".join(lines)
 
+    @asynccontextmanager
+    async def follow_logs(
+        self, container_id: str, *, tail: int = 200
+    ) -> AsyncIterator[OutputFollow]:
+        """``GET /containers/{id}/logs?follow=1`` on a connection of its own, with no read
+        limit (a container may be quiet for hours), read only as the reader asks: what is
+        not read waits in the engine, held back by the socket's flow control."""
+        what = f"logs {container_id}"
+        if await self._inspect(container_id) is None:
+            raise ContainerError(f"{what}: no such container")
+        lasting = aiohttp.ClientTimeout(
+            connect=self._request_timeout_s, sock_connect=self._timeout.sock_connect
+        )
+        container = self._streams().containers.container(container_id)
+        lines = container.log(stdout=True, stderr=True, follow=True, tail=tail, timeout=lasting)
+        try:
+            yield _Followed(lines, what)
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(*_TRANSPORT_ERRORS):
+                await lines.aclose()  # type: ignore[attr-defined]
+
     async def exec(
         self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
     ) -> ExecResult:
@@ -685,6 +707,18 @@ class _Attached:
     async def exit_code(self) -> int | None:
         with _engine_call(self._what):
             return await _exit_of(self._execution)
+
+
+class _Followed:
+    """A container's output followed, as an OutputFollow."""
+
+    def __init__(self, lines: AsyncIterator[str], what: str) -> None:
+        self._lines, self._what = lines, what
+
+    async def read(self) -> bytes | None:
+        with _engine_call(self._what):
+            text = await anext(self._lines, None)
+        return None if text is None else text.encode()
 
 
 class _Kept:

@@ -6,10 +6,11 @@ tests; never the default. It passes the same contract tests as DockerRuntime.
 What a container does: a command that is a small shell script (``sh -c`` of ``echo``,
 ``sleep N``, ``exit N``, ``true``, ``false``, ``:``, ``trap``, ``wait``, joined by ``;``,
 ``&&``, ``&`` or newlines, ``$VAR`` from the spec's env), or one of those simple commands
-run with no shell, is simulated: its echo lines appear in the logs
-at their time, it runs as long as its sleeps add up to and exits with its status. Any other
-command (or none) runs for ``run_duration_s`` (None: until removed) and exits with
-``exit_code``. ``remove`` of a running container makes it exit 143 (SIGTERM).
+run with no shell, is simulated: its echo lines appear in the logs at their time (and to
+a follow of them, ``follow_logs``, as that time comes), it runs as long as its sleeps add
+up to and exits with its status. Any other command (or none) runs for ``run_duration_s``
+(None: until removed) and exits with ``exit_code``. ``remove`` of a running container makes
+it exit 143 (SIGTERM).
 
 With ``state_file`` the containers are kept in a JSON file, so a restarted agent finds the
 containers it started, as it would on a real engine. Time is wall-clock for that reason.
@@ -38,6 +39,7 @@ from services.ports import (
     ExecChannel,
     ExecResult,
     ImageNotFound,
+    OutputFollow,
     PullProgress,
     RuntimeUnavailable,
 )
@@ -151,6 +153,28 @@ def _is_number(text: str) -> bool:
         return float(text) >= 0
     except ValueError:
         return False
+
+
+class _Following:
+    """A dummy container's output followed (``DummyRuntime.follow_logs``)."""
+
+    def __init__(self, runtime: DummyRuntime, container: _Container, tail: int) -> None:
+        self._rt, self._c = runtime, container
+        self._at: int | None = None  # lines given so far; None: not yet started
+        self._tail = tail
+
+    async def read(self) -> bytes | None:
+        while True:
+            shown, next_at = self._rt._written(self._c)
+            if self._at is None and self._c.started_at is not None:
+                self._at = max(0, len(shown) - self._tail)
+            if self._at is not None and self._at < len(shown):
+                text, self._at = "".join(shown[self._at :]), len(shown)
+                return text.encode()
+            gone = self._c.id not in self._rt._containers
+            if gone or self._c.exit_code is not None:
+                return None
+            await self._rt._change(self._c, next_at)
 
 
 class DummyRuntime:
@@ -302,6 +326,15 @@ class DummyRuntime:
         shown = [text for offset, text in container.lines if container.started_at + offset <= end]
         return "".join(shown[-tail:])
 
+    @asynccontextmanager
+    async def follow_logs(
+        self, container_id: str, *, tail: int = 200
+    ) -> AsyncIterator[OutputFollow]:
+        """The echoes of the simulated run as their times come, from the last ``tail``
+        already written; its reads end once the container has exited or is removed."""
+        await self._ready()
+        yield _Following(self, self._get(container_id), tail)
+
     async def exec(
         self, container_id: str, argv: Sequence[str], *, keep: int = EXEC_OUTPUT_KEPT
     ) -> ExecResult:
@@ -358,6 +391,26 @@ class DummyRuntime:
         if container is None:
             raise ContainerError(f"no such container: {ref}")
         return container
+
+    def _written(self, container: _Container) -> tuple[Sequence[str], float | None]:
+        """The lines the container has written by now, and when the next is due (None:
+        none is, or it has ended)."""
+        self._refresh(container)
+        if container.started_at is None:
+            return [], None
+        end = container.ended_at if container.ended_at is not None else self._clock()
+        due = [container.started_at + offset for offset, _ in container.lines]
+        shown = [text for at, (_, text) in zip(due, container.lines, strict=True) if at <= end]
+        later = [at for at in due if at > end] if container.ended_at is None else []
+        return shown, min(later, default=None)
+
+    async def _change(self, container: _Container, until: float | None) -> None:
+        """Return once the container has started, exited or gone, or at ``until``."""
+        deadline = self._deadline(container)
+        times = [t for t in (until, deadline) if t is not None]
+        exited = self._exited.setdefault(container.id, anyio.Event())
+        with anyio.move_on_after(max(0.0, min(times) - self._clock()) if times else None):
+            await exited.wait()
 
     def _wake(self, container_id: str) -> None:
         """Make every waiter on the container look at it again."""

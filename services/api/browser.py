@@ -131,6 +131,20 @@ class Acting(Protocol):
         ``fgpu session logs`` asks. Raises ShellRefused when the agent is not reached."""
         ...
 
+    async def follow(
+        self,
+        agent_id: str,
+        session_id: str,
+        tail: int,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> str:
+        """``session_id``'s output, its last ``tail`` lines then as it comes, each piece
+        given to ``write`` (the agent reads no further ahead than a window of what
+        ``write`` has taken), as ``fgpu session logs --follow`` follows it; returns why it
+        ended once the container has ended or the agent stopped it. Raises ShellRefused
+        (refused, or the agent is not reached)."""
+        ...
+
     async def shell(
         self,
         agent_id: str,

@@ -25,6 +25,7 @@ __all__ = [
     "FileEntry",
     "FileStat",
     "Gpu",
+    "GpuMemory",
     "GpuUsage",
     "Health",
     "ImageName",
@@ -124,6 +125,18 @@ class Session(BaseModel):
     pull: "PullProgress | None" = Field(
         default=None, description="how far its agent got pulling its image (null: no pull)"
     )
+    gpu_memory: "list[GpuMemory]" = Field(
+        default_factory=list,
+        description="while it holds its devices: the GPU memory its last usage sample on "
+        "each counted (gpu.usage-sampled events bring the next ones)",
+    )
+
+
+class GpuMemory(BaseModel):
+    gpu: int = Field(description="the device, as the agent numbers its GPUs")
+    used: int = Field(description="bytes in use there, as the GPU shim last counted them")
+    limit: int = Field(description="the slice's bytes there")
+    at: datetime = Field(description="when it was counted")
 
 
 class PullProgress(BaseModel):

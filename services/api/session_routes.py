@@ -38,7 +38,7 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
         """Sessions in the viewer's scope, newest request first, filtered and paginated."""
         statuses = [s.value for s in status]
 
-        def work(con: duckdb.DuckDBPyConnection) -> tuple[int, list[Any], int]:
+        def work(con: duckdb.DuckDBPyConnection) -> tuple[int, list[Any], int, dict[str, Any]]:
             total, rows = queries.session_rows(
                 con,
                 session_ids=id,
@@ -49,33 +49,39 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
                 limit=limit,
                 offset=offset,
             )
-            return total, rows, applied_seq(con)
+            return total, rows, applied_seq(con), _memory(con, rows)
 
-        total, rows, seq = await query(work)
+        total, rows, seq, memory = await query(work)
         return models.SessionPage(
             total=total,
             limit=limit,
             offset=offset,
             last_seq=seq,
-            sessions=[shapes.session_from_row(r) for r in rows],
+            sessions=[shapes.session_from_row(r, memory.get(r["session_id"], [])) for r in rows],
         )
 
     @app.get("/v1/sessions/{session_id}", tags=["sessions"], responses=NOT_FOUND)
     async def get_session(session_id: str, viewer: Who) -> models.Session:
         """One session: status, placement, times of each transition, reasons."""
-        row = await query(lambda con: one_session(con, session_id, viewer))
-        return shapes.session_from_row(row)
+
+        def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any]]:
+            row = one_session(con, session_id, viewer)
+            return row, _memory(con, [row]).get(session_id, [])
+
+        return shapes.session_from_row(*await query(work))
 
     @app.get("/v1/sessions/{session_id}/history", tags=["sessions"], responses=NOT_FOUND)
     async def session_history(session_id: str, viewer: Who) -> models.SessionHistory:
         """A session's whole story: who asked, when it waited and why, where it ran, how
         it ended; with its status transitions and every event that names it."""
 
-        def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any], list[Any]]:
+        def work(con: duckdb.DuckDBPyConnection) -> tuple[Any, list[Any], list[Any], list[Any]]:
+            row = one_session(con, session_id, viewer)
             return (
-                one_session(con, session_id, viewer),
+                row,
                 queries.session_transitions(con, session_id),
                 queries.session_events(con, session_id),
+                _memory(con, [row]).get(session_id, []),
             )
 
         return _history(*await query(work))
@@ -100,8 +106,18 @@ def one_session(con: duckdb.DuckDBPyConnection, session_id: str, viewer: Viewer)
     return rows[0]
 
 
+def _memory(con: duckdb.DuckDBPyConnection, rows: list[Any]) -> dict[str, list[Any]]:
+    """The last GPU memory counted of each of ``rows``'s sessions that hold devices (those
+    rows are in the viewer's scope already): one query for the page."""
+    held = [r["session_id"] for r in rows if r["holds_allocation"]]
+    return queries.last_gpu_memory(con, held)
+
+
 def _history(
-    row: dict[str, Any], transitions: list[dict[str, Any]], events: list[dict[str, Any]]
+    row: dict[str, Any],
+    transitions: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    memory: list[dict[str, Any]],
 ) -> models.SessionHistory:
     """The history of the session of ``row``, told from its rows of transitions and
     events (a malformed record is listed, not told)."""
@@ -110,7 +126,7 @@ def _history(
     ]
     lines = story(decoded, {t["event_id"] for t in transitions})
     return models.SessionHistory(
-        session=shapes.session_from_row(row),
+        session=shapes.session_from_row(row, memory),
         summary=summary(lines),
         story=[models.StoryLine(**line.__dict__) for line in lines],
         transitions=[

@@ -4,7 +4,7 @@ Both give the same shapes, so a client reads the cluster of the past as it reads
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from events import Slots
@@ -15,6 +15,7 @@ from services.api.models import (
     DomainInfo,
     Event,
     Gpu,
+    GpuMemory,
     ImageName,
     ImageTag,
     Mount,
@@ -56,7 +57,9 @@ def _slots(s: Slots) -> Amounts:
     return amounts(s.fgpu, s.cpu, s.mem)
 
 
-def session_from_row(r: Row) -> Session:
+def session_from_row(r: Row, memory: Sequence[Row] = ()) -> Session:
+    """The session of its projection row; ``memory``: its devices' last usage samples
+    (``queries.last_gpu_memory``), shown while it holds them."""
     return Session(
         id=r["session_id"],
         name=r["name"],
@@ -96,6 +99,12 @@ def session_from_row(r: Row) -> Session:
             if r["pulling_at"] is not None
             else None
         ),
+        gpu_memory=[
+            GpuMemory(gpu=u["gpu_index"], used=u["mem_used"], limit=u["mem_limit"], at=u["at"])
+            for u in memory
+        ]
+        if r["holds_allocation"]
+        else [],
     )
 
 

@@ -63,6 +63,7 @@ ASSETS = {
     "ui.css": _CSS,
     "launch.js": _JS,
     "session.js": _JS,
+    "usage.js": _JS,
     "terminal.js": _JS,
     "admin.js": _JS,
     "apps.js": _JS,

@@ -1,8 +1,10 @@
 """One session in the web UI, as its user: its output followed (``/ui/sessions/{id}/logs``,
 server-sent events) and a terminal in it (a ticket, then a WebSocket), each asked of the
 session's agent on the user's own connection to the bus (``browser.Acting``), as ``fgpu
-session logs`` and ``fgpu session shell`` ask. The session's details and story are the
-read API's own (``/v1/sessions/{id}``, ``/v1/sessions/{id}/history``).
+session logs --follow`` and ``fgpu session shell`` ask. The output comes over a channel
+of the agent's as the container writes it, no faster than the page takes it: the agent
+reads no more than a window ahead of what this server has sent the browser. The session's
+details and story are the read API's own (``/v1/sessions/{id}``, ``/v1/sessions/{id}/history``).
 
 The terminal's WebSocket (``docs/architecture.md``, "The web terminal"): a browser sends
 the cookie with a WebSocket's handshake but no header of the page's own, and a page of any
@@ -22,9 +24,10 @@ Who may use each route (``tests/api/test_ui.py``):
 - ``WEBSOCKET /ui/sessions/{id}/shell``: the same, with a ticket of its own.
 """
 
+import codecs
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -34,19 +37,23 @@ from anyio.streams.memory import MemoryObjectSendStream
 from fastapi import FastAPI, HTTPException, Query, Request, WebSocket
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect
 
 from projections import queries
-from services.api.browser import TICKET_S, BrowserSession, NoActing, ShellRefused
+from services.api.browser import TICKET_S, Acting, BrowserSession, NoActing, ShellRefused
 from services.api.guard import Browser, Guard, same_origin_problem
 from services.api.params import NOT_FOUND, Ask
 from services.api.session_routes import one_session
 from services.domain.access.visibility import Viewer
+from services.domain.channels import MAX_TAIL, OUTPUT_ENDED
 from services.ports import LogError
 
-__all__ = ["LOGS_EVERY_S", "ShellTicket", "mount"]
+__all__ = ["PLACED_EVERY_S", "ShellTicket", "mount"]
 
-LOGS_EVERY_S = 2.0  # how often an open logs page asks the agent again
+PLACED_EVERY_S = 1.0  # how often a page waiting for its session to be placed looks again
+_KEEPALIVE_S = 15.0
+Write = Callable[[bytes], Awaitable[None]]
 _ENDED = frozenset({"TERMINATED", "CANCELLED", "ERROR", "REJECTED"})
 _MAX_ROWS, _MAX_COLS = 500, 1000
 _POLICY = 1008  # a WebSocket closed for breaking policy (before it opens: HTTP 403)
@@ -84,60 +91,164 @@ def _logs(app: FastAPI, query: Ask[Any], guard: Guard, stop: anyio.Event) -> Non
         session_id: str,
         request: Request,
         who: Browser,
-        tail: Annotated[int, Query(ge=1, le=10_000)] = 500,
+        tail: Annotated[int, Query(ge=1, le=MAX_TAIL)] = 500,
     ) -> StreamingResponse:
-        """The session's output (its last ``tail`` lines), asked of its agent as the user
-        asks with ``fgpu session logs``: an ``output`` event now and whenever it changes
-        (asked again every ``LOGS_EVERY_S``), ``problem`` when the agent cannot answer,
-        ``end`` once the session has ended and its last output was sent."""
+        """The session's output followed as the user follows it with ``fgpu session logs
+        --follow``: ``reset`` (start again from empty), then an ``output`` event for each
+        piece as the container writes it (its last ``tail`` lines first; once it has ended,
+        what its agent kept); ``problem`` when the agent refuses or stops (the page's
+        EventSource asks again), ``end`` once the session's output has ended."""
         s, viewer = who
         await query(lambda con: one_session(con, session_id, viewer))  # else 404
         live = guard.still(request, viewer)
-        body = _follow(
-            query, guard, s, viewer, session_id, tail, lambda: live() and not stop.is_set()
-        )
-        return StreamingResponse(
-            body,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        follow = _Follow(query, guard, s, viewer, session_id, tail)
+        return _EventStream(follow.run, live, stop)
 
 
-async def _follow(
-    query: Ask[Any],
-    guard: Guard,
-    s: BrowserSession,
-    viewer: Viewer,
-    session_id: str,
-    tail: int,
-    live: Callable[[], bool],
-) -> AsyncIterator[bytes]:
-    yield b"retry: 5000\n\n"
-    last: tuple[bool, str, str | None] | None = None
-    while live():
-        row = await query(_row(viewer, session_id))
+class _Follow:
+    """One page's follow of one session's output, as server-sent events."""
+
+    def __init__(
+        self,
+        query: Ask[Any],
+        guard: Guard,
+        s: BrowserSession,
+        viewer: Viewer,
+        session_id: str,
+        tail: int,
+    ) -> None:
+        self.query, self.guard, self.s, self.viewer = query, guard, s, viewer
+        self.session_id, self.tail = session_id, tail
+
+    async def run(self, write: Write) -> None:
+        await write(b"retry: 5000\n\n")
+        row = await self._placed()
         if row is None:  # out of the viewer's scope now
             return
-        ended = row["status"] in _ENDED
-        if row["agent_id"] is None:
-            if ended:
-                yield _sse("end", {"status": row["status"]})
-                return
+        if row["agent_id"] is None:  # ended before it was placed: no output
+            await write(_sse("end", {"status": row["status"], "reason": "it never ran"}))
+            return
+        try:
+            acting = await self.guard.browsers.acting(self.s)
+        except (NoActing, LogError) as e:
+            await write(_sse("problem", {"error": str(e)}))
+            return
+        await write(_sse("reset", {}))
+        if row["status"] in _ENDED:
+            why = await self._kept(acting, row["agent_id"], write)
         else:
             try:
-                acting = await guard.browsers.acting(s)
-                reply = await acting.logs(row["agent_id"], session_id, tail)
-            except (NoActing, ShellRefused, LogError) as e:
-                yield _sse("problem", {"error": str(e)})
-            else:
-                now = (reply.ok, reply.logs, reply.error)
-                if now != last:
-                    last = now
-                    yield _sse("output", {"ok": reply.ok, "logs": reply.logs, "error": reply.error})
-                if ended:
-                    yield _sse("end", {"status": row["status"]})
-                    return
-        await anyio.sleep(LOGS_EVERY_S)
+                why = await acting.follow(
+                    row["agent_id"], self.session_id, self.tail, _Pieces(write).write
+                )
+            except ShellRefused as e:  # the page's EventSource asks again (and once the
+                why = str(e)  # session has ended, its kept output is read instead)
+        if why != OUTPUT_ENDED:
+            await write(_sse("problem", {"error": why}))
+            return
+        row = await self.query(_row(self.viewer, self.session_id))
+        status = None if row is None else row["status"]
+        await write(_sse("end", {"status": status, "reason": why}))
+
+    async def _placed(self) -> Any:
+        """The session's row once it has an agent or has ended; None if out of scope. The
+        projection is read here (no agent is asked) until then."""
+        while True:
+            row = await self.query(_row(self.viewer, self.session_id))
+            if row is None or row["agent_id"] is not None or row["status"] in _ENDED:
+                return row
+            await anyio.sleep(PLACED_EVERY_S)
+
+    async def _kept(self, acting: Acting, agent_id: str, write: Write) -> str:
+        """An ended session's output as its agent kept it; OUTPUT_ENDED, else why not."""
+        try:
+            reply = await acting.logs(agent_id, self.session_id, self.tail)
+        except (ShellRefused, LogError) as e:
+            return str(e)
+        if not reply.ok:
+            return str(reply.error)
+        if reply.logs:
+            await write(_sse("output", {"text": reply.logs}))
+        return OUTPUT_ENDED
+
+
+class _Pieces:
+    """Bytes of output as ``output`` events of text (a character split between two
+    pieces is joined again)."""
+
+    def __init__(self, write: Write) -> None:
+        self._write = write
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    async def write(self, data: bytes) -> None:
+        text = self._decoder.decode(data)
+        if text:
+            await self._write(_sse("output", {"text": text}))
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events written by ``run`` as they come, each ``write`` returning once
+    the server has taken it (so a reader that does not read holds the writer still).
+    Ends when ``run`` returns, the reader leaves, it may read no more (``live``: signed
+    out, key revoked) or the server stops; a comment every ``_KEEPALIVE_S`` keeps
+    proxies from closing a quiet stream."""
+
+    def __init__(
+        self,
+        run: Callable[[Write], Awaitable[None]],
+        live: Callable[[], bool],
+        stop: anyio.Event,
+    ) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(iter(()), media_type="text/event-stream", headers=headers)
+        self._run, self._live, self._stop = run, live, stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+
+        async def write(data: bytes) -> None:
+            if not self._live() or self._stop.is_set():
+                raise anyio.BrokenResourceError("this reader may read no more")
+            try:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            except OSError as e:
+                raise anyio.BrokenResourceError("the reader left") from e
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_until_gone, receive, self._stop, write, tg.cancel_scope)
+            with contextlib.suppress(anyio.BrokenResourceError):
+                await self._run(write)
+            tg.cancel_scope.cancel()
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _until_gone(
+    receive: Receive, stop: anyio.Event, write: Write, scope: anyio.CancelScope
+) -> None:
+    """Cancel ``scope`` once the reader has left, may read no more, or the server stops."""
+    async with anyio.create_task_group() as tg:
+
+        async def left() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        async def stopped() -> None:
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+        async def kept_alive() -> None:
+            with contextlib.suppress(anyio.BrokenResourceError):
+                while True:
+                    await anyio.sleep(_KEEPALIVE_S)
+                    await write(b": keep-alive\n\n")
+            tg.cancel_scope.cancel()
+
+        for task in (left, stopped, kept_alive):
+            tg.start_soon(task)
+    scope.cancel()
 
 
 def _shell(app: FastAPI, query: Ask[Any], guard: Guard) -> None:

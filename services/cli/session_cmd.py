@@ -27,6 +27,7 @@ from services.cli.options import (
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 from services.cli.render import session_lines, sessions_table
 from services.cli.watch import Session, answers, position, read_sessions, wait_for
+from services.domain.channels import MAX_TAIL, OUTPUT_ENDED
 from services.domain.status import ENDED as _ENDED
 from services.domain.status import SessionStatus
 
@@ -416,16 +417,30 @@ def logs(
     ctx: typer.Context,
     session_id: str,
     tail: Annotated[int, typer.Option(min=0, help="The last this many lines.")] = 200,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Then print the output as it comes, until the session ends."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The output of a session's container, asked of its agent; once the session has
-    ended, what its agent kept of it (the last 10,000 lines) when it removed the container."""
+    ended, what its agent kept of it (the last 10,000 lines) when it removed the container.
+    With --follow, its last lines and then what it writes as it writes it, until its
+    container ends or Ctrl-C (over NATS, as the keypair the CLI speaks as: the agent
+    checks it as for the logs, and writes the follow's opening and closing on the log)."""
     settings = _settings(ctx)
+    if follow and as_json:
+        fail("--follow prints the output as it comes: --json is for the output at once")
     with api_errors():
         s = settings.read_api().get(f"/v1/sessions/{_id(session_id)}")
     if s["agent"] is None:
         fail(f"session {session_id} never ran (status {s['status']})", code=1)
     agent_id: str = s["agent"]
+    if follow and s["status"] not in ENDED:
+        _follow(settings, agent_id, session_id, min(tail, MAX_TAIL))
+        return
 
     async def ask() -> dict[str, Any]:
         import msgspec
@@ -453,6 +468,35 @@ def logs(
         import sys
 
         sys.stdout.write(str(answer["logs"]))
+
+
+def _follow(settings: Settings, agent_id: str, session_id: str, tail: int) -> None:
+    """Print ``session_id``'s output as it comes until its container ends (exit 0), the
+    agent refuses or stops the follow (exit 1, saying why), or Ctrl-C (130)."""
+
+    async def run() -> str:
+        from services.actors.user_channels import ChannelRefused, follow
+        from services.ports import AgentUnreachable
+
+        class _Stdout:
+            async def write(self, data: bytes) -> None:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+
+        async with connection(settings) as conn:
+            try:
+                closing = await follow(
+                    conn.bus, conn.bus.requester, agent_id, session_id, _Stdout(), tail=tail
+                )
+            except (ChannelRefused, AgentUnreachable) as e:
+                fail(str(e), code=1)
+        return closing.reason
+
+    import sys
+
+    why = run_async(run)
+    if why != OUTPUT_ENDED:
+        fail(f"the follow stopped: {why}", code=1)
 
 
 EXEC_NOT_RUN = 125  # exit status when the command did not run or end (as docker exec's)

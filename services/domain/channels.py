@@ -22,6 +22,8 @@ from events import subjects as subj
 __all__ = [
     "CHUNK_BYTES",
     "IDLE_S",
+    "MAX_TAIL",
+    "OUTPUT_ENDED",
     "PING_S",
     "SERVICE_LABEL",
     "WINDOW_BYTES",
@@ -39,6 +41,7 @@ __all__ = [
     "channel_problem",
     "decode_frame",
     "encode_frame",
+    "logs_program",
     "relay_argv",
     "services_of",
     "shell_program",
@@ -142,9 +145,9 @@ def channel_problem(channel: str) -> str | None:
 class Program(msgspec.Struct, frozen=True, kw_only=True):
     """What a channel runs in the container, and what its opening event says of it."""
 
-    kind: str  # "shell" or "app"
+    kind: str  # "shell", "app" or "logs" (the container's output followed: no program)
     argv: tuple[str, ...]
-    target: str  # the shell's command, or the port
+    target: str  # the shell's command, the port, or the lines of output before following
     service: str | None = None  # the image's name for the port
     tty: tuple[int, int] | None = None  # rows, cols: a terminal of that size
     env: dict[str, str] = msgspec.field(default_factory=dict)
@@ -161,6 +164,16 @@ def shell_program(rows: int, cols: int, term: str) -> Program:
         tty=(rows, cols),
         env={"TERM": term},
     )
+
+
+OUTPUT_ENDED = "the session's output ended"  # why a follow closed: its container ended
+MAX_TAIL = 10_000  # lines of output a follow starts from, at most (as many as are kept)
+
+
+def logs_program(tail: int) -> Program:
+    """The container's output followed, from its last ``tail`` lines: nothing runs in the
+    container (the engine's log is read), and nothing the asker sends reaches it."""
+    return Program(kind="logs", argv=(), target=str(tail))
 
 
 def app_program(service: Service) -> Program:

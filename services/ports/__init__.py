@@ -19,6 +19,7 @@ from services.ports.bus import (
     ChannelReply,
     ExecReply,
     ExecRequest,
+    FollowRequest,
     Heartbeats,
     LogsReply,
     LogsRequest,
@@ -34,6 +35,7 @@ from services.ports.containers import (
     ContainerRuntime,
     ExecChannel,
     ExecResult,
+    OutputFollow,
     PullProgress,
 )
 from services.ports.domains import DomainFeed, ReaderConsumers
@@ -110,6 +112,7 @@ __all__ = [
     "FileState",
     "FolderError",
     "FolderStore",
+    "FollowRequest",
     "GpuProbe",
     "GpuProcess",
     "GpuProcessWatch",
@@ -132,6 +135,7 @@ __all__ = [
     "OomRefusal",
     "OpenFile",
     "OutcomeUnknown",
+    "OutputFollow",
     "OutputStore",
     "Pipe",
     "ProcessContainers",

@@ -21,6 +21,7 @@ __all__ = [
     "ChannelReply",
     "ExecReply",
     "ExecRequest",
+    "FollowRequest",
     "Heartbeats",
     "LogsReply",
     "LogsRequest",
@@ -45,6 +46,16 @@ class LogsReply(msgspec.Struct, frozen=True, kw_only=True, tag="logs"):
     ok: bool
     logs: str = ""
     error: str | None = None
+
+
+class FollowRequest(msgspec.Struct, frozen=True, kw_only=True, tag="follow"):
+    """Follow a session's container output: its last ``tail`` lines, then what it writes
+    as it writes it, relayed on channel ``channel`` (as a terminal's, the asker listening
+    on its down subject first) until the container ends or the asker leaves."""
+
+    session_id: str
+    channel: str
+    tail: int = 200
 
 
 class ExecRequest(msgspec.Struct, frozen=True, kw_only=True, tag="exec"):
@@ -123,7 +134,9 @@ class RequestFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed"):
     error: str
 
 
-AgentRequest = LogsRequest | ExecRequest | ShellRequest | AppRequest | ServicesRequest
+AgentRequest = (
+    LogsRequest | ExecRequest | ShellRequest | AppRequest | ServicesRequest | FollowRequest
+)
 AgentReply = LogsReply | ExecReply | ChannelReply | ServicesReply | RequestFailed
 # Answers ``request`` from ``requester`` (the access key the bus says asked: on NATS, the
 # one the server let in on the connection that asked).

@@ -15,6 +15,7 @@ __all__ = [
     "ContainerRuntime",
     "ExecChannel",
     "ExecResult",
+    "OutputFollow",
     "PullProgress",
 ]
 
@@ -69,6 +70,17 @@ class ExecChannel(Protocol):
         ...
 
 
+class OutputFollow(Protocol):
+    """A container's output as it is written (its streams together, as ``logs`` gives it).
+    Nothing is read ahead of the reader: what is not read yet waits in the engine, so a
+    follow that nobody reads holds no more than one read's worth here."""
+
+    async def read(self) -> bytes | None:
+        """The next bytes written; None once the output has ended (the container has
+        exited or is gone)."""
+        ...
+
+
 class ContainerRuntime(Protocol):
     """A container engine, as the agent uses it."""
 
@@ -112,6 +124,18 @@ class ContainerRuntime(Protocol):
 
     async def logs(self, container_id: str, *, tail: int = 200) -> str:
         """The last ``tail`` lines of the container's output."""
+        ...
+
+    def follow_logs(
+        self, container_id: str, *, tail: int = 200
+    ) -> AbstractAsyncContextManager[OutputFollow]:
+        """The last ``tail`` lines of the container's output, then what it writes as it
+        writes it, for the block; its reads end once the container has exited. A follow
+        lasts as long as the container decides: it takes no connection that the engine's
+        other calls wait for.
+
+        Raises ContainerError if the container is unknown, or RuntimeUnavailable.
+        """
         ...
 
     async def cpu_ns(self, container_id: str) -> int | None:

@@ -6,17 +6,19 @@ servers and the gatekeeper give this connection the user's permissions and no mo
 requests go to the intake on the user's own subject, as ``fgpu session create``, ``fgpu
 session rm``, ``fgpu admin ...`` and ``fgpu vfolder create|share`` send them
 (``services.client.Client``); it asks a session's agent for its logs as ``fgpu session
-logs`` does, opens a terminal as ``fgpu session shell`` does and a connection to an app as
-``fgpu session app`` does (``services.actors.user_channels``): the agent sees the user's
-key, judges it, and writes each opening and closing on the log.
+logs`` does, follows them as its ``--follow`` does, opens a terminal as ``fgpu session
+shell`` does and a connection to an app as ``fgpu session app`` does
+(``services.actors.user_channels``): the agent sees the user's key, judges it, and writes
+each channel's opening and closing on the log.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from events import AdminCommand
 from services.actors.user_channels import ChannelRefused
 from services.actors.user_channels import app as open_app
+from services.actors.user_channels import follow as follow_output
 from services.actors.user_channels import shell as open_shell
 from services.adapters.nats_bus import NatsBus
 from services.adapters.nats_connection import nats_connection
@@ -99,6 +101,22 @@ class _UserConnection:
             return LogsReply(ok=False, error=f"agent {agent_id}: {getattr(reply, 'error', reply)}")
         return reply
 
+    async def follow(
+        self,
+        agent_id: str,
+        session_id: str,
+        tail: int,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> str:
+        bus = self._bus
+        try:
+            closing = await follow_output(
+                bus, bus.requester, agent_id, session_id, _Writer(write), tail=tail
+            )
+        except (ChannelRefused, AgentUnreachable) as e:
+            raise ShellRefused(str(e)) from e
+        return closing.reason
+
     async def shell(
         self,
         agent_id: str,
@@ -136,6 +154,14 @@ class _UserConnection:
 
     async def aclose(self) -> None:
         await self._stack.aclose()
+
+
+class _Writer:
+    def __init__(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        self._write = write
+
+    async def write(self, data: bytes) -> None:
+        await self._write(data)
 
 
 def acting_on(url: str) -> ActAs:

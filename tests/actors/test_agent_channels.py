@@ -14,8 +14,16 @@ from services.actors.agent_channels import Channels, Opening
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
-from services.domain.channels import End, Program, decode_frame, encode_frame
-from services.ports import ContainerError, ExecChannel
+from services.domain.channels import (
+    CHUNK_BYTES,
+    WINDOW_BYTES,
+    End,
+    Program,
+    decode_frame,
+    encode_frame,
+    logs_program,
+)
+from services.ports import ContainerError, ExecChannel, OutputFollow
 from services.testing import MemoryBus
 from tests.support.access_state import tenancy
 
@@ -65,8 +73,33 @@ class EchoRuntime(DummyRuntime):
             yield echo
 
 
-def _opening(channel: str, container: str = "c1") -> Opening:
-    program = Program(kind="app", argv=("nc",), target="80")
+class _Endless:
+    """A container's output that never ends, counting what was read of it."""
+
+    def __init__(self) -> None:
+        self.given = 0
+
+    async def read(self) -> bytes | None:
+        self.given += CHUNK_BYTES
+        return b"x" * CHUNK_BYTES
+
+
+class ChattyRuntime(EchoRuntime):
+    """Containers whose output never ends (``follow_logs``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.output = _Endless()
+
+    @asynccontextmanager
+    async def follow_logs(
+        self, container_id: str, *, tail: int = 200
+    ) -> AsyncIterator[OutputFollow]:
+        yield self.output
+
+
+def _opening(channel: str, container: str = "c1", program: Program | None = None) -> Opening:
+    program = program or Program(kind="app", argv=("nc",), target="80")
     return Opening(
         session_id="s1",
         requester="AKana",
@@ -143,6 +176,22 @@ async def test_a_channel_is_cut_once_its_key_is_revoked_and_says_why() -> None:
         assert isinstance(late, SessionChannelClosed) and late.channel == "second"
         assert late.reason == why
         tg.cancel_scope.cancel()
+
+
+async def test_a_follow_nobody_reads_reads_no_more_than_a_window_of_the_output() -> None:
+    """The user's side hears the channel and acknowledges nothing: the agent stops
+    reading the container's output once a window is unacknowledged, however much more
+    the container has written (what piles up is the engine's, not the agent's)."""
+    bus, runtime = MemoryBus(), ChattyRuntime()
+    channels = Channels("a1", runtime, bus, MemoryLog(), SystemClock())
+    _, down = subj.channel("a1", "AKana", "f1")
+    with anyio.fail_after(DEADLINE_S):
+        async with anyio.create_task_group() as tg, bus.pipe(listen=down, speak="nobody"):
+            await tg.start(channels.run)
+            assert await channels.open(_opening("f1", program=logs_program(10))) is None
+            await anyio.wait_all_tasks_blocked()
+            assert WINDOW_BYTES <= runtime.output.given <= WINDOW_BYTES + CHUNK_BYTES
+            tg.cancel_scope.cancel()
 
 
 async def _end(frames: AsyncIterable[bytes]) -> End:

@@ -187,6 +187,32 @@ async def test_open_exec_reads_what_it_is_given_and_ends_with_its_exit_code(
 
 @pytest.mark.docker
 @pytest.mark.anyio
+async def test_a_follow_in_progress_holds_no_connection_of_the_pool() -> None:
+    """With a pool of one connection, a follow that lasts (its container quiet) leaves
+    that one free: another container is created, started, inspected and removed."""
+    problem = engine_problem()
+    if problem is not None:
+        skip_or_fail(problem)
+    async with DockerRuntime(pool_size=1, request_timeout_s=DEADLINE_S / 2) as rt:
+        try:
+            quiet = await rt.run(_spec("follow-quiet", "echo up; sleep 600"))
+            with anyio.fail_after(DEADLINE_S):
+                async with rt.follow_logs(quiet.id) as output:
+                    assert await output.read() == b"up\n"
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(output.read)  # waits on the quiet container
+                        other = await rt.run(_spec("follow-other", "exit 0"))
+                        assert await rt.wait(other.id) == 0
+                        await rt.remove(other.id, stop_timeout_s=0)
+                        tg.cancel_scope.cancel()
+        finally:
+            with anyio.fail_after(DEADLINE_S):
+                for info in await rt.list({TEST_LABEL: "docker-extra"}):
+                    await rt.remove(info.id, stop_timeout_s=0)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
 async def test_open_exec_in_a_container_not_running_raises(rt: DockerRuntime) -> None:
     info = await rt.run(_spec("open-exec-ended", "exit 0"))
     with anyio.fail_after(DEADLINE_S):

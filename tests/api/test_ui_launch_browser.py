@@ -1,7 +1,8 @@
 """The launch form in a real headless browser, as a researcher uses it, on a node whose
 one GPU is split into 2 fGPU (a mock GPU; the default group's quantum 0.1): sign in, move
 the fGPU slider to 0.5, launch, and see the session RUNNING with ``gpu0 0.5`` in the
-list; what the policies leave is shown. A screenshot is saved and its path printed
+list; what the policies leave is shown; a usage sample of its agent's shows in its row,
+live. A screenshot is saved and its path printed
 (docs/ui-launch.png is one)."""
 
 from collections.abc import Iterator
@@ -64,7 +65,28 @@ def test_a_researcher_launches_half_a_gpu_with_the_slider_and_sees_it_running(
             return status.get(sid) == "RUNNING" and devices.get(sid) == "gpu0 0.5"
 
         page.until(running, "her session RUNNING with gpu0 0.5")
+
+        # Its agent's usage samples change the row as they come, the page not reloaded.
+        driver.execute_script("window.notReloaded = true")
+        w.sample(sid, used=3 << 29, limit=8 << 30)
+        shown = "gpu0 0.5 · 1.5 / 8.0 GiB"
+
+        def sampled(_: object) -> bool:
+            devices = dict(zip(page.rows(), page.css("#session-table td.devices"), strict=True))
+            return devices.get(sid) == shown
+
+        page.until(sampled, f"the row saying {shown}")
+        assert driver.execute_script("return window.notReloaded") is True
         driver.save_screenshot(str(shot))
+
+        # Its page shows the same, and the next sample as it comes.
+        driver.execute_script("location.hash = arguments[0]", f"#/sessions/{sid}")
+        field = '#session-details dd[data-field="fGPU"]'
+        page.until(lambda d: page.css(field) == [shown], f"its page saying {shown}")
+        w.sample(sid, used=1 << 31, limit=8 << 30)
+        later = "gpu0 0.5 · 2.0 / 8.0 GiB"
+        page.until(lambda d: page.css(field) == [later], f"its page saying {later}")
+        assert driver.execute_script("return window.notReloaded") is True
     finally:
         driver.quit()
     assert shot.stat().st_size > 10_000

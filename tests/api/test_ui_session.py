@@ -19,7 +19,9 @@ from events import (
     SessionTerminated,
 )
 from services.api import ui
-from services.api.browser import COOKIE
+from services.api.browser import COOKIE, ShellRefused
+from services.domain.channels import OUTPUT_ENDED
+from services.wiring.acting import acting_on
 from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 SAYS = ("sh", "-c", "echo hello-from-the-session; sleep infinity")
@@ -55,13 +57,82 @@ def _events(http: httpx.Client, path: str, until: str) -> list[tuple[str, dict[s
     raise AssertionError(f"the stream ended before {until!r}: {found}")
 
 
+def _text(found: list[tuple[str, dict[str, object]]]) -> str:
+    """The output the page shows: the pieces since the last reset."""
+    kinds = [k for k, _ in found]
+    start = len(kinds) - kinds[::-1].index("reset") if "reset" in kinds else 0
+    return "".join(str(d["text"]) for k, d in found[start:] if k == "output")
+
+
 def test_the_logs_are_the_users_own_sessions_output(w: UiWorld, running: str) -> None:
     alice, _ = w.sign_in("alice")
-    [(_, output)] = _events(alice, f"/ui/sessions/{running}/logs", until="output")
-    assert output["ok"] is True and output["logs"] == "hello-from-the-session\n", output
+    found = _events(alice, f"/ui/sessions/{running}/logs", until="output")
+    assert [k for k, _ in found] == ["reset", "output"], found
+    assert _text(found) == "hello-from-the-session\n", found
     bob, _ = w.sign_in("bob")
     assert bob.get(f"/ui/sessions/{running}/logs").status_code == 404
     assert httpx.get(f"{w.url}/ui/sessions/{running}/logs").status_code == 401
+
+
+def test_the_logs_follow_the_output_as_it_comes_and_end_with_the_session(w: UiWorld) -> None:
+    """One stream, opened before the second line is written: it brings that line when
+    it comes (no reload, no polling), then ends once the container has ended."""
+    says = ("sh", "-c", "echo first; sleep 1; echo second; sleep 1; exit 3")
+    sid = w.create("alice", name="follows", command=says, slots=SLIVER)
+    w.wait_until(sid, SessionRunning)
+    alice, _ = w.sign_in("alice")
+    found = _events(alice, f"/ui/sessions/{sid}/logs", until="end")
+    assert _text(found) == "first\nsecond\n", found
+    assert [k for k, _ in found].count("reset") == 1, found
+    assert found[-1][1]["reason"] == OUTPUT_ENDED, found
+    opened = [e for _, e in w.stored_since(0) if isinstance(e, SessionChannelOpened)]
+    assert any(e.session_id == sid and e.kind == "logs" for e in opened), opened
+    story = [line["text"] for line in alice.get(f"/v1/sessions/{sid}/history").json()["story"]]
+    assert f"{w.keys['alice'][0]} followed its output" in story, story
+
+
+def test_the_agent_refuses_a_follow_asked_in_another_users_name(w: UiWorld, running: str) -> None:
+    """Bob asks alice's agent himself, on his own connection (as the UI would for him,
+    had the server not already answered 404): the agent judges his key and refuses."""
+    bob_key, bob_secret = w.keys["bob"]
+    [agent] = {e.agent_id for _, e in w.stored_since(0) if isinstance(e, SessionRunning)}
+
+    async def follow() -> str:
+        acting = await acting_on(w.c.url)(bob_key, bob_secret)
+        try:
+            with pytest.raises(ShellRefused) as refused:
+                await acting.follow(agent, running, 10, _nothing)
+        finally:
+            await acting.aclose()
+        return str(refused.value)
+
+    assert w.portal.call(follow) == f"{bob_key} may not see session {running}"
+
+
+async def _nothing(data: bytes) -> None:
+    raise AssertionError(f"output reached another user: {data!r}")
+
+
+def test_gpu_usage_is_shown_to_the_sessions_viewers_alone(w: UiWorld, running: str) -> None:
+    """A usage sample of alice's session: in her session's read shape and on her event
+    stream (what the UI follows), in neither of bob's."""
+    before = w.last_seq()
+    w.sample(running, used=1 << 30, limit=4 << 30)
+    alice, _ = w.sign_in("alice")
+    bob, _ = w.sign_in("bob")
+    [memory] = alice.get(f"/v1/sessions/{running}").json()["gpu_memory"]
+    assert (memory["gpu"], memory["used"], memory["limit"]) == (0, 1 << 30, 4 << 30)
+    listed = {s["id"]: s for s in alice.get("/v1/sessions").json()["sessions"]}
+    assert listed[running]["gpu_memory"] == [memory]
+    assert bob.get(f"/v1/sessions/{running}").status_code == 404
+    assert all(s["gpu_memory"] == [] for s in bob.get("/v1/sessions").json()["sessions"])
+
+    def usage_seen(http: httpx.Client) -> list[str]:
+        events = http.get("/v1/events", params={"after": before}).json()["events"]
+        return [e["session_id"] for e in events if e["type"] == "gpu.usage-sampled.v1"]
+
+    assert usage_seen(alice) == [running]
+    assert usage_seen(bob) == []
 
 
 def test_an_ended_sessions_logs_end(w: UiWorld) -> None:
@@ -69,8 +140,8 @@ def test_an_ended_sessions_logs_end(w: UiWorld) -> None:
     w.wait_until(sid, SessionTerminated)
     alice, _ = w.sign_in("alice")
     found = _events(alice, f"/ui/sessions/{sid}/logs", until="end")
-    assert [k for k, _ in found] == ["output", "end"], found
-    assert found[0][1]["logs"] == "bye\n" and found[1][1]["status"] == "TERMINATED", found
+    assert [k for k, _ in found] == ["reset", "output", "end"], found
+    assert _text(found) == "bye\n" and found[-1][1]["status"] == "TERMINATED", found
 
 
 def _ticket(w: UiWorld, http: httpx.Client, csrf: str, sid: str) -> httpx.Response:

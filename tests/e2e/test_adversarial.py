@@ -100,6 +100,7 @@ from services.ports import (
     ChannelReply,
     ExecReply,
     ExecRequest,
+    FollowRequest,
     LogsReply,
     LogsRequest,
     ShellRequest,
@@ -721,17 +722,22 @@ async def manage_consumers(w: World, me: Attacker) -> Outcome:
 
 async def read_others(w: World, me: Attacker) -> Outcome:
     """Listen to the log's subjects, the victim's requests and inbox, everything; ask agent
-    a1 for the victim's session's output (on one's own subject: the agent refuses; on the
-    victim's: the server does). Services read the log, through consumers (above)."""
+    a1 for the victim's session's output, or to follow it (on one's own subject: the agent
+    refuses; on the victim's: the server does). Services read the log, through consumers (above)."""
     vic = w.keys["vic"][0]
     listened = ["fgpu.>", f"fgpu.req.{vic}.>", f"{inbox(vic)}.>", ">"]
     for subject in listened:
         await me.nc.subscribe(subject)
     logs = msgspec.json.encode(LogsRequest(session_id=w.victim, tail=10))
+    follow = msgspec.json.encode(FollowRequest(session_id=w.victim, channel="c1", tail=10))
     if me.person:
+        refused = f"{me.key} may not see session {w.victim}"
         reply = await me.nc.request(subj.agent_request("a1", me.key), logs, timeout=5)
         answer = msgspec.json.decode(reply.data, type=AgentReply)
-        assert answer == LogsReply(ok=False, error=f"{me.key} may not see session {w.victim}")
+        assert answer == LogsReply(ok=False, error=refused)
+        reply = await me.nc.request(subj.agent_request("a1", me.key), follow, timeout=5)
+        answer = msgspec.json.decode(reply.data, type=AgentReply)
+        assert answer == ChannelReply(ok=False, error=refused)
     await me.nc.publish(subj.agent_request("a1", vic), logs)
     rpc = f"publish {subj.agent_request('a1', vic)}"
     return Outcome(denied=[f"subscription {s}" for s in listened] + [rpc])

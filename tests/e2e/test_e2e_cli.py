@@ -121,7 +121,19 @@ def test_three_sessions_two_run_one_waits_then_runs(tmp_path: Path) -> None:
         refused = stack.run("session", "rm", running[0]["id"], key="mallory")
         assert refused.returncode == 1 and "another access key" in refused.stderr
 
-        stack.fgpu("session", "rm", running[0]["id"])
+        # Its output followed: the last lines at once, then it ends when the session does.
+        follower = stack.popen("session", "logs", "-f", running[0]["id"], stdout=subprocess.PIPE)
+        try:
+            assert follower.stdout is not None
+            assert follower.stdout.readline() == f"hello from {running[0]['id']}\n".encode()
+            stack.fgpu("session", "rm", running[0]["id"])
+            assert follower.wait(30) == 0
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+            if follower.stdout is not None:
+                follower.stdout.close()
         waited = stack.json("session", "wait", pending["id"], "--for", "running", "--timeout", "15")
         assert waited["sessions"][0]["status"] == "RUNNING"
         listed = {s["id"]: s["status"] for s in stack.json("session", "ls", "--all")["sessions"]}

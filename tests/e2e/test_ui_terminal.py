@@ -4,9 +4,9 @@ terminal, type a command and read its answer in the terminal; the window resized
 shell told the new size; a reconnect, a new shell; not one refusal of the page's
 Content-Security-Policy all along (xterm.js's styles go through constructed style sheets,
 ``services/api/ui/terminal.js``). Another user cannot open it: the ticket is refused and
-the page shows no terminal. The opening and closing of each terminal are on the log in the
-researcher's name. A screenshot is saved and its path printed (docs/ui-terminal.png is
-one)."""
+the page shows no terminal. The opening and closing of each terminal, and of the page's
+follow of the output, are on the log in the researcher's name. A screenshot is saved and
+its path printed (docs/ui-terminal.png is one)."""
 
 import re
 import uuid
@@ -70,6 +70,7 @@ def _alice(w: UiWorld, page: SessionPage, shot: Path) -> None:
     page.sign_in(*w.keys["alice"], "alice")
     page.watch_csp()
     page.open(sid)
+    page.until(lambda d: page.css("#logs-status") == ["live"], "its output followed")
     page.open_terminal()
     page.until(lambda d: page.at_prompt(), "the shell's prompt")
     page.type("echo hello-$((6*7))\n")
@@ -134,11 +135,12 @@ def test_a_researcher_types_in_her_sessions_terminal_and_another_cannot_open_it(
     with browsing(tmp_path / "bob", WIDTH, HEIGHT) as driver:
         _bob(w, SessionPage(driver, f"{w.url}/"))
 
-    # Two terminals of Alice's, each opened and closed on the log in her name; none of Bob's.
+    # Two terminals of Alice's, and her page's follow of the output, each opened and
+    # closed on the log in her name (the follow once her page went); none of Bob's.
     opened = [e for _, e in w.stored_since(before) if isinstance(e, SessionChannelOpened)]
-    assert len(opened) == 2, opened
+    assert sorted(e.kind for e in opened) == ["logs", "shell", "shell"], opened
     alice = (w.keys["alice"][0], w.sessions["alice"])
-    assert {(e.requester, e.session_id, e.kind) for e in opened} == {(*alice, "shell")}
+    assert {(e.requester, e.session_id) for e in opened} == {alice}
     for o in opened:
         _, closed = w.wait_for(before, _closing(o))
         assert isinstance(closed, SessionChannelClosed)

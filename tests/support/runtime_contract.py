@@ -244,6 +244,54 @@ class ContainerRuntimeContract:
         with pytest.raises(ContainerError):
             await rt.logs("fgpu-test-no-such-container")
 
+    @staticmethod
+    async def followed(rt: ContainerRuntime, container_id: str, tail: int = 200) -> str:
+        """All a follow of the container's output read, until its reads ended."""
+        shown = b""
+        with anyio.fail_after(DEADLINE_S):
+            async with rt.follow_logs(container_id, tail=tail) as output:
+                while (data := await output.read()) is not None:
+                    shown += data
+        return shown.decode()
+
+    @pytest.mark.anyio
+    async def test_a_follow_gives_the_output_as_it_comes_and_ends_with_the_container(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        """Opened while the first line alone is written: the second comes when it is
+        written, and the reads end once the container exits."""
+        script = "echo one; sleep 1; echo two; exit 3"
+        info = await rt.run(self.spec(tag, "follow", ("sh", "-c", script)))
+        assert await self.followed(rt, info.id) == "one\ntwo\n"
+        assert await self.wait(rt, info.id) == 3
+
+    @pytest.mark.anyio
+    async def test_a_follow_starts_from_the_last_tail_lines(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "follow-tail", ("sh", "-c", "echo a; echo b; echo c")))
+        await self.wait(rt, info.id)
+        assert await self.followed(rt, info.id, tail=2) == "b\nc\n"
+        assert await self.followed(rt, info.id, tail=0) == ""
+
+    @pytest.mark.anyio
+    async def test_a_follow_ends_when_the_container_is_removed(
+        self, rt: ContainerRuntime, tag: str
+    ) -> None:
+        info = await rt.run(self.spec(tag, "follow-rm", ("sh", "-c", "echo up; sleep 60")))
+        with anyio.fail_after(DEADLINE_S):
+            async with rt.follow_logs(info.id) as output:
+                assert await output.read() == b"up\n"
+                await rt.remove(info.id, stop_timeout_s=0)
+                while await output.read() is not None:
+                    pass
+
+    @pytest.mark.anyio
+    async def test_a_follow_of_an_unknown_container_raises(self, rt: ContainerRuntime) -> None:
+        with pytest.raises(ContainerError):
+            async with rt.follow_logs("fgpu-test-no-such-container"):
+                pass
+
     # ---- exec -------------------------------------------------------------------------
 
     @pytest.mark.anyio

@@ -20,6 +20,7 @@ from events import (
     AnyEvent,
     CreateKeypair,
     CreateUser,
+    GpuUsageSampled,
     RevokeKeypair,
     Role,
     Slots,
@@ -32,6 +33,7 @@ from services.adapters.vfolder_files import FolderFiles
 from services.api.serve import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.domain.provenance import Provenance, stamp
 from services.ports import ContainerRuntime
 from services.wiring.acting import acting_on
 from services.wiring.identity import Identity
@@ -109,6 +111,34 @@ class UiWorld:
                 await self.api.projector.wait_beyond(seq - 1)
 
         self.portal.call(applied)
+
+    def sample(self, session_id: str, *, used: int, limit: int, agent: str = "a1") -> None:
+        """A GPU usage sample of ``session_id``'s device 0, as its agent publishes them
+        (with the agent's keypair, on the session's usage subject); back once the read
+        API has folded it."""
+
+        async def sampled() -> None:
+            prov = Provenance(f"agent:{agent}", SystemClock().now(), None, session_id)
+            e = stamp(
+                GpuUsageSampled,
+                prov,
+                session_id=session_id,
+                agent_id=agent,
+                gpu_index=0,
+                mem_used=used,
+                mem_peak=used,
+                mem_limit=limit,
+                launches=0,
+                throttled_ns=0,
+                oom_refusals=0,
+            )
+            keys = Identity(*self.c.services[f"agent:{agent}"])
+            async with connected(self.c.url, f"fgpu-test-{agent}-usage", keys) as conn:
+                seq = await conn.log.append(subj.usage(agent, session_id), e)
+            with anyio.fail_after(30):
+                await self.api.projector.wait_beyond(seq - 1)
+
+        self.portal.call(sampled)
 
     def wait_for(self, after: int, found: Callable[[str, AnyEvent], bool]) -> tuple[str, AnyEvent]:
         """The first record after ``after`` that is ``found`` (subject, event), once the log

@@ -6,17 +6,17 @@
 
 import { listApps } from "./apps.js";
 
+import { devices, sampled as fold } from "./usage.js";
+
 const $ = (selector) => document.querySelector(selector);
 
-const page = { id: null, logs: null, term: null, ctx: null };
+const page = { id: null, logs: null, term: null, ctx: null, session: null };
 
 function details(s, ctx) {
   const { el } = ctx;
-  const devices = s.devices.length
-    ? s.devices.map((d) => `gpu${d.gpu} ${d.fgpu}`).join(", ")
-    : `${s.requested.fgpu} fGPU asked`;
+  page.session = s;
   const pairs = [
-    ["status", s.status], ["name", s.name || ""], ["image", s.image], ["fGPU", devices],
+    ["status", s.status], ["name", s.name || ""], ["image", s.image], ["fGPU", devices(s)],
     ["agent", s.agent || ""], ["owner", s.owner],
   ];
   $("#session-details").replaceChildren(...pairs.flatMap(([k, v]) => [
@@ -48,24 +48,31 @@ export async function refresh() {
   }
 }
 
+// The output as the container writes it: `reset` starts it again from empty (each time
+// the stream opens, its EventSource reconnecting after a `problem` too), each `output`
+// appends a piece, `end` says the output has ended. Set as text: it is the container's.
 function followLogs(id) {
   const box = $("#session-logs");
   box.textContent = "";
   $("#logs-status").textContent = "asking its agent…";
   const stream = new EventSource(`/ui/sessions/${encodeURIComponent(id)}/logs`);
   page.logs = stream;
+  stream.addEventListener("reset", () => {
+    box.textContent = "";
+    $("#logs-status").textContent = "live";
+  });
   stream.addEventListener("output", (m) => {
-    const answer = JSON.parse(m.data);
     const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
-    box.textContent = answer.ok ? answer.logs : "";
-    $("#logs-status").textContent = answer.ok ? "live" : answer.error;
+    box.append(JSON.parse(m.data).text);
     if (atEnd) box.scrollTop = box.scrollHeight;
   });
   stream.addEventListener("problem", (m) => {
     $("#logs-status").textContent = JSON.parse(m.data).error;
   });
   stream.addEventListener("end", (m) => {
-    $("#logs-status").textContent = `the session ended (${JSON.parse(m.data).status})`;
+    const ended = JSON.parse(m.data);
+    $("#logs-status").textContent = `${ended.reason} (${ended.status})`;
+    document.body.dataset.logs = "ended";
     stream.close();
   });
   stream.onerror = () => {
@@ -89,9 +96,18 @@ async function openTerminal() {
   await page.term.connect();
 }
 
+// A usage sample of the viewer's (ui.js hears them all): shown if it is this session's.
+export function sampled(data) {
+  const s = page.session;
+  if (!s || s.id !== data.session_id || !fold(s, data)) return;
+  const field = document.querySelector('#session-details dd[data-field="fGPU"]');
+  if (field) field.textContent = devices(s);
+}
+
 // Show session `id`; `ctx` holds the page's helpers (call, el, Unauthorized, signedOut).
 export function show(id, ctx) {
   hide();
+  document.body.dataset.logs = "";
   page.id = id;
   page.ctx = ctx;
   $("#session-id").textContent = id;
@@ -112,6 +128,7 @@ export function hide() {
   page.logs = null;
   page.term = null;
   page.id = null;
+  page.session = null;
   $("#session").hidden = true;
   document.body.dataset.terminal = "";
   document.body.dataset.sessionStatus = "";

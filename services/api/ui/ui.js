@@ -8,6 +8,7 @@
 import * as adminPage from "./admin.js";
 import * as folderPage from "./folders.js";
 import * as sessionPage from "./session.js";
+import { USAGE_EVENT, devices, sampled } from "./usage.js";
 
 const $ = (selector) => document.querySelector(selector);
 const LIVE = ["REQUESTED", "PENDING", "SCHEDULED", "PREPARING", "PULLING", "RUNNING", "TERMINATING"];
@@ -23,7 +24,10 @@ export const SESSION_EVENTS = [
   "session.destroy-requested.v1", "session.destroy-rejected.v1",
 ];
 
-const state = { csrf: null, who: null, show: "live", offset: 0, stream: null, loading: false, again: false };
+const state = {
+  csrf: null, who: null, show: "live", offset: 0, stream: null, loading: false, again: false,
+  shown: new Map(), // the sessions of the page shown, by id
+};
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -149,11 +153,6 @@ async function signOut() {
 
 // ---- the sessions -----------------------------------------------------------------------
 
-function devices(s) {
-  if (s.devices.length) return s.devices.map((d) => `gpu${d.gpu} ${d.fgpu}`).join(", ");
-  return s.requested.fgpu === "0" ? "no GPU" : `${s.requested.fgpu} asked`;
-}
-
 function why(s) {
   if (s.status === "PENDING" || s.status === "REQUESTED") return s.waiting || "";
   return s.reason || "";
@@ -211,6 +210,7 @@ async function load() {
 }
 
 function render(page) {
+  state.shown = new Map(page.sessions.map((s) => [s.id, s]));
   $("#session-table tbody").replaceChildren(...page.sessions.map(row));
   $("#empty").hidden = page.sessions.length > 0;
   const last = page.offset + page.sessions.length;
@@ -222,7 +222,8 @@ function render(page) {
 }
 
 // Live: the read API's event stream (server-sent events, resumed by the browser after the
-// last event it got); each session event loads the page shown again. No polling.
+// last event it got; the viewer's own events only); each session event loads the page
+// shown again, each usage sample updates its row. No polling.
 function follow() {
   if (state.stream || !state.csrf) return;
   const stream = new EventSource(`/v1/events/stream?after=${state.seq || 0}`);
@@ -231,6 +232,18 @@ function follow() {
   for (const type of SESSION_EVENTS) {
     stream.addEventListener(type, () => { load(); sessionPage.refresh(); adminPage.refresh(); });
   }
+  // A usage sample changes one cell: it is set in place (samples come every few seconds
+  // for every running session; the page is not read again for them).
+  stream.addEventListener(USAGE_EVENT, (m) => {
+    const event = JSON.parse(m.data);
+    const data = { ...event.data, at: event.at };
+    const s = state.shown.get(data.session_id);
+    if (sampled(s, data)) {
+      const cell = document.querySelector(`tr[data-session="${CSS.escape(s.id)}"] td.devices`);
+      if (cell) cell.textContent = devices(s);
+    }
+    sessionPage.sampled(data);
+  });
   stream.onerror = async () => {
     $("#live-status").textContent = "reconnecting…";
     if (stream.readyState !== EventSource.CLOSED) return;
