@@ -6,7 +6,10 @@ with 10,000 sessions in history, and an event on the log to its change in an ope
   a CSRF-checked POST, the WebSocket from this origin), and beside it a direct ``docker
   exec`` of the same login shell with a tty (aiodocker) in the same container. One key at
   a time, alternating between the two, each timed from its send until the shell's echo of
-  it comes back: ``ratio_terminal_to_docker_exec`` of the p50s (goal <= 1.5).
+  it comes back: ``ratio_terminal_to_docker_exec`` of the p50s (goal <= 1.5). A third
+  shell, the channel ``fgpu session shell`` opens (over the user's own NATS connection to
+  the agent: what the web terminal relays, without the browser's WebSocket), alternated
+  with them, says which part is the web's: ``ratio_terminal_to_shell_channel``.
 - **First render**: a log of its own filled with a synthetic history (bench/rebuild.py's)
   of 10,000 sessions (400 of them alive), folded by the read API; its superadmin, who sees
   them all, signed in in headless Chromium. From a navigation to the page until its first
@@ -29,6 +32,7 @@ import asyncio
 import functools
 import json
 import os
+import queue
 import statistics
 import sys
 import tempfile
@@ -46,6 +50,7 @@ import anyio
 import websocket
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.streams.memory import MemoryObjectReceiveStream
 from rebuild import fill, quantiles_ms, synthetic_log  # bench/rebuild.py, beside this file
 
 from events import SessionRequested, SessionRunning, Slots
@@ -113,6 +118,53 @@ async def _docker_exec(sid: str) -> tuple[Any, Any]:
     return docker, stream
 
 
+class _QueueEnd:
+    """A terminal's end for the shell channel itself: keys from a stream, output into a
+    queue the benchmark's thread reads."""
+
+    def __init__(self, keys: MemoryObjectReceiveStream[bytes], out: "queue.Queue[bytes]") -> None:
+        self._keys, self._out = keys, out
+
+    async def read(self) -> bytes | None:
+        try:
+            return await self._keys.receive()
+        except anyio.EndOfStream:
+            return None
+
+    async def write(self, data: bytes) -> None:
+        self._out.put(data)
+
+    def size(self) -> tuple[int, int]:
+        return (24, 80)
+
+
+@contextmanager
+def _channel(
+    w: UiWorld, agent: str, sid: str
+) -> Iterator[tuple[Callable[[bytes], None], Callable[[], bytes]]]:
+    """The shell channel ``fgpu session shell`` opens, over alice's own NATS connection
+    (what the web terminal relays, without the browser's WebSocket): send and read."""
+    keys_in, keys_out = anyio.create_memory_object_stream[bytes](16)
+    no_sizes, sizes = anyio.create_memory_object_stream[tuple[int, int]](1)
+    out: queue.Queue[bytes] = queue.Queue()
+
+    async def run() -> None:
+        acting = await acting_on(w.c.url)(*w.keys["alice"])
+        try:
+            await acting.shell(agent, sid, _QueueEnd(keys_out, out), sizes)
+        finally:
+            await acting.aclose()
+
+    done = w.portal.start_task_soon(run)
+    try:
+        yield (lambda b: w.portal.call(keys_in.send, b)), (lambda: out.get(timeout=30))
+    finally:
+        w.portal.call(keys_in.send, b"exit\r")
+        w.portal.call(keys_in.aclose)
+        w.portal.call(no_sizes.aclose)
+        done.cancel()  # the channel itself is measured, not how it closes
+
+
 def terminal(keys: int) -> dict[str, Any]:
     """Round trips of ``keys`` keys each way, alternated (see the module's docstring)."""
     agent = f"bench-{uuid.uuid4().hex[:8]}"
@@ -141,15 +193,18 @@ def terminal(keys: int) -> dict[str, Any]:
             def exec_send(b: bytes) -> None:
                 loop.run_until_complete(stream.write_in(b))
 
-            _say("terminal: both shells open")
-            _ready(web_send, web_read)
-            _ready(exec_send, exec_read)
-            _say("terminal: both at their prompt")
-            web, direct = [], []
-            for i in range(keys):
-                key = KEYS[i % len(KEYS) : i % len(KEYS) + 1]
-                web.append(_echo_ms(web_send, web_read, key))
-                direct.append(_echo_ms(exec_send, exec_read, key))
+            with _channel(w, agent, sid) as (channel_send, channel_read):
+                _say("terminal: the three shells open")
+                _ready(web_send, web_read)
+                _ready(exec_send, exec_read)
+                _ready(channel_send, channel_read)
+                _say("terminal: the three at their prompt")
+                web, direct, channel = [], [], []
+                for i in range(keys):
+                    key = KEYS[i % len(KEYS) : i % len(KEYS) + 1]
+                    web.append(_echo_ms(web_send, web_read, key))
+                    direct.append(_echo_ms(exec_send, exec_read, key))
+                    channel.append(_echo_ms(channel_send, channel_read, key))
             ws.close()
             loop.run_until_complete(stream.close())
             loop.run_until_complete(docker.close())
@@ -161,6 +216,10 @@ def terminal(keys: int) -> dict[str, Any]:
         "keys": keys,
         "terminal_ms": ours,
         "docker_exec_ms": theirs,
+        "shell_channel_ms": quantiles_ms(channel),
+        "ratio_terminal_to_shell_channel": round(
+            ours["p50_ms"] / quantiles_ms(channel)["p50_ms"], 2
+        ),
         "ratio_terminal_to_docker_exec": round(ours["p50_ms"] / theirs["p50_ms"], 2),
         "ratio_p99": round(ours["p99_ms"] / theirs["p99_ms"], 2),
     }

@@ -28,7 +28,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -308,7 +308,12 @@ def seed_stack(tmp: Path, steps: Steps) -> Iterator[Seed]:
         image = smi_image(tmp)
     try:
         port = _free_port()
-        with fgpu_up(tmp / "home", "--api-port", str(port), users=("researcher", "other")) as up:
+        with ExitStack() as stack:
+            with steps.step("up"):  # fgpu up ready, its two users made
+                users = ("researcher", "other")
+                up = stack.enter_context(
+                    fgpu_up(tmp / "home", "--api-port", str(port), users=users)
+                )
             keys = {u: (k["FGPU_ACCESS_KEY"], k["FGPU_SECRET_KEY"]) for u, k in up.keys.items()}
             url = f"http://127.0.0.1:{port}"
             yield Seed(url, keys["researcher"], keys["other"], image, tmp, tmp)
