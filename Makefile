@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck pytest bench shim web clean
+.PHONY: demo test check lint typecheck pytest bench shim web web-check clean
 
 $(STAMP): pyproject.toml $(wildcard setup.py)
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,10 @@ web:
 	npm ci --no-audit --no-fund
 	scripts/web-vendor
 
+# The web UI's seed check against a fresh `fgpu up` (Docker, headless Chromium): one JSON line.
+web-check: $(STAMP)
+	scripts/web-check
+
 # One JSON line per benchmark (a few minutes in all: three of them fill a 1M-event log).
 bench: $(STAMP)
 	$(PY) bench/schedule.py
@@ -54,6 +58,7 @@ bench: $(STAMP)
 	$(PY) bench/fragmentation.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/density.py
+	eval "$$(scripts/docker-up)" && $(PY) bench/web.py
 	$(PY) bench/queue_scale.py
 	$(PY) bench/soak.py
 

@@ -53,7 +53,6 @@ from events import (
     AgentImagesReported,
     CreateDomain,
     CreateKeypair,
-    CreateProject,
     CreateUser,
     CreateVfolder,
     DestroyRejected,
@@ -114,6 +113,7 @@ from services.wiring.parts import (
     run_registrar,
     run_scheduler,
 )
+from tests.support.attack_roles import AT_THE_DOOR, PEOPLE, PERSON_ROLES, tenancy
 from tests.support.cluster import agent_config
 from tests.support.tenancy_env import Secured, secured_cluster
 
@@ -121,22 +121,7 @@ CLOCK = SystemClock()
 SERVICES = ("intake", "registrar", "quota", "scheduler", "agent:a1")
 IMAGE = "fgpu/busybox:latest"
 SMALL = Slots(cpu=1000, mem=1 << 30, fgpu=50)
-PEOPLE = {  # name: domain, project, role; each with one keypair
-    "vic": ("lab", "a", Role.USER),
-    "ua": ("lab", "a", Role.USER),
-    "ub": ("lab", "b", Role.USER),
-    "oadmin": ("other", "x", Role.DOMAIN_ADMIN),
-    "rv": ("lab", "a", Role.USER),  # its keypair revoked
-}
-ROLES = {  # the matrix's role: who plays it (a person, a service, nobody)
-    "anonymous": "",
-    "user-project-a": "ua",
-    "user-project-b": "ub",
-    "other-domain-admin": "oadmin",
-    "revoked-key": "rv",
-    "agent-key": "agent:a1",
-}
-AT_THE_DOOR = ("anonymous", "revoked-key")  # never let in
+ROLES = {**PERSON_ROLES, "agent-key": "agent:a1"}  # the matrix's role: who plays it
 ATTACKERS = ("ua", "ub", "oadmin")
 # Policies on fGPU (quanta; cpu and memory unlimited) of each attacker's keypair, user,
 # project and domain. Each level leaves less room than the one before (the victim holds
@@ -337,16 +322,8 @@ def anyio_backend() -> str:
 
 
 def _tenancy(keys: dict[str, tuple[str, str]]) -> list[AdminCommand]:
-    commands: list[AdminCommand] = [CreateDomain(domain="lab"), CreateDomain(domain="other")]
-    commands += [CreateProject(domain=d, project=p) for d, p in (("lab", "a"), ("lab", "b"))]
-    commands.append(CreateProject(domain="other", project="x"))
-    for name, (domain, project, role) in PEOPLE.items():
-        commands.append(CreateUser(user=name, domain=domain, role=role, projects=(project,)))
-        key, secret = keys[name]
-        commands.append(CreateKeypair(access_key=key, user=name, secret_hash=hash_secret(secret)))
     # The victim's folder, shared with nobody.
-    commands.append(CreateVfolder(vfolder_id="vf-vic", name="vic-data", user="vic"))
-    return commands
+    return [*tenancy(keys), CreateVfolder(vfolder_id="vf-vic", name="vic-data", user="vic")]
 
 
 def _policies(keys: dict[str, tuple[str, str]]) -> list[AdminCommand]:
