@@ -76,6 +76,8 @@ ASSETS = {
     "usage.js": _JS,
     "terminal.js": _JS,
     "admin.js": _JS,
+    "admin_groups.js": _JS,
+    "admin_images.js": _JS,
     "apps.js": _JS,
     "folders.js": _JS,
     "upload.js": _JS,
