@@ -26,6 +26,8 @@ from this origin; a user's is refused (403), an anonymous one's (401).
 - ``POST /ui/admin/policies``: set one level's policy (``fgpu admin policy set``);
 - ``POST /ui/admin/presets``, ``DELETE /ui/admin/presets/{name}``: define or remove a
   preset (``fgpu admin preset create``, ``rm``).
+Resource groups' changes are ``ui_admin_groups.py``'s, image allow-lists' and aliases'
+``ui_admin_images.py``'s; each asks through the same ``Registrar``.
 """
 
 from collections.abc import Awaitable, Callable
