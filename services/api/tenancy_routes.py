@@ -19,7 +19,7 @@ from services.domain.resources import format_fgpu
 from services.domain.tenancy.groups import DEFAULT_GROUP
 from services.domain.tenancy.model import Tenancy
 
-__all__ = ["mount"]
+__all__ = ["groups_seen", "mount"]
 
 T = TypeVar("T")
 Query = Callable[[Callable[[duckdb.DuckDBPyConnection], T]], Awaitable[T]]
@@ -56,26 +56,7 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
         """Resource groups a viewer may see: every one for a superadmin, else those open
         to a project of its domain (a domain admin) or to one of its projects (a user),
         with only its domain's projects named."""
-        t = tenancy()
-        found = [
-            models.GroupInfo(
-                group=name,
-                configured=True,
-                queue=g.queue.value,
-                policy=g.policy,
-                pending_timeout_s=g.pending_timeout_s,
-                default_lifetime_s=g.default_lifetime_s,
-                max_lifetime_s=g.max_lifetime_s,
-                idle_timeout_s=g.idle_timeout_s,
-                projects=None if g.projects is None else _projects_seen(viewer, g.projects),
-                fgpu_quantum=None if g.fgpu_quantum is None else format_fgpu(g.fgpu_quantum),
-            )
-            for name, g in sorted(t.groups.items())
-            if sees_group(t, viewer, g.projects)
-        ]
-        if DEFAULT_GROUP not in t.groups:
-            found.insert(0, _unconfigured_default())
-        return found
+        return groups_seen(tenancy(), viewer)
 
     @app.get("/v1/keypairs", tags=["tenancy"])
     async def list_keypairs(viewer: Who) -> list[models.KeypairInfo]:
@@ -94,6 +75,31 @@ def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> No
             for r in rows
             if sees_policy(t, viewer, r["level"], r["target"])
         ]
+
+
+def groups_seen(t: Tenancy, viewer: Viewer) -> list[models.GroupInfo]:
+    """The resource groups of ``t`` as ``viewer`` may see them (``GET /v1/groups``): what
+    the UI's group changes start from, as ``fgpu admin group update`` starts from that
+    list."""
+    found = [
+        models.GroupInfo(
+            group=name,
+            configured=True,
+            queue=g.queue.value,
+            policy=g.policy,
+            pending_timeout_s=g.pending_timeout_s,
+            default_lifetime_s=g.default_lifetime_s,
+            max_lifetime_s=g.max_lifetime_s,
+            idle_timeout_s=g.idle_timeout_s,
+            projects=None if g.projects is None else _projects_seen(viewer, g.projects),
+            fgpu_quantum=None if g.fgpu_quantum is None else format_fgpu(g.fgpu_quantum),
+        )
+        for name, g in sorted(t.groups.items())
+        if sees_group(t, viewer, g.projects)
+    ]
+    if DEFAULT_GROUP not in t.groups:
+        found.insert(0, _unconfigured_default())
+    return found
 
 
 def _projects_seen(viewer: Viewer, projects: tuple[str, ...]) -> list[str]:

@@ -22,8 +22,9 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
 - one session's logs and terminal: ``ui_session.py``; its apps: ``ui_apps.py`` (served
   on the apps origin: ``app_proxy.py``);
 - the administrators' writes (``/ui/admin/...``): a domain admin's or a superadmin's
-  browser session, with its CSRF token (``ui_admin.py``); the registrar then judges each
-  as it judges the CLI's.
+  browser session, with its CSRF token (``ui_admin.py``; resource groups:
+  ``ui_admin_groups.py``; image allow-lists and aliases: ``ui_admin_images.py``); the
+  registrar then judges each as it judges the CLI's.
 - a folder's creation and sharing: ``ui_folders.py`` (its files: the storage service's
   routes, ``vfolder_routes.py``, each write with the CSRF token as every cookie write).
 
@@ -41,7 +42,16 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from services.api import models, ui_admin, ui_apps, ui_folders, ui_launch, ui_session
+from services.api import (
+    models,
+    ui_admin,
+    ui_admin_groups,
+    ui_admin_images,
+    ui_apps,
+    ui_folders,
+    ui_launch,
+    ui_session,
+)
 from services.api.auth import Refused
 from services.api.browser import COOKIE, MAX_AGE_S
 from services.api.guard import Browser, Guard, identity, same_origin_problem
@@ -66,6 +76,8 @@ ASSETS = {
     "usage.js": _JS,
     "terminal.js": _JS,
     "admin.js": _JS,
+    "admin_groups.js": _JS,
+    "admin_images.js": _JS,
     "apps.js": _JS,
     "folders.js": _JS,
     "upload.js": _JS,
@@ -147,7 +159,10 @@ def mount(
     _sign_in_out(app, guard)
     _acts(app, query, guard)
     ui_launch.mount(app, query, guard, moved)
-    ui_admin.mount(app, query, guard, moved)
+    registrar = ui_admin.Registrar(query, guard, moved)
+    ui_admin.mount(app, registrar)
+    ui_admin_groups.mount(app, registrar, tenancy)
+    ui_admin_images.mount(app, registrar)
     ui_session.mount(app, query, guard, stop)
     ui_apps.mount(app, query, guard)
     ui_folders.mount(app, query, guard, moved, tenancy)

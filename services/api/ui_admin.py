@@ -26,9 +26,12 @@ from this origin; a user's is refused (403), an anonymous one's (401).
 - ``POST /ui/admin/policies``: set one level's policy (``fgpu admin policy set``);
 - ``POST /ui/admin/presets``, ``DELETE /ui/admin/presets/{name}``: define or remove a
   preset (``fgpu admin preset create``, ``rm``).
+Resource groups' changes are ``ui_admin_groups.py``'s, image allow-lists' and aliases'
+``ui_admin_images.py``'s; each asks through the same ``Registrar``.
 """
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -59,7 +62,16 @@ from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.access.visibility import Viewer
 from services.domain.resources import UNLIMITED, InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 
-__all__ = ["AdminDone", "NewKeypair", "NewPolicy", "NewPreset", "NewUser", "mount"]
+__all__ = [
+    "AdminDone",
+    "Administrator",
+    "NewKeypair",
+    "NewPolicy",
+    "NewPreset",
+    "NewUser",
+    "Registrar",
+    "mount",
+]
 
 _NAME = Field(min_length=1, max_length=64)
 _AMOUNT = Field(default=None, max_length=32)
@@ -139,23 +151,33 @@ async def _administrator(who: Browser) -> tuple[BrowserSession, Viewer]:
 Administrator = Annotated[tuple[BrowserSession, Viewer], Depends(_administrator)]
 
 
-def mount(
-    app: FastAPI, query: Ask[Any], guard: Guard, moved: Callable[[int], Awaitable[int]]
-) -> None:
-    """The administrators' writes on ``app``; ``moved(seq)`` returns once the projections
-    are past ``seq``."""
+@dataclass(frozen=True)
+class Registrar:
+    """Asks the registrar in an administrator's name, on its own connection (``Acting``),
+    and waits for the answer: what every ``/ui/admin/...`` write does."""
 
-    async def ask(
-        who: tuple[BrowserSession, Viewer], command: AdminCommand, rid: str | None
+    query: Ask[Any]
+    guard: Guard
+    moved: Callable[[int], Awaitable[int]]
+
+    async def __call__(
+        self, who: tuple[BrowserSession, Viewer], command: AdminCommand, rid: str | None
     ) -> AdminDone:
+        """``command`` asked as ``who``'s own admin request (``rid``: its id, None: a new
+        one); the registrar's answer, or undecided after ``DECIDED_WITHIN_S``. Raises
+        HTTPException: 422 for a bad request id, else as ``acting_errors``."""
         s, _ = who
         try:
             with acting_errors():
-                acting = await guard.browsers.acting(s)
+                acting = await self.guard.browsers.acting(s)
                 request_id = await acting.admin(command, rid)
         except BadRequestId as e:
             raise HTTPException(422, str(e)) from e
-        return await _answered(query, moved, request_id)
+        return await _answered(self.query, self.moved, request_id)
+
+
+def mount(app: FastAPI, ask: Registrar) -> None:
+    """The administrators' writes on ``app``, each asked of the registrar by ``ask``."""
 
     @app.post("/ui/admin/users", include_in_schema=False)
     async def create_user(form: NewUser, who: Administrator) -> AdminDone:

@@ -202,6 +202,12 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/admin/policies"): "admin",
     ("POST", "/ui/admin/presets"): "admin",
     ("DELETE", "/ui/admin/presets/{name}"): "admin",
+    ("POST", "/ui/admin/groups"): "admin",
+    ("PATCH", "/ui/admin/groups/{group}"): "admin",
+    ("DELETE", "/ui/admin/groups/{group}"): "admin",
+    ("POST", "/ui/admin/images/{domain}"): "admin",
+    ("POST", "/ui/admin/images/{domain}/aliases"): "admin",
+    ("DELETE", "/ui/admin/images/{domain}/aliases/{alias:path}"): "admin",
     # A session's apps: its owner's alone (an admin of its domain is refused too:
     # tests/e2e/test_ui_apps.py, which also tries every refusal of the apps origin).
     ("GET", "/ui/sessions/{session_id}/apps"): "holder",
@@ -253,6 +259,9 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
         "{name}": "small",
         "{service}": "web",
         "{vfolder_id}": "vf-of-nobody-bob-sees",
+        "{group}": "default",
+        "{domain}": "default",
+        "{alias:path}": "team/python",
     }
     before = w.last_seq()
     for (method, path), who in ROUTES.items():

@@ -12,11 +12,14 @@ import pytest
 from events import (
     AdminRequested,
     CreateDomain,
+    CreateGroup,
     CreateKeypair,
     CreateProject,
     CreateUser,
     Role,
+    SetImages,
     SetPolicy,
+    UpdateGroup,
 )
 from events import subjects as subj
 from tests.support.ui_world import UiWorld, ui_world
@@ -37,9 +40,12 @@ def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiWorld]:
         yield world
 
 
-def post(w: UiWorld, who: str, path: str, body: object = None) -> httpx.Response:
+def post(
+    w: UiWorld, who: str, path: str, body: object = None, method: str = "POST"
+) -> httpx.Response:
     http, csrf = w.sign_in(who)
-    return http.post(path, json=body, headers={"Origin": w.url, "X-CSRF-Token": csrf})
+    headers = {"Origin": w.url, "X-CSRF-Token": csrf}
+    return http.request(method, path, json=body, headers=headers)
 
 
 def asked(w: UiWorld, before: int) -> list[tuple[str, AdminRequested]]:
@@ -128,6 +134,117 @@ def test_a_domain_admin_defines_and_removes_its_domains_presets(w: UiWorld) -> N
     assert "half" not in {p["name"] for p in alice.get("/v1/presets").json()}
 
 
+def groups(w: UiWorld, who: str) -> dict[str, dict[str, object]]:
+    http, _ = w.sign_in(who)
+    return {g["group"]: g for g in http.get("/v1/groups").json()}
+
+
+def test_a_superadmin_creates_changes_and_removes_a_group_as_its_own_requests(
+    w: UiWorld,
+) -> None:
+    before = w.last_seq()
+    made = {"group": "gpu-a", "fgpu_quantum": "0.1", "projects": ["default/default"]}
+    r = post(w, "root", "/ui/admin/groups", made)
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [(subject, e)] = asked(w, before)
+    key = w.keys["root"][0]
+    assert subject == subj.admin(key, e.id) and (e.requester, e.actor) == (key, key)
+    assert isinstance(e.command, CreateGroup) and e.command.settings.fgpu_quantum == 10
+
+    # What is given changes, the rest is kept, and the change names what it was made from.
+    before = w.last_seq()
+    r = post(w, "root", "/ui/admin/groups/gpu-a", {"fgpu_quantum": "0.25"}, "PATCH")
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [(_, e)] = asked(w, before)
+    assert isinstance(e.command, UpdateGroup) and e.command.expected is not None
+    assert (e.command.expected.fgpu_quantum, e.command.settings.fgpu_quantum) == (10, 25)
+    shown = groups(w, "root")["gpu-a"]
+    assert (shown["fgpu_quantum"], shown["projects"]) == ("0.25", ["default/default"]), shown
+
+    r = post(w, "root", "/ui/admin/groups/gpu-a", {"clear": ["projects"]}, "PATCH")
+    assert r.json()["applied"], r.text
+    assert groups(w, "alice")["gpu-a"]["projects"] is None  # open to every project now
+
+    r = post(w, "root", "/ui/admin/groups/gpu-a", method="DELETE")
+    assert r.json()["applied"], r.text
+    assert "gpu-a" not in groups(w, "root")
+
+
+def test_a_group_is_a_superadmins_the_registrar_says_so_to_a_domain_admin(
+    w: UiWorld,
+) -> None:
+    before = w.last_seq()
+    r = post(w, "ada", "/ui/admin/groups", {"group": "mine"})
+    answer = r.json()
+    assert answer["code"] == "forbidden" and "ada may not create group" in answer["reason"]
+    change = {"policy": "pack", "fgpu_quantum": "0.5"}
+    r = post(w, "ada", "/ui/admin/groups/default", change, "PATCH")
+    assert r.json()["code"] == "forbidden", r.text
+    r = post(w, "ada", "/ui/admin/groups/default", method="DELETE")
+    assert r.json()["code"] in ("forbidden", "invalid"), r.text
+    assert len(asked(w, before)) == 3  # each sent: the registrar judged them
+
+    # A group open to domain default only is not oto's to see: 404, nothing sent.
+    post(w, "root", "/ui/admin/groups", {"group": "ours", "projects": ["default/default"]})
+    before = w.last_seq()
+    r = post(w, "oto", "/ui/admin/groups/ours", {"fgpu_quantum": "0.5"}, "PATCH")
+    assert r.status_code == 404 and asked(w, before) == [], r.text
+    # One open to both: oto sees its own domain's part of it only, so its change is made
+    # from settings that are not the group's. The registrar finds them changed; read again
+    # they are the same (no one else's change): answered once, not tried again.
+    both = {"projects": ["default/default", "other/default"]}
+    assert post(w, "root", "/ui/admin/groups/ours", both, "PATCH").json()["applied"]
+    before = w.last_seq()
+    r = post(w, "oto", "/ui/admin/groups/ours", {"fgpu_quantum": "0.5"}, "PATCH")
+    assert r.json()["code"] == "conflict" and len(asked(w, before)) == 1, r.text
+    assert groups(w, "root")["ours"]["fgpu_quantum"] is None
+
+
+def test_a_domain_admin_sets_its_domains_images_and_aliases_not_anothers(w: UiWorld) -> None:
+    before = w.last_seq()
+    allowed = {"images": ["busybox", "fgpu/python:3.11"]}
+    r = post(w, "ada", "/ui/admin/images/default", allowed)
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [(subject, e)] = asked(w, before)
+    key = w.keys["ada"][0]
+    assert subject == subj.admin(key, e.id) and (e.requester, e.actor) == (key, key)
+    assert e.command == SetImages(domain="default", images=("busybox", "fgpu/python:3.11"))
+    alias = {"alias": "team/py", "image": "fgpu/python:3.11"}
+    r = post(w, "ada", "/ui/admin/images/default/aliases", alias)
+    assert r.json()["applied"], r.text
+    alice, _ = w.sign_in("alice")
+    [seen] = alice.get("/v1/image-policies").json()
+    assert seen["images"] == allowed["images"] and seen["aliases"] == {"team/py": alias["image"]}
+
+    r = post(w, "oto", "/ui/admin/images/default", {"images": None})
+    assert r.json()["code"] == "forbidden" and "oto may not" in r.json()["reason"], r.text
+    r = post(w, "ada", "/ui/admin/images/default/aliases", {"alias": "x", "image": "Bad Ref"})
+    assert r.json()["code"] == "invalid", r.text  # the registrar's judgement, as the CLI's
+
+    r = post(w, "ada", "/ui/admin/images/default/aliases/team/py", method="DELETE")
+    assert r.json()["applied"], r.text
+    r = post(w, "root", "/ui/admin/images/default", {"images": None})  # any image again
+    assert r.json()["applied"], r.text
+    [seen] = alice.get("/v1/image-policies").json()
+    assert (seen["images"], seen["aliases"]) == (None, {}), seen
+
+
+def test_the_group_and_image_writes_want_the_csrf_token(w: UiWorld) -> None:
+    root, _ = w.sign_in("root")
+    before = w.last_seq()
+    for method, path, body in (
+        ("POST", "/ui/admin/groups", {"group": "sneaky"}),
+        ("PATCH", "/ui/admin/groups/default", {"policy": "pack"}),
+        ("DELETE", "/ui/admin/groups/ours", None),
+        ("POST", "/ui/admin/images/default", {"images": []}),
+        ("POST", "/ui/admin/images/default/aliases", {"alias": "a", "image": "busybox"}),
+        ("DELETE", "/ui/admin/images/default/aliases/a", None),
+    ):
+        r = root.request(method, path, json=body, headers={"Origin": w.url})
+        assert r.status_code == 403, (method, path, r.text)
+    assert asked(w, before) == []
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [
@@ -135,13 +252,22 @@ def test_a_domain_admin_defines_and_removes_its_domains_presets(w: UiWorld) -> N
         ("/ui/admin/presets", {"name": "p", "cpu": "lots", "mem": "1g"}),
         ("/ui/admin/users", {"user": "x", "domain": "default", "request_id": "no spaces"}),
         ("/ui/admin/users", {"user": "x", "domain": "default", "role": "king"}),
+        ("/ui/admin/groups", {"group": "g", "fgpu_quantum": "0.001"}),  # finer than 0.01
+        ("/ui/admin/groups", {"group": "g", "queue": "random"}),
+        ("/ui/admin/groups", {"group": "g", "idle_timeout_s": -1}),
+        ("PATCH /ui/admin/groups/default", {"fgpu_quantum": "0.1"}),  # no policy: see below
+        ("PATCH /ui/admin/groups/default", {"policy": "pack", "clear": ["everything"]}),
+        ("/ui/admin/images/default", {}),  # null drops the list: it must be said
+        ("/ui/admin/images/default", {"images": [""]}),
+        ("/ui/admin/images/default/aliases", {"alias": "py"}),
     ],
 )
 def test_bad_input_is_refused_with_a_reason_and_nothing_is_sent(
     w: UiWorld, path: str, body: dict[str, str]
 ) -> None:
     before = w.last_seq()
-    r = post(w, "ada", path, body)
+    method, _, path = path.rpartition(" ")
+    r = post(w, "root", path, body, method or "POST")
     assert r.status_code == 422 and r.json()["detail"], r.text
     assert asked(w, before) == []
 

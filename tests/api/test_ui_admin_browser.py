@@ -3,7 +3,9 @@ Administration from the header, sees agent a1's one GPU (2 fGPU) drawn as a bar 
 its sessions' shares, named by user, and its free part, and the pending queue with why a
 session waits; creates a user, makes its keypair and sees the secret once (it signs in,
 and is gone from the page once dismissed), sets the user's policy, and is refused, with
-the registrar's reason, a user of another domain. A plain user has no admin link, and its
+the registrar's reason, a user of another domain; sets its domain's image allow-list and
+sees it in the table. A superadmin gives the default group an fGPU step of 0.1 and sees
+it in the groups' table. A plain user has no admin link, and its
 ``#/admin`` says it is not theirs. Not one refusal of the Content-Security-Policy. A
 screenshot is saved and its path printed (docs/ui-admin.png is one)."""
 
@@ -29,6 +31,7 @@ def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiWorld]:
     with ui_world(tmp_path_factory.mktemp("ui-admin-browser"), RUNNING_SERVICES) as world:
         world.apply(CreateDomain(domain="other"))
         world.add_person("ada", "default", Role.DOMAIN_ADMIN, ("default",))
+        world.add_person("root", "default", Role.SUPERADMIN, ("default",))
         half = world.create("alice", name="alice-half", slots=HALF)
         quarter = world.create("bob", name="bob-quarter", slots=QUARTER)
         for sid in (half, quarter):
@@ -79,6 +82,21 @@ def test_an_admin_sees_the_shares_and_manages_users_keypairs_and_policies(
         page.create_user("spy", "other", "")
         refusal = page.result("user")
         assert refusal.startswith("refused (forbidden): domain-admin ada may not"), refusal
+
+        page.set_allow_list("default", "busybox, fgpu/python:3.11")
+        assert page.result("images") == "done"
+        page.until(lambda _: page.allowed("default") == ["busybox", "fgpu/python:3.11"], "listed")
+        assert page.csp_refusals() == []
+
+        # A group is a superadmin's: root gives the default group its fGPU step.
+        page.sign_out()
+        page.sign_in(*w.keys["root"], "root")
+        page.watch_csp()
+        page.open_admin()
+        page.change_group("default", policy="fragmentation-aware", quantum="0.1")
+        assert page.result("group") == "done"
+        page.until(lambda _: page.group("default")[3:4] == ["0.1"], "the new quantum shown")
+        assert page.allowed("default") == ["busybox", "fgpu/python:3.11"]  # kept
         assert page.csp_refusals() == []
 
         page.sign_out()

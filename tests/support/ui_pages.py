@@ -241,6 +241,35 @@ class AdminPage(SessionPage):
         self._fill({"admin-policy-target": target, "admin-policy-fgpu": fgpu})
         self.d.find_element(By.ID, "admin-policy-go").click()
 
+    def set_allow_list(self, domain: str, images: str) -> None:
+        """Set ``domain``'s allow-list to ``images`` (entries by commas) with the form."""
+        from selenium.webdriver.common.by import By
+
+        self.d.execute_script("document.querySelector('#admin-images-result').textContent = ''")
+        self._fill({"admin-images-domain": domain, "admin-images-list": images})
+        self.d.find_element(By.ID, "admin-images-go").click()
+
+    def allowed(self, domain: str) -> list[str]:
+        """The entries of ``domain``'s allow-list as the table shows them."""
+        return self.attr(
+            f'#admin-images tr[data-domain="{domain}"] .entry[data-image]', "data-image"
+        )
+
+    def change_group(self, group: str, *, policy: str, quantum: str) -> None:
+        """Edit ``group``'s row: its policy and fGPU quantum given, the rest kept."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        self.d.find_element(By.CSS_SELECTOR, f'tr[data-group="{group}"] .edit-group').click()
+        Select(self.d.find_element(By.ID, "admin-group-policy")).select_by_value(policy)
+        self._fill({"admin-group-quantum": quantum})
+        self.d.execute_script("document.querySelector('#admin-group-result').textContent = ''")
+        self.d.find_element(By.ID, "admin-group-update").click()
+
+    def group(self, group: str) -> list[str]:
+        """The cells of ``group``'s row."""
+        return self.css(f'#admin-groups tr[data-group="{group}"] td')
+
 
 class FoldersPage(SessionsPage):
     """The Folders page (``#/folders``) and one folder's files, as a user sees them."""

@@ -1,9 +1,12 @@
 // The administrators' pages (#/admin, or #/admin/SECTION to scroll to one): what the read
 // API shows this administrator (its domain's; a superadmin's: every domain's) and its
-// writes, each its own admin request (POST /ui/admin/..., services/api/ui_admin.py) that
+// writes (resource groups: admin_groups.js; image allow-lists and aliases:
+// admin_images.js), each its own admin request (POST /ui/admin/..., ui_admin*.py) that
 // the registrar judges as it judges the CLI's; a refusal shows inline with the
 // registrar's reason. Every name from the log is set as text, never parsed as HTML. A
 // new keypair's secret is shown once and wiped from the page when dismissed or left.
+import { groupsTable, wire as wireGroups } from "./admin_groups.js";
+import { imagesTable, wire as wireImages } from "./admin_images.js";
 
 const $ = (selector) => document.querySelector(selector);
 const page = { ctx: null, who: null, loading: null };
@@ -86,7 +89,7 @@ function pending(el, sessions, users) {
   $("#admin-pending-empty").hidden = sessions.length > 0;
 }
 
-// ---- users, keypairs, policies, groups, images, presets -------------------------------
+// ---- users, keypairs, policies, presets --------------------------------------------
 
 function usersTable(el, users, keypairs) {
   $("#admin-users tbody").replaceChildren(...users.map((u) => {
@@ -113,20 +116,6 @@ function policiesTable(el, policies) {
   $("#admin-policies tbody").replaceChildren(...policies.map((p) => el("tr", {
     "data-level": p.level, "data-target": p.target },
   ...cells(el, [p.level, p.target, ...POLICY_LIMITS.map(([k]) => limit(p, k))]))));
-}
-
-function groupsTable(el, groups, agentList) {
-  $("#admin-groups tbody").replaceChildren(...groups.map((g) => el("tr", { "data-group": g.group },
-    ...cells(el, [g.group, g.queue, g.fgpu_quantum || "0.01",
-      g.projects === null ? "every project" : g.projects.join(", "),
-      agentList.filter((a) => a.group === g.group).map((a) => a.id).join(", ")]))));
-}
-
-function imagesTable(el, policies) {
-  $("#admin-images tbody").replaceChildren(...policies.map((p) => el("tr", {
-    "data-domain": p.domain },
-  ...cells(el, [p.domain, p.images === null ? "every image" : p.images.join(", "),
-    Object.entries(p.aliases).map(([k, v]) => `${k} → ${v}`).join(", ")]))));
 }
 
 function presetsTable(el, presets) {
@@ -304,7 +293,9 @@ export function show(ctx, who, section) {
   $("#admin-scope").textContent = who.role === "superadmin" ? "(every domain)"
     : `(domain ${who.domain})`;
   if (!$("#admin-user-domain").value) $("#admin-user-domain").value = who.domain || "";
-  if (!$("#admin-preset-domain").value) $("#admin-preset-domain").value = who.domain || "";
+  for (const id of ["#admin-preset-domain", "#admin-images-domain", "#admin-alias-domain"]) {
+    if (!$(id).value) $(id).value = who.domain || "";
+  }
   page.loading = load().then(() => {
     document.body.dataset.adminReady = "1";
     if (section) $(`#admin-${section}-title`)?.scrollIntoView();
@@ -329,3 +320,5 @@ $("#admin-policy-form").addEventListener("submit", setPolicy);
 $("#admin-preset-form").addEventListener("submit", createPreset);
 $("#admin-secret-copy").addEventListener("click", copySecret);
 $("#admin-secret-done").addEventListener("click", forgetSecret);
+wireGroups(act);
+wireImages(act);
