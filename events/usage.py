@@ -22,6 +22,13 @@ class GpuUsageSampled(Event, frozen=True, kw_only=True, tag="gpu.usage-sampled.v
 
     ``mem_used``/``mem_peak``/``mem_limit`` in bytes; ``launches``, ``throttled_ns`` and
     ``oom_refusals`` are totals since the session started (monotonic).
+
+    ``charged_ns``: the GPU time the shim charged against the slice's share of the SMs
+    there, in all since the session started (nanoseconds of the whole device's time). Its
+    kernels' times are estimated at launch and settled as they are measured, so it may
+    step back a little between samples. None where it is not counted: a slice of a whole
+    device (or under MPS) is not paced, and older events do not say. Its growth between
+    two samples over the time between them is how busy the session kept the device.
     """
 
     session_id: str
@@ -33,6 +40,7 @@ class GpuUsageSampled(Event, frozen=True, kw_only=True, tag="gpu.usage-sampled.v
     launches: int
     throttled_ns: int
     oom_refusals: int
+    charged_ns: int | None = None
 
 
 class GpuOomRefused(Event, frozen=True, kw_only=True, tag="gpu.oom-refused.v1"):

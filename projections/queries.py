@@ -18,6 +18,7 @@ __all__ = [
     "EventFilter",
     "admin_answer_row",
     "agent_rows",
+    "busy_between",
     "destroy_row",
     "event_rows",
     "held_by",
@@ -56,23 +57,46 @@ def last_gpu_memory(
     con: duckdb.DuckDBPyConnection, session_ids: Sequence[str]
 ) -> dict[str, list[Row]]:
     """The last usage sample of each device of each of ``session_ids``, by session:
-    ``gpu_index``, ``mem_used``, ``mem_limit``, ``at``. One query for a page of sessions,
-    however many it holds (never one a row)."""
+    ``gpu_index``, ``mem_used``, ``mem_limit``, ``at``, ``charged_ns`` (None: not
+    counted) and ``busy``: how much of the device the session kept busy between its last
+    two samples (``busy_between``; None with only one, or uncounted). One query for a
+    page of sessions, however many it holds (never one a row)."""
     if not session_ids:
         return {}
     rows = _rows(
         con.execute(
-            "SELECT session_id, gpu_index, arg_max(mem_used, seq) AS mem_used,"
-            " arg_max(mem_limit, seq) AS mem_limit, max(happened_at) AS at"
-            " FROM gpu_usage WHERE list_contains(?, session_id)"
+            # The last two samples of a device, newest first: a struct keeps a null
+            # ``charged_ns`` in its place (arg_max's list skips null arguments).
+            "SELECT session_id, gpu_index, arg_max({'mem_used': mem_used,"
+            " 'mem_limit': mem_limit, 'at': happened_at, 'charged_ns': charged_ns}, seq, 2)"
+            " AS samples FROM gpu_usage WHERE list_contains(?, session_id)"
             " GROUP BY session_id, gpu_index ORDER BY session_id, gpu_index",
             [list(session_ids)],
         )
     )
     found: dict[str, list[Row]] = {}
     for r in rows:
-        found.setdefault(r["session_id"], []).append(r)
+        last, *before = r["samples"]
+        at = last["at"].replace(tzinfo=UTC)  # stored as naive UTC
+        busy = busy_between(before[0], last) if before else None
+        row = {"session_id": r["session_id"], "gpu_index": r["gpu_index"], **last}
+        found.setdefault(r["session_id"], []).append(row | {"at": at, "busy": busy})
     return found
+
+
+def busy_between(before: Row, after: Row) -> float | None:
+    """The part of the device's time (0 to 1) charged to the session between two of its
+    samples (``charged_ns`` and ``at``, a datetime each): the charged time's growth over
+    the time between them. None where either sample lacks the counter or they are not
+    apart in time. An estimate settled late may step the counter back (0 then) or put a
+    little more than the time between in it (1 then)."""
+    if before["charged_ns"] is None or after["charged_ns"] is None:
+        return None
+    wall_ns: float = (after["at"] - before["at"]).total_seconds() * 1e9
+    if wall_ns <= 0:
+        return None
+    charged: int = after["charged_ns"] - before["charged_ns"]
+    return min(1.0, max(0.0, charged / wall_ns))
 
 
 def session_rows(

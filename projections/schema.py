@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
@@ -164,7 +164,7 @@ ARROW: dict[str, pa.Schema] = {
         ]
     ),
     # What the GPU shim measured inside each session's container (gpu.usage-sampled):
-    # bytes, and totals since the session started.
+    # bytes, and totals since the session started (``charged_ns``: null where not counted).
     "gpu_usage": _schema(
         [
             ("seq", pa.int64()),
@@ -178,6 +178,7 @@ ARROW: dict[str, pa.Schema] = {
             ("launches", pa.int64()),
             ("throttled_ns", pa.int64()),
             ("oom_refusals", pa.int64()),
+            ("charged_ns", pa.int64()),
         ]
     ),
     # The fold's state at fixed points of the log, for time travel and fast restarts.

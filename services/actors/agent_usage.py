@@ -2,8 +2,10 @@
 (``fgpu.usage.<agent>.<session>``: measurements, appended without expecting a sequence):
 
 - out-of-memory refusals as soon as the shim records them (every ``oom_poll_s``), and a
-  GPU usage sample per device every ``usage_interval_s``; on the way, the bytes of
-  processes that died are given back to the slice's budget (kill -9 frees none of it);
+  GPU usage sample per device every ``usage_interval_s`` (memory, launches, and the GPU
+  time charged against a partial slice's share: readers take a rate from two samples);
+  on the way, the bytes of processes that died are given back to the slice's budget
+  (kill -9 frees none of it);
 - the CPU time of the interactive sessions whose group has an idle timeout, when it grew
   by at least a hundredth of a core over the interval: the idle timeout goes by silence.
 
@@ -20,9 +22,17 @@ from events import subjects as subj
 from services.actors.agent_config import AgentConfig
 from services.actors.common import Provenance, stamp
 from services.domain.fold.cluster import ClusterState
-from services.domain.gpu_slice import container_order
+from services.domain.gpu_slice import SHARE_FULL_PPM, container_order
 from services.domain.records import SessionView
-from services.ports import Clock, ContainerError, ContainerRuntime, EventLog, LogError, SliceRegions
+from services.ports import (
+    Clock,
+    ContainerError,
+    ContainerRuntime,
+    DeviceUsageSample,
+    EventLog,
+    LogError,
+    SliceRegions,
+)
 
 __all__ = ["UsageMeter"]
 
@@ -146,6 +156,7 @@ class UsageMeter:
                 "launches": d.launches,
                 "throttled_ns": d.throttled_ns,
                 "oom_refusals": d.refusals,
+                "charged_ns": _charged(d),
             }
             for d in self.regions.sample(session_id)
         ]
@@ -164,6 +175,13 @@ class UsageMeter:
         await self.events.append_many(
             [(subject, stamp(cls, prov, **fields, **row)) for row in rows]
         )
+
+
+def _charged(d: DeviceUsageSample) -> int | None:
+    """The GPU time charged on ``d`` in all, or None where the shim does not count it: a
+    share of the whole device (or none) is not paced, so nothing is charged (an idle
+    session and an unmeasured one must not read the same)."""
+    return d.charged_ns if 0 < d.sm_share_ppm < SHARE_FULL_PPM else None
 
 
 def _host_index(v: SessionView, container_index: int) -> int:

@@ -104,6 +104,8 @@ class ShimRegions:
                 launches=d.launches,
                 throttled_ns=d.throttled_ns,
                 refusals=d.refusals,
+                charged_ns=d.charged_ns,
+                sm_share_ppm=d.sm_share_ppm,
             )
             for d in region.devices()
             if d.limited or d.sm_share_ppm or d.in_use

@@ -137,6 +137,17 @@ class GpuMemory(BaseModel):
     used: int = Field(description="bytes in use there, as the GPU shim last counted them")
     limit: int = Field(description="the slice's bytes there")
     at: datetime = Field(description="when it was counted")
+    charged_ns: int | None = Field(
+        None,
+        description="GPU time charged against the slice's share of the SMs there, in all"
+        " (nanoseconds; null: not counted, as for a whole device)",
+    )
+    busy: float | None = Field(
+        None,
+        description="how much of the device (0 to 1) the session kept busy between its"
+        " last two samples: the charged time's growth over the time between them (null"
+        " until there are two, or where it is not counted)",
+    )
 
 
 class PullProgress(BaseModel):

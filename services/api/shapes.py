@@ -59,7 +59,7 @@ def _slots(s: Slots) -> Amounts:
 
 def session_from_row(r: Row, memory: Sequence[Row] = ()) -> Session:
     """The session of its projection row; ``memory``: its devices' last usage samples
-    (``queries.last_gpu_memory``), shown while it holds them."""
+    and how busy each was (``queries.last_gpu_memory``), shown while it holds them."""
     return Session(
         id=r["session_id"],
         name=r["name"],
@@ -100,7 +100,14 @@ def session_from_row(r: Row, memory: Sequence[Row] = ()) -> Session:
             else None
         ),
         gpu_memory=[
-            GpuMemory(gpu=u["gpu_index"], used=u["mem_used"], limit=u["mem_limit"], at=u["at"])
+            GpuMemory(
+                gpu=u["gpu_index"],
+                used=u["mem_used"],
+                limit=u["mem_limit"],
+                at=u["at"],
+                charged_ns=u["charged_ns"],
+                busy=u["busy"],
+            )
             for u in memory
         ]
         if r["holds_allocation"]

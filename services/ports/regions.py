@@ -9,7 +9,11 @@ __all__ = ["DeviceUsageSample", "OomRefusal", "SliceRegions"]
 
 
 class DeviceUsageSample(msgspec.Struct, frozen=True, kw_only=True):
-    """Counters of one device of a container's slice (index in the container's order)."""
+    """Counters of one device of a container's slice (index in the container's order).
+
+    ``charged_ns``: GPU time charged against ``sm_share_ppm`` (the slice's share of the
+    SMs, parts per million), counted only while the share is less than the whole device.
+    """
 
     index: int
     mem_used: int
@@ -18,6 +22,8 @@ class DeviceUsageSample(msgspec.Struct, frozen=True, kw_only=True):
     launches: int
     throttled_ns: int
     refusals: int
+    charged_ns: int = 0
+    sm_share_ppm: int = 0
 
 
 class OomRefusal(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ agent as the user's own, and its opening is on the log in the user's name."""
 import json
 import struct
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from services.wiring.acting import acting_on
 from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 SAYS = ("sh", "-c", "echo hello-from-the-session; sleep infinity")
+SECOND = timedelta(seconds=1)
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +119,17 @@ def test_gpu_usage_is_shown_to_the_sessions_viewers_alone(w: UiWorld, running: s
     """A usage sample of alice's session: in her session's read shape and on her event
     stream (what the UI follows), in neither of bob's."""
     before = w.last_seq()
-    w.sample(running, used=1 << 30, limit=4 << 30)
+    t0 = datetime.now(UTC)
+    w.sample(running, used=1 << 29, limit=4 << 30, charged_ns=0, at=t0)
     alice, _ = w.sign_in("alice")
     bob, _ = w.sign_in("bob")
     [memory] = alice.get(f"/v1/sessions/{running}").json()["gpu_memory"]
+    assert (memory["charged_ns"], memory["busy"]) == (0, None)  # one sample: no rate yet
+    # The next, 4 s of the device's time later: busy 30 % of the 4 s between them.
+    w.sample(running, used=1 << 30, limit=4 << 30, charged_ns=1_200_000_000, at=t0 + 4 * SECOND)
+    [memory] = alice.get(f"/v1/sessions/{running}").json()["gpu_memory"]
     assert (memory["gpu"], memory["used"], memory["limit"]) == (0, 1 << 30, 4 << 30)
+    assert (memory["charged_ns"], memory["busy"]) == (1_200_000_000, 0.3)
     listed = {s["id"]: s for s in alice.get("/v1/sessions").json()["sessions"]}
     assert listed[running]["gpu_memory"] == [memory]
     assert bob.get(f"/v1/sessions/{running}").status_code == 404
@@ -131,7 +139,7 @@ def test_gpu_usage_is_shown_to_the_sessions_viewers_alone(w: UiWorld, running: s
         events = http.get("/v1/events", params={"after": before}).json()["events"]
         return [e["session_id"] for e in events if e["type"] == "gpu.usage-sampled.v1"]
 
-    assert usage_seen(alice) == [running]
+    assert usage_seen(alice) == [running, running]
     assert usage_seen(bob) == []
 
 

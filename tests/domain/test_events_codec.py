@@ -662,6 +662,16 @@ def test_the_schema_says_amounts_are_integers() -> None:
     assert {slots[k]["type"] for k in ("cpu", "mem", "fgpu")} == {"integer"}
 
 
+def test_a_usage_sample_carries_the_gpu_time_charged_and_an_older_one_decodes_without() -> None:
+    """``charged_ns`` was added to gpu.usage-sampled.v1 with a default: the v1 line (as
+    older logs hold it) decodes to None, not counted; a new sample round-trips it."""
+    [line] = [x for x in fixture_lines(V1) if b'"gpu.usage-sampled.v1"' in x]
+    older = decode(line)
+    assert isinstance(older, GpuUsageSampled) and older.charged_ns is None
+    newer = msgspec.structs.replace(older, charged_ns=1_234_567_890)
+    assert decode(encode(newer)) == newer
+
+
 # ---- encoded samples of every version (schema evolution guard) -------------------------------
 
 

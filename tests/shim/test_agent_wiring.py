@@ -86,6 +86,16 @@ async def test_agent_enforces_the_slice_and_reports_usage_and_oom(
             assert isinstance(held.event, GpuUsageSampled)
             assert held.event.gpu_index == devices[0].gpu_index
             assert held.event.mem_limit == 16 * GIB
+            assert held.event.charged_ns is None  # a whole device: not paced, not counted
+            with anyio.fail_after(20):
+                quarter = await first(
+                    log,
+                    lambda e: (
+                        isinstance(e, GpuUsageSampled) and e.gpu_index == devices[1].gpu_index
+                    ),
+                )
+            assert isinstance(quarter.event, GpuUsageSampled)
+            assert quarter.event.charged_ns == 0  # a share: counted (nothing launched there)
             # ...another asks for more than is left of the slice: refused, reported at once.
             over = kit.run("used", str(14 * GIB), env=env)
             assert over[0]["alloc"] == 2  # CUDA_ERROR_OUT_OF_MEMORY

@@ -89,3 +89,14 @@ def test_a_region_with_a_file_missing_is_not_read(tmp_path: Path, missing: str) 
     other = ShimRegions(str(tmp_path / "regions"))  # a fresh reader, as after a restart
     os.unlink(path if missing == "counters" else path + SLICE_SUFFIX)
     assert other.sample("s1") == []
+
+
+def test_a_sample_carries_the_share_and_the_gpu_time_charged_against_it(
+    kit: Kit, state: Path, tmp_path: Path
+) -> None:
+    """What the agent reports how busy a session kept a device from (``charged_ns``)."""
+    regions = ShimRegions(str(tmp_path / "regions"))
+    path = regions.create("s1", [4 * GIB], [250_000])
+    kit.run("launch", "0.3", "1000000", env=kit.env(state=state, region=Path(path)))
+    (dev,) = regions.sample("s1")
+    assert dev.sm_share_ppm == 250_000 and dev.charged_ns > 0

@@ -169,6 +169,7 @@ def _message(draw: st.DrawFn, k: int) -> Raw:
             launches=k,
             throttled_ns=0,
             oom_refusals=0,
+            charged_ns=draw(st.sampled_from([None, k * 1_000_000])),
         )
         subject = subj.usage(aid, sid)
     elif kind == 18:

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +113,24 @@ class UiWorld:
 
         self.portal.call(applied)
 
-    def sample(self, session_id: str, *, used: int, limit: int, agent: str = "a1") -> None:
+    def sample(
+        self,
+        session_id: str,
+        *,
+        used: int,
+        limit: int,
+        agent: str = "a1",
+        charged_ns: int | None = None,
+        at: datetime | None = None,
+    ) -> None:
         """A GPU usage sample of ``session_id``'s device 0, as its agent publishes them
-        (with the agent's keypair, on the session's usage subject); back once the read
+        (with the agent's keypair, on the session's usage subject), taken ``at`` (now if
+        not given: a test that reads a rate gives its samples' times); back once the read
         API has folded it."""
 
         async def sampled() -> None:
-            prov = Provenance(f"agent:{agent}", SystemClock().now(), None, session_id)
+            when = SystemClock().now() if at is None else at
+            prov = Provenance(f"agent:{agent}", when, None, session_id)
             e = stamp(
                 GpuUsageSampled,
                 prov,
@@ -131,6 +143,7 @@ class UiWorld:
                 launches=0,
                 throttled_ns=0,
                 oom_refusals=0,
+                charged_ns=charged_ns,
             )
             keys = Identity(*self.c.services[f"agent:{agent}"])
             async with connected(self.c.url, f"fgpu-test-{agent}-usage", keys) as conn:

@@ -221,7 +221,9 @@ def _running(page: SessionPage, sid: str) -> None:
     def shown(_: object) -> bool:
         status = dict(zip(page.rows(), page.css("#session-table td.status"), strict=True))
         devices = dict(zip(page.rows(), page.css("#session-table td.devices"), strict=True))
-        return status.get(sid) == "RUNNING" and devices.get(sid) == "gpu0 0.5"
+        # The placement, before any usage its agent samples (`` · 0.0 / 4.0 GiB ...``).
+        placed = devices.get(sid, "").split(" · ")[0]
+        return status.get(sid) == "RUNNING" and placed == "gpu0 0.5"
 
     page.until(shown, f"{sid} RUNNING with gpu0 0.5")
 
