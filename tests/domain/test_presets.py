@@ -124,3 +124,20 @@ def test_a_groups_quantum_refuses_a_finer_fgpu_at_admission() -> None:
         assert why is not None and why.reason == "the fGPU quantum must be 0.01 to 1 fGPU"
     admin = refusal(t, "AKada", UpdateGroup(group="g", settings=GroupSettings(fgpu_quantum=5)))
     assert admin is not None and admin.code == "forbidden"
+
+
+def test_a_domain_admins_group_change_is_forbidden_before_it_is_judged_stale() -> None:
+    """A domain admin sees its domain's part of a group: an update built from that names a
+    stale ``expected``, and would read "changed since it was read" (an invalid request, to
+    try again) where the answer is that it may never change a group."""
+    t = two_domains()
+    apply(t, CreateGroup(group="g", settings=GroupSettings(fgpu_quantum=10)))
+    seen = GroupSettings(fgpu_quantum=5)  # not what the group holds
+    stale = UpdateGroup(group="g", settings=GroupSettings(fgpu_quantum=20), expected=seen)
+    admin = refusal(t, "AKada", stale)
+    assert admin is not None and admin.code == "forbidden", admin
+    root = refusal(t, "AKroot", stale)  # a superadmin's stale update: stale, try again
+    assert root is not None and root.code == "conflict" and "changed since" in root.reason
+    for command in (CreateGroup(group="h", settings=seen), CreateDomain(domain="d2")):
+        refused = refusal(t, "AKada", command)
+        assert refused is not None and refused.code == "forbidden"

@@ -182,6 +182,9 @@ def apply(t: Tenancy, c: AdminCommand) -> None:
             apply_vfolder(t, c)
 
 
+_CLUSTER_WIDE = (CreateDomain, CreateGroup, UpdateGroup, RemoveGroup)
+
+
 def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
     """Why ``requester`` (an access key) may not have ``c`` applied now; None if it may.
 
@@ -200,6 +203,11 @@ def refusal(t: Tenancy, requester: str, c: AdminCommand) -> Refusal | None:
         return vfolder_refusal(t, who, c)
     if who.role is Role.USER and not isinstance(c, CreateKeypair | RevokeKeypair):
         return Refusal("forbidden", f"user {who.user} may not {_what(c)}")
+    # The cluster's own (domains, resource groups) are refused a domain admin before they
+    # are judged valid: what it sees of a group is its domain's part, so an update it
+    # builds from that reads as stale ("changed since it was read") when it is forbidden.
+    if who.role is Role.DOMAIN_ADMIN and isinstance(c, _CLUSTER_WIDE):
+        return Refusal("forbidden", f"{who.role} {who.user} may not {_what(c)}")
     problem = _invalid(t, c)
     if problem is not None:
         return problem
@@ -219,7 +227,7 @@ def _admin_may(t: Tenancy, c: AdminCommand) -> bool:
         case CreateServiceKey(service=service):
             return reader_domain(service) is not None  # its domain's readers; no service
         case CreateDomain() | CreateGroup() | UpdateGroup() | RemoveGroup():
-            return False  # cluster-wide: a superadmin's
+            return False  # cluster-wide: a superadmin's (``_CLUSTER_WIDE``)
         case CreateUser(role=role) | SetRole(role=role):
             target = t.users.get(c.user)
             return role is not Role.SUPERADMIN and (
