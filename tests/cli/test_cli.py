@@ -422,6 +422,7 @@ def test_up_and_agent_take_every_agent_option() -> None:
         "ephemeral",
         "port",
         "api_port",
+        "apps_port",
         "no_api",
         "storage_uid",
         "lost_grace",
