@@ -71,6 +71,7 @@ __all__ = [
     "NewUser",
     "Registrar",
     "mount",
+    "registrar_answer",
 ]
 
 _NAME = Field(min_length=1, max_length=64)
@@ -260,20 +261,29 @@ def _policy(form: NewPolicy) -> ResourcePolicy:
     )
 
 
-async def _answered(
+async def registrar_answer(
     query: Ask[Any], moved: Callable[[int], Awaitable[int]], request_id: str
-) -> AdminDone:
-    """The registrar's answer to ``request_id`` once the projections hold it, or undecided
-    after ``DECIDED_WITHIN_S``."""
+) -> dict[str, Any] | None:
+    """The registrar's answer to ``request_id`` (``queries.admin_answer_row``) once the
+    projections hold it, or None after ``DECIDED_WITHIN_S``."""
 
     def read(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any] | None, int]:
         return queries.admin_answer_row(con, request_id), applied_seq(con)
 
+    row: dict[str, Any] | None
     row, seq = await query(read)
     with anyio.move_on_after(DECIDED_WITHIN_S):
         while row is None:
             await moved(seq)
             row, seq = await query(read)
+    return row
+
+
+async def _answered(
+    query: Ask[Any], moved: Callable[[int], Awaitable[int]], request_id: str
+) -> AdminDone:
+    """The registrar's answer to ``request_id``, or undecided after ``DECIDED_WITHIN_S``."""
+    row = await registrar_answer(query, moved, request_id)
     if row is None:
         return AdminDone(
             request_id=request_id, decided=False, applied=False, code=None, reason=None

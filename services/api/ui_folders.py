@@ -23,19 +23,16 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-import anyio
-import duckdb
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from events import AdminCommand, CreateVfolder, ShareVfolder
 from events import subjects as subj
-from projections import queries
-from projections.store import applied_seq
 from services.api.browser import BrowserSession
 from services.api.guard import Browser, Guard
 from services.api.params import NOT_FOUND, Ask
-from services.api.ui_launch import DECIDED_WITHIN_S, acting_errors
+from services.api.ui_admin import registrar_answer
+from services.api.ui_launch import acting_errors
 from services.api.vfolder_routes import seen_folder
 from services.domain.access.visibility import Viewer
 from services.domain.request_ids import new_request_id, request_id_problem
@@ -159,17 +156,8 @@ def _target(form: ShareForm) -> str:
 async def _answered(
     query: Ask[Any], moved: Callable[[int], Awaitable[int]], request_id: str, vfolder_id: str
 ) -> FolderAsked:
-    """The registrar's answer to ``request_id`` once the projections hold it, or none
-    after ``DECIDED_WITHIN_S``."""
-
-    def read(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any] | None, int]:
-        return queries.admin_answer_row(con, request_id), applied_seq(con)
-
-    row, seq = await query(read)
-    with anyio.move_on_after(DECIDED_WITHIN_S):
-        while row is None:
-            await moved(seq)
-            row, seq = await query(read)
+    """The registrar's answer to ``request_id``, or none after ``DECIDED_WITHIN_S``."""
+    row = await registrar_answer(query, moved, request_id)
     applied = row is not None and bool(row["applied"])
     return FolderAsked(
         request_id=request_id,

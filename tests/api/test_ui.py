@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
 
-import duckdb
 import httpx
 import pytest
 from fastapi.routing import APIRoute, APIWebSocketRoute
@@ -26,7 +25,7 @@ from events import subjects as subj
 from services.api import create_app, ui
 from services.api.browser import COOKIE
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
-from services.domain.tenancy.model import Tenancy
+from tests.support.no_source import NoSource
 from tests.support.ui_world import UiWorld, ui_world
 
 
@@ -220,21 +219,8 @@ ROUTES: dict[tuple[str, str], str] = {
 SOCKETS = {"/ui/sessions/{session_id}/shell": "holder"}
 
 
-class _NoSource:
-    last_seq = 0
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        raise AssertionError("not read")
-
-    async def wait_beyond(self, seq: int) -> int:
-        raise AssertionError("not read")
-
-    def tenancy(self) -> Tenancy:
-        return Tenancy()
-
-
 def _ui_routes() -> set[tuple[str, str]]:
-    app = create_app(_NoSource())
+    app = create_app(NoSource())
     found = set()
     for route in app.routes:
         if isinstance(route, APIRoute) and (route.path == "/" or route.path.startswith("/ui")):
@@ -244,7 +230,7 @@ def _ui_routes() -> set[tuple[str, str]]:
 
 
 def test_every_websocket_says_who_may_use_it() -> None:
-    app = create_app(_NoSource())
+    app = create_app(NoSource())
     sockets = {r.path for r in app.routes if isinstance(r, APIWebSocketRoute)}
     assert sockets == set(SOCKETS)
 

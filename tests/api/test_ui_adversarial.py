@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import httpx
 import pytest
 import websocket
@@ -29,8 +28,8 @@ from events import RevokeKeypair, SessionRunning
 from services.api import create_app
 from services.api.browser import COOKIE
 from services.domain.access.keys import new_access_key, new_secret
-from services.domain.tenancy.model import Tenancy
 from tests.support.attack_roles import AT_THE_DOOR, PEOPLE, PERSON_ROLES, VICTIM, tenancy
+from tests.support.no_source import NoSource
 from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 ROLES = {**PERSON_ROLES, "agent-key": "agent:a1"}
@@ -106,23 +105,10 @@ def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
         yield Arena(w, victim, revoked, csrf)
 
 
-class _NoSource:
-    last_seq = 0
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        raise AssertionError("not read")
-
-    async def wait_beyond(self, seq: int) -> int:
-        raise AssertionError("not read")
-
-    def tenancy(self) -> Tenancy:
-        return Tenancy()
-
-
 def _served() -> set[tuple[str, str]]:
     """The UI's routes and every route naming a session, as (method, path)."""
     found: set[tuple[str, str]] = set()
-    for r in create_app(_NoSource()).routes:
+    for r in create_app(NoSource()).routes:
         if not isinstance(r, APIRoute | APIWebSocketRoute):
             continue
         if r.path == "/" or r.path.startswith("/ui") or "{session_id}" in r.path:
