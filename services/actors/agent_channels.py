@@ -20,6 +20,7 @@ went through never is. A channel is cut, with the reason, once the agent's fold 
 its requester's key revoked (or its user removed): ``cut_refused``.
 """
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -47,10 +48,14 @@ from services.ports import (
     OutputFollow,
 )
 
-__all__ = ["MAX_OPEN", "Channels", "Opening"]
+__all__ = ["MAX_OPEN", "MAX_OPEN_PER_KEY", "Channels", "Opening"]
 
 log = structlog.get_logger()
 MAX_OPEN = 256  # channels an agent holds open at once (each an exec in a container)
+# Channels one key holds open on an agent at once: one tenant's pages, follows and app
+# requests never take the whole of ``MAX_OPEN`` from the others on the same agent (a
+# browser's app page opens a few connections at a time; its follows, one a page).
+MAX_OPEN_PER_KEY = 64
 
 
 @dataclass(frozen=True)
@@ -97,11 +102,14 @@ class Channels:
         ping_s: float = PING_S,
         idle_s: float = IDLE_S,
         max_open: int = MAX_OPEN,
+        max_per_key: int = MAX_OPEN_PER_KEY,
     ) -> None:
         self.agent_id, self.runtime, self.bus = agent_id, runtime, bus
         self.events, self.clock = events, clock
         self.ping_s, self.idle_s, self.max_open = ping_s, idle_s, max_open
+        self.max_per_key = max_per_key
         self.open_now = 0  # channels opening or open
+        self._by_key: Counter[str] = Counter()  # the same, by requester
         self._relaying: set[_Open] = set()  # those relaying now
         # The agent's fold, as last handed to ``cut_refused`` (folded into in place).
         self._state: ClusterState | None = None
@@ -134,14 +142,27 @@ class Channels:
             return "this agent opens no channels"
         if self.open_now >= self.max_open:
             return f"agent {self.agent_id} has {self.open_now} channels open, its most: later"
-        self.open_now += 1  # given back when it closes (``_serve``), or here if it did not open
+        held = self._by_key[o.requester]
+        if held >= self.max_per_key:
+            return f"{o.requester} has {held} channels open on agent {self.agent_id}, its most"
+        self._take(o.requester)  # given back when it closes (``_serve``), or here if not opened
         error: str | None = "cancelled"
         try:
             error = await self._open(o)
         finally:
             if error is not None:
-                self.open_now -= 1
+                self._give(o.requester)
         return error
+
+    def _take(self, requester: str) -> None:
+        self.open_now += 1
+        self._by_key[requester] += 1
+
+    def _give(self, requester: str) -> None:
+        self.open_now -= 1
+        self._by_key[requester] -= 1
+        if self._by_key[requester] <= 0:
+            del self._by_key[requester]  # a key that holds none takes no room
 
     async def _open(self, o: Opening) -> str | None:
         assert self._tg is not None
@@ -193,7 +214,7 @@ class Channels:
                 log.exception("agent.channel_failed", session=o.session_id, channel=o.channel)
                 closing = Closing(reason=f"error: {type(e).__name__}: {e}")
             finally:
-                self.open_now -= 1
+                self._give(o.requester)
                 self._relaying.discard(held)
                 with anyio.CancelScope(shield=True):
                     await self._closed(o, opened, closing)

@@ -2,6 +2,7 @@
 with a runtime whose programs echo: an agent holds at most so many open, and gives one
 back when it closes; a program that cannot start is a refusal, closed on the log."""
 
+import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -135,6 +136,27 @@ async def test_an_agent_holds_so_many_open_and_gives_one_back_when_it_closes() -
         assert isinstance(opened, SessionChannelOpened) and opened.channel == "first"
         assert isinstance(closed, SessionChannelClosed) and closed.reason == "done"
         assert await channels.open(_opening("third")) is None
+        tg.cancel_scope.cancel()
+
+
+async def test_one_key_holds_so_many_open_and_leaves_the_rest_to_the_others() -> None:
+    """A tenant who opens channels without end (pages, follows, app requests) takes its
+    own share of the agent's, never the room another key needs."""
+    bus, log = MemoryBus(), MemoryLog()
+    channels = Channels("a1", EchoRuntime(), bus, log, SystemClock(), max_per_key=2)
+    async with anyio.create_task_group() as tg:
+        await tg.start(channels.run)
+        assert await channels.open(_opening("a")) is None
+        assert await channels.open(_opening("b")) is None
+        refused = await channels.open(_opening("c"))
+        assert refused == "AKana has 2 channels open on agent a1, its most"
+        other = dataclasses.replace(_opening("d"), requester="AKbob")
+        assert await channels.open(other) is None  # another key still gets one
+        up, _ = subj.channel("a1", "AKana", "a")
+        async with bus.pipe(listen="nobody", speak=up) as user:
+            await user.send(encode_frame(End(reason="done")))
+        await _events(log, 4)  # three opened (the refused one wrote nothing), one closed
+        assert await channels.open(_opening("e")) is None  # its place was given back
         tg.cancel_scope.cancel()
 
 
