@@ -260,7 +260,11 @@ def _mount_listings(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenanc
 
 def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
     """A folder's files: uploaded, downloaded, removed and moved."""
+    _mount_upload(app, storage, tenancy)
+    _mount_file_changes(app, storage, tenancy)
 
+
+def _mount_upload(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
     @app.put(
         "/v1/vfolders/{vfolder_id}/files/{path:path}",
         tags=["vfolders"],
@@ -296,6 +300,10 @@ def _mount_files(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy])
             folder_bytes=folder_bytes,
             quota_bytes=f.quota_bytes,
         )
+
+
+def _mount_file_changes(app: FastAPI, storage: Storage, tenancy: Callable[[], Tenancy]) -> None:
+    """Downloads, removals and moves."""
 
     @app.get(
         "/v1/vfolders/{vfolder_id}/files/{path:path}",

@@ -97,6 +97,9 @@ VfolderRootOpt = Annotated[
         "(default: $FGPU_HOME/vfolders; a shared filesystem when agents are on several hosts)."
     ),
 ]
+AppsPortOpt = Annotated[
+    int, typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one).")
+]
 StorageUidOpt = Annotated[
     str | None,
     typer.Option(
@@ -311,10 +314,7 @@ def up(
     api_port: Annotated[
         int, typer.Option(help="Port of the read API and console (0: a free one).")
     ] = 0,
-    apps_port: Annotated[
-        int,
-        typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one)."),
-    ] = 0,
+    apps_port: AppsPortOpt = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
     storage_uid: StorageUidOpt = None,
     lost_grace: LostGraceOpt = 600.0,
@@ -343,7 +343,6 @@ def up(
     `fgpu down`. The log is kept in the store: the next `fgpu up` resumes its history and
     re-adopts the containers still running."""
     from services.adapters.store_lock import Process
-    from services.cli.preflight import hold_home, hold_store, room_for_the_log, writable
     from services.cli.stack import StackInfo
 
     watermark = _watermark(low_space)
@@ -351,13 +350,7 @@ def up(
         fail("give --store or --ephemeral, not both")
     private_process()  # its store, projections and keys hold every tenant's history
     vfolder_owner = _storage_owner(storage_uid)
-    home = writable(state_file().parent, home_hint())
-    store_dir = _store_dir(home, store, ephemeral)
-    # Nothing of a store or a home another holds is touched (its up.json, its server):
-    # the locks come first, and a refused second `fgpu up` says only why.
-    lock = hold_store(store_dir)
-    home_lock = hold_home(home, store_dir)
-    room_for_the_log(store_dir, watermark)
+    store_dir, lock, home_lock = _claim_store(store, ephemeral, watermark)
     cfg, regions = agent.setup()
     _stop_orphan(lock, store_dir)
     kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
@@ -378,6 +371,22 @@ def up(
     )
     stop = functools.partial(_stop_up, server, [home_lock, lock], store_dir if ephemeral else None)
     _run_up(stack, info, api_port, stop)
+
+
+def _claim_store(
+    store: str | None, ephemeral: bool, watermark: "Watermark"
+) -> tuple[Path, "StoreLock", "StoreLock | None"]:
+    """The store's directory, held with the home's, with room for the log. Nothing of a
+    store or a home another holds is touched (its up.json, its server): the locks come
+    first, and a refused second `fgpu up` says only why."""
+    from services.cli.preflight import hold_home, hold_store, room_for_the_log, writable
+
+    home = writable(state_file().parent, home_hint())
+    store_dir = _store_dir(home, store, ephemeral)
+    lock = hold_store(store_dir)
+    home_lock = hold_home(home, store_dir)
+    room_for_the_log(store_dir, watermark)
+    return store_dir, lock, home_lock
 
 
 def _run_up(
@@ -631,10 +640,7 @@ def api(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 8080,
-    apps_port: Annotated[
-        int,
-        typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one)."),
-    ] = 0,
+    apps_port: AppsPortOpt = 0,
     db: Annotated[
         Path | None,
         typer.Option(help="The projections' DuckDB file (default: $FGPU_HOME/projections.duckdb)."),
