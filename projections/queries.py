@@ -69,7 +69,9 @@ def last_gpu_memory(
             # ``charged_ns`` in its place (arg_max's list skips null arguments).
             "SELECT session_id, gpu_index, arg_max({'mem_used': mem_used,"
             " 'mem_limit': mem_limit, 'at': happened_at, 'charged_ns': charged_ns}, seq, 2)"
-            " AS samples FROM gpu_usage WHERE list_contains(?, session_id)"
+            # A semi-join rather than ``list_contains`` on every row: the table keeps every
+            # sample ever taken, and each page of the list reads it.
+            " AS samples FROM gpu_usage WHERE session_id IN (SELECT unnest(?))"
             " GROUP BY session_id, gpu_index ORDER BY session_id, gpu_index",
             [list(session_ids)],
         )
