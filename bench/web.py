@@ -22,6 +22,10 @@ with 10,000 sessions in history, and an event on the log to its change in an ope
   ``time.time()`` reads on the same host); a session asked for is appended to the log,
   stamped before the append, one at a time, each awaited: p50 / p99 (goal p99 <= 200 ms).
 
+- **NATS floor**: one message there and back between two nats-py connections through a
+  local nats-server, nothing else done (``nats_echo_ms``): what any channel through NATS
+  costs at least, the shell channel's two traversals included.
+
 The host's load average is in the line: these are shared 2-core machines.
 
 Prints one JSON line. Usage: python bench/web.py [--keys 200] [--events 100] [--tries 5]
@@ -47,6 +51,7 @@ from typing import Any
 
 import aiodocker
 import anyio
+import nats
 import websocket
 from anyio.abc import TaskStatus
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -163,6 +168,36 @@ def _channel(
         w.portal.call(keys_in.aclose)
         w.portal.call(no_sizes.aclose)
         done.cancel()  # the channel itself is measured, not how it closes
+
+
+async def _nats_echo_ms(keys: int) -> list[float]:
+    """The floor of any channel through NATS: one message there and back between two
+    nats-py connections through a local nats-server (one echoes), nothing else done."""
+    with nats_server.nats_server() as server:
+        mine, theirs = await nats.connect(server.url), await nats.connect(server.url)
+        try:
+            came: asyncio.Queue[bytes] = asyncio.Queue()
+
+            async def echo(m: Any) -> None:
+                await theirs.publish("down", m.data)
+
+            async def got(m: Any) -> None:
+                came.put_nowait(m.data)
+
+            await theirs.subscribe("up", cb=echo)
+            await mine.subscribe("down", cb=got)
+            await mine.flush()
+            await theirs.flush()
+            times = []
+            for _ in range(keys + 20):  # the first 20 warm up
+                t = time.perf_counter()
+                await mine.publish("up", b"k")
+                await asyncio.wait_for(came.get(), 30)
+                times.append((time.perf_counter() - t) * 1000)
+            return times[20:]
+        finally:
+            await mine.close()
+            await theirs.close()
 
 
 def terminal(keys: int) -> dict[str, Any]:
@@ -416,6 +451,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     load = os.getloadavg()
     result: dict[str, Any] = {"bench": "web", "cores": os.cpu_count()}
     result |= terminal(args.keys)
+    result["nats_echo_ms"] = quantiles_ms(asyncio.run(_nats_echo_ms(args.keys)))
     result |= page(args.tries, args.events)
     result["load_avg_1m"] = [round(load[0], 1), round(os.getloadavg()[0], 1)]  # start, end
     return result
