@@ -1,0 +1,1 @@
+"""Model serving: endpoints, their replicas and the routes the proxies serve. Pure."""
