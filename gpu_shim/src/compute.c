@@ -31,12 +31,18 @@
  * previous kernel.  That floor is taken off every sample (never below zero), so a
  * host-bound loop of tiny kernels is charged what its kernels take, not its launch
  * cadence.  By default (FGPU_LAUNCH_FLOOR_NS unset or "auto") it is learnt per
- * context as the event-pair time of a null launch (a 1-byte memset of a scratch byte, enqueued
- * before one sampled launch in NULL_EVERY): the least of its last NULL_WINDOW
- * times, so a null launch slowed by another tenant never lowers what is charged;
- * FGPU_LAUNCH_FLOOR_NS=N fixes it at N ns (0: nothing comes off).  On an H100 a
- * 1.2 us kernel's event pair took 9.8 us; a host-bound loop of such kernels at
- * share 0.5 ran at 0.78 of unshimmed with no floor and unslowed with the learnt one.
+ * context as the event-pair time of a null launch enqueued behind one sampled launch in
+ * NULL_EVERY: an empty kernel (NULL_PTX, loaded once per context), so the floor has a
+ * kernel launch's own dispatch cost, or a 1-byte memset of a scratch byte where the
+ * module cannot be loaded (a GPU older than sm_70, or a driver that cannot JIT it).
+ * The floor is the least of the last NULL_WINDOW times, so a null launch slowed by
+ * another tenant never lowers what is charged; FGPU_LAUNCH_FLOOR_NS=N fixes it at N
+ * ns (0: nothing comes off).  On an H100 a 1.2 us kernel's event pair took 9.8 us and a
+ * memset's 3.9 us: a host-bound loop of such kernels at share 0.5 ran at 0.78 of
+ * unshimmed with no floor, 0.90 with a memset floor and 1.03 with the floor at a
+ * kernel's fixed cost.  The null module's few KiB of code are the one thing of the
+ * process's the slice does not count (inside the per-process tolerance of
+ * docs/gpu-fidelity.md).
  *
  * Launches captured into a graph are not charged (the graph launch is).
  * With no share set the launch path costs one branch plus a thread-local
@@ -94,11 +100,17 @@ typedef struct tstate {
     int64_t last_cost;
 } tstate;
 
-/* One scratch byte per context for the null launches, shared by the process's
- * threads (allocated from the driver directly: a byte, outside the slice). */
+/* An empty kernel: the null launch.  PTX 7.0 for sm_70 is JIT-compiled for the card
+ * the context is on (any since Volta). */
+static const char NULL_PTX[] = ".version 7.0\n.target sm_70\n.address_size 64\n"
+                               ".visible .entry fgpu_null()\n{\n\tret;\n}\n";
+
+/* Per context, shared by the process's threads: the empty kernel, or failing that a
+ * scratch byte for a memset (loaded and allocated from the driver directly). */
 static struct {
     CUcontext ctx;
-    CUdeviceptr ptr;
+    CUfunction fn;   /* the empty kernel; NULL: use ptr */
+    CUdeviceptr ptr; /* the scratch byte; 0 with fn, or when none could be had */
 } g_scratch[FLOOR_CTXS];
 static pthread_mutex_t g_scratch_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -139,23 +151,46 @@ void fgpu_compute_fork_child(void) {
     pthread_mutex_init(&g_scratch_mu, NULL);
 }
 
-/* The context's scratch byte, allocated on first use (ctx is current); 0 if none. */
-static CUdeviceptr scratch_of(CUcontext ctx) {
-    CUdeviceptr p = 0;
+/* The empty kernel of ctx, loaded on first use (ctx is current); NULL if it cannot be. */
+static CUfunction load_null_kernel(void) {
+    fgpu_pfn_cuModuleLoadData load = FGPU_REAL(cuModuleLoadData);
+    fgpu_pfn_cuModuleGetFunction get = FGPU_REAL(cuModuleGetFunction);
+    CUmodule m = NULL;
+    CUfunction fn = NULL;
+    if (!load || !get || load(&m, NULL_PTX) != CUDA_SUCCESS)
+        return NULL;
+    if (get(&fn, m, "fgpu_null") != CUDA_SUCCESS) {
+        fgpu_pfn_cuModuleUnload unload = FGPU_REAL(cuModuleUnload);
+        if (unload)
+            unload(m);
+        return NULL;
+    }
+    return fn;
+}
+
+/* What ctx's null launch uses (set up on first use, ctx current): *fn, else *ptr; both
+ * empty when neither could be had. */
+static void null_of(CUcontext ctx, CUfunction *fn, CUdeviceptr *ptr) {
+    *fn = NULL;
+    *ptr = 0;
     pthread_mutex_lock(&g_scratch_mu);
     int i = 0;
     for (; i < FLOOR_CTXS && g_scratch[i].ctx; i++)
-        if (g_scratch[i].ctx == ctx) {
-            p = g_scratch[i].ptr;
+        if (g_scratch[i].ctx == ctx)
             break;
-        }
-    fgpu_pfn_cuMemAlloc_v2 alloc = FGPU_REAL(cuMemAlloc_v2);
-    if (!p && i < FLOOR_CTXS && alloc && alloc(&p, 1) == CUDA_SUCCESS) {
+    if (i < FLOOR_CTXS && !g_scratch[i].ctx) {
+        g_scratch[i].fn = load_null_kernel();
+        fgpu_pfn_cuMemAlloc_v2 alloc = FGPU_REAL(cuMemAlloc_v2);
+        CUdeviceptr p = 0;
+        if (!g_scratch[i].fn && alloc && alloc(&p, 1) == CUDA_SUCCESS)
+            g_scratch[i].ptr = p;
         g_scratch[i].ctx = ctx;
-        g_scratch[i].ptr = p;
+    }
+    if (i < FLOOR_CTXS) {
+        *fn = g_scratch[i].fn;
+        *ptr = g_scratch[i].ptr;
     }
     pthread_mutex_unlock(&g_scratch_mu);
-    return p;
 }
 
 /* The thread's floor estimate for ctx (a full table evicts the first entry). */
@@ -314,11 +349,20 @@ static void null_sample(tstate *ts, CUcontext ctx, CUstream stream, int ptsz) {
     fgpu_pfn_cuEventRecord record = ptsz ? FGPU_REAL(cuEventRecord_ptsz) : FGPU_REAL(cuEventRecord);
     fgpu_pfn_cuMemsetD8Async memset8 =
         ptsz ? FGPU_REAL(cuMemsetD8Async_ptsz) : FGPU_REAL(cuMemsetD8Async);
-    CUdeviceptr p = memset8 && record ? scratch_of(ctx) : 0;
-    sample *s = p ? take_sample(ts, ctx) : NULL;
+    fgpu_pfn_cuLaunchKernel launch =
+        ptsz ? FGPU_REAL(cuLaunchKernel_ptsz) : FGPU_REAL(cuLaunchKernel);
+    CUfunction fn = NULL;
+    CUdeviceptr p = 0;
+    if (record)
+        null_of(ctx, &fn, &p);
+    if (fn ? !launch : (!p || !memset8))
+        return;
+    sample *s = take_sample(ts, ctx);
     if (!s)
         return;
-    if (record(s->start, stream) == CUDA_SUCCESS && memset8(p, 0, 1, stream) == CUDA_SUCCESS &&
+    if (record(s->start, stream) == CUDA_SUCCESS &&
+        (fn ? launch(fn, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL) : memset8(p, 0, 1, stream)) ==
+            CUDA_SUCCESS &&
         record(s->end, stream) == CUDA_SUCCESS) {
         s->null_of = f;
         s->pending = 1;

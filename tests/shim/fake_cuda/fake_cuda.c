@@ -12,6 +12,11 @@
  *   FAKE_CUDA_TENANT     0..7: whose busy time a kernel adds to (a "container")
  *   FAKE_CUDA_MEMSET_NS  how long a cuMemsetD8Async holds the device, as a kernel would
  *                        (default 0: returns at once)
+ *   FAKE_CUDA_EMPTY_KERNEL_NS  how long a kernel launched with no params (an empty
+ *                        kernel: a function from cuModuleGetFunction) holds the device
+ *                        (default 0: it is only counted)
+ *   FAKE_CUDA_NO_JIT     when set, cuModuleLoadData refuses PTX text (as a driver that
+ *                        cannot compile it for the card does)
  *   FAKE_CUDA_CTX_BYTES  device memory a context takes while it lives (default 0): the
  *                        primary context from its first retain to its last release or
  *                        reset, a created one until destroyed; the driver's cuMemGetInfo
@@ -75,6 +80,8 @@ static uint64_t g_module_bytes;
 static int g_ndev = 2;
 static int g_tenant;
 static uint64_t g_memset_ns;
+static uint64_t g_empty_ns;
+static int g_no_jit;
 static uint64_t g_ctx_delay_ns;
 static int g_initialised;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -93,6 +100,10 @@ static void setup(void) {
     s = getenv("FAKE_CUDA_MEMSET_NS");
     if (s)
         g_memset_ns = strtoull(s, NULL, 10);
+    s = getenv("FAKE_CUDA_EMPTY_KERNEL_NS");
+    if (s)
+        g_empty_ns = strtoull(s, NULL, 10);
+    g_no_jit = getenv("FAKE_CUDA_NO_JIT") != NULL;
     s = getenv("FAKE_CUDA_CTX_BYTES");
     if (s)
         g_ctx_bytes = strtoull(s, NULL, 10);
@@ -356,8 +367,16 @@ static CUresult unload(void *h) {
 }
 
 CUresult cuModuleLoadData(CUmodule *m, const void *image) {
-    (void)image;
+    if (g_no_jit && image && strncmp(image, ".version", 8) == 0)
+        return CUDA_ERROR_INVALID_VALUE;
     return load((void **)m);
+}
+/* Any name is an empty kernel of the module (its launches take FAKE_CUDA_EMPTY_KERNEL_NS). */
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    if (!f || !m || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    *f = (CUfunction)m;
+    return CUDA_SUCCESS;
 }
 CUresult cuModuleUnload(CUmodule m) { return unload(m); }
 CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv,
@@ -653,7 +672,7 @@ static CUresult run_kernel(const uint64_t *duration) {
 }
 
 static const uint64_t *params_duration(void **params) {
-    return params ? (const uint64_t *)params[0] : NULL;
+    return params ? (const uint64_t *)params[0] : (g_empty_ns ? &g_empty_ns : NULL);
 }
 
 #define LAUNCH_ARGS                                                                        \
@@ -817,6 +836,7 @@ static const proc k_procs[] = {
     P("cuCtxCreate", 12050, cuCtxCreate_v4),
     P("cuModuleLoadData", 2000, cuModuleLoadData),
     P("cuModuleUnload", 2000, cuModuleUnload),
+    P("cuModuleGetFunction", 2000, cuModuleGetFunction),
     P("cuLibraryLoadData", 12000, cuLibraryLoadData),
     P("cuLibraryUnload", 12000, cuLibraryUnload),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
