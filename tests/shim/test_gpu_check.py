@@ -85,12 +85,14 @@ def test_the_floor_candidates_come_from_the_event_figures(gpu_check: ModuleType)
         "tiny_kernel": {"median_us": 6.2},
         "tiny_kernel_profiled_us": 2.0,
         "memset_1b": {"median_us": 3.5},
+        "empty_kernel": {"median_us": 5.1},
     }
     none = {"none": 0}
     assert gpu_check.candidate_floors(events) == {
         **none,
         "pair_minus_kernel": 4200,
-        "memset_pair": 3500,
+        "memset_1b_pair": 3500,
+        "empty_kernel_pair": 5100,
     }
     assert gpu_check.candidate_floors({"tiny_kernel": {"median_us": 6.2}}) == none
     shorter = {"tiny_kernel": {"median_us": 1.0}, "tiny_kernel_profiled_us": 2.0}
