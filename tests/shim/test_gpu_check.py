@@ -99,3 +99,9 @@ def test_the_floor_candidates_come_from_the_event_figures(gpu_check: ModuleType)
     assert gpu_check.candidate_floors(shorter) == {**none, "pair_minus_kernel": 0}
     failed = {"tiny_kernel_profiled_us": "profiler: no CUPTI", "memset_1b": {"error": "x"}}
     assert gpu_check.candidate_floors(failed) == none
+
+
+def test_the_launch_bound_figure_is_the_median_run(gpu_check: ModuleType) -> None:
+    runs = [{"rate": 90.0}, {"rate": 110.0}, {"rate": 100.0}]
+    assert gpu_check._median_run(runs) == {"rate": 100.0}
+    assert gpu_check._median_run([{"rate": 2.0}, {"rate": 1.0}]) == {"rate": 1.0}
