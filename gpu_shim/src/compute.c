@@ -371,6 +371,19 @@ static void null_sample(tstate *ts, CUcontext ctx, CUstream stream, int ptsz) {
     }
 }
 
+/* The share scaled by the agent's pace file (fgpu_region.h), if any. */
+static inline uint32_t paced_share(uint32_t share, uint32_t d) {
+    const fgpu_pace *p = fgpu_g.pace;
+    if (FGPU_LIKELY(p == NULL))
+        return share;
+    uint32_t k = atomic_load_explicit(&p->scale_ppm[d], memory_order_relaxed);
+    if (k == 0 || k >= FGPU_SHARE_FULL)
+        return share;
+    k = k < FGPU_PACE_MIN_PPM ? FGPU_PACE_MIN_PPM : k;
+    uint32_t v = (uint32_t)((uint64_t)share * k / FGPU_SHARE_FULL);
+    return v ? v : 1;
+}
+
 /* What pace_before decided, for pace_after. */
 typedef struct ticket {
     fgpu_dev_shared *dev; /* NULL: not paced */
@@ -399,6 +412,7 @@ static void pace_before(ticket *t, uint64_t key, CUstream stream, int ptsz) {
     uint32_t share = fgpu_g.s->dev[d].sm_share_ppm;
     if (share == 0 || share >= FGPU_SHARE_FULL)
         return;
+    share = paced_share(share, d);
     fgpu_pfn_cuStreamIsCapturing capturing =
         ptsz ? FGPU_REAL(cuStreamIsCapturing_ptsz) : FGPU_REAL(cuStreamIsCapturing);
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;

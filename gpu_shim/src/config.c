@@ -8,8 +8,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "region_layout.h"
 
@@ -181,4 +186,31 @@ fgpu_region *fgpu_region_from_env(void) {
     FGPU_DEBUG("%s", !r ? "pass-through: no slice configured"
                         : (r->fd >= 0 ? "shared region" : "private region"));
     return r;
+}
+
+/* The pace file of the region at FGPU_REGION, mapped read-only; NULL when there is
+ * none (or it is not one: a wrong size, magic or version is ignored, not trusted). */
+const fgpu_pace *fgpu_pace_from_env(void) {
+    const char *path = getenv("FGPU_REGION");
+    char name[4096];
+    if (!path || !*path || snprintf(name, sizeof(name), "%s%s", path, FGPU_PACE_SUFFIX) >=
+                               (int)sizeof(name))
+        return NULL;
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(fgpu_pace))
+        m = mmap(NULL, sizeof(fgpu_pace), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return NULL;
+    const fgpu_pace *p = m;
+    if (p->magic != FGPU_PACE_MAGIC || p->version != FGPU_PACE_VERSION) {
+        munmap(m, sizeof(fgpu_pace));
+        return NULL;
+    }
+    FGPU_DEBUG("pace file %s", name);
+    return p;
 }

@@ -20,5 +20,7 @@ FGPU_HIDDEN int64_t fgpu_env_int(const char *name, int64_t dflt, int64_t lo, int
  * environment sets a slice, else NULL (pass-through).
  */
 FGPU_HIDDEN fgpu_region *fgpu_region_from_env(void);
+/* The region's pace file (FGPU_REGION + FGPU_PACE_SUFFIX), mapped read-only, or NULL. */
+FGPU_HIDDEN const fgpu_pace *fgpu_pace_from_env(void);
 
 #endif /* FGPU_CONFIG_H */

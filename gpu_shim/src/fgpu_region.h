@@ -16,6 +16,7 @@
 #ifndef FGPU_REGION_H
 #define FGPU_REGION_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,26 @@
 #define FGPU_SHARE_FULL 1000000u
 /* The slice file of the region at path is path + FGPU_SLICE_SUFFIX. */
 #define FGPU_SLICE_SUFFIX ".slice"
+
+/*
+ * The pace file, at the region's path + FGPU_PACE_SUFFIX: written by the agent
+ * only (the container gets it read-only), read by the shim on every paced
+ * launch.  scale_ppm[d] scales the container's SM share on device d (0 or >=
+ * FGPU_SHARE_FULL: unscaled; never below FGPU_PACE_MIN_PPM), so the agent can
+ * give the containers of a GPU their shares of what the card delivers when it
+ * loses time to switching between them (docs/gpu-fidelity.md).  Optional: a
+ * container without one is paced by its share alone.
+ */
+#define FGPU_PACE_SUFFIX ".pace"
+#define FGPU_PACE_MAGIC 0x45434150u /* "PACE" */
+#define FGPU_PACE_VERSION 1u
+#define FGPU_PACE_MIN_PPM 250000u
+
+typedef struct fgpu_pace {
+    uint32_t magic;
+    uint32_t version;
+    _Atomic uint32_t scale_ppm[FGPU_MAX_DEVICES];
+} fgpu_pace;
 
 /* Kinds of happenings in the ring. */
 enum fgpu_happening_kind {

@@ -121,6 +121,7 @@ static void open_region(void) {
     fgpu_region *r = fgpu_region_from_env();
     fgpu_g.region = r;
     fgpu_g.s = r ? &r->slice : NULL;
+    fgpu_g.pace = r ? fgpu_pace_from_env() : NULL;
     fgpu_g.l = r ? r->l : NULL;
 }
 

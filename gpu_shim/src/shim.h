@@ -17,6 +17,7 @@ typedef struct fgpu_state {
     fgpu_region *region;   /* NULL: pass-through (no slice configured) */
     fgpu_layout *l;        /* region->l (the counters), or NULL */
     const fgpu_slice *s;   /* &region->slice (this process's copy), or NULL */
+    const fgpu_pace *pace; /* the region's pace file (mapped read-only), or NULL */
     _Atomic uint32_t slot; /* this process's slot, FGPU_NO_SLOT until claimed */
     int32_t pid;
     int real_loaded;

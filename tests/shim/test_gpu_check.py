@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
@@ -105,3 +106,21 @@ def test_the_launch_bound_figure_is_the_median_run(gpu_check: ModuleType) -> Non
     runs = [{"rate": 90.0}, {"rate": 110.0}, {"rate": 100.0}]
     assert gpu_check._median_run(runs) == {"rate": 100.0}
     assert gpu_check._median_run([{"rate": 2.0}, {"rate": 1.0}]) == {"rate": 1.0}
+
+
+def test_the_pacer_ticks_while_a_pair_runs(gpu_check: ModuleType) -> None:
+    class Pacer:
+        ticks = 0
+
+        def tick(self) -> float:
+            self.ticks += 1
+            return 0.9
+
+    pacer = Pacer()
+    with gpu_check._ticking(pacer) as scales:
+        while pacer.ticks < 2:
+            time.sleep(0.05)
+    assert scales[:2] == [0.9, 0.9]
+    with gpu_check._ticking(None) as none:
+        time.sleep(2 * gpu_check.PACE_TICK_S)
+    assert none == []

@@ -217,7 +217,7 @@ def read_line(proc: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 # struct fake_shared of fake_cuda.c
-_FAKE = struct.Struct("<IIQ4Q4Q8Q8Q")
+_FAKE = struct.Struct("<IIQ4Q4Q8Q8QQI")
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,7 @@ class FakeDevice:
     peak: tuple[int, ...]
     busy_ns: tuple[int, ...]
     kernels: tuple[int, ...]
+    held_ns: int
 
     @classmethod
     def read(cls, path: Path) -> FakeDevice:
@@ -240,4 +241,5 @@ class FakeDevice:
             peak=tuple(v[7:11]),
             busy_ns=tuple(v[11:19]),
             kernels=tuple(v[19:27]),
+            held_ns=v[27],
         )

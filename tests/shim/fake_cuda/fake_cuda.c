@@ -15,6 +15,9 @@
  *   FAKE_CUDA_EMPTY_KERNEL_NS  how long a kernel launched with no params (an empty
  *                        kernel: a function from cuModuleGetFunction) holds the device
  *                        (default 0: it is only counted)
+ *   FAKE_CUDA_SWITCH_NS  what the device loses when it passes from one tenant's kernel to
+ *                        another's (default 0), as a time-sliced GPU loses switching
+ *                        contexts: held, outside both kernels' events and busy time
  *   FAKE_CUDA_NO_JIT     when set, cuModuleLoadData refuses PTX text (as a driver that
  *                        cannot compile it for the card does)
  *   FAKE_CUDA_CTX_BYTES  device memory a context takes while it lives (default 0): the
@@ -81,6 +84,7 @@ static int g_ndev = 2;
 static int g_tenant;
 static uint64_t g_memset_ns;
 static uint64_t g_empty_ns;
+static uint64_t g_switch_ns;
 static int g_no_jit;
 static uint64_t g_ctx_delay_ns;
 static int g_initialised;
@@ -104,6 +108,9 @@ static void setup(void) {
     if (s)
         g_empty_ns = strtoull(s, NULL, 10);
     g_no_jit = getenv("FAKE_CUDA_NO_JIT") != NULL;
+    s = getenv("FAKE_CUDA_SWITCH_NS");
+    if (s)
+        g_switch_ns = strtoull(s, NULL, 10);
     s = getenv("FAKE_CUDA_CTX_BYTES");
     if (s)
         g_ctx_bytes = strtoull(s, NULL, 10);
@@ -659,6 +666,13 @@ static CUresult run_kernel(const uint64_t *duration) {
     }
     int64_t call_t = now_ns();
     device_lock();
+    int64_t locked_t = now_ns();
+    uint32_t was = atomic_exchange(&g_sh->last_tenant, (uint32_t)g_tenant + 1);
+    if (g_switch_ns && was != 0 && was != (uint32_t)g_tenant + 1) {
+        struct timespec sw = {.tv_sec = (time_t)(g_switch_ns / 1000000000ULL),
+                              .tv_nsec = (long)(g_switch_ns % 1000000000ULL)};
+        nanosleep(&sw, NULL);
+    }
     int64_t t0 = now_ns();
     stamp_waiting(call_t, t0);
     struct timespec ts = {.tv_sec = (time_t)(*duration / 1000000000ULL),
@@ -667,6 +681,7 @@ static CUresult run_kernel(const uint64_t *duration) {
     int64_t t1 = now_ns();
     atomic_fetch_add(&g_sh->busy_ns[g_tenant], (uint64_t)(t1 - t0));
     atomic_fetch_add(&g_sh->kernels[g_tenant], 1);
+    atomic_fetch_add(&g_sh->held_ns, (uint64_t)(t1 - locked_t));
     device_unlock();
     return CUDA_SUCCESS;
 }

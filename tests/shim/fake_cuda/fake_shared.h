@@ -21,6 +21,8 @@ struct fake_shared {
     _Atomic uint64_t peak[FAKE_MAX_DEV];
     _Atomic uint64_t busy_ns[FAKE_MAX_TENANT];
     _Atomic uint64_t kernels[FAKE_MAX_TENANT];
+    _Atomic uint64_t held_ns;     /* the device held, by kernels and switches between tenants */
+    _Atomic uint32_t last_tenant; /* tenant + 1 of the last kernel; 0 before the first */
 };
 
 #endif /* FAKE_SHARED_H */

@@ -11,7 +11,8 @@
  *   harness random ITER SEED MAX    random allocations and frees; counts of ok / oom
  *   harness hold BYTES              allocate, print {"held":...}, wait to be killed
  *   harness loadhold N BYTES        load N modules and N libraries, then as hold
- *   harness launch SECS NS [graph]  launch NS-long fake kernels (or graphs) for SECS
+ *   harness launch SECS NS [graph | idle IDLE_NS]  launch NS-long fake kernels (or graphs) for SECS
+ *                        (with idle, sleeping IDLE_NS after each)
  *   harness ctxdestroy BYTES        allocate, destroy the context, report meminfo
  *   harness exit BYTES              allocate and exit without freeing
  *   harness used BYTES              allocate, then report meminfo
@@ -366,12 +367,18 @@ static double mono(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int cmd_launch(double secs, uint64_t ns, int graph) {
+/* Launch kernels of ns for secs; with idle_ns, sleep that long after each (a
+ * container that does not want the whole GPU). */
+static int cmd_launch(double secs, uint64_t ns, int graph, uint64_t idle_ns) {
     uint64_t duration = ns;
     void *params[1] = {&duration};
     double t0 = mono(), end = t0 + secs;
     long n = 0;
+    struct timespec idle = {.tv_sec = (time_t)(idle_ns / 1000000000ULL),
+                            .tv_nsec = (long)(idle_ns % 1000000000ULL)};
     while (mono() < end) {
+        if (idle_ns && n > 0)
+            nanosleep(&idle, NULL);
         CUresult rc = graph ? cu.graph_launch((CUgraphExec)&duration, 0)
                             : cu.launch((CUfunction)0x1000, 64, 1, 1, 128, 1, 1, 0, 0, params,
                                         NULL);
@@ -504,7 +511,10 @@ int main(int argc, char **argv) {
         cmd_loadhold(atol(argv[argi]), strtoull(argv[argi + 1], NULL, 10));
     if (strcmp(cmd, "launch") == 0 && argi + 1 < argc)
         return cmd_launch(atof(argv[argi]), strtoull(argv[argi + 1], NULL, 10),
-                          argi + 2 < argc && strcmp(argv[argi + 2], "graph") == 0);
+                          argi + 2 < argc && strcmp(argv[argi + 2], "graph") == 0,
+                          argi + 3 < argc && strcmp(argv[argi + 2], "idle") == 0
+                              ? strtoull(argv[argi + 3], NULL, 10)
+                              : 0);
     if (strcmp(cmd, "ctxdestroy") == 0 && argi < argc)
         return cmd_ctxdestroy(strtoull(argv[argi], NULL, 10));
     if (strcmp(cmd, "used") == 0 && argi < argc) {
