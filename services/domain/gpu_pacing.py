@@ -12,11 +12,12 @@ part of what the card delivers is its share's part. Otherwise the scale relaxes 
 towards 1 a step per window, so a container that stops competing gives the time back.
 """
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 import msgspec
 
-__all__ = ["ContainerWindow", "pace_scale"]
+__all__ = ["ContainerWindow", "Counters", "GpuPacing", "pace_scale"]
 
 # The GPU is saturated when it ran work this much of the window (NVML's utilisation).
 SATURATED = 0.95
@@ -49,3 +50,44 @@ def pace_scale(windows: Sequence[ContainerWindow], gpu_busy: float, previous: fl
     if delivered >= shares:
         return relaxed
     return max(MIN_SCALE, delivered / shares)
+
+
+class Counters(msgspec.Struct, frozen=True, kw_only=True):
+    """What a container's region has counted on the GPU so far."""
+
+    share: float
+    charged_ns: int
+    slept_ns: int
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class GpuPacing(Generic[K]):
+    """One GPU's pacing across windows: each member's counters at the last step and the
+    scale in force. A member seen for the first time (or again after a gap) has no
+    window yet; one gone is forgotten."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self._last: dict[K, Counters] = {}
+        self._at: float | None = None
+
+    def step(self, now: float, members: Mapping[K, Counters], gpu_busy: float) -> float:
+        """The scale for the next window, given every member's counters at ``now``."""
+        seconds = 0.0 if self._at is None else now - self._at
+        windows = []
+        for key, c in members.items():
+            last = self._last.get(key)
+            if last is not None and seconds > 0:
+                per_ns = 1.0 / (seconds * 1e9)
+                busy = max(0, c.charged_ns - last.charged_ns) * per_ns
+                slept = max(0, c.slept_ns - last.slept_ns) * per_ns
+                windows.append(ContainerWindow(share=c.share, busy=busy, slept=slept))
+        self._last = dict(members)
+        self._at = now
+        if windows:
+            self.scale = pace_scale(windows, gpu_busy, self.scale)
+        elif len(members) < 2:
+            self.scale = 1.0
+        return self.scale

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.domain.gpu_pacing import MIN_SCALE, RELAX_STEP, ContainerWindow, pace_scale
+from services.domain.gpu_pacing import (
+    MIN_SCALE,
+    RELAX_STEP,
+    ContainerWindow,
+    Counters,
+    GpuPacing,
+    pace_scale,
+)
 
 
 def w(share: float, busy: float, slept: float = 0.0) -> ContainerWindow:
@@ -47,3 +55,19 @@ def test_the_scale_stays_in_bounds(
 ) -> None:
     scale = pace_scale([w(*f) for f in figures], gpu_busy, previous)
     assert MIN_SCALE <= scale <= 1.0
+
+
+def c(share: float, charged_ms: float, slept_ms: float) -> Counters:
+    return Counters(share=share, charged_ns=int(charged_ms * 1e6), slept_ns=int(slept_ms * 1e6))
+
+
+def test_pacing_takes_each_window_from_the_counters_since_the_last_step() -> None:
+    pacing: GpuPacing[str] = GpuPacing()
+    start = {"a": c(0.25, 0, 0), "b": c(0.75, 0, 0)}
+    assert pacing.step(10.0, start, gpu_busy=1.0) == 1.0  # no window yet
+    # Over one second: a used its 0.25 and slept 0.7; b got only 0.637.
+    later = {"a": c(0.25, 250, 700), "b": c(0.75, 637, 0)}
+    assert pacing.step(11.0, later, gpu_busy=1.0) == pytest.approx(0.887)
+    # b is gone: one member left, the scale relaxes back.
+    assert pacing.step(12.0, {"a": c(0.25, 500, 1400)}, 1.0) == pytest.approx(0.987)
+    assert pacing.step(13.0, {}, 1.0) == 1.0

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from gpu_shim import open_region
 from gpu_shim.pace import PaceFile, pace_path
 from services.adapters.gpu_pacer import GpuPacer, PacedContainer
+from services.domain.gpu_pacing import Counters
 from tests.support.shim_kit import FakeDevice, Kit, read_line, running
 
 KERNEL_NS = 2_000_000
@@ -26,6 +27,17 @@ SWITCH_NS = 400_000
 RUN_S = 5.0
 WINDOW = (2.0, 4.5)  # seconds after both containers started: the pacer has settled
 TICK_S = 0.25
+
+
+def _counters(region: Path) -> Callable[[], Counters | None]:
+    def read() -> Counters | None:
+        with open_region(region) as r:
+            d = r.device(0)
+        return Counters(
+            share=d.sm_share_ppm / 1e6, charged_ns=d.charged_ns, slept_ns=d.throttled_ns
+        )
+
+    return read
 
 
 def _launch(idle_ns: str) -> list[str]:
@@ -48,7 +60,7 @@ def _pacing(state: Path, regions: list[Path]) -> Iterator[GpuPacer]:
         last[:] = [now, held]
         return part
 
-    pacer = GpuPacer([PacedContainer(r, 0) for r in regions], gpu_busy)
+    pacer = GpuPacer([PacedContainer(r, 0, _counters(r)) for r in regions], gpu_busy)
     stop = threading.Event()
     th = threading.Thread(
         target=lambda: [pacer.tick() for _ in iter(lambda: stop.wait(TICK_S), True)]
