@@ -55,6 +55,7 @@ from events import (
 )
 from events import subjects as subj
 from services.actors.agent_config import AgentConfig
+from services.actors.agent_pacing import SharePacer
 from services.actors.agent_usage import UsageMeter
 from services.actors.agent_watch import GpuWatch
 from services.actors.common import Provenance, follow_log, stamp
@@ -160,6 +161,11 @@ class AgentActor:
         self.meter = UsageMeter(
             events, runtime, clock, config, regions, state=lambda: self.state, running=self._running
         )
+        self.pacer: SharePacer | None = None
+        if gpu_watch is not None and regions is not None:
+            self.pacer = SharePacer(
+                config, regions, gpu_watch, state=lambda: self.state, running=self._running
+            )
         self.watch: GpuWatch | None = None
         if gpu_watch is not None and containers is not None:
             self.watch = GpuWatch(
@@ -181,6 +187,8 @@ class AgentActor:
             tg.start_soon(self.meter.sample_cpu)
             if self.watch is not None:
                 tg.start_soon(self.watch.run)
+            if self.pacer is not None:
+                tg.start_soon(self.pacer.run)
             task_status.started()
 
     def attach(self, tg: TaskGroup) -> None:

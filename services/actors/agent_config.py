@@ -22,6 +22,9 @@ class AgentConfig:
     shim_lib_dir: str | None = None  # the built shim, mounted into every session's container
     usage_interval_s: float = 5.0  # how often usage samples are published per session
     oom_poll_s: float = 0.5  # how soon an out-of-memory refusal is published
+    # How often the shares of the sessions sharing a GPU are scaled to what it delivers
+    # (``agent_pacing``: with the driver's figures only).
+    pace_interval_s: float = 0.25
     group: str = "default"  # the resource group it serves
     registry: str | None = None  # host:port it pulls the images it lacks from
     pull_report_s: float = 2.0  # a pull's progress on the log at most this often (or 10%)

@@ -22,7 +22,7 @@ from events import subjects as subj
 from services.actors.agent_config import AgentConfig
 from services.actors.common import Provenance, stamp
 from services.domain.fold.cluster import ClusterState
-from services.domain.gpu_slice import SHARE_FULL_PPM, container_order
+from services.domain.gpu_slice import SHARE_FULL_PPM, host_index
 from services.domain.records import SessionView
 from services.ports import (
     Clock,
@@ -131,7 +131,7 @@ class UsageMeter:
         limits = {d.index: d.mem_limit for d in regions.sample(session_id)}
         rows = [
             {
-                "gpu_index": _host_index(v, o.index),
+                "gpu_index": host_index(v.devices, o.index),
                 "pid": o.pid,
                 "requested": o.requested,
                 "mem_used": o.mem_used,
@@ -149,7 +149,7 @@ class UsageMeter:
             return
         rows = [
             {
-                "gpu_index": _host_index(v, d.index),
+                "gpu_index": host_index(v.devices, d.index),
                 "mem_used": d.mem_used,
                 "mem_peak": d.mem_peak,
                 "mem_limit": d.mem_limit,
@@ -182,11 +182,3 @@ def _charged(d: DeviceUsageSample) -> int | None:
     share of the whole device (or none) is not paced, so nothing is charged (an idle
     session and an unmeasured one must not read the same)."""
     return d.charged_ns if 0 < d.sm_share_ppm < SHARE_FULL_PPM else None
-
-
-def _host_index(v: SessionView, container_index: int) -> int:
-    """The agent's GPU index of the session's ``container_index``-th visible device."""
-    ordered = container_order(v.devices)
-    if 0 <= container_index < len(ordered):
-        return ordered[container_index].gpu_index
-    return container_index

@@ -150,6 +150,16 @@ class NvmlProcessWatch:
                         held[(i, int(p.pid))] = max(mem, held.get((i, int(p.pid)), 0))
         return [GpuProcess(gpu_index=i, pid=pid, mem=mem) for (i, pid), mem in held.items()]
 
+    def busy(self) -> dict[int, float]:
+        """Raises GpuWatchUnavailable."""
+        import pynvml
+
+        with _nvml_call("read the GPUs' utilisation"):
+            return {
+                i: pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+                for i, h in enumerate(self._devices())
+            }
+
     def utilisation(self) -> list[GpuUtilSample]:
         """Raises GpuWatchUnavailable."""
         import pynvml

@@ -11,6 +11,9 @@ mounts whatever the directory allows):
                                        processes get as a supplementary group
     <root>/<session>.region.slice 0440 the slice (limits, shares): read only, also
                                        mounted read-only in the container
+    <root>/<session>.region.pace 0640  the agent's scale of each device's share
+                                       (``gpu_shim.pace``): written by the agent alone,
+                                       mounted read-only in the container
 
 What a process writes in the counters misstates only its own session's usage; the agent's
 NVML watch holds the session to its slice whatever the counters say.
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from gpu_shim.pace import PaceFile, pace_path
 from gpu_shim.usage import (
     HappeningKind,
     RegionError,
@@ -61,6 +65,7 @@ class ShimRegions:
         self._open: dict[str, Region] = {}
         self._ring_seq: dict[str, int] = {}
         self._unread: set[str] = set()  # regions of another format, said once
+        self._pace: dict[str, PaceFile] = {}
 
     def path(self, key: str) -> str:
         return str(self.root / f"{key}.region")
@@ -86,10 +91,24 @@ class ShimRegions:
         path = self.path(key)
         region = create_region(path, tuple(mem_limits), tuple(sm_shares_ppm))
         self._open[key] = region
-        for file, mode in ((path, 0o660), (region.slice_path, 0o440)):
+        old = self._pace.pop(key, None)
+        if old is not None:
+            old.close()
+        self._pace[key] = PaceFile.create(Path(path))
+        pace = str(pace_path(Path(path)))
+        for file, mode in ((path, 0o660), (region.slice_path, 0o440), (pace, 0o640)):
             os.chown(file, -1, self.group)
             os.chmod(file, mode)
         return path
+
+    def set_pace(self, key: str, index: int, scale: float) -> None:
+        pace = self._pace.get(key)
+        if pace is None:  # made before this agent started, or never
+            try:
+                pace = self._pace[key] = PaceFile(pace_path(Path(self.path(key))))
+            except (OSError, ValueError):
+                return
+        pace.set_scale(index, scale)
 
     def sample(self, key: str) -> list[DeviceUsageSample]:
         region = self._region(key)
@@ -134,5 +153,9 @@ class ShimRegions:
         self._unread.discard(key)
         if region is not None:
             region.close()
+        pace = self._pace.pop(key, None)
+        if pace is not None:
+            pace.close()
         Path(self.path(key)).unlink(missing_ok=True)
         Path(self.path(key) + SLICE_SUFFIX).unlink(missing_ok=True)
+        pace_path(Path(self.path(key))).unlink(missing_ok=True)

@@ -14,6 +14,8 @@ __all__ = [
     "LABEL_LOG",
     "LABEL_OWNER",
     "LABEL_SESSION",
+    "PACE_IN_CONTAINER",
+    "PACE_SUFFIX",
     "REGION_IN_CONTAINER",
     "SHIM_IN_CONTAINER",
     "SLICE_IN_CONTAINER",
@@ -36,6 +38,9 @@ REGION_IN_CONTAINER = "/run/fgpu/region"
 # suffix (gpu_shim/src/fgpu_region.h, FGPU_SLICE_SUFFIX): in the container as on the host.
 SLICE_SUFFIX = ".slice"
 SLICE_IN_CONTAINER = REGION_IN_CONTAINER + SLICE_SUFFIX
+# And its pace file (FGPU_PACE_SUFFIX): the agent's scale of the shares, read only inside.
+PACE_SUFFIX = ".pace"
+PACE_IN_CONTAINER = REGION_IN_CONTAINER + PACE_SUFFIX
 
 
 class Mount(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,6 +150,8 @@ def session_spec(
         mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
         slice_path = region_path + SLICE_SUFFIX
         mounts.append(Mount(source=slice_path, target=SLICE_IN_CONTAINER, read_only=True))
+        pace_path = region_path + PACE_SUFFIX
+        mounts.append(Mount(source=pace_path, target=PACE_IN_CONTAINER, read_only=True))
         env["FGPU_REGION"] = REGION_IN_CONTAINER
     if mps is not None:
         mounts.append(Mount(source=mps.pipe_dir, target=MPS_PIPE_IN_CONTAINER, read_only=False))

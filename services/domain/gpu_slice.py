@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from events import DevicePlacement, GpuInfo
 
-__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "container_order", "slices"]
+__all__ = ["SHARE_FULL_PPM", "DeviceSlice", "container_order", "host_index", "slices"]
 
 # The shim's unit: parts per million of the SMs' time, the whole device's share. The shim
 # defines it in C (gpu_shim/src/fgpu_region.h, FGPU_SHARE_FULL); a test pins the two equal.
@@ -29,6 +29,14 @@ def container_order(devices: tuple[DevicePlacement, ...]) -> tuple[DevicePlaceme
     (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, which the spec sets). Placement order (largest
     share first) would give one device another's limit inside the container."""
     return tuple(sorted(devices, key=lambda d: d.gpu_index))
+
+
+def host_index(devices: tuple[DevicePlacement, ...], container_index: int) -> int:
+    """The host's GPU index of the ``container_index``-th device the container sees."""
+    ordered = container_order(devices)
+    if 0 <= container_index < len(ordered):
+        return ordered[container_index].gpu_index
+    return container_index
 
 
 def slices(

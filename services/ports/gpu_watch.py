@@ -51,6 +51,11 @@ class GpuProcessWatch(Protocol):
         GpuWatchUnavailable."""
         ...
 
+    def busy(self) -> dict[int, float]:
+        """Each GPU's part (0..1) of the driver's last sample period in which a kernel
+        ran, by the agent's GPU index. Raises GpuWatchUnavailable."""
+        ...
+
     def utilisation(self) -> list[GpuUtilSample]:
         """The per-process SM samples the driver took since the last call (the first call:
         those it still holds). Raises GpuWatchUnavailable."""

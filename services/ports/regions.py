@@ -53,6 +53,12 @@ class SliceRegions(Protocol):
         is replaced: call it before the container starts); its counters' host path."""
         ...
 
+    def set_pace(self, key: str, index: int, scale: float) -> None:
+        """Scale the SM share of device ``index`` (the container's order) of ``key``'s
+        slice by ``scale`` (clamped to [0.25, 1]), from the container's next launch
+        (``gpu_shim.pace``); nothing when the region has no pace file."""
+        ...
+
     def sample(self, key: str) -> list[DeviceUsageSample]:
         """The counters of each device, with its slice; [] if the region is gone or of
         a format this reader does not read."""

@@ -9,14 +9,19 @@ __all__ = ["FakeContainers", "FakeGpuWatch"]
 
 class FakeGpuWatch:
     """GpuProcessWatch over figures a test sets: ``hold`` and ``release`` a process's
-    memory, ``sample`` its SM use (handed out once, at the next ``utilisation``);
+    memory, ``sample`` its SM use (handed out once, at the next ``utilisation``),
+    ``set_busy`` a GPU's busy part;
     ``unavailable`` makes every look fail with that reason until it is None again."""
 
     def __init__(self) -> None:
         self._held: dict[tuple[int, int], int] = {}
         self._samples: list[GpuUtilSample] = []
         self._clock_us = 0
+        self._busy: dict[int, float] = {}
         self.unavailable: str | None = None
+
+    def set_busy(self, gpu_index: int, part: float) -> None:
+        self._busy[gpu_index] = part
 
     def hold(self, gpu_index: int, pid: int, mem: int) -> None:
         self._held[(gpu_index, pid)] = mem
@@ -34,6 +39,11 @@ class FakeGpuWatch:
         if self.unavailable is not None:
             raise GpuWatchUnavailable(self.unavailable)
         return [GpuProcess(gpu_index=g, pid=p, mem=m) for (g, p), m in sorted(self._held.items())]
+
+    def busy(self) -> dict[int, float]:
+        if self.unavailable is not None:
+            raise GpuWatchUnavailable(self.unavailable)
+        return dict(self._busy)
 
     def utilisation(self) -> list[GpuUtilSample]:
         if self.unavailable is not None:

@@ -75,6 +75,9 @@ class FakeRegions:
     def sample(self, key: str) -> list[DeviceUsageSample]:
         return []
 
+    def set_pace(self, key: str, index: int, scale: float) -> None:
+        pass
+
     def drain_ooms(self, key: str) -> list[OomRefusal]:
         return []
 

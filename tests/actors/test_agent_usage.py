@@ -30,6 +30,9 @@ class Regions:
     def sample(self, key: str) -> list[DeviceUsageSample]:
         return self.devices if key == "s1" else []
 
+    def set_pace(self, key: str, index: int, scale: float) -> None:
+        pass
+
     def drain_ooms(self, key: str) -> list[OomRefusal]:
         return []
 

@@ -76,6 +76,9 @@ def test_two_and_a_half_gpus_become_device_requests_limits_and_the_shim() -> Non
     # The slice (limits, shares) beside it, read-only: no process inside can raise it.
     assert mounts["/run/fgpu/region.slice"]["Source"] == "/run/fgpu/regions/s1.region.slice"
     assert mounts["/run/fgpu/region.slice"]["ReadOnly"] is True
+    # So is the agent's scale of its shares.
+    assert mounts["/run/fgpu/region.pace"]["Source"] == "/run/fgpu/regions/s1.region.pace"
+    assert mounts["/run/fgpu/region.pace"]["ReadOnly"] is True
     assert host["GroupAdd"] == ["4242"]  # the group that may write the counters
     assert body["Labels"] == {"fgpu.session": "s1", "fgpu.agent": "node1", "fgpu.owner": "alice"}
 

@@ -25,6 +25,7 @@ from tests.support.shim_kit import ROOT, build_fake_nvml
 
 HELD = [(0, 111, 3 << 30), (1, 222, 5 << 30), (1, 333, 1 << 20)]
 SAMPLED = [(0, 111, 40), (0, 111, 60), (1, 222, 100)]
+BUSY = {0: 97, 1: 50}  # per cent
 
 # What a look at the figures above returns, through either adapter: processes,
 # then the samples, then the samples again (none: each is handed out once).
@@ -32,6 +33,7 @@ EXPECTED = {
     "processes": sorted(HELD),
     "samples": sorted(SAMPLED),
     "again": [],
+    "busy": {g: pct / 100 for g, pct in BUSY.items()},
 }
 
 _LOOK = """
@@ -43,6 +45,7 @@ try:
     out = {"processes": sorted([p.gpu_index, p.pid, p.mem] for p in w.processes())}
     out["samples"] = sorted([s.gpu_index, s.pid, s.sm_percent] for s in w.utilisation())
     out["again"] = [[s.gpu_index, s.pid, s.sm_percent] for s in w.utilisation()]
+    out["busy"] = w.busy()
     w.close()
 except GpuWatchUnavailable as e:
     out = {"unavailable": str(e)}
@@ -73,12 +76,14 @@ def look(watch: GpuProcessWatch) -> dict[str, object]:
         "processes": sorted((p.gpu_index, p.pid, p.mem) for p in watch.processes()),
         "samples": sorted((s.gpu_index, s.pid, s.sm_percent) for s in watch.utilisation()),
         "again": [(s.gpu_index, s.pid, s.sm_percent) for s in watch.utilisation()],
+        "busy": watch.busy(),
     }
 
 
 def figures_file(path: Path) -> Path:
     lines = [f"proc {g} {p} {m}" for g, p, m in HELD]
     lines += [f"util {g} {p} {sm} {t}" for t, (g, p, sm) in enumerate(SAMPLED, start=1)]
+    lines += [f"busy {g} {pct} 0" for g, pct in BUSY.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -97,6 +102,8 @@ def test_the_fake_lists_what_it_is_told() -> None:
         fake.hold(gpu, pid, mem)
     for gpu, pid, sm in SAMPLED:
         fake.sample(gpu, pid, sm)
+    for gpu, pct in BUSY.items():
+        fake.set_busy(gpu, pct / 100)
     assert as_lists(look(fake)) == as_lists(EXPECTED)
 
 
@@ -105,7 +112,7 @@ def test_no_driver_is_unavailable_not_a_crash(fake_nvml: Path, tmp_path: Path) -
     assert "list the GPUs' processes" in str(out["unavailable"])
     fake = FakeGpuWatch()
     fake.unavailable = "no driver"
-    for call in (fake.processes, fake.utilisation):
+    for call in (fake.processes, fake.utilisation, fake.busy):
         with pytest.raises(GpuWatchUnavailable):
             call()
 

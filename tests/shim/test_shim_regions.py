@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from gpu_shim import _reader
+from gpu_shim import _reader, pace
+from gpu_shim.pace import PaceFile
 from services.adapters.shim_regions import ShimRegions
-from services.domain.container_spec import SLICE_SUFFIX
+from services.domain.container_spec import PACE_SUFFIX, SLICE_SUFFIX
 from tests.support.shim_kit import GIB, Kit, read_line, running
 
 
@@ -24,14 +25,20 @@ def test_the_slice_is_read_only_and_nothing_is_open_to_every_user(tmp_path: Path
     regions = ShimRegions(str(tmp_path / "regions"), group=os.getegid())
     path = regions.create("s1", [4 * GIB], [250_000])
     assert mode(tmp_path / "regions") == 0o700
-    assert (mode(path), mode(path + SLICE_SUFFIX)) == (0o660, 0o440)
+    assert (mode(path), mode(path + SLICE_SUFFIX), mode(path + PACE_SUFFIX)) == (
+        0o660,
+        0o440,
+        0o640,
+    )
     assert os.stat(path).st_gid == os.stat(path + SLICE_SUFFIX).st_gid == regions.group
+    assert os.stat(path + PACE_SUFFIX).st_gid == regions.group
     regions.remove("s1")
     assert sorted(os.listdir(tmp_path / "regions")) == []
 
 
 def test_the_slice_suffix_is_the_shims() -> None:
     assert SLICE_SUFFIX == _reader.SLICE_SUFFIX
+    assert PACE_SUFFIX == pace.SUFFIX
 
 
 def test_a_restarted_agent_reads_the_regions_of_sessions_that_run_on(
@@ -100,3 +107,18 @@ def test_a_sample_carries_the_share_and_the_gpu_time_charged_against_it(
     kit.run("launch", "0.3", "1000000", env=kit.env(state=state, region=Path(path)))
     (dev,) = regions.sample("s1")
     assert dev.sm_share_ppm == 250_000 and dev.charged_ns > 0
+
+
+def test_the_agent_scales_a_share_through_the_pace_file_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    regions = ShimRegions(str(tmp_path / "regions"))
+    path = regions.create("s1", [4 * GIB, 4 * GIB], [250_000, 500_000])
+    regions.set_pace("s1", 1, 0.8)
+    after = ShimRegions(str(tmp_path / "regions"))  # a restarted agent opens it again
+    after.set_pace("s1", 0, 0.9)
+    after.set_pace("gone", 0, 0.5)  # no region: nothing to scale, no error
+    with PaceFile(Path(path + PACE_SUFFIX)) as pace:
+        assert (pace.scale(0), pace.scale(1)) == (0.9, 0.8)
+    after.remove("s1")
+    assert not Path(path + PACE_SUFFIX).exists()

@@ -15,8 +15,9 @@
  *   FAKE_NVML_NO_DRIVER   1: nvmlInit fails as without a loaded driver (error 9)
  *   FAKE_NVML_PROCS_FILE  a file, read at every call, that replaces the fixed
  *                         processes (the agent's watch's tests change it):
- *                         lines "proc DEV PID BYTES" (a compute process) and
- *                         "util DEV PID SM_PERCENT TIMESTAMP_US" (a sample)
+ *                         lines "proc DEV PID BYTES" (a compute process),
+ *                         "util DEV PID SM_PERCENT TIMESTAMP_US" (a sample) and
+ *                         "busy DEV PERCENT 0" (the device's utilisation, else 77)
  *
  *   FAKE_CUDA_STATE       the fake GPU's state file (tests/shim/fake_cuda): what its
  *                         processes hold on a device (allocations, contexts, modules)
@@ -244,15 +245,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
-    CHECK_DEVICE(device);
-    if (!u)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    u->gpu = 77;
-    u->memory = 55;
-    return NVML_SUCCESS;
-}
-
 /* One line of FAKE_NVML_PROCS_FILE: "proc" or "util" and up to four numbers. */
 typedef struct fake_row {
     char kind[8];
@@ -260,6 +252,18 @@ typedef struct fake_row {
 } fake_row;
 
 #define MAX_ROWS 64
+
+static int file_rows(const char *kind, unsigned int dev, fake_row *rows);
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
+    CHECK_DEVICE(device);
+    if (!u)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    fake_row rows[MAX_ROWS];
+    u->gpu = file_rows("busy", d->index, rows) > 0 ? (unsigned int)rows[0].v[1] : 77;
+    u->memory = 55;
+    return NVML_SUCCESS;
+}
 
 /* The rows of FAKE_NVML_PROCS_FILE of kind about device dev; -1 when it is not set. */
 static int file_rows(const char *kind, unsigned int dev, fake_row *rows) {
