@@ -2,7 +2,6 @@
 what their regions counted there and how busy the driver says it was; a session alone
 on its GPU, a whole GPU and an MPS client's device are left unscaled."""
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -11,20 +10,15 @@ from events import DevicePlacement, Slots
 from services.actors.agent_pacing import SharePacer
 from services.domain.fold.cluster import ClusterState
 from services.domain.records import SessionView
-from services.ports import DeviceUsageSample, OomRefusal
+from services.ports import DeviceUsageSample
 from services.testing import FakeGpuWatch
 from tests.support.cluster import agent_config
+from tests.support.sampled_regions import SampledRegions
 
 MS = 1_000_000
 
 
-class Regions:
-    """SliceRegions over counters a test sets per session, recording the scales set."""
-
-    def __init__(self) -> None:
-        self.devices: dict[str, list[DeviceUsageSample]] = {}
-        self.paced: dict[tuple[str, int], float] = {}
-
+class Regions(SampledRegions):
     def count(self, key: str, *devices: tuple[int, int, float, float]) -> None:
         """Each (index, share ppm, charged ms, slept ms) of the session's devices."""
         self.devices[key] = [
@@ -41,24 +35,6 @@ class Regions:
             )
             for i, share, charged, slept in devices
         ]
-
-    def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
-        raise AssertionError("not made here")
-
-    def set_pace(self, key: str, index: int, scale: float) -> None:
-        self.paced[(key, index)] = round(scale, 3)
-
-    def sample(self, key: str) -> list[DeviceUsageSample]:
-        return self.devices.get(key, [])
-
-    def drain_ooms(self, key: str) -> list[OomRefusal]:
-        return []
-
-    def reclaim(self, key: str) -> int:
-        return 0
-
-    def remove(self, key: str) -> None:
-        pass
 
 
 def view(session_id: str, *devices: tuple[int, int]) -> SessionView:

@@ -12,35 +12,11 @@ from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.records import SessionView
-from services.ports import DeviceUsageSample, OomRefusal
+from services.ports import DeviceUsageSample
 from tests.support.cluster import agent_config
+from tests.support.sampled_regions import SampledRegions
 
 pytestmark = pytest.mark.anyio
-
-
-class Regions:
-    """SliceRegions whose one session's devices say what ``devices`` holds."""
-
-    def __init__(self, devices: list[DeviceUsageSample]) -> None:
-        self.devices = devices
-
-    def create(self, key: str, mem_limits: Sequence[int], sm_shares_ppm: Sequence[int]) -> str:
-        raise AssertionError("not made here")
-
-    def sample(self, key: str) -> list[DeviceUsageSample]:
-        return self.devices if key == "s1" else []
-
-    def set_pace(self, key: str, index: int, scale: float) -> None:
-        pass
-
-    def drain_ooms(self, key: str) -> list[OomRefusal]:
-        return []
-
-    def reclaim(self, key: str) -> int:
-        return 0
-
-    def remove(self, key: str) -> None:
-        pass
 
 
 class Appended:
@@ -87,11 +63,13 @@ async def test_a_sample_carries_the_charged_time_where_the_shim_counts_it() -> N
     )
     state = ClusterState()
     state.sessions["s1"] = view
-    regions = Regions(
-        [
-            _device(0, 1_000_000, 0),  # the whole of gpu 3: not paced, nothing charged
-            _device(1, 250_000, 1_234_567_890),  # a quarter of gpu 5
-        ]
+    regions = SampledRegions(
+        {
+            "s1": [
+                _device(0, 1_000_000, 0),  # the whole of gpu 3: not paced, nothing charged
+                _device(1, 250_000, 1_234_567_890),  # a quarter of gpu 5
+            ]
+        }
     )
     log = Appended()
     meter = UsageMeter(
