@@ -236,8 +236,12 @@ class ProxyContract:
             await proxy.apply(RouteTable(routes=(route("n", backend(n)), route("other"))))
             for _ in range(3):
                 await client.get("/e/n/who")
-            stats = await proxy.stats()
-            assert stats["ep-n"].requests_total == 3 and stats["ep-other"].requests_total == 0
+            await until(lambda: _total(proxy, "ep-n", 3), "three requests counted")
+            assert (await proxy.stats())["ep-other"].requests_total == 0
+
+
+async def _total(proxy: Proxy, endpoint_id: str, n: int) -> bool:
+    return (await proxy.stats())[endpoint_id].requests_total == n
 
 
 async def _in_flight(proxy: Proxy, endpoint_id: str) -> bool:
