@@ -37,6 +37,7 @@ class Replica:
 def _handler(replica: Replica) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
             if self.path == "/health":
