@@ -91,6 +91,16 @@ class HaproxyProxy:
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self._port)
 
+    @property
+    def directory(self) -> Path:
+        """Its private directory: configuration, token map, admin socket, log."""
+        return self._dir
+
+    @property
+    def pid(self) -> int | None:
+        """The master's process id, while one was started."""
+        return None if self._process is None else self._process.pid
+
     async def apply(self, table: RouteTable) -> None:
         """Serve exactly ``table``. Raises ProxyUnavailable (retry), ValueError (a table
         HAProxy cannot be told: nothing of it is applied)."""
@@ -99,7 +109,10 @@ class HaproxyProxy:
             text = render(new, self._paths, self._port)  # ValueError before any change
             if self._process is None or self._process.poll() is not None:
                 log.warning("haproxy.restart", directory=str(self._dir))
-                await self._start(new, text)
+                try:
+                    await self._start(new, text)
+                except HaproxyError as e:  # its old worker may hold the port a moment longer
+                    raise ProxyUnavailable(str(e)) from e
             elif shape(new) != shape(self._layout):
                 await self._reload(new, text)
             else:

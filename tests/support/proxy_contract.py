@@ -19,7 +19,7 @@ from services.domain.serving.route_table import Backend, Balance, HealthCheck, R
 from services.ports.proxy import Proxy
 from tests.support.replicas import Replica, replicas
 
-__all__ = ["DEADLINE_S", "ProxyContract", "backend", "route", "sha256"]
+__all__ = ["DEADLINE_S", "ProxyContract", "backend", "route", "sha256", "until"]
 
 DEADLINE_S = 10.0
 FAST = HealthCheck(interval_s=0.1, timeout_s=0.5, healthy_after=1, unhealthy_after=1)
@@ -85,6 +85,23 @@ class ProxyContract:
             await proxy.apply(RouteTable(routes=(r,)))
             names = [(await client.get("/e/m/who")).json()["name"] for _ in range(4)]
             assert sorted(set(names)) == ["a", "b"]
+
+    async def test_least_connections_avoids_a_busy_replica(
+        self, proxy: Proxy, client: httpx.AsyncClient
+    ) -> None:
+        with replicas("busy", "idle") as (busy, idle):
+            least = Balance.LEAST_CONNECTIONS
+            r = route("l", backend(busy), backend(idle, weight=0), balance=least)
+            await proxy.apply(RouteTable(routes=(r,)))
+            async with client.stream("GET", "/e/l/stream?n=2") as response:
+                lines = response.aiter_lines()
+                assert await _next_event(lines) == "data: busy 0"  # busy holds one request
+                both = msgspec.structs.replace(r, backends=(backend(busy), backend(idle)))
+                await proxy.apply(RouteTable(routes=(both,)))
+                names = {(await client.get("/e/l/who")).json()["name"] for _ in range(3)}
+                assert names == {"idle"}
+                busy.release()
+                assert await _next_event(lines) == "data: busy 1"
 
     async def test_a_token_is_required_refused_and_revoked(
         self, proxy: Proxy, client: httpx.AsyncClient
