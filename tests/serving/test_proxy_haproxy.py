@@ -18,6 +18,7 @@ from tests.support.proxy_contract import (
     DEADLINE_S,
     ProxyContract,
     backend,
+    next_event,
     route,
     sha256,
     until,
@@ -77,14 +78,14 @@ async def test_a_reload_finishes_the_stream_in_flight(haproxy: HaproxyProxy) -> 
             await until(lambda: _counted(haproxy, 1), "the answered request counted")
             async with client.stream("GET", "/e/s/stream?n=2") as response:
                 lines = response.aiter_lines()
-                assert await _first_event(lines) == "data: s 0"
+                assert await next_event(lines) == "data: s 0"
                 reloads = haproxy.reloads
                 both = (route("s", backend(s)), route("t", backend(t)))
                 await haproxy.apply(RouteTable(routes=both))
                 assert haproxy.reloads == reloads + 1  # a new route: a new worker
                 assert (await client.get("/e/t/who")).json()["name"] == "t"
                 s.release()
-                assert await _first_event(lines) == "data: s 1"  # the old worker finished it
+                assert await next_event(lines) == "data: s 1"  # the old worker finished it
         # What the old worker counted before the reload is kept (not what it answered after).
         assert (await haproxy.stats())["ep-s"].requests_total == 1
 
@@ -133,10 +134,3 @@ async def test_its_files_are_its_owners_alone(haproxy: HaproxyProxy) -> None:
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for name in ("admin.sock", "haproxy.cfg", "tokens.map"):
         assert stat.S_IMODE((directory / name).stat().st_mode) & 0o077 == 0, name
-
-
-async def _first_event(lines: AsyncIterator[str]) -> str:
-    async for line in lines:
-        if line:
-            return line
-    raise AssertionError("the stream ended")

@@ -19,7 +19,7 @@ from services.domain.serving.route_table import Backend, Balance, HealthCheck, R
 from services.ports.proxy import Proxy
 from tests.support.replicas import Replica, replicas
 
-__all__ = ["DEADLINE_S", "ProxyContract", "backend", "route", "sha256", "until"]
+__all__ = ["DEADLINE_S", "ProxyContract", "backend", "next_event", "route", "sha256", "until"]
 
 DEADLINE_S = 10.0
 FAST = HealthCheck(interval_s=0.1, timeout_s=0.5, healthy_after=1, unhealthy_after=1)
@@ -95,13 +95,13 @@ class ProxyContract:
             await proxy.apply(RouteTable(routes=(r,)))
             async with client.stream("GET", "/e/l/stream?n=2") as response:
                 lines = response.aiter_lines()
-                assert await _next_event(lines) == "data: busy 0"  # busy holds one request
+                assert await next_event(lines) == "data: busy 0"  # busy holds one request
                 both = msgspec.structs.replace(r, backends=(backend(busy), backend(idle)))
                 await proxy.apply(RouteTable(routes=(both,)))
                 names = {(await client.get("/e/l/who")).json()["name"] for _ in range(3)}
                 assert names == {"idle"}
                 busy.release()
-                assert await _next_event(lines) == "data: busy 1"
+                assert await next_event(lines) == "data: busy 1"
 
     async def test_a_token_is_required_refused_and_revoked(
         self, proxy: Proxy, client: httpx.AsyncClient
@@ -185,7 +185,7 @@ class ProxyContract:
                 async with client.stream("GET", "/e/s/stream?n=3") as response:
                     lines = response.aiter_lines()
                     for i in range(3):
-                        assert await _next_event(lines) == f"data: s {i}"
+                        assert await next_event(lines) == f"data: s {i}"
                         s.release()  # the next event leaves the replica only now
 
     async def test_weight_zero_drains_without_cutting_a_stream(
@@ -198,14 +198,14 @@ class ProxyContract:
             with anyio.fail_after(DEADLINE_S):
                 async with client.stream("GET", "/e/d/stream?n=2") as response:
                     lines = response.aiter_lines()
-                    assert await _next_event(lines) == "data: old 0"
+                    assert await next_event(lines) == "data: old 0"
                     await proxy.apply(
                         RouteTable(routes=(route("d", backend(old, 0), backend(new)),))
                     )
                     names = {(await client.get("/e/d/who")).json()["name"] for _ in range(3)}
                     assert names == {"new"}
                     old.release()
-                    assert await _next_event(lines) == "data: old 1"
+                    assert await next_event(lines) == "data: old 1"
 
     async def test_the_same_table_twice_changes_nothing(
         self, proxy: Proxy, client: httpx.AsyncClient
@@ -226,13 +226,13 @@ class ProxyContract:
             auth = {"Authorization": "Bearer k"}
             async with client.stream("GET", "/e/t/stream?n=2", headers=auth) as response:
                 lines = response.aiter_lines()
-                first = await _next_event(lines)
+                first = await next_event(lines)
                 before = (await proxy.stats())["ep-t"].requests_total
                 await proxy.apply(table)
                 await proxy.apply(msgspec.convert(msgspec.to_builtins(table), RouteTable))
                 assert (await proxy.stats())["ep-t"].requests_total == before
                 (a if first.startswith("data: a") else b).release()
-                assert (await _next_event(lines)).endswith(" 1")
+                assert (await next_event(lines)).endswith(" 1")
             assert (await client.get("/e/t/who", headers=auth)).status_code == 200
 
     async def test_health_follows_the_replicas_checks(
@@ -271,7 +271,8 @@ async def _healthy(proxy: Proxy, session_id: str, healthy: bool) -> bool:
     return got is not None and got.healthy is healthy
 
 
-async def _next_event(lines: AsyncIterator[str]) -> str:
+async def next_event(lines: AsyncIterator[str]) -> str:
+    """The next line of a stream that is not empty (an event's data)."""
     async for line in lines:
         if line:
             return line
