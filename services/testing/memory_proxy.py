@@ -5,7 +5,8 @@ and is never in a real request path.
 One request a connection (``Connection: close`` both ways), a request body only by
 ``Content-Length``; the replica's response goes back byte for byte as it comes, so
 chunked and server-sent events stream. Its checks follow each route's ``HealthCheck``;
-a backend is in rotation when its weight is above 0 and its checks have not failed.
+a backend is in rotation when its weight is above 0 and its checks have not failed
+(weights above 0 are not proportional here: round-robin takes each in turn).
 ``stats()`` keeps the last 1,000 answers' durations by route for ``p95_ms``.
 """
 
@@ -255,11 +256,12 @@ async def _read_request(reader: BufferedByteReceiveStream) -> _Request | None:
 
 
 def _upstream(route: Route, request: _Request) -> bytes:
-    """The request as the replica gets it: prefix stripped, no token, one request."""
+    """The request as the replica gets it: prefix stripped, the proxy's token taken off
+    (a public route's Authorization is the replica's own: passed on), one request."""
     target = request.target
     if not route.host:
         target = "/" + target.removeprefix(route.path_prefix)
-    dropped = {"authorization", "connection", "keep-alive"}
+    dropped = {"connection", "keep-alive"} | ({"authorization"} if not route.public else set())
     kept = [f"{k}: {v}" for k, v in request.headers if k.lower() not in dropped]
     head = "\r\n".join([f"{request.method} {target} HTTP/1.1", *kept, "Connection: close"])
     return (head + "\r\n\r\n").encode("latin-1") + request.body

@@ -69,6 +69,13 @@ class ProxyContract:
             assert (await client.get("/e/b/")).json()["path"] == "/"
             assert (await client.get("/e/c/x")).status_code == 404
             assert a.seen == ["/predict/x?q=1"] and b.seen == ["/"]
+            posted = (await client.post("/e/a/echo", content=b'{"inputs": [1]}')).json()
+            assert posted == {"name": "a", "body": '{"inputs": [1]}'}
+            # A public route's own Authorization is the replica's business: passed on.
+            mine = {"Authorization": "Bearer app-own"}
+            assert (await client.get("/e/a/who", headers=mine)).json()["authorization"] == mine[
+                "Authorization"
+            ]
 
     async def test_routes_by_host(self, proxy: Proxy, client: httpx.AsyncClient) -> None:
         with replicas("h") as (h,):

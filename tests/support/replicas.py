@@ -4,6 +4,7 @@ each one the test steers without sleeping.
 - ``GET /health``: 200, or 503 once ``healthy`` is False.
 - ``GET /who...``: ``{"name", "path", "authorization"}`` as JSON: who answered, the path
   it saw (query included) and the Authorization header it got, if any.
+- ``POST /echo``: ``{"name", "body"}``: who answered and the body it got.
 - ``GET /stream?n=N``: N server-sent events; the first at once, each next one only after
   the test calls ``release()``: a proxy that buffered would hold back even the first.
 """
@@ -49,6 +50,12 @@ def _handler(replica: Replica) -> type[BaseHTTPRequestHandler]:
                 return
             said = {"name": replica.name, "path": self.path}
             said["authorization"] = self.headers.get("Authorization")
+            self._send(200, json.dumps(said).encode(), "application/json")
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            replica.seen.append(self.path)
+            said = {"name": replica.name, "body": body.decode()}
             self._send(200, json.dumps(said).encode(), "application/json")
 
         def _send(self, code: int, body: bytes, kind: str = "text/plain") -> None:
