@@ -245,13 +245,21 @@ class ProxyContract:
     async def test_health_follows_the_replicas_checks(
         self, proxy: Proxy, client: httpx.AsyncClient
     ) -> None:
-        with replicas("w") as (w,):
-            await proxy.apply(RouteTable(routes=(route("w", backend(w)),)))
+        with replicas("w", "warming") as (w, warming):
+            # A replica out of rotation (weight 0: warming) is checked all the same: its
+            # health is what brings it into rotation.
+            both = route("w", backend(w), backend(warming, weight=0))
+            await proxy.apply(RouteTable(routes=(both,)))
             await until(lambda: _healthy(proxy, "s-w", True), "healthy once its check passes")
+            await until(lambda: _healthy(proxy, "s-warming", True), "checked while out of rotation")
             w.healthy = False
             await until(lambda: _healthy(proxy, "s-w", False), "unhealthy once it fails")
             health = (await proxy.health())["s-w"]
             assert health.detail  # says why
+            warming.healthy = False
+            await until(
+                lambda: _healthy(proxy, "s-warming", False), "unhealthy out of rotation too"
+            )
 
     async def test_stats_count_requests_by_endpoint(
         self, proxy: Proxy, client: httpx.AsyncClient
