@@ -270,18 +270,21 @@ async def haproxy_proxy(
     directory: str | None = None, port: int | None = None
 ) -> AsyncIterator[HaproxyProxy]:
     """A running HAProxy serving an empty table on 127.0.0.1 (``port``, else a free one),
-    its files under ``directory`` (else a private temporary one); stopped on exit.
+    its files under ``directory`` (else a private temporary one, removed on exit);
+    stopped on exit.
     Raises HaproxyError."""
     binary = find_haproxy()
     base = await anyio.to_thread.run_sync(_private_dir, directory)
     proxy = HaproxyProxy(base, port or free_port(), binary)
     empty = Layout(routes=(), slots={})
-    await proxy._start(empty, render(empty, proxy._paths, proxy._port))
     try:
+        await proxy._start(empty, render(empty, proxy._paths, proxy._port))
         yield proxy
     finally:
         with anyio.CancelScope(shield=True):
             await proxy._stop()
+            if directory is None:  # ours alone: nothing in it outlives the process
+                await anyio.to_thread.run_sync(shutil.rmtree, base, True)
 
 
 def _layout(before: Layout, table: RouteTable) -> Layout:
