@@ -43,8 +43,8 @@ LUA_WAIT = """\
 core.register_action("fgpu_wait_backend", {"http-req"}, function(txn, backend, ms)
   local left = tonumber(ms)
   while left > 0 and txn.f:nbsrv(backend) == 0 do
-    core.msleep(25)
-    left = left - 25
+    core.msleep(10)
+    left = left - 10
   end
 end, 2)
 """
