@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) bench/archive.py
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py
+	$(PY) bench/serve.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/start.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/density.py
 	eval "$$(scripts/docker-up)" && $(PY) bench/web.py
