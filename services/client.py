@@ -17,6 +17,10 @@ from msgspec.structs import replace
 from events import (
     AdminCommand,
     AdminRequested,
+    PipelineCancelRequested,
+    PipelineRerunRequested,
+    PipelineRunRequested,
+    PipelineSpec,
     PolicySet,
     SessionDestroyRequested,
     SessionRequested,
@@ -172,7 +176,66 @@ class Client:
         await self._ask(subj.admin(self.access_key, e.id), e)
         return e.id
 
-    async def _ask(self, subject: str, e: SessionDestroyRequested | AdminRequested) -> None:
+    async def pipeline_run(
+        self, spec: PipelineSpec, *, project: str | None = None, request_id: str | None = None
+    ) -> str:
+        """Ask to run ``spec`` (its sessions in ``project``; None: the default one); the
+        run's id. Asked again with the same ``request_id``, the same run, once."""
+        ids = self._ids(request_id)
+        e = PipelineRunRequested(
+            id=ids.event("pipeline-run"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            run_id=ids.run(),
+            requester=self.access_key,
+            spec=spec,
+            project=project,
+        )
+        await self._ask(subj.request(self.access_key, e.run_id), e)
+        return e.run_id
+
+    async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:
+        """Ask to cancel run ``run_id``; the request's id. Raises as ``create``."""
+        e = PipelineCancelRequested(
+            id=self._ids(request_id).event(f"pipeline-cancel\0{run_id}"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            run_id=self._run_token(run_id),
+            requester=self.access_key,
+        )
+        await self._ask(subj.request(self.access_key, run_id), e)
+        return e.id
+
+    async def pipeline_rerun(
+        self, run_id: str, from_task: str, *, request_id: str | None = None
+    ) -> str:
+        """Ask to run ended run ``run_id`` again from ``from_task``; the request's id."""
+        e = PipelineRerunRequested(
+            id=self._ids(request_id).event(f"pipeline-rerun\0{run_id}"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            run_id=self._run_token(run_id),
+            requester=self.access_key,
+            from_task=from_task,
+        )
+        await self._ask(subj.request(self.access_key, run_id), e)
+        return e.id
+
+    @staticmethod
+    def _run_token(run_id: str) -> str:
+        if not subj.is_token(run_id):
+            raise ValueError(f"{run_id!r} is not a run id")
+        return run_id
+
+    async def _ask(
+        self,
+        subject: str,
+        e: SessionDestroyRequested
+        | AdminRequested
+        | PipelineRunRequested
+        | PipelineCancelRequested
+        | PipelineRerunRequested,
+    ) -> None:
         if self.sender is not None:
             await self.sender.send([e])
         else:

@@ -59,12 +59,15 @@ def task_request(
     at: datetime,
     project: str | None,
     correlation_id: str | None,
+    causation_id: str | None = None,
 ) -> SessionRequested:
-    """The session request of one attempt of ``task``, in ``owner``'s name."""
+    """The session request of one attempt of ``task``, in ``owner``'s name (made by the
+    pipeline actor: its ``actor``)."""
     return SessionRequested(
         id=event_id,
         at=at,
-        actor=owner,
+        actor="pipeline",
+        causation_id=causation_id,
         correlation_id=correlation_id,
         session_id=session_id,
         owner=owner,
