@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from services.cli.options import Settings, fail, out, print_json
+from services.cli.options import Settings, api_errors, fail, out, print_json
+from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
 if TYPE_CHECKING:
     from events import PipelineSpec
@@ -71,3 +72,123 @@ def validate(ctx: typer.Context, path: FileArg, as_json: JsonOpt = False) -> Non
         print_json({"name": spec.name, "tasks": order, "problems": []})
         return
     out().print(f"{spec.name}: {len(order)} tasks, valid", highlight=False)
+
+
+RunArg = Annotated[str, typer.Argument(help="The run's id (as `fgpu pipeline ls` shows it).")]
+
+
+def _run_id(run_id: str) -> str:
+    from events import subjects as subj
+
+    if not subj.is_token(run_id):
+        fail(f"{run_id!r} is not a run id")
+    return run_id
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    path: FileArg,
+    project: ProjectOpt = None,
+    request_id: RequestIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a pipeline: checked as `validate` checks it, then asked for in your name (its
+    sessions are admitted against your rights as each task's turn comes). Sent again with
+    the same --request-id, the same run, once."""
+    from services.cli.options import user_client
+
+    settings = _settings(ctx)
+    spec = _checked(ctx, path)
+    rid = chosen_request_id(request_id)
+
+    async def publish() -> str:
+        async with user_client(settings) as client:
+            return await client.pipeline_run(spec, project=project, request_id=rid)
+
+    run_id = sent(settings, publish, f"--request-id {rid}")
+    if as_json:
+        print_json({"run_id": run_id, "name": spec.name, "request_id": rid})
+    else:
+        out().print(run_id, highlight=False)
+
+
+@app.command("cancel")
+def cancel(
+    ctx: typer.Context, run_id: RunArg, request_id: RequestIdOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Cancel a run: no task is asked for any more, and its running sessions are asked to
+    end (yours only)."""
+    from services.cli.options import user_client
+
+    settings = _settings(ctx)
+    run_id = _run_id(run_id)
+    rid = chosen_request_id(request_id)
+
+    async def publish() -> str:
+        async with user_client(settings) as client:
+            return await client.pipeline_cancel(run_id, request_id=rid)
+
+    asked = sent(settings, publish, f"--request-id {rid}")
+    _said(as_json, {"run_id": run_id, "request": asked}, f"cancel of {run_id} asked")
+
+
+@app.command("rerun")
+def rerun(
+    ctx: typer.Context,
+    run_id: RunArg,
+    from_task: Annotated[str, typer.Option("--from", help="The task to run again from.")],
+    request_id: RequestIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run an ended run again from a task: it and every task after it, in the same run
+    (and its folder); the others keep their outcome."""
+    from services.cli.options import user_client
+
+    settings = _settings(ctx)
+    run_id = _run_id(run_id)
+    rid = chosen_request_id(request_id)
+
+    async def publish() -> str:
+        async with user_client(settings) as client:
+            return await client.pipeline_rerun(run_id, from_task, request_id=rid)
+
+    asked = sent(settings, publish, f"--request-id {rid}")
+    _said(
+        as_json, {"run_id": run_id, "request": asked}, f"rerun of {run_id} from {from_task} asked"
+    )
+
+
+def _said(as_json: bool, value: dict[str, str], line: str) -> None:
+    if as_json:
+        print_json(value)
+    else:
+        out().print(line, highlight=False)
+
+
+@app.command("ls")
+def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Your runs (a domain admin: its domain's), newest first."""
+    from services.cli.render import runs_table
+
+    with api_errors():
+        page = _settings(ctx).read_api().get("/v1/pipelines")
+    if as_json:
+        print_json(page)
+    else:
+        out().print(runs_table(page["runs"]))
+
+
+@app.command("info")
+def info(ctx: typer.Context, run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """One run: its DAG, each task with its state, attempt and session."""
+    from services.cli.render import run_lines
+
+    run_id = _run_id(run_id)
+    with api_errors():
+        shown = _settings(ctx).read_api().get(f"/v1/pipelines/{run_id}")
+    if as_json:
+        print_json(shown)
+    else:
+        for line in run_lines(shown):
+            out().print(line, highlight=False)
