@@ -83,8 +83,19 @@ def decide(
 
 def next_due(run: Run) -> datetime | None:
     """The earliest time a retry of ``run`` is due, if any waits."""
-    dues = [t.due for t in run.tasks.values() if t.status == "retry" and t.due is not None]
-    return min(dues, default=None)
+    dues = [run.tasks[n].due for n in run.retrying]
+    return min((d for d in dues if d is not None), default=None)
+
+
+def _due_now(t: TaskState, now: datetime) -> bool:
+    return t.status == "retry" and t.due is not None and t.due <= now
+
+
+def _in_order(run: Run) -> list[str]:
+    """The tasks to look at (``run.dirty``, taken), each after those it depends on."""
+    todo = sorted(run.dirty, key=lambda n: run.index.get(n, 0))
+    run.dirty.clear()
+    return todo
 
 
 @dataclass
@@ -186,30 +197,37 @@ class _Decider:
             )
 
     def cancelling(self) -> None:
-        for name, t in self.run.tasks.items():
+        run = self.run
+        for name in _in_order(run):
+            t = run.tasks[name]
             if t.status == "requested" and t.session_end is not None:
                 self._ended(name, t, "cancelled", t.session_end[1], "the run was cancelled")
-        if all(t.status in FINAL for t in self.run.tasks.values()):
+        if run.final == len(run.tasks):
             self.end("cancelled", "")
 
     def advance(self) -> None:
-        specs = {t.name: t for t in self.run.spec.tasks}
-        for name in self.run.order:
-            t = self.run.tasks[name]
-            if t.status == "requested" and t.session_end is not None:
-                outcome, code, why = t.session_end
-                self._ended(name, t, "succeeded" if outcome == "succeeded" else "failed", code, why)
-            if t.status == "attempt-failed":
-                self._retry(name, t, specs[name])
-            if t.status == "retry" and t.due is not None and t.due <= self.now:
-                self._request(name, t, specs[name])
-            if t.status == "waiting":
-                self._start(name, t, specs)
-        tasks = self.run.tasks.values()
-        if all(t.status in FINAL for t in tasks):
-            failed = [n for n in self.run.order if self._blocks(n, specs)]
-            why = f"task {failed[0]} {self.run.tasks[failed[0]].status}" if failed else ""
+        """Each task that may move, in dependency order, those its moves free too."""
+        run = self.run
+        specs = {t.name: t for t in run.spec.tasks}
+        run.dirty.update(n for n in run.retrying if _due_now(run.tasks[n], self.now))
+        while run.dirty:
+            for name in _in_order(run):
+                self._step(name, run.tasks[name], specs)
+        if run.final == len(run.tasks):
+            failed = [n for n in run.order if self._blocks(n, specs)]
+            why = f"task {failed[0]} {run.tasks[failed[0]].status}" if failed else ""
             self.end("failed" if failed else "succeeded", why)
+
+    def _step(self, name: str, t: TaskState, specs: dict[str, PipelineTask]) -> None:
+        if t.status == "requested" and t.session_end is not None:
+            outcome, code, why = t.session_end
+            self._ended(name, t, "succeeded" if outcome == "succeeded" else "failed", code, why)
+        if t.status == "attempt-failed":
+            self._retry(name, t, specs[name])
+        if t.status == "retry" and _due_now(t, self.now):
+            self._request(name, t, specs[name])
+        if t.status == "waiting":
+            self._start(name, t, specs)
 
     def _blocks(self, name: str, specs: dict[str, PipelineTask]) -> bool:
         status = self.run.tasks[name].status

@@ -46,6 +46,7 @@ __all__ = [
     "apply",
     "evolve",
     "fold",
+    "set_status",
     "topological",
 ]
 
@@ -86,6 +87,14 @@ class Run:
     requests: list[RequestEvent] = field(default_factory=list)  # cancels, reruns to answer
     ended_at: datetime | None = None
     reason: str = ""
+    # What the actor looks at, so that a decision costs what changed, not the run's size:
+    # the tasks that may move (``dirty``: their session ended, a dependency ended, they
+    # were reset), those waiting for a retry, and how many have ended.
+    after: dict[str, tuple[str, ...]] = field(default_factory=dict)  # its dependents
+    index: dict[str, int] = field(default_factory=dict)  # its place in ``order``
+    dirty: set[str] = field(default_factory=set)
+    retrying: set[str] = field(default_factory=set)
+    final: int = 0
 
     @property
     def ended(self) -> bool:
@@ -158,9 +167,30 @@ def _run_requested(s: PipelineState, e: PipelineRunRequested) -> None:
         run.refusal = problems[0]
     else:
         run.order = topological(e.spec)
+        run.index = {n: i for i, n in enumerate(run.order)}
+        after: dict[str, list[str]] = {n: [] for n in names}
+        for t in e.spec.tasks:
+            for d in t.dependencies:
+                after[d].append(t.name)
+        run.after = {n: tuple(a) for n, a in after.items()}
+        run.dirty = set(names)
     run.tasks = {n: TaskState() for n in names}
     s.runs[e.run_id] = run
     s.changed.add(e.run_id)
+
+
+def set_status(run: Run, name: str, t: TaskState, status: str) -> None:
+    """``t`` (task ``name`` of ``run``) goes to ``status``; what depends on it is looked
+    at again once it has ended."""
+    ended_before, ends = t.status in FINAL, status in FINAL
+    t.status = status
+    run.final += ends - ended_before
+    if status == "retry":
+        run.retrying.add(name)
+    else:
+        run.retrying.discard(name)
+    if ends:
+        run.dirty.update(run.after.get(name, ()))
 
 
 def _request(s: PipelineState, e: RequestEvent) -> None:
@@ -179,40 +209,51 @@ def _refused(s: PipelineState, e: PipelineRequestRefused) -> None:
         run.requests = [r for r in run.requests if r.id != e.request_id]
 
 
-def _task(s: PipelineState, run_id: str, task: str, round_: int) -> TaskState | None:
+def _task(s: PipelineState, run_id: str, task: str, round_: int) -> tuple[Run, TaskState] | None:
     run = s.runs.get(run_id)
-    if run is None or run.round != round_:
+    if run is None or run.round != round_ or task not in run.tasks:
         return None
     s.changed.add(run_id)
-    return run.tasks.get(task)
+    return run, run.tasks[task]
 
 
 def _task_requested(s: PipelineState, e: PipelineTaskRequested) -> None:
-    t = _task(s, e.run_id, e.task, e.round)
-    if t is None or t.status not in ("waiting", "retry") or e.attempt <= t.attempt:
+    found = _task(s, e.run_id, e.task, e.round)
+    if found is None:
         return
-    t.status, t.attempt, t.session_id = "requested", e.attempt, e.session_id
+    run, t = found
+    if t.status not in ("waiting", "retry") or e.attempt <= t.attempt:
+        return
+    set_status(run, e.task, t, "requested")
+    t.attempt, t.session_id = e.attempt, e.session_id
     t.running, t.due, t.session_end = False, None, None
     s.by_session[e.session_id] = (e.run_id, e.task)
 
 
 def _task_ended(s: PipelineState, e: PipelineTaskEnded) -> None:
-    t = _task(s, e.run_id, e.task, e.round)
-    if t is None or t.status in FINAL or t.status == "attempt-failed" or e.attempt != t.attempt:
+    found = _task(s, e.run_id, e.task, e.round)
+    if found is None:
         return
-    run = s.runs[e.run_id]
+    run, t = found
+    if t.status in FINAL or t.status == "attempt-failed" or e.attempt != t.attempt:
+        return
     spec = next(x for x in run.spec.tasks if x.name == e.task)
     again = e.outcome == "failed" and e.attempt < spec.retry_max_attempts
     again = again and run.status == "running"
-    t.status = "attempt-failed" if again else e.outcome
+    set_status(run, e.task, t, "attempt-failed" if again else e.outcome)
     t.exit_code, t.reason, t.session_end, t.running = e.exit_code, e.reason, None, False
+    run.dirty.add(e.task)
 
 
 def _retry(s: PipelineState, e: PipelineRetryScheduled) -> None:
-    t = _task(s, e.run_id, e.task, e.round)
-    if t is None or t.status != "attempt-failed" or e.attempt != t.attempt:
+    found = _task(s, e.run_id, e.task, e.round)
+    if found is None:
         return
-    t.status, t.due = "retry", e.due
+    run, t = found
+    if t.status != "attempt-failed" or e.attempt != t.attempt:
+        return
+    set_status(run, e.task, t, "retry")
+    t.due = e.due
 
 
 def _cancelled(s: PipelineState, e: PipelineRunCancelled) -> None:
@@ -221,9 +262,10 @@ def _cancelled(s: PipelineState, e: PipelineRunCancelled) -> None:
         return
     run.status = "cancelling"
     run.requests = [r for r in run.requests if not isinstance(r, PipelineCancelRequested)]
-    for t in run.tasks.values():
+    for name, t in run.tasks.items():
         if t.status in ("waiting", "retry", "attempt-failed"):
-            t.status, t.reason = "cancelled", "the run was cancelled"
+            set_status(run, name, t, "cancelled")
+            t.reason = "the run was cancelled"
     s.changed.add(e.run_id)
 
 
@@ -235,7 +277,9 @@ def _rerun(s: PipelineState, e: PipelineRerunStarted) -> None:
     run.requests = [r for r in run.requests if not isinstance(r, PipelineRerunRequested)]
     for name in e.tasks:
         if name in run.tasks:
+            set_status(run, name, run.tasks[name], "waiting")
             run.tasks[name] = TaskState()
+            run.dirty.add(name)
     s.changed.add(e.run_id)
 
 
@@ -256,6 +300,7 @@ def _session_task(s: PipelineState, session_id: str) -> tuple[str, TaskState] | 
     if t is None or t.session_id != session_id or t.status != "requested":
         return None
     s.changed.add(run.run_id)
+    run.dirty.add(where[1])
     return run.run_id, t
 
 
