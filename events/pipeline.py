@@ -81,12 +81,17 @@ class PipelineSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 class PipelineRunRequested(Event, frozen=True, kw_only=True, tag="pipeline.run-requested.v1"):
     """``requester`` asks to run ``spec`` as run ``run_id`` (its sessions in ``project``;
-    None: the user's default project)."""
+    None: the user's default project). ``folder``: the id of the run's folder, mounted at
+    ``/pipeline`` in every task, asked for by the requester's ``folder_request`` (an
+    ``admin.requested`` creating it, handed in with this): no task runs before the
+    registrar has made it (None: a run without a folder)."""
 
     run_id: str
     requester: str
     spec: PipelineSpec
     project: str | None = None
+    folder: str | None = None
+    folder_request: str | None = None
 
 
 class PipelineCancelRequested(Event, frozen=True, kw_only=True, tag="pipeline.cancel-requested.v1"):

@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from events import (
     AdminCommand,
     AdminRequested,
+    CreateVfolder,
     PipelineCancelRequested,
     PipelineRerunRequested,
     PipelineRunRequested,
@@ -177,22 +178,56 @@ class Client:
         return e.id
 
     async def pipeline_run(
-        self, spec: PipelineSpec, *, project: str | None = None, request_id: str | None = None
+        self,
+        spec: PipelineSpec,
+        *,
+        project: str | None = None,
+        request_id: str | None = None,
+        folder_of: str | None = None,
     ) -> str:
         """Ask to run ``spec`` (its sessions in ``project``; None: the default one); the
-        run's id. Asked again with the same ``request_id``, the same run, once."""
+        run's id. With ``folder_of`` (the requester's user), the run's folder is asked
+        for with it, as that user's (``pipeline-<run id>``, its id the run's): both are
+        handed in together, all or none. Asked again with the same ``request_id``, the
+        same run, once."""
         ids = self._ids(request_id)
-        e = PipelineRunRequested(
-            id=ids.event("pipeline-run"),
-            at=self.clock.now(),
-            actor=self.access_key,
-            run_id=ids.run(),
-            requester=self.access_key,
-            spec=spec,
-            project=project,
+        run_id, now = ids.run(), self.clock.now()
+        asked: list[AdminRequested | PipelineRunRequested] = []
+        if folder_of is not None:
+            folder = CreateVfolder(vfolder_id=run_id, name=f"pipeline-{run_id}", user=folder_of)
+            asked.append(
+                AdminRequested(
+                    id=ids.event("pipeline-folder"),
+                    at=now,
+                    actor=self.access_key,
+                    requester=self.access_key,
+                    command=folder,
+                )
+            )
+        asked.append(
+            PipelineRunRequested(
+                id=ids.event("pipeline-run"),
+                at=now,
+                actor=self.access_key,
+                run_id=run_id,
+                requester=self.access_key,
+                spec=spec,
+                project=project,
+                folder=run_id if folder_of is not None else None,
+                folder_request=asked[0].id if folder_of is not None else None,
+            )
         )
-        await self._ask(subj.request(self.access_key, e.run_id), e)
-        return e.run_id
+        if self.sender is not None:
+            await self.sender.send(asked)
+        else:
+            for e in asked:
+                subject = (
+                    subj.admin(self.access_key, e.id)
+                    if isinstance(e, AdminRequested)
+                    else subj.request(self.access_key, run_id)
+                )
+                await self.events.append(subject, e)
+        return run_id
 
     async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:
         """Ask to cancel run ``run_id``; the request's id. Raises as ``create``."""

@@ -101,16 +101,36 @@ def run(
     settings = _settings(ctx)
     spec = _checked(ctx, path)
     rid = chosen_request_id(request_id)
+    user = _user(settings)
 
     async def publish() -> str:
         async with user_client(settings) as client:
-            return await client.pipeline_run(spec, project=project, request_id=rid)
+            return await client.pipeline_run(spec, project=project, request_id=rid, folder_of=user)
 
     run_id = sent(settings, publish, f"--request-id {rid}")
     if as_json:
         print_json({"run_id": run_id, "name": spec.name, "request_id": rid})
     else:
         out().print(run_id, highlight=False)
+
+
+def _user(settings: Settings) -> str | None:
+    """The signed-in user, whose the run's folder is; None (with a warning) where there
+    is none to ask or none is known: the run then has no folder at /pipeline."""
+    from services.cli.api_client import ApiError, ApiUnreachable
+    from services.cli.options import warn
+
+    if settings.api_url is None:
+        warn("no read API known: the run gets no folder at /pipeline")
+        return None
+    try:
+        user = settings.read_api().get("/v1/auth/whoami").get("user")
+    except (ApiError, ApiUnreachable, ValueError) as e:
+        warn(f"the read API did not say who you are ({e}): the run gets no folder at /pipeline")
+        return None
+    if user is None:
+        warn("no user signed in (a cluster without tenancy): the run gets no folder at /pipeline")
+    return str(user) if user is not None else None
 
 
 @app.command("cancel")

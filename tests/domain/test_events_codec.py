@@ -516,6 +516,8 @@ DECODED_V1: dict[str, AnyEvent] = {
             run_id="p1",
             requester="alice",
             project="team",
+            folder="p1",
+            folder_request="e-folder",
             spec=PipelineSpec(
                 name="demo",
                 environment=(EnvVar(name="LR", value="0.1"),),
@@ -526,7 +528,7 @@ DECODED_V1: dict[str, AnyEvent] = {
                         command=("echo", "hi"),
                         slots=SLOTS,
                         group="default",
-                        mounts=(VfolderMount(name="data", read_only=True),),
+                        mounts=(VfolderMount(name="data", read_only=True, at="/pipeline"),),
                         dependencies=("prepare",),
                         retry_max_attempts=3,
                         retry_delay_s=10,

@@ -76,7 +76,7 @@ def decide(
         if resend:
             d.destroy_live(None)
         d.cancelling()
-    elif run.status == "running":
+    elif run.status == "running" and not run.folder_waits:
         d.advance()
     return d.out
 
@@ -301,6 +301,7 @@ class _Decider:
             project=self.run.project,
             correlation_id=self.run.request_id,
             causation_id=asked.id,
+            folder=self.run.folder,
         )
         self.out.requests.append((subj.request(self.run.owner, sid), request))
 

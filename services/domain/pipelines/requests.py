@@ -12,11 +12,13 @@ import hmac
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from events import PipelineSpec, PipelineTask, SessionRequested, SessionType
+from events import PipelineSpec, PipelineTask, SessionRequested, SessionType, VfolderMount
+from services.domain.tenancy.vfolders import PIPELINE_MOUNT
 
-__all__ = ["RUN_ENV", "TASK_ENV", "RunIds", "draft_request", "task_request"]
+__all__ = ["DIR_ENV", "RUN_ENV", "TASK_ENV", "RunIds", "draft_request", "task_request"]
 
 RUN_ENV = "FGPU_PIPELINE_RUN"
+DIR_ENV = "FGPU_PIPELINE_DIR"
 TASK_ENV = "FGPU_PIPELINE_TASK"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -44,7 +46,7 @@ def _command(spec: PipelineSpec, task: PipelineTask, run_id: str) -> tuple[str, 
     # A session request carries no environment: ``env`` (POSIX, in every image with a
     # shell's tools) sets it for the task's command.
     env = [f"{v.name}={v.value}" for v in spec.environment]
-    env += [f"{RUN_ENV}={run_id}", f"{TASK_ENV}={task.name}"]
+    env += [f"{RUN_ENV}={run_id}", f"{TASK_ENV}={task.name}", f"{DIR_ENV}={PIPELINE_MOUNT}"]
     return ("env", *env, *task.command)
 
 
@@ -60,9 +62,13 @@ def task_request(
     project: str | None,
     correlation_id: str | None,
     causation_id: str | None = None,
+    folder: str | None = None,
 ) -> SessionRequested:
     """The session request of one attempt of ``task``, in ``owner``'s name (made by the
-    pipeline actor: its ``actor``)."""
+    pipeline actor: its ``actor``), with the run's ``folder`` at ``/pipeline``."""
+    mounts = task.mounts
+    if folder is not None:
+        mounts += (VfolderMount(name=folder, at=PIPELINE_MOUNT),)
     return SessionRequested(
         id=event_id,
         at=at,
@@ -80,7 +86,7 @@ def task_request(
         group=task.group,
         lifetime_s=task.timeout_s,
         session_type=SessionType.BATCH,
-        mounts=task.mounts,
+        mounts=mounts,
     )
 
 

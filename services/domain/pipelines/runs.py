@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from events import (
+    AdminApplied,
+    AdminRefused,
     AnyEvent,
     Malformed,
     PipelineCancelRequested,
@@ -87,6 +89,8 @@ class Run:
     requests: list[RequestEvent] = field(default_factory=list)  # cancels, reruns to answer
     ended_at: datetime | None = None
     reason: str = ""
+    folder: str | None = None  # the run's folder (mounted at /pipeline), once made
+    folder_waits: bool = False  # its folder is asked for, not made yet
     # What the actor looks at, so that a decision costs what changed, not the run's size:
     # the tasks that may move (``dirty``: their session ended, a dependency ended, they
     # were reset), those waiting for a retry, and how many have ended.
@@ -107,6 +111,7 @@ class PipelineState:
     by_session: dict[str, tuple[str, str]] = field(default_factory=dict)  # -> run, task
     # Requests about runs the log does not hold (answered with a refusal).
     orphans: list[RequestEvent] = field(default_factory=list)
+    folders: dict[str, str] = field(default_factory=dict)  # folder request -> its run
     last_seq: int = 0
     subject_seq: dict[str, int] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # runs moved since the actor looked
@@ -175,8 +180,26 @@ def _run_requested(s: PipelineState, e: PipelineRunRequested) -> None:
         run.after = {n: tuple(a) for n, a in after.items()}
         run.dirty = set(names)
     run.tasks = {n: TaskState() for n in names}
+    if e.folder is not None and e.folder_request is not None:
+        run.folder, run.folder_waits = e.folder, True
+        s.folders.setdefault(e.folder_request, e.run_id)  # a request names one folder
     s.runs[e.run_id] = run
     s.changed.add(e.run_id)
+
+
+def _folder_answered(s: PipelineState, e: AdminApplied | AdminRefused) -> None:
+    """The registrar made the run's folder (its tasks may start), or refused it (the
+    run cannot run as asked)."""
+    run_id = s.folders.get(e.causation_id or "")
+    run = s.runs.get(run_id or "")
+    if run is None or not run.folder_waits or e.requester != run.owner:
+        return
+    del s.folders[e.causation_id or ""]
+    run.folder_waits = False
+    if isinstance(e, AdminRefused) and run.refusal is None:
+        run.refusal = f"its folder could not be made: {e.reason}"
+    run.dirty.update(run.tasks)
+    s.changed.add(run.run_id)
 
 
 def set_status(run: Run, name: str, t: TaskState, status: str) -> None:
@@ -340,4 +363,6 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     SessionRejected: _session_ended,
     SessionCancelled: _session_ended,
     SessionLost: _session_ended,
+    AdminApplied: _folder_answered,
+    AdminRefused: _folder_answered,
 }
