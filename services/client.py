@@ -231,36 +231,37 @@ class Client:
 
     async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:
         """Ask to cancel run ``run_id``; the request's id. Raises as ``create``."""
-        e = PipelineCancelRequested(
-            id=self._ids(request_id).event(f"pipeline-cancel\0{run_id}"),
-            at=self.clock.now(),
-            actor=self.access_key,
-            run_id=self._run_token(run_id),
-            requester=self.access_key,
-        )
-        await self._ask(subj.request(self.access_key, run_id), e)
-        return e.id
+        return await self._about_run(PipelineCancelRequested, run_id, request_id)
 
     async def pipeline_rerun(
         self, run_id: str, from_task: str, *, request_id: str | None = None
     ) -> str:
         """Ask to run ended run ``run_id`` again from ``from_task``; the request's id."""
-        e = PipelineRerunRequested(
-            id=self._ids(request_id).event(f"pipeline-rerun\0{run_id}"),
+        return await self._about_run(
+            PipelineRerunRequested, run_id, request_id, from_task=from_task
+        )
+
+    async def _about_run(
+        self,
+        kind: type[PipelineCancelRequested | PipelineRerunRequested],
+        run_id: str,
+        request_id: str | None,
+        **fields: str,
+    ) -> str:
+        """A request of ``kind`` about run ``run_id``, sent; its id."""
+        if not subj.is_token(run_id):
+            raise ValueError(f"{run_id!r} is not a run id")
+        tag = kind.__struct_config__.tag
+        e = kind(
+            id=self._ids(request_id).event(f"{tag}\0{run_id}"),
             at=self.clock.now(),
             actor=self.access_key,
-            run_id=self._run_token(run_id),
+            run_id=run_id,
             requester=self.access_key,
-            from_task=from_task,
+            **fields,
         )
         await self._ask(subj.request(self.access_key, run_id), e)
         return e.id
-
-    @staticmethod
-    def _run_token(run_id: str) -> str:
-        if not subj.is_token(run_id):
-            raise ValueError(f"{run_id!r} is not a run id")
-        return run_id
 
     async def _ask(
         self,
