@@ -29,6 +29,10 @@ __all__ = [
     "PipelineRunCancelled",
     "PipelineRunEnded",
     "PipelineRunRequested",
+    "PipelineScheduleFired",
+    "PipelineScheduleRefused",
+    "PipelineScheduleRemoved",
+    "PipelineScheduleSet",
     "PipelineSpec",
     "PipelineTask",
     "PipelineTaskEnded",
@@ -185,3 +189,42 @@ class PipelineRunEnded(Event, frozen=True, kw_only=True, tag="pipeline.run-ended
     round: int
     outcome: RunOutcome
     reason: str = ""
+
+
+class PipelineScheduleSet(Event, frozen=True, kw_only=True, tag="pipeline.schedule-set.v1"):
+    """``requester`` asks that ``spec`` be run at each time ``cron`` names (five fields,
+    UTC), as its own runs: each checked against its rights when it comes. Set again with
+    the same ``schedule_id``: the first stands."""
+
+    schedule_id: str
+    requester: str
+    cron: str
+    spec: PipelineSpec
+    project: str | None = None
+
+
+class PipelineScheduleRemoved(Event, frozen=True, kw_only=True, tag="pipeline.schedule-removed.v1"):
+    """``requester`` asks that schedule ``schedule_id`` run no more (only its owner may)."""
+
+    schedule_id: str
+    requester: str
+
+
+class PipelineScheduleFired(Event, frozen=True, kw_only=True, tag="pipeline.schedule-fired.v1"):
+    """The schedule's time ``due`` came and its owner may run: run ``run_id`` is asked for
+    in the owner's name, in one atomic batch with this."""
+
+    schedule_id: str
+    owner: str
+    due: datetime
+    run_id: str
+
+
+class PipelineScheduleRefused(Event, frozen=True, kw_only=True, tag="pipeline.schedule-refused.v1"):
+    """The schedule's time ``due`` came, and its owner may not run (``reason``: its key
+    revoked, its user removed): no run."""
+
+    schedule_id: str
+    owner: str
+    due: datetime
+    reason: str

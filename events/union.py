@@ -23,6 +23,10 @@ from events.pipeline import (
     PipelineRunCancelled,
     PipelineRunEnded,
     PipelineRunRequested,
+    PipelineScheduleFired,
+    PipelineScheduleRefused,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
     PipelineTaskEnded,
     PipelineTaskRequested,
 )
@@ -117,6 +121,10 @@ AnyEvent = (
     | PipelineRunCancelled
     | PipelineRerunStarted
     | PipelineRunEnded
+    | PipelineScheduleSet
+    | PipelineScheduleRemoved
+    | PipelineScheduleFired
+    | PipelineScheduleRefused
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -21,6 +21,8 @@ from events import (
     PipelineCancelRequested,
     PipelineRerunRequested,
     PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
     PipelineSpec,
     PolicySet,
     SessionDestroyRequested,
@@ -241,6 +243,43 @@ class Client:
             PipelineRerunRequested, run_id, request_id, from_task=from_task
         )
 
+    async def pipeline_schedule(
+        self,
+        spec: PipelineSpec,
+        cron: str,
+        *,
+        project: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Ask that ``spec`` be run at each time ``cron`` names; the schedule's id."""
+        ids = self._ids(request_id)
+        e = PipelineScheduleSet(
+            id=ids.event("pipeline-schedule"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            schedule_id="c" + ids.run()[1:],
+            requester=self.access_key,
+            cron=cron,
+            spec=spec,
+            project=project,
+        )
+        await self._ask(subj.request(self.access_key, e.schedule_id), e)
+        return e.schedule_id
+
+    async def pipeline_unschedule(self, schedule_id: str, *, request_id: str | None = None) -> str:
+        """Ask that schedule ``schedule_id`` run no more; the request's id."""
+        if not subj.is_token(schedule_id):
+            raise ValueError(f"{schedule_id!r} is not a schedule id")
+        e = PipelineScheduleRemoved(
+            id=self._ids(request_id).event(f"pipeline-unschedule\0{schedule_id}"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            schedule_id=schedule_id,
+            requester=self.access_key,
+        )
+        await self._ask(subj.request(self.access_key, schedule_id), e)
+        return e.id
+
     async def _about_run(
         self,
         kind: type[PipelineCancelRequested | PipelineRerunRequested],
@@ -270,7 +309,9 @@ class Client:
         | AdminRequested
         | PipelineRunRequested
         | PipelineCancelRequested
-        | PipelineRerunRequested,
+        | PipelineRerunRequested
+        | PipelineScheduleSet
+        | PipelineScheduleRemoved,
     ) -> None:
         if self.sender is not None:
             await self.sender.send([e])

@@ -23,10 +23,18 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import AnyEvent, PipelineRequestRefused
+from events import AnyEvent
 from events import subjects as subj
-from services.domain.pipelines.decide import ACTOR, Decisions, decide, next_due
-from services.domain.pipelines.runs import PipelineState, Run, apply, fold
+from services.domain.pipelines.decide import (
+    ACTOR,
+    Decisions,
+    decide,
+    decide_schedule,
+    next_due,
+    refuse_orphan,
+)
+from services.domain.pipelines.runs import PipelineState, Run, fold
+from services.domain.pipelines.schedules import next_time
 from services.ports import MAX_BATCH, Clock, EventLog, LogError
 
 __all__ = ["PipelineActor"]
@@ -106,6 +114,11 @@ class PipelineActor:
     async def _timer(self, state: PipelineState) -> None:
         while True:
             due = [d for r in state.runs.values() if (d := next_due(r)) is not None]
+            due += [
+                next_time(sc.cron, sc.last)
+                for sc in state.schedules.values()
+                if not sc.removed and sc.refusal is None
+            ]
             wait = self.max_wait_s
             if due:
                 wait = max(0.0, min(wait, (min(due) - self.clock.now()).total_seconds()))
@@ -114,13 +127,13 @@ class PipelineActor:
             self._poked = anyio.Event()
             now = self.clock.now()
             state.changed.update(r.run_id for r in state.runs.values() if _due(r, now))
-            if state.changed:
-                await self._react(state)
+            await self._react(state)  # schedules due too: cheap when nothing is
 
     async def _react(self, state: PipelineState) -> None:
         async with self._lock:
             assert self._salt is not None
             await self._refuse_orphans(state)
+            await self._schedules(state)
             now = self.clock.now()
             fresh = self._fresh
             while state.changed:
@@ -131,22 +144,22 @@ class PipelineActor:
                     await self._append(state, run.run_id, d)
 
     async def _refuse_orphans(self, state: PipelineState) -> None:
-        """Requests about runs the log does not hold get their refusal."""
+        """Requests about runs (or schedules) the log does not hold get their refusal."""
         assert self._salt is not None
         for r in list(state.orphans):
-            e = PipelineRequestRefused(
-                id=hashlib.sha256(f"{self._salt}\0orphan\0{r.id}".encode()).hexdigest()[:32],
-                at=self.clock.now(),
-                actor=ACTOR,
-                causation_id=r.id,
-                run_id=r.run_id,
-                requester=r.requester,
-                request_id=r.id,
-                reason=f"no run {r.run_id} of yours",
-            )
-            subject = subj.pipeline_run(r.run_id)
+            e = refuse_orphan(state, r, self._salt, self.clock.now())
+            subject = subj.pipeline_run(e.run_id)
             await self._batch(state, subject, [(subject, e)], 0)
-            apply(state, e)
+
+    async def _schedules(self, state: PipelineState) -> None:
+        """Each schedule's refusal, or its time come: its run asked for, or refused."""
+        assert self._salt is not None
+        now = self.clock.now()
+        for sched in list(state.schedules.values()):
+            items = decide_schedule(state, sched, self._salt, now)
+            if items:
+                subject = subj.pipeline_run(sched.schedule_id)
+                await self._batch(state, subject, items, len(items) - 1)
 
     async def _append(self, state: PipelineState, run_id: str, d: Decisions) -> None:
         """``d`` as atomic batches expecting the run's subject: each of the run's events

@@ -212,3 +212,56 @@ def info(ctx: typer.Context, run_id: RunArg, as_json: JsonOpt = False) -> None:
     else:
         for line in run_lines(shown):
             out().print(line, highlight=False)
+
+
+@app.command("schedule")
+def schedule(
+    ctx: typer.Context,
+    path: FileArg,
+    cron: Annotated[
+        str, typer.Option("--cron", help="When, in UTC: minute hour day month weekday.")
+    ],
+    project: ProjectOpt = None,
+    request_id: RequestIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a pipeline at each time CRON names, as yours: each run checked against your
+    rights when its time comes (a revoked key's are refused). Prints the schedule's id."""
+    from services.cli.options import user_client
+    from services.domain.pipelines.schedules import cron_problem
+
+    settings = _settings(ctx)
+    problem = cron_problem(cron)
+    if problem is not None:
+        fail(problem)
+    spec = _checked(ctx, path)
+    rid = chosen_request_id(request_id)
+
+    async def publish() -> str:
+        async with user_client(settings) as client:
+            return await client.pipeline_schedule(spec, cron, project=project, request_id=rid)
+
+    schedule_id = sent(settings, publish, f"--request-id {rid}")
+    _said(as_json, {"schedule_id": schedule_id, "cron": cron}, schedule_id)
+
+
+@app.command("unschedule")
+def unschedule(
+    ctx: typer.Context,
+    schedule_id: Annotated[str, typer.Argument(help="The schedule's id.")],
+    request_id: RequestIdOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Stop a schedule of yours: no more runs from it (those running go on)."""
+    from services.cli.options import user_client
+
+    settings = _settings(ctx)
+    schedule_id = _run_id(schedule_id)
+    rid = chosen_request_id(request_id)
+
+    async def publish() -> str:
+        async with user_client(settings) as client:
+            return await client.pipeline_unschedule(schedule_id, request_id=rid)
+
+    asked = sent(settings, publish, f"--request-id {rid}")
+    _said(as_json, {"schedule_id": schedule_id, "request": asked}, f"{schedule_id} unscheduled")

@@ -19,6 +19,8 @@ from events import (
     PipelineCancelRequested,
     PipelineRerunRequested,
     PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
     SessionDestroyRequested,
     SessionRequested,
 )
@@ -45,8 +47,11 @@ _REQUESTS = (
     PipelineRunRequested,
     PipelineCancelRequested,
     PipelineRerunRequested,
+    PipelineScheduleSet,
+    PipelineScheduleRemoved,
 )
 _PIPELINE = (PipelineRunRequested, PipelineCancelRequested, PipelineRerunRequested)
+_SCHEDULE = (PipelineScheduleSet, PipelineScheduleRemoved)
 
 
 def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] | str:
@@ -69,6 +74,8 @@ def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] |
         subject: str = SUBJECT_OF[type(e)](e)
         if isinstance(e, AdminRequested):
             token = e.id
+        elif isinstance(e, _SCHEDULE):
+            token = e.schedule_id
         else:
             token = e.run_id if isinstance(e, _PIPELINE) else e.session_id
         if not subj.is_token(token):

@@ -132,6 +132,10 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.PipelineRunCancelled, _pipeline_run),
         _rule(ev.PipelineRerunStarted, _pipeline_run),
         _rule(ev.PipelineRunEnded, _pipeline_run),
+        _rule(ev.PipelineScheduleSet, lambda e: subj.request(e.requester, e.schedule_id)),
+        _rule(ev.PipelineScheduleRemoved, lambda e: subj.request(e.requester, e.schedule_id)),
+        _rule(ev.PipelineScheduleFired, lambda e: subj.pipeline_run(e.schedule_id)),
+        _rule(ev.PipelineScheduleRefused, lambda e: subj.pipeline_run(e.schedule_id)),
     ]
 )
 

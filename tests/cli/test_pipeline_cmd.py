@@ -147,3 +147,12 @@ def test_a_bad_run_id_is_one_line(cli: Cli) -> None:
     assert result.exit_code == 2 and result.stderr == "error: 'no such run' is not a run id\n"
     missing = cli.run("pipeline", "info", "pnothere")
     assert missing.exit_code == 1 and "no run pnothere" in missing.stderr
+
+
+def test_schedule_then_unschedule(cli: Cli, doc: Path) -> None:
+    bad = cli.run("pipeline", "schedule", str(doc), "--cron", "soon")
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: cron 'soon': five fields")
+    made = cli.json("pipeline", "schedule", str(doc), "--cron", "0 3 * * *")
+    assert made["schedule_id"].startswith("c") and made["cron"] == "0 3 * * *"
+    gone = cli.run("pipeline", "unschedule", made["schedule_id"])
+    assert gone.exit_code == 0 and "unscheduled" in gone.stdout

@@ -14,6 +14,8 @@ from events import (
     PipelineCancelRequested,
     PipelineRerunRequested,
     PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
     PipelineSpec,
     PipelineTask,
     PolicySet,
@@ -152,6 +154,19 @@ def _pipeline(actor: str, requester: str, run_id: str = "p1") -> list[AnyEvent]:
 def test_a_keys_pipeline_requests_go_on_its_own_request_subject() -> None:
     asked = _pipeline("k", "k")
     assert routed("k", asked) == [(subj.request("k", "p1"), e) for e in asked]
+    prov = Provenance("k", AT)
+    spec = PipelineSpec(name="p", tasks=())
+    set_ = stamp(
+        PipelineScheduleSet, prov, schedule_id="c1", requester="k", cron="* * * * *", spec=spec
+    )
+    off = stamp(PipelineScheduleRemoved, prov, schedule_id="c1", requester="k")
+    assert routed("k", [set_, off]) == [
+        (subj.request("k", "c1"), set_),
+        (subj.request("k", "c1"), off),
+    ]
+    assert routed("k", [stamp(PipelineScheduleRemoved, prov, schedule_id="c1", requester="v")]) == (
+        "a request of k in the name of v"
+    )
 
 
 @pytest.mark.parametrize("i", range(3))

@@ -26,6 +26,10 @@ from events import (
     PipelineRunCancelled,
     PipelineRunEnded,
     PipelineRunRequested,
+    PipelineScheduleFired,
+    PipelineScheduleRefused,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
     PipelineSpec,
     PipelineTaskEnded,
     PipelineTaskRequested,
@@ -38,10 +42,12 @@ from events import (
     SessionTerminated,
 )
 from services.domain.pipelines.check import run_problems
+from services.domain.pipelines.schedules import Keys, Schedule, cron_problem, schedule_of
 from services.domain.subject_rules import SUBJECT_OF, mismatch
 
 __all__ = [
     "FINAL",
+    "Orphan",
     "PipelineState",
     "Run",
     "TaskState",
@@ -57,6 +63,8 @@ __all__ = [
 # scheduled), retry (the next attempt asked for at ``due``), and the final ones.
 FINAL = frozenset({"succeeded", "failed", "skipped", "upstream-failed", "cancelled"})
 RequestEvent = PipelineCancelRequested | PipelineRerunRequested
+# Requests about no run or schedule of the requester's (answered with a refusal).
+Orphan = PipelineCancelRequested | PipelineRerunRequested | PipelineScheduleRemoved
 
 
 @dataclass(slots=True)
@@ -110,8 +118,10 @@ class PipelineState:
     runs: dict[str, Run] = field(default_factory=dict)
     by_session: dict[str, tuple[str, str]] = field(default_factory=dict)  # -> run, task
     # Requests about runs the log does not hold (answered with a refusal).
-    orphans: list[RequestEvent] = field(default_factory=list)
+    orphans: list[Orphan] = field(default_factory=list)
     folders: dict[str, str] = field(default_factory=dict)  # folder request -> its run
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    keys: Keys = field(default_factory=Keys)  # who may still act (scheduled runs)
     last_seq: int = 0
     subject_seq: dict[str, int] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # runs moved since the actor looked
@@ -187,6 +197,34 @@ def _run_requested(s: PipelineState, e: PipelineRunRequested) -> None:
     s.changed.add(e.run_id)
 
 
+def _schedule_set(s: PipelineState, e: PipelineScheduleSet) -> None:
+    if e.schedule_id in s.schedules:
+        return  # set twice: the first stands
+    sched = schedule_of(e)
+    problems = [p for p in [cron_problem(e.cron)] if p] + run_problems(e.spec, e.requester)
+    sched.refusal = problems[0] if problems else None
+    s.schedules[e.schedule_id] = sched
+
+
+def _schedule_removed(s: PipelineState, e: PipelineScheduleRemoved) -> None:
+    sched = s.schedules.get(e.schedule_id)
+    if sched is None or sched.owner != e.requester:
+        s.orphans.append(e)
+    else:
+        sched.removed = True
+
+
+def _schedule_acted(s: PipelineState, e: PipelineScheduleFired | PipelineScheduleRefused) -> None:
+    sched = s.schedules.get(e.schedule_id)
+    if sched is not None and e.due > sched.last:
+        sched.last = e.due
+
+
+def _admin_applied(s: PipelineState, e: AdminApplied) -> None:
+    s.keys.apply(e)
+    _folder_answered(s, e)
+
+
 def _folder_answered(s: PipelineState, e: AdminApplied | AdminRefused) -> None:
     """The registrar made the run's folder (its tasks may start), or refused it (the
     run cannot run as asked)."""
@@ -227,6 +265,9 @@ def _request(s: PipelineState, e: RequestEvent) -> None:
 
 def _refused(s: PipelineState, e: PipelineRequestRefused) -> None:
     s.orphans = [r for r in s.orphans if r.id != e.request_id]
+    sched = s.schedules.get(e.run_id)
+    if sched is not None and sched.request_id == e.request_id:
+        sched.removed = True  # a schedule that can never run, answered
     run = s.runs.get(e.run_id)
     if run is not None:
         run.requests = [r for r in run.requests if r.id != e.request_id]
@@ -363,6 +404,10 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     SessionRejected: _session_ended,
     SessionCancelled: _session_ended,
     SessionLost: _session_ended,
-    AdminApplied: _folder_answered,
+    AdminApplied: _admin_applied,
     AdminRefused: _folder_answered,
+    PipelineScheduleSet: _schedule_set,
+    PipelineScheduleRemoved: _schedule_removed,
+    PipelineScheduleFired: _schedule_acted,
+    PipelineScheduleRefused: _schedule_acted,
 }
