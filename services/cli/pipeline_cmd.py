@@ -15,7 +15,10 @@ from services.cli.options import Settings, api_errors, fail, out, print_json
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from events import PipelineSpec
+    from services.client import Client
 
 __all__ = ["app"]
 
@@ -96,22 +99,36 @@ def run(
     """Run a pipeline: checked as `validate` checks it, then asked for in your name (its
     sessions are admitted against your rights as each task's turn comes). Sent again with
     the same --request-id, the same run, once."""
-    from services.cli.options import user_client
-
     settings = _settings(ctx)
     spec = _checked(ctx, path)
-    rid = chosen_request_id(request_id)
     user = _user(settings)
+    chosen = chosen_request_id(request_id)
+    run_id = _sent(
+        settings,
+        chosen,
+        lambda c, rid: c.pipeline_run(spec, project=project, request_id=rid, folder_of=user),
+    )
+    if as_json:
+        print_json({"run_id": run_id, "name": spec.name, "request_id": chosen})
+    else:
+        out().print(run_id, highlight=False)
+
+
+def _sent(
+    settings: Settings, request_id: str | None, send: "Callable[[Client, str], Awaitable[str]]"
+) -> str:
+    """``send`` (one request of the user's, given its request id) on the user's own
+    connection; what it answers. Exits 1 with one line if it was refused or its outcome is
+    unknown (saying the request id to send it again with)."""
+    from services.cli.options import user_client
+
+    rid = chosen_request_id(request_id)
 
     async def publish() -> str:
         async with user_client(settings) as client:
-            return await client.pipeline_run(spec, project=project, request_id=rid, folder_of=user)
+            return await send(client, rid)
 
-    run_id = sent(settings, publish, f"--request-id {rid}")
-    if as_json:
-        print_json({"run_id": run_id, "name": spec.name, "request_id": rid})
-    else:
-        out().print(run_id, highlight=False)
+    return sent(settings, publish, f"--request-id {rid}")
 
 
 def _user(settings: Settings) -> str | None:
@@ -139,17 +156,9 @@ def cancel(
 ) -> None:
     """Cancel a run: no task is asked for any more, and its running sessions are asked to
     end (yours only)."""
-    from services.cli.options import user_client
-
     settings = _settings(ctx)
     run_id = _run_id(run_id)
-    rid = chosen_request_id(request_id)
-
-    async def publish() -> str:
-        async with user_client(settings) as client:
-            return await client.pipeline_cancel(run_id, request_id=rid)
-
-    asked = sent(settings, publish, f"--request-id {rid}")
+    asked = _sent(settings, request_id, lambda c, rid: c.pipeline_cancel(run_id, request_id=rid))
     _said(as_json, {"run_id": run_id, "request": asked}, f"cancel of {run_id} asked")
 
 
@@ -163,17 +172,11 @@ def rerun(
 ) -> None:
     """Run an ended run again from a task: it and every task after it, in the same run
     (and its folder); the others keep their outcome."""
-    from services.cli.options import user_client
-
     settings = _settings(ctx)
     run_id = _run_id(run_id)
-    rid = chosen_request_id(request_id)
-
-    async def publish() -> str:
-        async with user_client(settings) as client:
-            return await client.pipeline_rerun(run_id, from_task, request_id=rid)
-
-    asked = sent(settings, publish, f"--request-id {rid}")
+    asked = _sent(
+        settings, request_id, lambda c, rid: c.pipeline_rerun(run_id, from_task, request_id=rid)
+    )
     _said(
         as_json, {"run_id": run_id, "request": asked}, f"rerun of {run_id} from {from_task} asked"
     )
@@ -227,7 +230,6 @@ def schedule(
 ) -> None:
     """Run a pipeline at each time CRON names, as yours: each run checked against your
     rights when its time comes (a revoked key's are refused). Prints the schedule's id."""
-    from services.cli.options import user_client
     from services.domain.pipelines.schedules import cron_problem
 
     settings = _settings(ctx)
@@ -235,13 +237,11 @@ def schedule(
     if problem is not None:
         fail(problem)
     spec = _checked(ctx, path)
-    rid = chosen_request_id(request_id)
-
-    async def publish() -> str:
-        async with user_client(settings) as client:
-            return await client.pipeline_schedule(spec, cron, project=project, request_id=rid)
-
-    schedule_id = sent(settings, publish, f"--request-id {rid}")
+    schedule_id = _sent(
+        settings,
+        request_id,
+        lambda c, rid: c.pipeline_schedule(spec, cron, project=project, request_id=rid),
+    )
     _said(as_json, {"schedule_id": schedule_id, "cron": cron}, schedule_id)
 
 
@@ -253,15 +253,9 @@ def unschedule(
     as_json: JsonOpt = False,
 ) -> None:
     """Stop a schedule of yours: no more runs from it (those running go on)."""
-    from services.cli.options import user_client
-
     settings = _settings(ctx)
     schedule_id = _run_id(schedule_id)
-    rid = chosen_request_id(request_id)
-
-    async def publish() -> str:
-        async with user_client(settings) as client:
-            return await client.pipeline_unschedule(schedule_id, request_id=rid)
-
-    asked = sent(settings, publish, f"--request-id {rid}")
+    asked = _sent(
+        settings, request_id, lambda c, rid: c.pipeline_unschedule(schedule_id, request_id=rid)
+    )
     _said(as_json, {"schedule_id": schedule_id, "request": asked}, f"{schedule_id} unscheduled")
