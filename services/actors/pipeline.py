@@ -29,11 +29,11 @@ from services.domain.pipelines.decide import (
     ACTOR,
     Decisions,
     decide,
-    decide_schedule,
     next_due,
     refuse_orphan,
 )
 from services.domain.pipelines.runs import PipelineState, Run, fold
+from services.domain.pipelines.scheduled import decide_schedule
 from services.domain.pipelines.schedules import next_time
 from services.ports import MAX_BATCH, Clock, EventLog, LogError
 
