@@ -62,6 +62,7 @@ bench: $(STAMP)
 	eval "$$(scripts/docker-up)" && $(PY) bench/web.py
 	$(PY) bench/queue_scale.py
 	$(PY) bench/soak.py
+	$(PY) bench/pipeline.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

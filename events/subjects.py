@@ -26,6 +26,9 @@ fgpu.storage.<host>                  what the storage service of one storage hos
                                      in its virtual folders (scans)
 fgpu.health.<server>                 the log's health: the room on the disk under one
                                      server's store, said by the watcher beside it
+fgpu.pipe.<run_id>                   the pipeline actor's answers about one run (its tasks'
+                                     requests and ends, retries, cancel, end), written with
+                                     optimistic concurrency on this subject
 fgpu.hb.<agent_id>                   heartbeats: core NATS, not stored in the log
 fgpu.in.<access_key>                 people's requests on their way to the log: the intake
                                      stream (FGPU_IN, a work queue holding a few per key),
@@ -75,6 +78,7 @@ __all__ = [
     "heartbeat",
     "intake",
     "is_token",
+    "pipeline_run",
     "quota",
     "reader_out",
     "request",
@@ -111,6 +115,7 @@ STREAM_SUBJECTS = (
     ARCHIVE,
     "fgpu.storage.>",
     "fgpu.health.>",
+    "fgpu.pipe.>",
 )
 # Kept in the stream for good when the past leaves it for the archive: few records, read
 # from the start by those who fold them alone (the gatekeeper folds the tenancy).
@@ -166,6 +171,11 @@ def reader_out(access_key: str) -> str:
 
 def request(access_key: str, session_id: str) -> str:
     return f"fgpu.req.{access_key}.{session_id}"
+
+
+def pipeline_run(run_id: str) -> str:
+    """The subject of the pipeline actor's answers about run ``run_id``."""
+    return f"fgpu.pipe.{run_id}"
 
 
 def quota(access_key: str) -> str:

@@ -14,6 +14,22 @@ from events.agent import (
 )
 from events.archive import LogArchived
 from events.health import LogHealth
+from events.pipeline import (
+    PipelineCancelRequested,
+    PipelineRequestRefused,
+    PipelineRerunRequested,
+    PipelineRerunStarted,
+    PipelineRetryScheduled,
+    PipelineRunCancelled,
+    PipelineRunEnded,
+    PipelineRunRequested,
+    PipelineScheduleFired,
+    PipelineScheduleRefused,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
+    PipelineTaskEnded,
+    PipelineTaskRequested,
+)
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -95,6 +111,20 @@ AnyEvent = (
     | GpuOverSlice
     | GpuShareExceeded
     | LogHealth
+    | PipelineRunRequested
+    | PipelineCancelRequested
+    | PipelineRerunRequested
+    | PipelineRequestRefused
+    | PipelineTaskRequested
+    | PipelineTaskEnded
+    | PipelineRetryScheduled
+    | PipelineRunCancelled
+    | PipelineRerunStarted
+    | PipelineRunEnded
+    | PipelineScheduleSet
+    | PipelineScheduleRemoved
+    | PipelineScheduleFired
+    | PipelineScheduleRefused
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -84,10 +84,12 @@ VfolderCommand = CreateVfolder | ShareVfolder | UnshareVfolder | RemoveVfolder |
 class VfolderMount(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """A folder a session asks to have mounted at ``/home/work/<name>``: ``name`` is the
     folder's name (or id) as its user sees it; ``read_only`` mounts it so even when the
-    user may write it."""
+    user may write it. ``at``: mounted there instead (``/pipeline`` alone: a pipeline
+    run's folder, in each of its tasks); None in every request from before it."""
 
     name: str
     read_only: bool = False
+    at: str | None = None
 
 
 class VfolderScanned(Event, frozen=True, kw_only=True, tag="vfolder.scanned.v1"):

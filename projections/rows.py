@@ -100,7 +100,7 @@ def session_table(views: Iterable[SessionView]) -> pa.Table:
         "agent_id": [v.agent_id for v in vs],
         # DevicePlacement encodes as {"gpu_index": .., "fgpu": ..}
         "devices": [_encode(v.devices) for v in vs],
-        "mounts": [_encode(v.mounts) for v in vs],  # VfolderMount: {"name", "read_only"}
+        "mounts": [_encode(v.mounts) for v in vs],  # VfolderMount: {"name", "read_only", "at"}
         "container_id": [v.container_id for v in vs],
         "exit_code": [v.exit_code for v in vs],
         "reason": [v.reason for v in vs],

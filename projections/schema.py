@@ -25,11 +25,11 @@ __all__ = [
 ]
 
 # Bumped whenever a table changes shape or meaning; a store of another version is rebuilt.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 _TS = pa.timestamp("us")
 _DEVICE = pa.struct([("gpu_index", pa.int32()), ("fgpu", pa.int64())])
-_MOUNT = pa.struct([("name", pa.string()), ("read_only", pa.bool_())])
+_MOUNT = pa.struct([("name", pa.string()), ("read_only", pa.bool_()), ("at", pa.string())])
 _SHARE = pa.struct([("session_id", pa.string()), ("fgpu", pa.int64())])
 _GPU = pa.struct(
     [
@@ -251,7 +251,7 @@ _SQL_TYPES = {
     _TS: "TIMESTAMP",
     pa.list_(pa.string()): "VARCHAR[]",
     pa.list_(_DEVICE): "STRUCT(gpu_index INTEGER, fgpu BIGINT)[]",
-    pa.list_(_MOUNT): "STRUCT(name VARCHAR, read_only BOOLEAN)[]",
+    pa.list_(_MOUNT): 'STRUCT(name VARCHAR, read_only BOOLEAN, "at" VARCHAR)[]',
     pa.list_(_IMAGE): "STRUCT(ref VARCHAR, id VARCHAR, digest VARCHAR, size BIGINT)[]",
     pa.list_(_GPU): (
         "STRUCT(gpu_index INTEGER, uuid VARCHAR, model VARCHAR, mem BIGINT, sm_count INTEGER,"

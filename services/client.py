@@ -17,6 +17,13 @@ from msgspec.structs import replace
 from events import (
     AdminCommand,
     AdminRequested,
+    CreateVfolder,
+    PipelineCancelRequested,
+    PipelineRerunRequested,
+    PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
+    PipelineSpec,
     PolicySet,
     SessionDestroyRequested,
     SessionRequested,
@@ -172,7 +179,140 @@ class Client:
         await self._ask(subj.admin(self.access_key, e.id), e)
         return e.id
 
-    async def _ask(self, subject: str, e: SessionDestroyRequested | AdminRequested) -> None:
+    async def pipeline_run(
+        self,
+        spec: PipelineSpec,
+        *,
+        project: str | None = None,
+        request_id: str | None = None,
+        folder_of: str | None = None,
+    ) -> str:
+        """Ask to run ``spec`` (its sessions in ``project``; None: the default one); the
+        run's id. With ``folder_of`` (the requester's user), the run's folder is asked
+        for with it, as that user's (``pipeline-<run id>``, its id the run's): both are
+        handed in together, all or none. Asked again with the same ``request_id``, the
+        same run, once."""
+        ids = self._ids(request_id)
+        run_id, now = ids.run(), self.clock.now()
+        asked: list[AdminRequested | PipelineRunRequested] = []
+        if folder_of is not None:
+            folder = CreateVfolder(vfolder_id=run_id, name=f"pipeline-{run_id}", user=folder_of)
+            asked.append(
+                AdminRequested(
+                    id=ids.event("pipeline-folder"),
+                    at=now,
+                    actor=self.access_key,
+                    requester=self.access_key,
+                    command=folder,
+                )
+            )
+        asked.append(
+            PipelineRunRequested(
+                id=ids.event("pipeline-run"),
+                at=now,
+                actor=self.access_key,
+                run_id=run_id,
+                requester=self.access_key,
+                spec=spec,
+                project=project,
+                folder=run_id if folder_of is not None else None,
+                folder_request=asked[0].id if folder_of is not None else None,
+            )
+        )
+        if self.sender is not None:
+            await self.sender.send(asked)
+        else:
+            for e in asked:
+                subject = (
+                    subj.admin(self.access_key, e.id)
+                    if isinstance(e, AdminRequested)
+                    else subj.request(self.access_key, run_id)
+                )
+                await self.events.append(subject, e)
+        return run_id
+
+    async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:
+        """Ask to cancel run ``run_id``; the request's id. Raises as ``create``."""
+        return await self._about_run(PipelineCancelRequested, run_id, request_id)
+
+    async def pipeline_rerun(
+        self, run_id: str, from_task: str, *, request_id: str | None = None
+    ) -> str:
+        """Ask to run ended run ``run_id`` again from ``from_task``; the request's id."""
+        return await self._about_run(
+            PipelineRerunRequested, run_id, request_id, from_task=from_task
+        )
+
+    async def pipeline_schedule(
+        self,
+        spec: PipelineSpec,
+        cron: str,
+        *,
+        project: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Ask that ``spec`` be run at each time ``cron`` names; the schedule's id."""
+        ids = self._ids(request_id)
+        e = PipelineScheduleSet(
+            id=ids.event("pipeline-schedule"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            schedule_id="c" + ids.run()[1:],
+            requester=self.access_key,
+            cron=cron,
+            spec=spec,
+            project=project,
+        )
+        await self._ask(subj.request(self.access_key, e.schedule_id), e)
+        return e.schedule_id
+
+    async def pipeline_unschedule(self, schedule_id: str, *, request_id: str | None = None) -> str:
+        """Ask that schedule ``schedule_id`` run no more; the request's id."""
+        if not subj.is_token(schedule_id):
+            raise ValueError(f"{schedule_id!r} is not a schedule id")
+        e = PipelineScheduleRemoved(
+            id=self._ids(request_id).event(f"pipeline-unschedule\0{schedule_id}"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            schedule_id=schedule_id,
+            requester=self.access_key,
+        )
+        await self._ask(subj.request(self.access_key, schedule_id), e)
+        return e.id
+
+    async def _about_run(
+        self,
+        kind: type[PipelineCancelRequested | PipelineRerunRequested],
+        run_id: str,
+        request_id: str | None,
+        **fields: str,
+    ) -> str:
+        """A request of ``kind`` about run ``run_id``, sent; its id."""
+        if not subj.is_token(run_id):
+            raise ValueError(f"{run_id!r} is not a run id")
+        tag = kind.__struct_config__.tag
+        e = kind(
+            id=self._ids(request_id).event(f"{tag}\0{run_id}"),
+            at=self.clock.now(),
+            actor=self.access_key,
+            run_id=run_id,
+            requester=self.access_key,
+            **fields,
+        )
+        await self._ask(subj.request(self.access_key, run_id), e)
+        return e.id
+
+    async def _ask(
+        self,
+        subject: str,
+        e: SessionDestroyRequested
+        | AdminRequested
+        | PipelineRunRequested
+        | PipelineCancelRequested
+        | PipelineRerunRequested
+        | PipelineScheduleSet
+        | PipelineScheduleRemoved,
+    ) -> None:
         if self.sender is not None:
             await self.sender.send([e])
         else:

@@ -51,6 +51,7 @@ _IMAGE_SIZE = 4 << 20  # bytes of every simulated image
 _PULL_STEPS = 20  # progress reports of a simulated pull
 _SIGTERM_EXIT = 143
 _SHELLS = ("sh", "/bin/sh", "bash", "/bin/bash")
+_ENV_PROGRAMS = ("env", "/usr/bin/env")
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _SEPARATORS = frozenset({";", "&&", "&", "\n"})
 _REDIRECT = re.compile(r">[>&]*")  # a redirection the lexer split off: not simulated
@@ -89,6 +90,13 @@ def _statements(command: tuple[str, ...], env: dict[str, str]) -> list[list[str]
     itself run with no shell; None if it is more than we simulate."""
     if not command:
         return None
+    if command[0] in _ENV_PROGRAMS:  # env NAME=VALUE ... PROGRAM ARGS: PROGRAM, with them
+        rest = list(command[1:])
+        env = dict(env)
+        while rest and "=" in rest[0] and not rest[0].startswith("="):
+            name, _, value = rest.pop(0).partition("=")
+            env[name] = value
+        return _statements(tuple(rest), env)
     if not (command[0] in _SHELLS and command[1:2] == ("-c",) and len(command) > 2):
         return [list(command)]  # no shell: nothing is split or expanded, as on Docker
     lexer = shlex.shlex(command[2], posix=True, punctuation_chars=";&|\n>")

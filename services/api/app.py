@@ -30,6 +30,7 @@ from services.api import (
     image_routes,
     launch_routes,
     models,
+    pipeline_routes,
     session_routes,
     state_routes,
     stream_routes,
@@ -115,6 +116,7 @@ def create_app(
     tenancy_routes.mount(app, query, source.tenancy)
     image_routes.mount(app, query, source.tenancy)
     launch_routes.mount(app, query, source.tenancy)
+    pipeline_routes.mount(app, query, source.tenancy)
     if storage is not None:
         vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, utc)

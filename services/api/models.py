@@ -77,6 +77,9 @@ class Device(BaseModel):
 class Mount(BaseModel):
     name: str = Field(description="the folder's name (or id) as its user gave it")
     read_only: bool
+    at: str | None = Field(
+        default=None, description="where it is mounted, if not /home/work/NAME (/pipeline)"
+    )
 
 
 class Times(BaseModel):

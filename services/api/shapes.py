@@ -77,7 +77,9 @@ def session_from_row(r: Row, memory: Sequence[Row] = ()) -> Session:
         holds_allocation=r["holds_allocation"],
         agent=r["agent_id"],
         devices=[Device(gpu=d["gpu_index"], fgpu=format_fgpu(d["fgpu"])) for d in r["devices"]],
-        mounts=[Mount(name=m["name"], read_only=m["read_only"]) for m in r["mounts"]],
+        mounts=[
+            Mount(name=m["name"], read_only=m["read_only"], at=m.get("at")) for m in r["mounts"]
+        ],
         container=r["container_id"],
         exit_code=r["exit_code"],
         reason=r["reason"],
@@ -143,7 +145,7 @@ def _session_row(v: SessionView) -> Row:
         holds_allocation=v.status in HOLDS_ALLOCATION,
         agent_id=v.agent_id,
         devices=[{"gpu_index": d.gpu_index, "fgpu": d.fgpu} for d in v.devices],
-        mounts=[{"name": m.name, "read_only": m.read_only} for m in v.mounts],
+        mounts=[{"name": m.name, "read_only": m.read_only, "at": m.at} for m in v.mounts],
         container_id=v.container_id,
         exit_code=v.exit_code,
         reason=v.reason,

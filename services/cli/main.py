@@ -26,6 +26,7 @@ from services.cli import (
     images_cmd,
     log_cmd,
     login_cmd,
+    pipeline_cmd,
     session_cmd,
     sim_cmd,
     status_cmd,
@@ -105,3 +106,4 @@ app.add_typer(log_cmd.app)  # projections, stream, archive
 app.add_typer(admin_cmd.app, name="admin")
 app.add_typer(images_cmd.app, name="images")
 app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(pipeline_cmd.app, name="pipeline")

@@ -233,3 +233,45 @@ def timed_table(columns: Mapping[str, Json], title: str = "") -> "Table":
             cells.append("-" if value is None else f"{value:,}")
         t.add_row(label, *cells)
     return t
+
+
+_TASK_STYLE = {
+    "succeeded": "green",
+    "failed": "red",
+    "upstream-failed": "red",
+    "cancelled": "yellow",
+    "skipped": "dim",
+    "retry": "yellow",
+    "attempt-failed": "yellow",
+}
+
+
+def runs_table(runs: Iterable[Json]) -> "Table":
+    """Pipeline runs (``/v1/pipelines``), a row each: its tasks counted by state."""
+    t = _table("pipeline runs", "RUN", "NAME", "STATUS", "OWNER", "TASKS", "REQUESTED")
+    for r in runs:
+        counts: dict[str, int] = {}
+        for task in r["tasks"]:
+            counts[task["status"]] = counts.get(task["status"], 0) + 1
+        tasks = " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        t.add_row(r["run_id"], _e(r["name"]), r["status"], _e(r["owner"]), tasks, r["requested_at"])
+    return t
+
+
+def run_lines(r: Json) -> list[str]:
+    """One run (``/v1/pipelines/{id}``): its DAG, each task after those it depends on,
+    with its state (coloured), attempt and session."""
+    reason = f"  ({_e(r['reason'])})" if r["reason"] else ""
+    lines = [f"[bold]{r['run_id']}[/]  {_e(r['name'])}  {r['status']}{reason}  round {r['round']}"]
+    for task in r["tasks"]:
+        style = _TASK_STYLE.get(task["status"], "cyan")
+        deps = f"  <- {', '.join(map(_e, task['dependencies']))}" if task["dependencies"] else ""
+        session = ""
+        if task["session_id"]:
+            session = f"  session {task['session_id']} {task['session_status'] or ''}".rstrip()
+        attempt = f"  attempt {task['attempt']}/{task['max_attempts']}" if task["attempt"] else ""
+        why = f"  ({_e(task['reason'])})" if task["reason"] else ""
+        due = f"  next at {task['due']}" if task["due"] else ""
+        state = f"[{style}]{task['status']:<15}[/]"
+        lines.append(f"  {state} {_e(task['name'])}{deps}{attempt}{session}{why}{due}")
+    return lines

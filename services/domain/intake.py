@@ -13,7 +13,17 @@ in one ``access.requests-dropped`` record at once, then at most one per window.
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from events import AdminRequested, AnyEvent, SessionDestroyRequested, SessionRequested
+from events import (
+    AdminRequested,
+    AnyEvent,
+    PipelineCancelRequested,
+    PipelineRerunRequested,
+    PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
+    SessionDestroyRequested,
+    SessionRequested,
+)
 from events import subjects as subj
 from services.domain.subject_rules import SUBJECT_OF
 
@@ -30,7 +40,18 @@ __all__ = [
 DEFAULT_RATE = 50.0  # requests (events) a second a key may hand in, sustained
 DEFAULT_BURST = 1000  # and at once (``session create --count`` asks up to 1000)
 DEFAULT_WINDOW_S = 10.0  # at most one record of a key's drops per window
-_REQUESTS = (SessionRequested, SessionDestroyRequested, AdminRequested)
+_REQUESTS = (
+    SessionRequested,
+    SessionDestroyRequested,
+    AdminRequested,
+    PipelineRunRequested,
+    PipelineCancelRequested,
+    PipelineRerunRequested,
+    PipelineScheduleSet,
+    PipelineScheduleRemoved,
+)
+_PIPELINE = (PipelineRunRequested, PipelineCancelRequested, PipelineRerunRequested)
+_SCHEDULE = (PipelineScheduleSet, PipelineScheduleRemoved)
 
 
 def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] | str:
@@ -51,7 +72,13 @@ def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] |
         if named != key or e.actor != key:
             return f"a request of {key} in the name of {named if named != key else e.actor}"
         subject: str = SUBJECT_OF[type(e)](e)
-        if not subj.is_token(e.id if isinstance(e, AdminRequested) else e.session_id):
+        if isinstance(e, AdminRequested):
+            token = e.id
+        elif isinstance(e, _SCHEDULE):
+            token = e.schedule_id
+        else:
+            token = e.run_id if isinstance(e, _PIPELINE) else e.session_id
+        if not subj.is_token(token):
             return f"{subject!r} is no subject of the log"
         found.append((subject, e))
     return found

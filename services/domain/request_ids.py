@@ -56,6 +56,10 @@ class RequestIds:
         """The id of the request's event ``part`` (one name per event of the request)."""
         return self._digest(f"event\0{part}")[:32]
 
+    def run(self) -> str:
+        """The id of the request's pipeline run."""
+        return "p" + self._digest("run")[:15]
+
     def session(self, n: int) -> str:
         """The id of the request's ``n``-th session (as ``services.client`` makes ids)."""
         return "s" + self._digest(f"session\0{n}")[:12]

@@ -57,6 +57,25 @@ def _usage(
     return subj.usage(e.agent_id, e.session_id)
 
 
+def _pipeline_request(
+    e: ev.PipelineRunRequested | ev.PipelineCancelRequested | ev.PipelineRerunRequested,
+) -> str:
+    # A person's request about a run stands on its own request subject, as a session's.
+    return subj.request(e.requester, e.run_id)
+
+
+def _pipeline_run(
+    e: ev.PipelineRequestRefused
+    | ev.PipelineTaskRequested
+    | ev.PipelineTaskEnded
+    | ev.PipelineRetryScheduled
+    | ev.PipelineRunCancelled
+    | ev.PipelineRerunStarted
+    | ev.PipelineRunEnded,
+) -> str:
+    return subj.pipeline_run(e.run_id)
+
+
 # Each event type's own subject, looked up by exact type (a dict lookup, where a chain of
 # class patterns costs an isinstance each): ``SUBJECT_OF[type(e)](e)``.
 SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
@@ -103,6 +122,20 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.SessionChannelClosed, _exec),
         _rule(ev.VfolderScanned, lambda e: subj.storage(e.host)),
         _rule(ev.LogHealth, lambda e: subj.health(e.server)),
+        _rule(ev.PipelineRunRequested, _pipeline_request),
+        _rule(ev.PipelineCancelRequested, _pipeline_request),
+        _rule(ev.PipelineRerunRequested, _pipeline_request),
+        _rule(ev.PipelineRequestRefused, _pipeline_run),
+        _rule(ev.PipelineTaskRequested, _pipeline_run),
+        _rule(ev.PipelineTaskEnded, _pipeline_run),
+        _rule(ev.PipelineRetryScheduled, _pipeline_run),
+        _rule(ev.PipelineRunCancelled, _pipeline_run),
+        _rule(ev.PipelineRerunStarted, _pipeline_run),
+        _rule(ev.PipelineRunEnded, _pipeline_run),
+        _rule(ev.PipelineScheduleSet, lambda e: subj.request(e.requester, e.schedule_id)),
+        _rule(ev.PipelineScheduleRemoved, lambda e: subj.request(e.requester, e.schedule_id)),
+        _rule(ev.PipelineScheduleFired, lambda e: subj.pipeline_run(e.schedule_id)),
+        _rule(ev.PipelineScheduleRefused, lambda e: subj.pipeline_run(e.schedule_id)),
     ]
 )
 

@@ -47,6 +47,7 @@ __all__ = [
     "run_domain_feed",
     "run_gatekeeper",
     "run_intake",
+    "run_pipeline",
     "run_quota",
     "run_read_api",
     "run_registrar",
@@ -176,6 +177,17 @@ async def run_intake(
         drops=Drops(window_s),
     )
     await actor.run(task_status=task_status)
+
+
+async def run_pipeline(
+    events: EventLog,
+    *,
+    task_status: TaskStatus[object] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The pipeline actor (its durable: ``pipeline``)."""
+    from services.actors.pipeline import PipelineActor
+
+    await PipelineActor(events, SystemClock()).run(task_status=task_status)
 
 
 async def run_registrar(

@@ -50,6 +50,7 @@ from services.wiring.parts import (
     run_domain_feed,
     run_gatekeeper,
     run_intake,
+    run_pipeline,
     run_quota,
     run_read_api,
     run_registrar,
@@ -82,7 +83,16 @@ __all__ = [
 
 # The cluster's actors a stack that owns its server runs, each as a service of this kind,
 # and the read API's service (its keypair is kept even where the API does not run).
-ACTORS = ("intake", "quota", "scheduler", "registrar", "api", "archiver", "domain-feed")
+ACTORS = (
+    "intake",
+    "quota",
+    "scheduler",
+    "registrar",
+    "api",
+    "archiver",
+    "domain-feed",
+    "pipeline",
+)
 
 KeyStore = Callable[[EventLog, list[str]], Awaitable[Mapping[str, Identity]]]
 
@@ -294,6 +304,7 @@ class Stack:
             snapshot_events=c.snapshot_events,
         )
         await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
+        await tg.start(run_pipeline, logs["pipeline"])
         if c.archive_dir is not None:
             archiver = partial(run_archiver, conns["archiver"], c.archive_dir, c.archive_every_s)
             await tg.start(archiver)

@@ -22,6 +22,8 @@ from events import (
     CreateProject,
     CreateServiceKey,
     CreateUser,
+    PipelineSpec,
+    PipelineTask,
     RevokeKeypair,
     Role,
     Slots,
@@ -60,6 +62,7 @@ class Tenants:
     keys: dict[str, tuple[str, str]]  # user -> access key, secret
     sessions: dict[str, str]  # user -> the id of a session of theirs
     service: tuple[str, str]  # the scheduler's keypair
+    run: str = ""  # a pipeline run of alice's
     nats: str = ""
     tokens: dict[str, str] = field(default_factory=dict)
 
@@ -81,6 +84,14 @@ class Tenants:
         r = self.get(who, path, **params)
         assert r.status_code == 200, r.text
         return r.json()
+
+
+_PIPELINE = PipelineSpec(
+    name="demo",
+    tasks=(
+        PipelineTask(name="a", image=IMAGE, command=("true",), slots=Slots(cpu=100, mem=1 << 26)),
+    ),
+)
 
 
 def _tenancy(keys: dict[str, tuple[str, str]], service: tuple[str, str]) -> list[AdminCommand]:
@@ -119,7 +130,10 @@ async def _cluster(url: str, *, task_status: TaskStatus[tuple[FirstAdmin, Tenant
                     image=IMAGE, slots=Slots(cpu=1000, mem=1 << 30, fgpu=50)
                 )
             await _running(events, list(sessions.values()))
-            task_status.started((root, Tenants("", root, keys, sessions, service)))
+            alice = Client(events, SystemClock(), keys["alice"][0], secret=keys["alice"][1])
+            run = await alice.pipeline_run(_PIPELINE)
+            tenants = Tenants("", root, keys, sessions, service, run=run)
+            task_status.started((root, tenants))
             await anyio.sleep_forever()
     finally:
         with anyio.CancelScope(shield=True):
@@ -181,6 +195,8 @@ GETS = (
     "/v1/groups",
     "/v1/health",
     "/v1/status",
+    "/v1/pipelines",
+    "/v1/pipelines/{rid}",
 )
 
 
@@ -190,16 +206,31 @@ def test_every_read_is_refused_without_a_live_token(tenants: Tenants) -> None:
     forged, _ = TokenSigner(b"f" * 32).issue(tenants.keys["alice"][0], time.time())
     spec = httpx.get(f"{tenants.api}/openapi.json").json()
     named = {p.replace("{sid}", "{session_id}").replace("a1", "{agent_id}") for p in GETS}
-    named = {p.replace("/x", "/{request_id}") for p in named}
+    named = {p.replace("/x", "/{request_id}").replace("{rid}", "{run_id}") for p in named}
     assert named == set(spec["paths"]) - {"/v1/auth/token"}, "a route is missing here"
     for path in GETS:
-        url = f"{tenants.api}{path.format(sid=sid)}"
+        url = f"{tenants.api}{path.format(sid=sid, rid=tenants.run)}"
         for token in (None, "nonsense", expired, forged):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             r = httpx.get(url, headers=headers, timeout=10)
             assert r.status_code == 401, (path, token, r.text)
             assert r.headers["www-authenticate"] == "Bearer"
             assert sid not in r.text
+
+
+def test_a_pipeline_run_is_seen_as_its_owners_sessions_are(tenants: Tenants) -> None:
+    """Its owner and its domain's admin read it; another user of the domain and another
+    domain's admin are answered as if it did not exist."""
+    run = tenants.run
+    for who in ("alice", "dan"):
+        assert [r["run_id"] for r in tenants.ok(who, "/v1/pipelines")["runs"]] == [run]
+        shown = tenants.ok(who, f"/v1/pipelines/{run}")
+        assert shown["name"] == "demo" and [t["name"] for t in shown["tasks"]] == ["a"]
+    for who in ("bob", "carol"):
+        assert tenants.ok(who, "/v1/pipelines")["runs"] == []
+        r = tenants.get(who, f"/v1/pipelines/{run}")
+        assert r.status_code == 404 and "demo" not in r.text
+    assert [r["run_id"] for r in tenants.ok("root", "/v1/pipelines")["runs"]] == [run]
 
 
 def test_signing_in_needs_a_live_keypair_of_a_person(tenants: Tenants) -> None:

@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from events import (
     AdminRequested,
+    AnyEvent,
     CreateDomain,
+    PipelineCancelRequested,
+    PipelineRerunRequested,
+    PipelineRunRequested,
+    PipelineScheduleRemoved,
+    PipelineScheduleSet,
+    PipelineSpec,
+    PipelineTask,
     PolicySet,
     SessionDestroyRequested,
     SessionRequested,
@@ -126,3 +134,44 @@ def test_a_record_not_written_is_said_with_what_follows() -> None:
     drops.unsay(said)
     drops.rate_limited("k", 1, 2.0)
     assert drops.due(2.0) == [Dropped("k", 1.0, 3, 0, None)]
+
+
+def _pipeline(actor: str, requester: str, run_id: str = "p1") -> list[AnyEvent]:
+    spec = PipelineSpec(
+        name="p",
+        tasks=(
+            PipelineTask(name="a", image="fgpu/busybox:latest", command=("true",), slots=SMALL),
+        ),
+    )
+    prov = Provenance(actor, AT)
+    return [
+        stamp(PipelineRunRequested, prov, run_id=run_id, requester=requester, spec=spec),
+        stamp(PipelineCancelRequested, prov, run_id=run_id, requester=requester),
+        stamp(PipelineRerunRequested, prov, run_id=run_id, requester=requester, from_task="a"),
+    ]
+
+
+def test_a_keys_pipeline_requests_go_on_its_own_request_subject() -> None:
+    asked = _pipeline("k", "k")
+    assert routed("k", asked) == [(subj.request("k", "p1"), e) for e in asked]
+    prov = Provenance("k", AT)
+    spec = PipelineSpec(name="p", tasks=())
+    set_ = stamp(
+        PipelineScheduleSet, prov, schedule_id="c1", requester="k", cron="* * * * *", spec=spec
+    )
+    off = stamp(PipelineScheduleRemoved, prov, schedule_id="c1", requester="k")
+    assert routed("k", [set_, off]) == [
+        (subj.request("k", "c1"), set_),
+        (subj.request("k", "c1"), off),
+    ]
+    assert routed("k", [stamp(PipelineScheduleRemoved, prov, schedule_id="c1", requester="v")]) == (
+        "a request of k in the name of v"
+    )
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_a_pipeline_request_in_anothers_name_or_on_no_subject_is_refused(i: int) -> None:
+    assert routed("k", [_pipeline("k", "v")[i]]) == "a request of k in the name of v"
+    assert routed("k", [_pipeline("v", "k")[i]]) == "a request of k in the name of v"
+    bad = routed("k", [_pipeline("k", "k", run_id="a.b")[i]])
+    assert bad == f"{subj.request('k', 'a.b')!r} is no subject of the log"

@@ -58,6 +58,7 @@ from events import (
     DestroyRejected,
     Event,
     PayloadRejected,
+    PipelineTaskRequested,
     PolicyLevel,
     Record,
     RequestsDropped,
@@ -443,6 +444,20 @@ async def forge_placement(w: World, me: Attacker) -> Outcome:
 async def forge_admission(w: World, me: Attacker) -> Outcome:
     yes = _event(SessionAdmitted, "quota", session_id="s-forged", owner=me.key)
     return Outcome(denied=[f"publish {await _publish(me, subj.ADMISSION, yes)}"])
+
+
+async def forge_pipeline_answer(w: World, me: Attacker) -> Outcome:
+    """A run's task asked for, as the pipeline actor, on the run's own subject."""
+    asked = _event(
+        PipelineTaskRequested,
+        "pipeline",
+        run_id="p-forged",
+        task="t",
+        round=0,
+        attempt=1,
+        session_id="s-forged",
+    )
+    return Outcome(denied=[f"publish {await _publish(me, subj.pipeline_run('p-forged'), asked)}"])
 
 
 async def forge_tenancy(w: World, me: Attacker) -> Outcome:
@@ -990,6 +1005,7 @@ async def _aim_a_services_replies(w: World, me: Attacker) -> Outcome:
 ATTACKS: dict[str, Attack] = {
     "publish-sched": forge_placement,
     "publish-admission": forge_admission,
+    "publish-pipeline-answer": forge_pipeline_answer,
     "publish-tenancy": forge_tenancy,
     "publish-agent-report": forge_agent_report,
     "request-on-anothers-subject": request_as_another,

@@ -153,7 +153,7 @@ def test_a_folder_from_upload_through_a_session_to_download_and_the_trash(
         copy = cd + "cp in.bin copy.bin && chown $(stat -c %u:%g .) copy.bin && cp in.bin root.bin"
         s = _session(stack, "--mount", "data", "--", "sh", "-c", copy)
         assert (s["status"], s["exit_code"]) == ("TERMINATED", 0), s
-        assert s["mounts"] == [{"name": "data", "read_only": False}]
+        assert s["mounts"] == [{"name": "data", "read_only": False, "at": None}]
         assert "data at /home/work/data (rw)" in stack.fgpu("session", "info", s["id"])
         stack.fgpu("vfolder", "download", "data", "copy.bin", str(tmp_path / "copy.bin"))
         assert (tmp_path / "copy.bin").read_bytes() == payload

@@ -32,6 +32,8 @@ from events import (
     CreateUser,
     CreateVfolder,
     GroupSettings,
+    PipelineSpec,
+    PipelineTask,
     PolicyLevel,
     ResourcePolicy,
     Role,
@@ -89,6 +91,7 @@ class World:
     destroys: dict[str, str]  # user -> the id of a destroy request of theirs
     service: tuple[str, str]  # the scheduler's keypair
     tokens: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, str] = field(default_factory=dict)  # user -> a pipeline run of theirs
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
@@ -119,6 +122,8 @@ class World:
         found = {user, self.keys[user][0]}
         if user in self.sessions:
             found |= {*self.sessions[user], f"n{user}"}
+        if user in self.runs:
+            found |= {self.runs[user], f"pl{user}", f"t{user}"}
         folder = self.folders.get(user)
         if folder is not None:
             found |= {folder, self.files[folder]}
@@ -201,6 +206,10 @@ async def _people(world: World, events: JetStreamLog) -> None:
     one = Slots(cpu=500, mem=GIB, fgpu=20)
     for user in RUNNING:
         world.sessions[user] = await clients[user].create(image=IMAGE, slots=one, name=f"n{user}")
+    for user in RUNNING:  # a pipeline run of each (no pipeline actor: its task waits)
+        task = PipelineTask(name=f"t{user}", image=IMAGE, command=("true",), slots=one)
+        spec = PipelineSpec(name=f"pl{user}", tasks=(task,))
+        world.runs[user] = await clients[user].pipeline_run(spec)
     [gone] = await clients["ualice5r"].create(image=IMAGE, slots=one, name="nualice5r")
     world.sessions["ualice5r"].append(gone)
     for user, domain, _, project, folder in PEOPLE:

@@ -85,7 +85,7 @@ def durables(service: str) -> tuple[str, ...]:
     kind, _, agent_id = service.partition(":")
     if service in _SEVERAL:
         return (service, *(f"{service}-{n}" for n in range(2, _DURABLES + 1)))
-    if service == "registrar":
+    if service in ("registrar", "pipeline"):
         return (service,)
     if kind == "agent" and subj.is_token(agent_id):
         return (f"agent-{agent_id}",)
@@ -292,6 +292,14 @@ def _registrar(access_key: str) -> Permissions:
     return _follower(access_key, "registrar", own)
 
 
+def _pipeline(access_key: str) -> Permissions:
+    # Its answers on each run's subject, and the requests of a run's tasks in the run
+    # owner's name (sessions asked for, destroys at a cancel), which the quota actor
+    # judges against that owner's rights: as the intake, it writes people's requests.
+    own = (subj.pipeline_run("*"), subj.request("*", "*"))
+    return _follower(access_key, "pipeline", own)
+
+
 def _archiver(access_key: str) -> Permissions:
     # The log's past, once archived and said: removed from the stream (a purge, its
     # alone), what the actors' snapshots cover (read, to know how far it may go); and the
@@ -370,6 +378,7 @@ def _agent(access_key: str, agent_id: str) -> Permissions:
 _SERVICES: dict[str, Callable[[str], Permissions]] = {
     "quota": _quota,
     "scheduler": _scheduler,
+    "pipeline": _pipeline,
     "domain-feed": _domain_feed,
     "registrar": _registrar,
     "archiver": _archiver,

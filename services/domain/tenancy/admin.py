@@ -73,6 +73,7 @@ SERVICES = frozenset(
         "agent-host",
         "archiver",
         "intake",
+        "pipeline",
         "domain-feed",
         "reader",
     }

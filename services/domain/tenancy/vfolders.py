@@ -36,6 +36,7 @@ from services.domain.tenancy.model import Tenancy, User, Vfolder
 __all__ = [
     "MAX_MOUNTS",
     "MOUNT_ROOT",
+    "PIPELINE_MOUNT",
     "STORAGE_UID",
     "Placed",
     "Vfolder",
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 MOUNT_ROOT = "/home/work"  # a session's folders are mounted at <this>/<name>
+# The other place a folder may be mounted (``VfolderMount.at``): a pipeline run's folder.
+PIPELINE_MOUNT = "/pipeline"
 MAX_MOUNTS = 16
 # The uid and gid the folders are kept as when fgpu runs as root and nobody chose one (the
 # root's owner, or --storage-uid): not root, not nobody (which other daemons share),
@@ -164,7 +167,9 @@ def mount_plan(t: "Tenancy", owner: str, mounts: tuple[VfolderMount, ...]) -> li
         f = find(t, who, m.name)
         if isinstance(f, str):
             return f
-        target = f"{MOUNT_ROOT}/{f.name}"
+        if m.at is not None and m.at != PIPELINE_MOUNT:
+            return f"a folder is mounted at {MOUNT_ROOT}/NAME or {PIPELINE_MOUNT}, not {m.at}"
+        target = m.at or f"{MOUNT_ROOT}/{f.name}"
         if any(p.target == target for p in placed):
             return f"two folders would be mounted at {target}"
         read_only = m.read_only or access_of(who, f) == "ro"

@@ -1,0 +1,230 @@
+"""Pipelines: a run of a DAG of tasks, each task a batch session.
+
+A person asks (``PipelineRunRequested``, ``PipelineCancelRequested``,
+``PipelineRerunRequested``) on their own request subject ``fgpu.req.<key>.<run_id>``,
+handed in through the intake as a session request is. The pipeline actor answers on the
+run's own subject ``fgpu.pipe.<run_id>``: each task's session asked for
+(``PipelineTaskRequested``, written in one atomic batch with the ``SessionRequested`` it
+names, in the owner's name: the quota actor judges it against the owner's rights as they
+stand then), each task's end, retries with their due time, the run's cancellation and
+end, and refusals. Who writes what is in ``docs/events.md``.
+"""
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from events.base import Event
+from events.slots import Slots
+from events.vfolder import VfolderMount
+
+__all__ = [
+    "EnvVar",
+    "PipelineCancelRequested",
+    "PipelineRequestRefused",
+    "PipelineRerunRequested",
+    "PipelineRerunStarted",
+    "PipelineRetryScheduled",
+    "PipelineRunCancelled",
+    "PipelineRunEnded",
+    "PipelineRunRequested",
+    "PipelineScheduleFired",
+    "PipelineScheduleRefused",
+    "PipelineScheduleRemoved",
+    "PipelineScheduleSet",
+    "PipelineSpec",
+    "PipelineTask",
+    "PipelineTaskEnded",
+    "PipelineTaskRequested",
+    "RunOutcome",
+    "TaskOutcome",
+]
+
+TaskOutcome = Literal["succeeded", "failed", "skipped", "upstream-failed", "cancelled"]
+RunOutcome = Literal["succeeded", "failed", "cancelled", "refused"]
+
+
+class EnvVar(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """One environment variable of every task of a run, in clear (secrets never stand
+    on the log; a spec naming one is refused before it is sent)."""
+
+    name: str
+    value: str
+
+
+class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """One task as the run asked for it, amounts exact. ``slots.fgpu`` 0: a CPU-only
+    session. ``retry_max_attempts``: attempts in all (1: no retry), each
+    ``retry_delay_s`` after the last one's failure. ``timeout_s``: the session's
+    lifetime (None: its group's default). ``kind`` ``serve`` is reserved (refused)."""
+
+    name: str
+    kind: Literal["session", "serve"] = "session"
+    image: str
+    command: tuple[str, ...]
+    slots: Slots
+    group: str | None = None
+    mounts: tuple[VfolderMount, ...] = ()
+    dependencies: tuple[str, ...] = ()
+    retry_max_attempts: int = 1
+    retry_delay_s: int = 0
+    continue_on_failure: bool = False
+    skip: bool = False
+    timeout_s: int | None = None
+
+
+class PipelineSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """A pipeline as run: its name, the environment every task gets, its tasks."""
+
+    version: int = 1
+    name: str
+    environment: tuple[EnvVar, ...] = ()
+    tasks: tuple[PipelineTask, ...]
+
+
+class PipelineRunRequested(Event, frozen=True, kw_only=True, tag="pipeline.run-requested.v1"):
+    """``requester`` asks to run ``spec`` as run ``run_id`` (its sessions in ``project``;
+    None: the user's default project). ``folder``: the id of the run's folder, mounted at
+    ``/pipeline`` in every task, asked for by the requester's ``folder_request`` (an
+    ``admin.requested`` creating it, handed in with this): no task runs before the
+    registrar has made it (None: a run without a folder)."""
+
+    run_id: str
+    requester: str
+    spec: PipelineSpec
+    project: str | None = None
+    folder: str | None = None
+    folder_request: str | None = None
+
+
+class PipelineCancelRequested(Event, frozen=True, kw_only=True, tag="pipeline.cancel-requested.v1"):
+    """``requester`` asks to cancel run ``run_id`` (only its owner may)."""
+
+    run_id: str
+    requester: str
+
+
+class PipelineRerunRequested(Event, frozen=True, kw_only=True, tag="pipeline.rerun-requested.v1"):
+    """``requester`` asks to run ended run ``run_id`` again from task ``from_task``: that
+    task and every task after it, in the same run and its folder."""
+
+    run_id: str
+    requester: str
+    from_task: str
+
+
+class PipelineRequestRefused(Event, frozen=True, kw_only=True, tag="pipeline.request-refused.v1"):
+    """The pipeline actor refused request ``request_id`` of ``requester`` about
+    ``run_id``; ``reason`` is shown as is."""
+
+    run_id: str
+    requester: str
+    request_id: str
+    reason: str
+
+
+class PipelineTaskRequested(Event, frozen=True, kw_only=True, tag="pipeline.task-requested.v1"):
+    """Attempt ``attempt`` (from 1) of ``task`` in round ``round`` (0, then one more per
+    rerun) asked for as session ``session_id``: written with that session's request, in
+    one atomic batch, so a task's attempt is asked for once or not at all."""
+
+    run_id: str
+    task: str
+    round: int
+    attempt: int
+    session_id: str
+
+
+class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-ended.v1"):
+    """``task`` ended in round ``round`` with ``outcome`` (its attempt ``attempt``'s
+    session ``session_id``; none for a task skipped, cancelled before it ran, or not run
+    because a task before it failed)."""
+
+    run_id: str
+    task: str
+    round: int
+    attempt: int
+    outcome: TaskOutcome
+    session_id: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class PipelineRetryScheduled(Event, frozen=True, kw_only=True, tag="pipeline.retry-scheduled.v1"):
+    """Attempt ``attempt`` of ``task`` failed; attempt ``attempt + 1`` is asked for at
+    ``due`` (a time on the log: a restarted actor keeps it)."""
+
+    run_id: str
+    task: str
+    round: int
+    attempt: int
+    due: datetime
+    reason: str = ""
+
+
+class PipelineRunCancelled(Event, frozen=True, kw_only=True, tag="pipeline.run-cancelled.v1"):
+    """Run ``run_id`` is cancelled at ``requester``'s request: no task is asked for any
+    more, and the sessions of those running are asked to end."""
+
+    run_id: str
+    requester: str
+
+
+class PipelineRerunStarted(Event, frozen=True, kw_only=True, tag="pipeline.rerun-started.v1"):
+    """Round ``round`` of run ``run_id`` begins: ``tasks`` (``from_task`` and every task
+    after it) wait to run again."""
+
+    run_id: str
+    round: int
+    from_task: str
+    tasks: tuple[str, ...]
+
+
+class PipelineRunEnded(Event, frozen=True, kw_only=True, tag="pipeline.run-ended.v1"):
+    """Run ``run_id`` ended (its round ``round``) with ``outcome``; ``reason`` says why
+    when it was refused or failed."""
+
+    run_id: str
+    round: int
+    outcome: RunOutcome
+    reason: str = ""
+
+
+class PipelineScheduleSet(Event, frozen=True, kw_only=True, tag="pipeline.schedule-set.v1"):
+    """``requester`` asks that ``spec`` be run at each time ``cron`` names (five fields,
+    UTC), as its own runs: each checked against its rights when it comes. Set again with
+    the same ``schedule_id``: the first stands."""
+
+    schedule_id: str
+    requester: str
+    cron: str
+    spec: PipelineSpec
+    project: str | None = None
+
+
+class PipelineScheduleRemoved(Event, frozen=True, kw_only=True, tag="pipeline.schedule-removed.v1"):
+    """``requester`` asks that schedule ``schedule_id`` run no more (only its owner may)."""
+
+    schedule_id: str
+    requester: str
+
+
+class PipelineScheduleFired(Event, frozen=True, kw_only=True, tag="pipeline.schedule-fired.v1"):
+    """The schedule's time ``due`` came and its owner may run: run ``run_id`` is asked for
+    in the owner's name, in one atomic batch with this."""
+
+    schedule_id: str
+    owner: str
+    due: datetime
+    run_id: str
+
+
+class PipelineScheduleRefused(Event, frozen=True, kw_only=True, tag="pipeline.schedule-refused.v1"):
+    """The schedule's time ``due`` came, and its owner may not run (``reason``: its key
+    revoked, its user removed): no run."""
+
+    schedule_id: str
+    owner: str
+    due: datetime
+    reason: str

@@ -1,0 +1,31 @@
+"""Everything that keeps a pipeline from running, each one line: the document's fields
+(``document``), its graph (``dag``), and each task against the user's rights
+(``limits``). The CLI says these before it sends a run; the pipeline actor refuses a
+run whose spec has any of the first two (it may have been sent by another client)."""
+
+from events import PipelineSpec
+from services.domain.pipelines.dag import graph_problems
+from services.domain.pipelines.document import SpecError, decode_document, to_spec
+from services.domain.pipelines.limits import Limits, spec_problems
+
+__all__ = ["check_text", "run_problems"]
+
+
+def run_problems(spec: PipelineSpec, owner: str, limits: Limits | None = None) -> list[str]:
+    """Why ``spec`` cannot run for ``owner``: its graph's problems first, then each
+    task's (against ``limits``, when given). Empty: it can."""
+    problems = graph_problems(spec.tasks)
+    if any(t.kind != "session" for t in spec.tasks):
+        problems.append("tasks: only tasks of kind session run yet (serve is coming)")
+    return problems + spec_problems(spec, owner, limits)
+
+
+def check_text(
+    text: str, owner: str, limits: Limits | None = None
+) -> tuple[PipelineSpec | None, list[str]]:
+    """The spec in YAML ``text`` and its problems (the spec None when it is unreadable)."""
+    try:
+        spec = to_spec(decode_document(text))
+    except SpecError as e:
+        return None, [str(e)]
+    return spec, run_problems(spec, owner, limits)

@@ -1,0 +1,106 @@
+"""A task's session request, and the ids the pipeline actor puts on the log.
+
+Every id is derived, never drawn: from the run, the task, the round and the attempt,
+keyed with a salt of the log (``RunIds``), so an actor that crashed and starts again
+makes the same ids, the log dedupes what it sent already, and a session id is asked for
+once (the fold refuses one asked for twice). Users cannot make them: a guessed session id
+taken first would have the task's request refused.
+"""
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from events import PipelineSpec, PipelineTask, SessionRequested, SessionType, VfolderMount
+from services.domain.tenancy.vfolders import PIPELINE_MOUNT
+
+__all__ = ["DIR_ENV", "RUN_ENV", "TASK_ENV", "RunIds", "draft_request", "task_request"]
+
+RUN_ENV = "FGPU_PIPELINE_RUN"
+DIR_ENV = "FGPU_PIPELINE_DIR"
+TASK_ENV = "FGPU_PIPELINE_TASK"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class RunIds:
+    """The ids of run ``run_id``'s decisions, keyed with ``salt`` (the actor's, from the
+    log's identity: the same for every pipeline actor of one log)."""
+
+    salt: str
+    run_id: str
+
+    def _digest(self, *parts: object) -> str:
+        message = "\0".join([self.run_id, *map(str, parts)]).encode()
+        return hmac.new(self.salt.encode(), message, hashlib.sha256).hexdigest()
+
+    def session(self, task: str, round_: int, attempt: int) -> str:
+        return "t" + self._digest("session", task, round_, attempt)[:15]
+
+    def event(self, what: str, *parts: object) -> str:
+        return self._digest("event", what, *parts)[:32]
+
+
+def _command(spec: PipelineSpec, task: PipelineTask, run_id: str) -> tuple[str, ...]:
+    # A session request carries no environment: ``env`` (POSIX, in every image with a
+    # shell's tools) sets it for the task's command.
+    env = [f"{v.name}={v.value}" for v in spec.environment]
+    env += [f"{RUN_ENV}={run_id}", f"{TASK_ENV}={task.name}", f"{DIR_ENV}={PIPELINE_MOUNT}"]
+    return ("env", *env, *task.command)
+
+
+def task_request(
+    spec: PipelineSpec,
+    task: PipelineTask,
+    *,
+    owner: str,
+    run_id: str,
+    session_id: str,
+    event_id: str,
+    at: datetime,
+    project: str | None,
+    correlation_id: str | None,
+    causation_id: str | None = None,
+    folder: str | None = None,
+) -> SessionRequested:
+    """The session request of one attempt of ``task``, in ``owner``'s name (made by the
+    pipeline actor: its ``actor``), with the run's ``folder`` at ``/pipeline``."""
+    mounts = task.mounts
+    if folder is not None:
+        mounts += (VfolderMount(name=folder, at=PIPELINE_MOUNT),)
+    return SessionRequested(
+        id=event_id,
+        at=at,
+        actor="pipeline",
+        causation_id=causation_id,
+        correlation_id=correlation_id,
+        session_id=session_id,
+        owner=owner,
+        image=task.image,
+        command=_command(spec, task, run_id),
+        slots=task.slots,
+        name=f"{spec.name}/{task.name}",
+        project=project,
+        cpu_only=task.slots.fgpu == 0,
+        group=task.group,
+        lifetime_s=task.timeout_s,
+        session_type=SessionType.BATCH,
+        mounts=mounts,
+    )
+
+
+def draft_request(spec: PipelineSpec, task: PipelineTask, owner: str) -> SessionRequested:
+    """``task``'s request as any attempt makes it but for its ids: what validation
+    checks."""
+    return task_request(
+        spec,
+        task,
+        owner=owner,
+        run_id="draft",
+        session_id="draft",
+        event_id="draft",
+        at=_EPOCH,
+        project=None,
+        correlation_id=None,
+    )
