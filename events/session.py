@@ -42,6 +42,7 @@ class SessionType(StrEnum):
 
     BATCH = "batch"
     INTERACTIVE = "interactive"
+    INFERENCE = "inference"  # a replica of a serving endpoint, asked for by the serving actor
 
 
 class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
@@ -176,11 +177,14 @@ class SessionPulling(Event, frozen=True, kw_only=True, tag="session.pulling.v1")
 
 
 class SessionRunning(Event, frozen=True, kw_only=True, tag="session.running.v1"):
-    """The session's container runs."""
+    """The session's container runs. ``host``: the container's own address on the
+    serving network, where a proxy on the agent's host reaches its ports (inference
+    sessions only; None for every other session, and in older logs)."""
 
     session_id: str
     agent_id: str
     container_id: str
+    host: str | None = None
 
 
 class SessionTerminated(Event, frozen=True, kw_only=True, tag="session.terminated.v1"):

@@ -14,6 +14,19 @@ from events.agent import (
 )
 from events.archive import LogArchived
 from events.health import LogHealth
+from events.serving import (
+    EndpointCreated,
+    EndpointRemoved,
+    ReplicaChanged,
+    ReplicaHealthReported,
+    ReplicaRotation,
+    ReplicasSet,
+    RevisionAdded,
+    ServeRefused,
+    ServeRequested,
+    TokenCreated,
+    TokenRevoked,
+)
 from events.session import (
     DestroyRejected,
     PayloadRejected,
@@ -95,6 +108,17 @@ AnyEvent = (
     | GpuOverSlice
     | GpuShareExceeded
     | LogHealth
+    | EndpointCreated
+    | EndpointRemoved
+    | ReplicaChanged
+    | ReplicaHealthReported
+    | ReplicaRotation
+    | ReplicasSet
+    | RevisionAdded
+    | ServeRefused
+    | ServeRequested
+    | TokenCreated
+    | TokenRevoked
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

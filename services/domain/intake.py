@@ -13,7 +13,13 @@ in one ``access.requests-dropped`` record at once, then at most one per window.
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from events import AdminRequested, AnyEvent, SessionDestroyRequested, SessionRequested
+from events import (
+    AdminRequested,
+    AnyEvent,
+    ServeRequested,
+    SessionDestroyRequested,
+    SessionRequested,
+)
 from events import subjects as subj
 from services.domain.subject_rules import SUBJECT_OF
 
@@ -30,7 +36,9 @@ __all__ = [
 DEFAULT_RATE = 50.0  # requests (events) a second a key may hand in, sustained
 DEFAULT_BURST = 1000  # and at once (``session create --count`` asks up to 1000)
 DEFAULT_WINDOW_S = 10.0  # at most one record of a key's drops per window
-_REQUESTS = (SessionRequested, SessionDestroyRequested, AdminRequested)
+_REQUESTS = (SessionRequested, SessionDestroyRequested, AdminRequested, ServeRequested)
+# Requests that stand on a subject named by their own id, not by a session's.
+_BY_ID = (AdminRequested, ServeRequested)
 
 
 def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] | str:
@@ -51,7 +59,7 @@ def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] |
         if named != key or e.actor != key:
             return f"a request of {key} in the name of {named if named != key else e.actor}"
         subject: str = SUBJECT_OF[type(e)](e)
-        if not subj.is_token(e.id if isinstance(e, AdminRequested) else e.session_id):
+        if not subj.is_token(e.id if isinstance(e, _BY_ID) else e.session_id):
             return f"{subject!r} is no subject of the log"
         found.append((subject, e))
     return found

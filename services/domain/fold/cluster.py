@@ -16,6 +16,7 @@ from services.domain.fold.pending import PendingQueue
 from services.domain.fold.running_index import RunningIndex
 from services.domain.fold.workload import Workload
 from services.domain.records import AgentView, OwnerUsage, SessionView
+from services.domain.serving.state import ServingState
 from services.domain.status import SessionStatus
 from services.domain.tenancy.model import Tenancy
 
@@ -70,6 +71,8 @@ class ClusterState:
     # The log's health: each server's latest record of the room on its store's disk (the
     # quota actor admits no new session while one is not ok).
     log_space: dict[str, LogHealth] = field(default_factory=dict)
+    # Endpoints, their replicas and undecided serve requests (services.domain.serving).
+    serving: ServingState = field(default_factory=ServingState)
     # Sessions and agents whose state changed since the owner last cleared these; lets an
     # actor look at what a batch changed instead of everything it knows. Invariant: every
     # change to a session's fields marks it (the projection store rewrites the rows of

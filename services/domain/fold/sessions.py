@@ -212,6 +212,7 @@ def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
     if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.PULLING):
         return
     v.container_id = e.container_id
+    v.host = e.host
     v.active_at = e.at
     _transition(s, v, S.RUNNING, seq, e)
 
