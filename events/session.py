@@ -62,6 +62,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     command, interactive when it has none.
     ``mounts``: virtual folders mounted at ``/home/work/<name>``, checked at admission
     (none in every request from before the field).
+    ``env``: environment variables of its container, by name (none in older requests);
+    fgpu's own (``FGPU_*``, CUDA's) are set over them.
     """
 
     session_id: str
@@ -78,6 +80,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     lifetime_s: int | None = None
     session_type: SessionType | None = None
     mounts: tuple[VfolderMount, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

@@ -125,7 +125,9 @@ def session_spec(
     caller gives ``parts`` as the shim enforces them (``mps.shim_slice``).
     """
     uuids = tuple(p.gpu.uuid for p in parts)
+    # The session's own environment first: fgpu's variables below are never overridden.
     env = {
+        **dict(v.env),
         "FGPU_SESSION_ID": v.session_id,
         "FGPU_OWNER": v.owner,
         "FGPU_MEM_LIMIT": ",".join(str(p.mem_limit) for p in parts),

@@ -103,6 +103,7 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         lifetime_s=e.lifetime_s,
         session_type=session_type_of(e),
         mounts=e.mounts,
+        env=e.env,
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
