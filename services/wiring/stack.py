@@ -54,6 +54,7 @@ from services.wiring.parts import (
     run_read_api,
     run_registrar,
     run_scheduler,
+    run_serving,
     run_store_watch,
     with_archive,
 )
@@ -82,7 +83,16 @@ __all__ = [
 
 # The cluster's actors a stack that owns its server runs, each as a service of this kind,
 # and the read API's service (its keypair is kept even where the API does not run).
-ACTORS = ("intake", "quota", "scheduler", "registrar", "api", "archiver", "domain-feed")
+ACTORS = (
+    "intake",
+    "quota",
+    "scheduler",
+    "registrar",
+    "serving",
+    "api",
+    "archiver",
+    "domain-feed",
+)
 
 KeyStore = Callable[[EventLog, list[str]], Awaitable[Mapping[str, Identity]]]
 
@@ -281,6 +291,8 @@ class Stack:
         await tg.start(run_domain_feed, conns["domain-feed"])
         registrar = partial(run_registrar, snapshots=conns["registrar"].snapshots("scheduler"))
         await tg.start(registrar, logs["registrar"])
+        serving = partial(run_serving, snapshots=conns["serving"].snapshots("scheduler"))
+        await tg.start(serving, logs["serving"])
         quota = partial(
             run_quota,
             snapshots=conns["quota"].snapshots("quota"),

@@ -85,7 +85,7 @@ def durables(service: str) -> tuple[str, ...]:
     kind, _, agent_id = service.partition(":")
     if service in _SEVERAL:
         return (service, *(f"{service}-{n}" for n in range(2, _DURABLES + 1)))
-    if service == "registrar":
+    if service in ("registrar", "serving"):
         return (service,)
     if kind == "agent" and subj.is_token(agent_id):
         return (f"agent-{agent_id}",)
@@ -292,6 +292,13 @@ def _registrar(access_key: str) -> Permissions:
     return _follower(access_key, "registrar", own)
 
 
+def _serving(access_key: str) -> Permissions:
+    # Its decisions and replicas' lifecycle; its replicas' session requests and destroys,
+    # in their endpoint owners' names (the fold judges them as any owner's request).
+    own = (subj.SERVING, "fgpu.req.>", *_snapshot_reads("scheduler", access_key))
+    return _follower(access_key, "serving", own)
+
+
 def _archiver(access_key: str) -> Permissions:
     # The log's past, once archived and said: removed from the stream (a purge, its
     # alone), what the actors' snapshots cover (read, to know how far it may go); and the
@@ -372,6 +379,7 @@ _SERVICES: dict[str, Callable[[str], Permissions]] = {
     "scheduler": _scheduler,
     "domain-feed": _domain_feed,
     "registrar": _registrar,
+    "serving": _serving,
     "archiver": _archiver,
     "api": _api,
     "intake": _intake,

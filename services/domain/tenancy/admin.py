@@ -68,6 +68,7 @@ SERVICES = frozenset(
         "quota",
         "scheduler",
         "registrar",
+        "serving",
         "api",
         "auth",
         "agent-host",
