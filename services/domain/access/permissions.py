@@ -246,6 +246,8 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
         return grant(access_key)
     if kind == "agent" and subj.is_token(agent_id):
         return _agent(access_key, agent_id)
+    if kind == "router" and subj.is_token(agent_id):
+        return _router(access_key, agent_id)
     return None
 
 
@@ -357,6 +359,13 @@ def _agent_host(access_key: str) -> Permissions:
     )
     listens = (f"{subj.AGENT_RPC_PREFIX}.*.*", f"{subj.CHANNEL_PREFIX}.*.*.*.up")
     return _follower(access_key, "agent-host", own, listens, responds=True)
+
+
+def _router(access_key: str, router: str) -> Permissions:
+    # What its health checks found of replicas, on its own subject; it reads the log (the
+    # endpoints) through reads of its own, and follows no durable.
+    own = (subj.route(router), *_snapshot_reads("scheduler", access_key))
+    return _follower(access_key, f"router:{router}", own)
 
 
 def _agent(access_key: str, agent_id: str) -> Permissions:
