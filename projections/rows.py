@@ -22,6 +22,8 @@ from events import (
 )
 from projections.schema import ROWS
 from services.domain.records import AgentView, SessionView, Transition
+from services.domain.serving.shape import endpoint_detail
+from services.domain.serving.state import ServingState
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
 from services.domain.tenancy.model import Tenancy
 
@@ -314,3 +316,19 @@ def _policy_columns(
         for name, value in values.items():
             cols[name].append(value)
     return cols
+
+
+def endpoint_table(s: ServingState) -> pa.Table:
+    """The endpoints not removed, whole, by name (``endpoint_detail`` as JSON)."""
+    live = sorted((ep for ep in s.endpoints.values() if not ep.removed), key=lambda ep: ep.name)
+    return pa.table(
+        {
+            "endpoint_id": [ep.endpoint_id for ep in live],
+            "name": [ep.name for ep in live],
+            "owner": [ep.owner for ep in live],
+            "domain": [ep.domain for ep in live],
+            "project": [ep.project for ep in live],
+            "detail": [msgspec.json.encode(endpoint_detail(ep)).decode() for ep in live],
+        },
+        schema=ROWS["endpoints"],
+    )

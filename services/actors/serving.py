@@ -12,7 +12,7 @@ the log holds both or neither, and two serving actors never both act on one view
 
 from events import AnyEvent, ServeRefused
 from events import subjects as subj
-from services.actors.common import LogActor, Provenance, append_expecting, stamp
+from services.actors.common import LogActor, Provenance, stamp
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import apply_decision
 from services.domain.serving.reconcile import reconcile
@@ -37,15 +37,23 @@ class ServingActor(LogActor):
             await self._append(s, items[start : start + MAX_BATCH])
 
     async def _append(self, s: ClusterState, items: list[tuple[str, AnyEvent]]) -> None:
-        """One atomic batch expecting ``fgpu.serving`` where it holds a record of it: the
-        sessions' requests first, so that its last record is on that subject and its
-        sequence the subject's last. Destroys alone are appended each deduped by its id
-        (derived from the replica's session: asked again, stored once)."""
-        ordered = sorted(items, key=lambda item: item[0] == subj.SERVING)  # stable
-        if ordered and ordered[-1][0] == subj.SERVING:
-            await append_expecting(self.events, s, subj.SERVING, ordered)
-        elif ordered:
-            await self.events.append_many(ordered)
+        """One atomic batch expecting ``fgpu.serving``'s last sequence where it holds a
+        record of it: those records first, then the sessions' requests and destroys. A
+        batch is stored in the order given and without a gap, so the subject's new last
+        sequence is the batch's last less the records after it. Destroys alone are
+        appended each deduped by its id (derived from the replica's session: asked
+        again, stored once)."""
+        ours = [item for item in items if item[0] == subj.SERVING]
+        others = [item for item in items if item[0] != subj.SERVING]
+        if not ours:
+            await self.events.append_many(others)
+            return
+        last = await self.events.append_batch(
+            ours + others,
+            expect_subject=subj.SERVING,
+            expected_last_subject_seq=s.subject_seq.get(subj.SERVING, 0),
+        )
+        s.subject_seq[subj.SERVING] = last - len(others)
 
     def answers(self, s: ClusterState) -> list[tuple[str, AnyEvent]]:
         """Answers to the undecided requests, in the order they came, each applied to

@@ -84,7 +84,7 @@ async def world(log: JetStreamLog) -> AsyncIterator[World]:
     first = await bootstrap(log, SystemClock())
     assert first is not None
     config = agent_config("a1", gpus=2, fgpu_per_gpu=100)
-    async with running_cluster(log, [(config, DummyRuntime())]):
+    async with running_cluster(log, [(config, DummyRuntime())], serving=False):
         w = World(log, Client(log, SystemClock(), first.access_key))
         for c in (
             CreateDomain(domain="research"),

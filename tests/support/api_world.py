@@ -25,6 +25,7 @@ from anyio.from_thread import start_blocking_portal
 from events import (
     AdminCommand,
     CreateDomain,
+    CreateEndpoint,
     CreateGroup,
     CreateKeypair,
     CreateProject,
@@ -34,6 +35,7 @@ from events import (
     GroupSettings,
     PolicyLevel,
     ResourcePolicy,
+    RevisionSpec,
     Role,
     SetImageAlias,
     SetImages,
@@ -75,6 +77,7 @@ PEOPLE = (
     ("ucarol1i", "doth3z", Role.DOMAIN_ADMIN, "px2w", "fncarolproj"),
 )
 RUNNING = ("ualice5r", "ubob8t", "ueve6u")  # each has a session running
+SERVING = ("ualice5r", "ueve6u")  # each has an endpoint with a replica running
 
 
 @dataclass
@@ -89,6 +92,7 @@ class World:
     destroys: dict[str, str]  # user -> the id of a destroy request of theirs
     service: tuple[str, str]  # the scheduler's keypair
     tokens: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # user -> id, name
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
@@ -119,6 +123,7 @@ class World:
         found = {user, self.keys[user][0]}
         if user in self.sessions:
             found |= {*self.sessions[user], f"n{user}"}
+        found |= set(self.endpoints.get(user, ()))
         folder = self.folders.get(user)
         if folder is not None:
             found |= {folder, self.files[folder]}
@@ -211,14 +216,23 @@ async def _people(world: World, events: JetStreamLog) -> None:
         command = CreateVfolder(vfolder_id=vid, name=folder, **owner)
         world.admin_requests[user] = await clients[user].admin(command)
         world.folders[user] = vid
+    for user in SERVING:
+        world.endpoints[user] = (f"ep{user}", f"m{user}")
+        spec = RevisionSpec(image=IMAGE, slots=one)
+        ask = CreateEndpoint(endpoint_id=f"ep{user}", name=f"m{user}", revision=spec, replicas=1)
+        await clients[user].serve(ask)
     ids = [s for user in RUNNING for s in world.sessions[user]]
     await _wait(
         events,
         lambda s: (
             all(i in s.sessions and s.sessions[i].status is SessionStatus.RUNNING for i in ids)
             and set(world.folders.values()) <= set(s.tenancy.vfolders)
+            and all(
+                any(r.host for r in ep.replicas.values()) for ep in s.serving.endpoints.values()
+            )
+            and len(s.serving.endpoints) == len(SERVING)
         ),
-        "sessions running and folders made",
+        "sessions running, folders made and endpoints served",
     )
     world.destroys["ualice5r"] = await clients["ualice5r"].destroy(gone)
     await _wait(

@@ -188,6 +188,7 @@ def clear_changes(s: ClusterState) -> None:
     s.answered.clear()
     s.admin_answered.clear()
     s.tenancy_changed = False
+    s.serving.changed = False
 
 
 def own_subjects(v: SessionView) -> tuple[str, ...]:
