@@ -18,6 +18,7 @@ from events import (
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
+    ServeRequested,
     SessionDestroyRequested,
 )
 from projections.schema import ROWS
@@ -242,9 +243,9 @@ def destroy_table(
 
 
 def admin_answer_table(
-    answered: Mapping[str, tuple[int, AdminRequested, tuple[str, str] | None]],
+    answered: Mapping[str, tuple[int, AdminRequested | ServeRequested, tuple[str, str] | None]],
 ) -> pa.Table:
-    """The admin requests answered in a batch (``ClusterState.admin_answered``)."""
+    """The admin and serve requests answered in a batch (``ClusterState.admin_answered``)."""
     items = sorted(answered.values(), key=lambda item: item[0])
     return pa.table(
         {

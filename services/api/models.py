@@ -310,7 +310,8 @@ class DestroyAnswer(BaseModel):
 
 
 class AdminAnswer(BaseModel):
-    """The registrar's answer to an admin request."""
+    """The registrar's answer to an admin request (or the serving actor's to a serve
+    request)."""
 
     request_id: str
     requester: str

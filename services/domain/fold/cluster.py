@@ -9,7 +9,14 @@ workload). Owned by the fold (``services.domain.fold.state``); everyone else rea
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from events import AdminRequested, LogHealth, PolicySet, SessionDestroyRequested, Slots
+from events import (
+    AdminRequested,
+    LogHealth,
+    PolicySet,
+    ServeRequested,
+    SessionDestroyRequested,
+    Slots,
+)
 from services.domain.fold.fit_index import FitIndex
 from services.domain.fold.group_shares import GroupShares
 from services.domain.fold.pending import PendingQueue
@@ -44,9 +51,10 @@ class ClusterState:
     # Admin requests answered, and whether the tenancy changed, since the owner last
     # cleared these (with ``changed``): request id -> the answer's sequence, the request,
     # and the refusal's code and reason (None: applied).
-    admin_answered: dict[str, tuple[int, AdminRequested, tuple[str, str] | None]] = field(
-        default_factory=dict
-    )
+    # Serve requests answered by the serving actor are noted here too.
+    admin_answered: dict[
+        str, tuple[int, AdminRequested | ServeRequested, tuple[str, str] | None]
+    ] = field(default_factory=dict)
     tenancy_changed: bool = False
     subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
     # Work waiting for an actor, kept by the fold so no actor scans every session:

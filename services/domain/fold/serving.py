@@ -24,7 +24,26 @@ from services.domain.serving.state import evolve
 __all__ = ["HANDLERS"]
 
 
+_DECISIONS = (
+    ServeRefused,
+    EndpointCreated,
+    RevisionAdded,
+    ReplicasSet,
+    EndpointRemoved,
+    TokenCreated,
+    TokenRevoked,
+)
+
+
 def _serving(s: ClusterState, seq: int, e: Any) -> None:
+    # A request's first decision answers it, beside the registrar's answers (one table
+    # of answers to people's requests: ``admin_answers``).
+    cause = e.causation_id
+    if cause is not None and isinstance(e, _DECISIONS):
+        request = s.serving.requests.get(cause)
+        if request is not None and cause not in s.admin_answered:
+            refused = (e.code, e.reason) if isinstance(e, ServeRefused) else None
+            s.admin_answered[cause] = (seq, request, refused)
     evolve(s.serving, e)
 
 
