@@ -7,6 +7,7 @@ a broken setup must not pass as "skipped".
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -296,3 +297,47 @@ async def _wait_while(
             tg.start_soon(waiting)
             await meanwhile()
     return codes[0]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_container_on_a_serving_network_is_reached_from_the_host_at_its_address(
+    rt: DockerRuntime,
+) -> None:
+    """An inference replica's network: an internal bridge the runtime makes once (a second
+    container joins it), its address reported, its port reached from the engine's host."""
+    network = f"fgpu-serve-test{int(time.time() * 1000) % 10**9}"
+    serve = "mkdir -p /w && echo ok > /w/health && exec httpd -f -p 8000 -h /w"
+    try:
+        infos = [
+            await rt.run(msgspec.structs.replace(_spec(f"net{n}", serve), network=network))
+            for n in range(2)
+        ]
+        hosts = [i.host for i in infos]
+        assert all(hosts) and len(set(hosts)) == 2, hosts
+        again = await rt.run(msgspec.structs.replace(_spec("net0", serve), network=network))
+        assert again.host == hosts[0]  # found as it is: the same address
+        with anyio.fail_after(DEADLINE_S):
+            assert await _http_get(f"{hosts[0]}", 8000, "/health") == b"ok\n"
+    finally:
+        for info in await rt.list({TEST_LABEL: "docker-extra"}):
+            await rt.remove(info.id, stop_timeout_s=0)
+        docker("network", "rm", network)
+
+
+async def _http_get(host: str, port: int, path: str) -> bytes:
+    """The body of ``GET path``, once the server listens (connections are refused
+    until its process has bound the port: tried again until the caller's deadline)."""
+    while True:
+        try:
+            stream = await anyio.connect_tcp(host, port)
+        except OSError:
+            await anyio.sleep(0.05)
+            continue
+        async with stream:
+            await stream.send(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+            data = b""
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    data += await stream.receive()
+        return data.split(b"\r\n\r\n", 1)[1]

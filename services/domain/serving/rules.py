@@ -33,6 +33,7 @@ from events import (
     TokenRevoked,
 )
 from events import subjects as subj
+from services.domain.container_spec import env_problem
 from services.domain.image_ref import image_reference_problem
 from services.domain.provenance import Provenance, stamp
 from services.domain.refusal import Refusal
@@ -46,7 +47,6 @@ __all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal"]
 
 MAX_REPLICAS = 64  # of one endpoint
 _NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def may_see(s: ServingState, t: Tenancy, key: str, endpoint_id: str) -> EndpointView | None:
@@ -162,9 +162,9 @@ def _spec_refusal(spec: RevisionSpec) -> Refusal | None:
         return _bad("cpu and mem must be greater than zero, and no amount beyond a cluster's")
     if spec.model is not None and not spec.model:
         return _bad("a model folder needs a name")
-    names = [k for k, _ in spec.env]
-    if any(_ENV.fullmatch(k) is None for k in names) or len(set(names)) != len(names):
-        return _bad("environment names: letters, digits and '_', each once")
+    problem = env_problem(spec.env)
+    if problem is not None:
+        return _bad(problem)
     h = spec.health
     if not h.path.startswith("/") or min(h.interval_s, h.timeout_s) <= 0:
         return _bad("the health check needs a path from '/' and times above zero")
