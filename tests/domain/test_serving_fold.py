@@ -21,6 +21,8 @@ from events import (
     TokenCreated,
     TokenRevoked,
 )
+from services.domain.access.event_domains import domains_of
+from services.domain.fold.cluster import ClusterState
 from services.domain.serving.routes import route_table
 from services.domain.serving.state import ServingState, evolve
 
@@ -176,3 +178,14 @@ def test_the_fold_is_deterministic_and_redelivery_changes_nothing(
     again = folded([e for e in events for _ in range(2 if twice else 1)])
     assert route_table(once, AT) == route_table(again, AT)
     assert once.endpoints.keys() == again.endpoints.keys()
+
+
+def test_a_record_about_an_endpoint_belongs_to_its_domain() -> None:
+    """What the domain feed gives that domain's readers (and no other's)."""
+    s = ClusterState()
+    for e in created():
+        evolve(s.serving, e)
+    rotation = ReplicaRotation(id="x", endpoint_id="ep", session_id="s9", in_rotation=False, **ENV)
+    assert domains_of(s, rotation) == {"d"}
+    other = ReplicaRotation(id="y", endpoint_id="nope", session_id="s9", in_rotation=False, **ENV)
+    assert domains_of(s, other) == frozenset()
