@@ -286,6 +286,7 @@ class DockerRuntime:
         self._tg: TaskGroup | None = None
         self._watching = False
         self._networks: set[str] = set()  # serving networks known to exist
+        self._network_lock = anyio.Lock()
 
     def _client(self) -> aiodocker.Docker:
         """The client of plain calls: the engine answers them at once."""
@@ -413,24 +414,27 @@ class DockerRuntime:
 
     async def _network(self, name: str) -> None:
         """Make the serving network ``name`` unless it exists: an internal bridge (no
-        route out through the engine's NAT), labelled as fgpu's. Raises
+        route out through the engine's NAT), labelled as fgpu's. Two agents on one engine
+        making it at the same moment may still make two (the engine refuses containers
+        a name two networks share: remove one). Raises
         RuntimeUnavailable or ContainerError."""
-        if name in self._networks:
-            return
-        config = {
-            "Name": name,
-            "Driver": "bridge",
-            "Internal": True,
-            "CheckDuplicate": True,
-            "Labels": {"fgpu.serving": "1"},
-        }
-        with _engine_call(f"create network {name}"):
-            try:
-                await self._client().networks.create(config)
-            except DockerError as e:
-                if e.status != 409:  # 409: made already (by this agent before, or another)
-                    raise
-        self._networks.add(name)
+        # The engine takes a second network of one name (its duplicate check is gone), and
+        # a name two networks share is refused to every container: one look-and-make at a
+        # time in this runtime, and a network made already is found by its exact name.
+        async with self._network_lock:
+            if name in self._networks:
+                return
+            config = {
+                "Name": name,
+                "Driver": "bridge",
+                "Internal": True,
+                "Labels": {"fgpu.serving": "1"},
+            }
+            with _engine_call(f"create network {name}"):
+                listed = await self._client().networks.list(filters={"name": [name]})
+                if not any(n.get("Name") == name for n in listed):
+                    await self._client().networks.create(config)
+            self._networks.add(name)
 
     async def _create(self, spec: ContainerSpec) -> str | None:
         """Create ``spec``'s container; its id, or None if one of that name exists."""

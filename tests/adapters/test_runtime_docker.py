@@ -7,7 +7,6 @@ a broken setup must not pass as "skipped".
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from services.ports import ContainerError, RuntimeUnavailable
 from tests.support.cli_stack import docker
 from tests.support.docker_env import engine_problem, skip_or_fail
 from tests.support.engine_proxy import engine_proxy
+from tests.support.http_probe import get_when_up
 from tests.support.runtime_contract import (
     DEADLINE_S,
     TEST_IMAGE,
@@ -318,26 +318,8 @@ async def test_a_container_on_a_serving_network_is_reached_from_the_host_at_its_
         again = await rt.run(msgspec.structs.replace(_spec("net0", serve), network=network))
         assert again.host == hosts[0]  # found as it is: the same address
         with anyio.fail_after(DEADLINE_S):
-            assert await _http_get(f"{hosts[0]}", 8000, "/health") == b"ok\n"
+            assert await get_when_up(f"{hosts[0]}", 8000, "/health") == b"ok\n"
     finally:
         for info in await rt.list({TEST_LABEL: "docker-extra"}):
             await rt.remove(info.id, stop_timeout_s=0)
         docker("network", "rm", network)
-
-
-async def _http_get(host: str, port: int, path: str) -> bytes:
-    """The body of ``GET path``, once the server listens (connections are refused
-    until its process has bound the port: tried again until the caller's deadline)."""
-    while True:
-        try:
-            stream = await anyio.connect_tcp(host, port)
-        except OSError:
-            await anyio.sleep(0.05)
-            continue
-        async with stream:
-            await stream.send(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
-            data = b""
-            with contextlib.suppress(anyio.EndOfStream):
-                while True:
-                    data += await stream.receive()
-        return data.split(b"\r\n\r\n", 1)[1]
