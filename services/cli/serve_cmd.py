@@ -19,7 +19,9 @@ from services.cli.outcome import RequestIdOpt
 from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, ask, listed
 
 if TYPE_CHECKING:
-    from events import RevisionSpec
+    from collections.abc import Callable
+
+    from events import RevisionSpec, ServeCommand
 
 __all__ = ["app"]
 
@@ -113,6 +115,22 @@ def _done(answer: dict[str, Any], text: str, as_json: bool, **extra: Any) -> Non
         print_json({**answer, **extra})
     else:
         out().print(text, highlight=False)
+
+
+def _change(
+    ctx: typer.Context,
+    endpoint: str,
+    command: "Callable[[str], ServeCommand]",
+    said: str,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Ask ``command(endpoint id)`` of the endpoint the user calls ``endpoint``, and say
+    ``said`` (its ``{name}`` the endpoint's) once applied."""
+    with api_errors():
+        ep = _endpoint(ctx, endpoint)
+    answer = ask(ctx, command(ep["endpoint_id"]), timeout)
+    _done(answer, said.format(name=ep["name"]), as_json)
 
 
 @app.command("create")
@@ -243,10 +261,10 @@ def scale(
     """Run this many replicas of the revision taking the traffic."""
     from events import ScaleEndpoint
 
-    with api_errors():
-        ep = _endpoint(ctx, endpoint)
-    c = ScaleEndpoint(endpoint_id=ep["endpoint_id"], replicas=replicas)
-    _done(ask(ctx, c, timeout), f"endpoint {ep['name']}: {replicas} replicas", as_json)
+    def command(endpoint_id: str) -> ScaleEndpoint:
+        return ScaleEndpoint(endpoint_id=endpoint_id, replicas=replicas)
+
+    _change(ctx, endpoint, command, f"endpoint {{name}}: {replicas} replicas", timeout, as_json)
 
 
 @app.command("rollback")
@@ -260,10 +278,10 @@ def rollback(
     """Point the endpoint at an earlier revision: it takes every replica and all traffic."""
     from events import PointEndpoint
 
-    with api_errors():
-        ep = _endpoint(ctx, endpoint)
-    c = PointEndpoint(endpoint_id=ep["endpoint_id"], revision=revision)
-    _done(ask(ctx, c, timeout), f"endpoint {ep['name']}: revision {revision}", as_json)
+    def command(endpoint_id: str) -> PointEndpoint:
+        return PointEndpoint(endpoint_id=endpoint_id, revision=revision)
+
+    _change(ctx, endpoint, command, f"endpoint {{name}}: revision {revision}", timeout, as_json)
 
 
 @app.command("rm")
@@ -273,10 +291,10 @@ def rm(
     """Remove an endpoint: its replicas are drained and stopped, its name freed."""
     from events import RemoveEndpoint
 
-    with api_errors():
-        ep = _endpoint(ctx, endpoint)
-    c = RemoveEndpoint(endpoint_id=ep["endpoint_id"])
-    _done(ask(ctx, c, timeout), f"endpoint {ep['name']} removed", as_json)
+    def command(endpoint_id: str) -> RemoveEndpoint:
+        return RemoveEndpoint(endpoint_id=endpoint_id)
+
+    _change(ctx, endpoint, command, "endpoint {name} removed", timeout, as_json)
 
 
 @token_app.command("create")
@@ -315,7 +333,7 @@ def token_revoke(
     """Revoke a token: proxies refuse it from their next table."""
     from events import RevokeToken
 
-    with api_errors():
-        ep = _endpoint(ctx, endpoint)
-    c = RevokeToken(endpoint_id=ep["endpoint_id"], token_id=token_id)
-    _done(ask(ctx, c, timeout), f"token {token_id} of {ep['name']} revoked", as_json)
+    def command(endpoint_id: str) -> RevokeToken:
+        return RevokeToken(endpoint_id=endpoint_id, token_id=token_id)
+
+    _change(ctx, endpoint, command, f"token {token_id} of {{name}} revoked", timeout, as_json)

@@ -19,7 +19,6 @@ from events import (
     CreateProject,
     CreateToken,
     CreateUser,
-    ReplicaHealthReported,
     ReplicaPhase,
     RevisionSpec,
     RevokeKeypair,
@@ -39,10 +38,10 @@ from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.access.keys import hash_secret
 from services.domain.fold.cluster import ClusterState
-from services.domain.provenance import Provenance, stamp
 from services.domain.serving.routes import route_table
 from services.domain.serving.state import EndpointView
 from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.routers import report_health
 
 pytestmark = pytest.mark.anyio
 SPEC = RevisionSpec(
@@ -131,19 +130,6 @@ async def replica_requests(log: JetStreamLog) -> Counter[str]:
     return asked
 
 
-async def report(log: JetStreamLog, ep: EndpointView, healthy: bool) -> None:
-    for r in ep.replicas.values():
-        e = stamp(
-            ReplicaHealthReported,
-            Provenance("router:r1", datetime.now(UTC)),
-            router="r1",
-            endpoint_id=ep.endpoint_id,
-            session_id=r.session_id,
-            healthy=healthy,
-        )
-        await log.append(subj.route("r1"), e)
-
-
 def create(name: str, replicas: int = 2) -> CreateEndpoint:
     return CreateEndpoint(endpoint_id=f"ep-{name}", name=name, revision=SPEC, replicas=replicas)
 
@@ -163,7 +149,7 @@ async def test_an_endpoint_gets_its_replicas_once_each_and_they_take_traffic_whe
         assert owners == {"AKuma"}  # the owner's sessions, charged to the owner
         table = route_table(s.serving, datetime.now(UTC))
         assert [b.weight for b in table.routes[0].backends] == [0, 0]
-        await report(log, ep, healthy=True)
+        await report_health(log, ep.endpoint_id, ep.replicas, healthy=True)
         healthy = [ReplicaPhase.HEALTHY] * 2
         s = await w.until(uma, lambda s: phases(s, "sentiment") == healthy)
         [route] = route_table(s.serving, datetime.now(UTC)).routes

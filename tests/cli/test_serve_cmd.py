@@ -5,25 +5,16 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from anyio.from_thread import start_blocking_portal
 
-from services.adapters import nats_server
-from tests.cli.test_cli_tenancy import Tenanted, _actors
-from tests.support.api_stack import read_api
+from tests.support.tenanted_cli import Tenanted, tenanted
 
 IMAGE = "fgpu/busybox:latest"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenanted]:
-    db = tmp_path_factory.mktemp("serve") / "p.duckdb"
-    with nats_server.nats_server() as server, start_blocking_portal("asyncio") as portal:
-        running, first = portal.start_task(_actors, server.url)
-        try:
-            with read_api(server.url, db) as api:
-                yield Tenanted(server.url, api.url, first)
-        finally:
-            running.cancel()
+    with tenanted(tmp_path_factory.mktemp("serve")) as found:
+        yield found
 
 
 def _people(cluster: Tenanted) -> tuple[str, str]:

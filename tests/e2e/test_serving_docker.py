@@ -11,21 +11,20 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
-from events import CreateEndpoint, ReplicaHealthReported, ReplicaPhase, RevisionSpec, Slots
-from events import subjects as subj
+from events import CreateEndpoint, ReplicaPhase, RevisionSpec, Slots
 from services.adapters.docker_runtime import DockerRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import serving_network
 from services.domain.fold.cluster import ClusterState
-from services.domain.provenance import Provenance, stamp
 from services.domain.serving.routes import route_table
 from services.domain.serving.state import EndpointView
 from tests.support.cli_stack import docker, remove_agent_containers
 from tests.support.cluster import agent_config, running_cluster
 from tests.support.docker_env import require_docker
 from tests.support.http_probe import get_when_up
+from tests.support.routers import report_health
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 AGENT = "serve-e2e"
@@ -52,19 +51,6 @@ def _phases(s: ClusterState) -> list[P]:
     return [] if ep is None else sorted(r.phase for r in ep.replicas.values())
 
 
-async def _healthy(log: JetStreamLog, ep: EndpointView) -> None:
-    for r in ep.replicas.values():
-        e = stamp(
-            ReplicaHealthReported,
-            Provenance("router:e2e", datetime.now(UTC)),
-            router="e2e",
-            endpoint_id=ep.endpoint_id,
-            session_id=r.session_id,
-            healthy=True,
-        )
-        await log.append(subj.route("e2e"), e)
-
-
 async def test_replicas_are_reached_at_their_address_and_one_that_dies_is_replaced(
     log: JetStreamLog, runtime: DockerRuntime
 ) -> None:
@@ -86,7 +72,7 @@ async def test_replicas_are_reached_at_their_address_and_one_that_dies_is_replac
             for r in ep.replicas.values():
                 assert r.host is not None and r.host != "127.0.0.1" and r.port == 8000
                 assert await get_when_up(r.host, r.port, "/health") == b"ok\n"
-            await _healthy(log, ep)
+            await report_health(log, ep.endpoint_id, ep.replicas, healthy=True)
             s = await alice.wait_until(lambda s: _phases(s) == [P.HEALTHY] * 2)
         [route] = route_table(s.serving, datetime.now(UTC)).routes
         assert sorted(b.weight for b in route.backends) == [100, 100]

@@ -4,42 +4,18 @@
 from collections.abc import Callable
 from typing import Any
 
-from events import (
-    EndpointCreated,
-    EndpointRemoved,
-    Event,
-    ReplicaChanged,
-    ReplicaHealthReported,
-    ReplicaRotation,
-    ReplicasSet,
-    RevisionAdded,
-    ServeRefused,
-    ServeRequested,
-    TokenCreated,
-    TokenRevoked,
-)
+from events import Event, ServeRefused
 from services.domain.fold.cluster import ClusterState
-from services.domain.serving.state import evolve
+from services.domain.serving.state import DECISIONS, SERVING_EVENTS, evolve
 
 __all__ = ["HANDLERS"]
-
-
-_DECISIONS = (
-    ServeRefused,
-    EndpointCreated,
-    RevisionAdded,
-    ReplicasSet,
-    EndpointRemoved,
-    TokenCreated,
-    TokenRevoked,
-)
 
 
 def _serving(s: ClusterState, seq: int, e: Any) -> None:
     # A request's first decision answers it, beside the registrar's answers (one table
     # of answers to people's requests: ``admin_answers``).
     cause = e.causation_id
-    if cause is not None and isinstance(e, _DECISIONS):
+    if cause is not None and isinstance(e, DECISIONS):
         request = s.serving.requests.get(cause)
         if request is not None and cause not in s.admin_answered:
             refused = (e.code, e.reason) if isinstance(e, ServeRefused) else None
@@ -48,18 +24,5 @@ def _serving(s: ClusterState, seq: int, e: Any) -> None:
 
 
 HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = dict.fromkeys(
-    (
-        ServeRequested,
-        ServeRefused,
-        EndpointCreated,
-        RevisionAdded,
-        ReplicasSet,
-        EndpointRemoved,
-        TokenCreated,
-        TokenRevoked,
-        ReplicaChanged,
-        ReplicaRotation,
-        ReplicaHealthReported,
-    ),
-    _serving,
+    SERVING_EVENTS, _serving
 )

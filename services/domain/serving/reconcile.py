@@ -79,19 +79,28 @@ def reconcile(
     return out
 
 
-def _changed(ep: EndpointView, r: ReplicaView, phase: P, prov: Provenance, **kw: object) -> Item:
+def _record(
+    ep: EndpointView, slot_of: tuple[str, int, int, int], phase: P, prov: Provenance, **kw: object
+) -> Item:
+    """``replica.changed`` of the replica ``slot_of`` (session, revision, ordinal,
+    generation) entering ``phase``."""
+    session_id, revision, ordinal, generation = slot_of
     e = stamp(
         ReplicaChanged,
         prov,
         endpoint_id=ep.endpoint_id,
-        session_id=r.session_id,
-        revision=r.revision,
-        ordinal=r.ordinal,
-        generation=r.generation,
+        session_id=session_id,
+        revision=revision,
+        ordinal=ordinal,
+        generation=generation,
         phase=phase,
         **kw,
     )
     return subj.SERVING, e
+
+
+def _changed(ep: EndpointView, r: ReplicaView, phase: P, prov: Provenance, **kw: object) -> Item:
+    return _record(ep, (r.session_id, r.revision, r.ordinal, r.generation), phase, prov, **kw)
 
 
 def _rotation(ep: EndpointView, r: ReplicaView, on: bool, prov: Provenance) -> Item:
@@ -209,14 +218,5 @@ def _request(
         mounts=mounts,
         env=spec.env,
     )
-    provisioning = stamp(
-        ReplicaChanged,
-        prov,
-        endpoint_id=ep.endpoint_id,
-        session_id=sid,
-        revision=revision,
-        ordinal=ordinal,
-        generation=generation,
-        phase=P.PROVISIONING,
-    )
-    return [(subj.request(ep.owner, sid), asked), (subj.SERVING, provisioning)]
+    provisioning = _record(ep, (sid, revision, ordinal, generation), P.PROVISIONING, prov)
+    return [(subj.request(ep.owner, sid), asked), provisioning]

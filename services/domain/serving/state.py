@@ -38,6 +38,8 @@ from events import (
 )
 
 __all__ = [
+    "DECISIONS",
+    "SERVING_EVENTS",
     "EndpointView",
     "ReplicaView",
     "ServingState",
@@ -127,7 +129,7 @@ def evolve(s: ServingState, e: AnyEvent) -> None:
     if handler is not None:
         handler(s, e)
     cause = e.causation_id
-    if cause is not None and isinstance(e, _DECISIONS):
+    if cause is not None and isinstance(e, DECISIONS):
         s.requests.pop(cause, None)
 
 
@@ -277,7 +279,8 @@ def _refused(s: ServingState, e: ServeRefused) -> None:
     """Only answers its request (``evolve`` lets go of it)."""
 
 
-_DECISIONS = (
+# The serving actor's answers to a request: the first one a request gets answers it.
+DECISIONS = (
     ServeRefused,
     EndpointCreated,
     RevisionAdded,
@@ -302,3 +305,6 @@ _HANDLERS: dict[type[Event], Callable[[ServingState, Any], None]] = dict(
         ReplicaHealthReported: _health,
     }
 )
+
+# Every event this fold looks at.
+SERVING_EVENTS: tuple[type[Event], ...] = tuple(_HANDLERS)
