@@ -20,6 +20,7 @@ log's dedupe or by the fold).
 
 import hashlib
 from collections.abc import Mapping
+from typing import Any
 
 from events import (
     AnyEvent,
@@ -145,15 +146,21 @@ def _observe(
     return []
 
 
+def _envelope(event_id: str, ep: EndpointView, prov: Provenance) -> dict[str, Any]:
+    """The envelope of a request the serving actor makes for ``ep``'s owner: its id
+    derived (so a request made again is the same one), correlated with the endpoint."""
+    return {
+        "id": event_id,
+        "at": prov.at,
+        "actor": prov.actor,
+        "causation_id": prov.causation_id,
+        "correlation_id": ep.endpoint_id,
+    }
+
+
 def _destroy(ep: EndpointView, r: ReplicaView, d: str, prov: Provenance) -> Item:
     e = SessionDestroyRequested(
-        id=d,
-        at=prov.at,
-        actor=prov.actor,
-        causation_id=prov.causation_id,
-        correlation_id=ep.endpoint_id,
-        session_id=r.session_id,
-        requester=ep.owner,
+        **_envelope(d, ep, prov), session_id=r.session_id, requester=ep.owner
     )
     return subj.request(ep.owner, r.session_id), e
 
@@ -200,11 +207,7 @@ def _request(
     spec = ep.revisions[revision]
     mounts = () if spec.model is None else (VfolderMount(name=spec.model, read_only=True),)
     asked = SessionRequested(
-        id=_digest("request", sid)[:32],
-        at=prov.at,
-        actor=prov.actor,
-        causation_id=prov.causation_id,
-        correlation_id=ep.endpoint_id,
+        **_envelope(_digest("request", sid)[:32], ep, prov),
         session_id=sid,
         owner=ep.owner,
         image=spec.image,
