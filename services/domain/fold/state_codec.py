@@ -225,7 +225,9 @@ def encode_state(s: ClusterState) -> bytes:
             workload=_workload(s.workload),
             last_placed=s.last_placed,
             log_space=[s.log_space[k] for k in sorted(s.log_space)],
-            serving=s.serving,
+            # What changed is the owner's note, not state: a snapshot taken mid-batch
+            # must not depend on how the log was cut into batches.
+            serving=msgspec.structs.replace(s.serving, changed=False),
         )
     )
 
