@@ -71,6 +71,18 @@ def replica(sid: str, phase: P, n: int = 0, **kw: object) -> ReplicaChanged:
     )
 
 
+def token(name: str, expires_at: datetime) -> TokenCreated:
+    return TokenCreated(
+        id=f"k-{name}",
+        endpoint_id="ep",
+        token_id=name,
+        sha256=name * 64,
+        expires_at=expires_at,
+        requester="x",
+        **ENV,
+    )
+
+
 def folded(events: list[AnyEvent]) -> ServingState:
     s = ServingState()
     for e in events:
@@ -91,33 +103,9 @@ def test_only_healthy_replicas_in_rotation_take_traffic_and_only_live_tokens_ope
             ReplicaRotation(id="in1", endpoint_id="ep", session_id="s1", in_rotation=True, **ENV),
             # a rotation into a replica not healthy changes nothing
             ReplicaRotation(id="in2", endpoint_id="ep", session_id="s2", in_rotation=True, **ENV),
-            TokenCreated(
-                id="k1",
-                endpoint_id="ep",
-                token_id="a",
-                sha256="a" * 64,
-                expires_at=later,
-                requester="x",
-                **ENV,
-            ),
-            TokenCreated(
-                id="k2",
-                endpoint_id="ep",
-                token_id="b",
-                sha256="b" * 64,
-                expires_at=later,
-                requester="x",
-                **ENV,
-            ),
-            TokenCreated(
-                id="k3",
-                endpoint_id="ep",
-                token_id="c",
-                sha256="c" * 64,
-                expires_at=AT,
-                requester="x",
-                **ENV,
-            ),
+            token("a", later),
+            token("b", later),
+            token("c", AT),  # expired by the time the table is made
             TokenRevoked(id="k4", endpoint_id="ep", token_id="b", requester="x", **ENV),
         ]
     )
