@@ -19,6 +19,7 @@ from events import (
     CreateProject,
     CreateToken,
     CreateUser,
+    RemoveEndpoint,
     ReplicaPhase,
     RevisionSpec,
     RevokeKeypair,
@@ -115,6 +116,10 @@ def endpoint(s: ClusterState, name: str) -> EndpointView:
     return s.serving.endpoints[s.serving.names[name]]
 
 
+def replicas_of(s: ClusterState, name: str) -> list[str]:
+    return list(endpoint(s, name).replicas) if name in s.serving.names else []
+
+
 def phases(s: ClusterState, name: str) -> list[ReplicaPhase]:
     if name not in s.serving.names:
         return []
@@ -173,7 +178,7 @@ async def test_scaling_up_and_down_and_a_replica_that_ends_is_replaced(log: JetS
             uma,
             lambda s: (
                 phases(s, "scaled") == [ReplicaPhase.WARMING]
-                and first not in endpoint(s, "scaled").replicas
+                and first not in replicas_of(s, "scaled")
             ),
         )
         [replacement] = endpoint(s, "scaled").replicas.values()
@@ -216,3 +221,40 @@ async def test_only_the_owner_and_its_domains_admins_act_on_an_endpoint(log: Jet
         refused = await w.answer(uma, token)
         assert isinstance(refused, ServeRefused) and refused.code == "forbidden"
         assert endpoint(await uma.state(), "private").tokens == {}
+
+
+async def test_an_unhealthy_replica_is_drained_and_replaced_and_a_removed_endpoint_stops(
+    log: JetStreamLog,
+) -> None:
+    async with world(log) as w, serving(log):
+        uma = w.client("AKuma")
+        await w.answer(uma, create("flaky", replicas=2))
+        s = await w.until(uma, lambda s: phases(s, "flaky") == [ReplicaPhase.WARMING] * 2)
+        ep = endpoint(s, "flaky")
+        await report_health(log, ep.endpoint_id, ep.replicas, healthy=True)
+        s = await w.until(uma, lambda s: phases(s, "flaky") == [ReplicaPhase.HEALTHY] * 2)
+        sick = min(ep.replicas)
+        await report_health(log, ep.endpoint_id, [sick], healthy=False)
+        s = await w.until(
+            uma,
+            lambda s: (
+                sick not in replicas_of(s, "flaky")
+                and phases(s, "flaky") == sorted([ReplicaPhase.HEALTHY, ReplicaPhase.WARMING])
+            ),
+        )
+        assert s.sessions[sick].status.value == "TERMINATED"  # destroyed once drained
+        [route] = route_table(s.serving, datetime.now(UTC)).routes
+        assert sick not in {b.session_id for b in route.backends}
+        replicas = list(endpoint(s, "flaky").replicas)
+        await w.answer(uma, RemoveEndpoint(endpoint_id="ep-flaky"))
+        s = await w.until(
+            uma,
+            lambda s: (
+                all(
+                    sid in s.sessions and s.sessions[sid].status.value == "TERMINATED"
+                    for sid in replicas
+                )
+                and "ep-flaky" not in s.serving.endpoints
+            ),
+        )
+        assert route_table(s.serving, datetime.now(UTC)).routes == ()
