@@ -42,6 +42,7 @@ class SessionType(StrEnum):
 
     BATCH = "batch"
     INTERACTIVE = "interactive"
+    INFERENCE = "inference"  # a replica of a serving endpoint, asked for by the serving actor
 
 
 class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.v1"):
@@ -61,6 +62,8 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     command, interactive when it has none.
     ``mounts``: virtual folders mounted at ``/home/work/<name>``, checked at admission
     (none in every request from before the field).
+    ``env``: environment variables of its container, by name (none in older requests);
+    fgpu's own (``FGPU_*``, CUDA's) are set over them.
     """
 
     session_id: str
@@ -77,6 +80,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     lifetime_s: int | None = None
     session_type: SessionType | None = None
     mounts: tuple[VfolderMount, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):
@@ -176,11 +180,14 @@ class SessionPulling(Event, frozen=True, kw_only=True, tag="session.pulling.v1")
 
 
 class SessionRunning(Event, frozen=True, kw_only=True, tag="session.running.v1"):
-    """The session's container runs."""
+    """The session's container runs. ``host``: the container's own address on the
+    serving network, where a proxy on the agent's host reaches its ports (inference
+    sessions only; None for every other session, and in older logs)."""
 
     session_id: str
     agent_id: str
     container_id: str
+    host: str | None = None
 
 
 class SessionTerminated(Event, frozen=True, kw_only=True, tag="session.terminated.v1"):

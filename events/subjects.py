@@ -1,6 +1,7 @@
 """The subject layout of the log: one subject per aggregate.
 
-fgpu.req.<access_key>.<session_id>   user requests (create, destroy); a NATS user can be
+fgpu.req.<access_key>.<session_id>   user requests (create, destroy; a serve request stands
+                                     on its own request id); a NATS user can be
                                      confined to publish on fgpu.req.<its key>.> only
 fgpu.admin.<access_key>.<request_id> administrators' requests (tenancy, policies)
                                      (with tenancy, people's requests reach both only
@@ -19,6 +20,10 @@ fgpu.sched                           the allocation ledger: every placement, can
 fgpu.agent.<agent_id>                an agent's registrations
 fgpu.agent.<agent_id>.s.<session_id> what an agent reports of one session
 fgpu.agent.<agent_id>.exec.<session_id> commands run in one session (fgpu session exec)
+fgpu.serving                         the serving actor's decisions on endpoints (answers to
+                                     people's serve requests) and its replicas' lifecycle,
+                                     written with optimistic concurrency on this subject
+fgpu.route.<router>                  what one router's health checks found of replicas
 fgpu.sys                             refused payloads
 fgpu.access.<door>                   the access audit of one door (nats: the gatekeeper,
                                      api: the read API): sign-ins, refusals
@@ -59,6 +64,7 @@ __all__ = [
     "INTAKE_WILDCARD",
     "KEPT_SUBJECTS",
     "LEDGER",
+    "SERVING",
     "SNAPSHOT_KINDS",
     "STREAM",
     "STREAM_SUBJECTS",
@@ -82,6 +88,7 @@ __all__ = [
     "quota",
     "reader_out",
     "request",
+    "route",
     "snapshot_bucket",
     "snapshot_stream",
     "storage",
@@ -101,6 +108,7 @@ SYS = "fgpu.sys"
 TENANCY = "fgpu.tenancy"
 ADMISSION = "fgpu.admission"
 ARCHIVE = "fgpu.archive"
+SERVING = "fgpu.serving"
 STREAM_SUBJECTS = (
     "fgpu.req.>",
     "fgpu.quota.>",
@@ -116,6 +124,8 @@ STREAM_SUBJECTS = (
     "fgpu.storage.>",
     "fgpu.health.>",
     "fgpu.pipe.>",
+    SERVING,
+    "fgpu.route.>",
 )
 # Kept in the stream for good when the past leaves it for the archive: few records, read
 # from the start by those who fold them alone (the gatekeeper folds the tenancy).
@@ -215,6 +225,11 @@ def health(server: str) -> str:
 def storage(host: str) -> str:
     """The subject of the storage service of ``host`` (a storage host of virtual folders)."""
     return f"fgpu.storage.{host}"
+
+
+def route(router: str) -> str:
+    """The subject of router ``router``'s health reports on serving replicas."""
+    return f"fgpu.route.{router}"
 
 
 def heartbeat(agent_id: str) -> str:

@@ -179,7 +179,8 @@ class CreateKeypair(_Command, frozen=True, kw_only=True, tag="create-keypair"):
 
 class CreateServiceKey(_Command, frozen=True, kw_only=True, tag="create-service-key"):
     """A keypair of a part of the cluster, not of a person: ``service`` is ``quota``,
-    ``scheduler``, ``registrar``, ``api``, ``auth`` or ``agent:<agent id>``."""
+    ``scheduler``, ``registrar``, ``serving``, ``api``, ``auth``, ``agent:<agent id>`` or
+    ``router:<router id>``."""
 
     access_key: str
     service: str

@@ -29,6 +29,18 @@ from events.pipeline import (
     PipelineScheduleSet,
     PipelineTaskEnded,
     PipelineTaskRequested,
+from events.serving import (
+    EndpointCreated,
+    EndpointRemoved,
+    ReplicaChanged,
+    ReplicaHealthReported,
+    ReplicaRotation,
+    ReplicasSet,
+    RevisionAdded,
+    ServeRefused,
+    ServeRequested,
+    TokenCreated,
+    TokenRevoked,
 )
 from events.session import (
     DestroyRejected,
@@ -125,6 +137,17 @@ AnyEvent = (
     | PipelineScheduleRemoved
     | PipelineScheduleFired
     | PipelineScheduleRefused
+    | EndpointCreated
+    | EndpointRemoved
+    | ReplicaChanged
+    | ReplicaHealthReported
+    | ReplicaRotation
+    | ReplicasSet
+    | RevisionAdded
+    | ServeRefused
+    | ServeRequested
+    | TokenCreated
+    | TokenRevoked
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

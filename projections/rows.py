@@ -18,10 +18,13 @@ from events import (
     PolicyLevel,
     PolicySet,
     ResourcePolicy,
+    ServeRequested,
     SessionDestroyRequested,
 )
 from projections.schema import ROWS
 from services.domain.records import AgentView, SessionView, Transition
+from services.domain.serving.shape import endpoint_detail
+from services.domain.serving.state import ServingState
 from services.domain.status import HOLDS_ALLOCATION, MOMENT
 from services.domain.tenancy.model import Tenancy
 
@@ -240,9 +243,9 @@ def destroy_table(
 
 
 def admin_answer_table(
-    answered: Mapping[str, tuple[int, AdminRequested, tuple[str, str] | None]],
+    answered: Mapping[str, tuple[int, AdminRequested | ServeRequested, tuple[str, str] | None]],
 ) -> pa.Table:
-    """The admin requests answered in a batch (``ClusterState.admin_answered``)."""
+    """The admin and serve requests answered in a batch (``ClusterState.admin_answered``)."""
     items = sorted(answered.values(), key=lambda item: item[0])
     return pa.table(
         {
@@ -314,3 +317,19 @@ def _policy_columns(
         for name, value in values.items():
             cols[name].append(value)
     return cols
+
+
+def endpoint_table(s: ServingState) -> pa.Table:
+    """The endpoints not removed, whole, by name (``endpoint_detail`` as JSON)."""
+    live = sorted((ep for ep in s.endpoints.values() if not ep.removed), key=lambda ep: ep.name)
+    return pa.table(
+        {
+            "endpoint_id": [ep.endpoint_id for ep in live],
+            "name": [ep.name for ep in live],
+            "owner": [ep.owner for ep in live],
+            "domain": [ep.domain for ep in live],
+            "project": [ep.project for ep in live],
+            "detail": [msgspec.json.encode(endpoint_detail(ep)).decode() for ep in live],
+        },
+        schema=ROWS["endpoints"],
+    )

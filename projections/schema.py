@@ -18,6 +18,7 @@ __all__ = [
     "INSERTS",
     "ROWS",
     "SCHEMA_VERSION",
+    "SERVING_WHOLE",
     "STORED",
     "TABLES",
     "VIEWS",
@@ -183,6 +184,19 @@ ARROW: dict[str, pa.Schema] = {
     ),
     # The fold's state at fixed points of the log, for time travel and fast restarts.
     "snapshots": _schema([("seq", pa.int64()), ("state", pa.binary())]),
+    # Serving endpoints that are not removed, one row each, written whole when any
+    # changes; ``detail`` is the read API's shape of it, as JSON (its revisions, targets,
+    # replicas and tokens: never a token's hash).
+    "endpoints": _schema(
+        [
+            ("endpoint_id", pa.string()),
+            ("name", pa.string()),
+            ("owner", pa.string()),
+            ("domain", pa.string()),
+            ("project", pa.string()),
+            ("detail", pa.string()),
+        ]
+    ),
     # Each admin request once answered (by the registrar): applied, or refused and why.
     "admin_answers": _schema(
         [
@@ -367,6 +381,7 @@ _HELD = _sql_list(HOLDS_ALLOCATION | {SessionStatus.PENDING})  # quota held, as 
 
 # Tables written whole when what they describe changes (``Batch.replaced``).
 WHOLE = frozenset({"domains", "users", "keypairs", "level_policies"})
+SERVING_WHOLE = frozenset({"endpoints"})
 
 # Derived tables, computed when read (nothing to write per batch).
 VIEWS: dict[str, str] = {

@@ -48,7 +48,16 @@ from events import (
     records_of,
 )
 from projections import rows
-from projections.schema import DDL, ENDED_SQL, INSERTS, ROWS, SCHEMA_VERSION, STORED, WHOLE
+from projections.schema import (
+    DDL,
+    ENDED_SQL,
+    INSERTS,
+    ROWS,
+    SCHEMA_VERSION,
+    SERVING_WHOLE,
+    STORED,
+    WHOLE,
+)
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import clear_changes, evolve
 from services.domain.fold.state_codec import ENDED_STUB, decode_state, encode_state
@@ -203,6 +212,7 @@ class ProjectionStore:
         state.answered.clear()  # their rows are written already
         state.admin_answered.clear()
         state.tenancy_changed = False
+        state.serving.changed = False
         self.committed = checkpoint
         return state
 
@@ -274,6 +284,11 @@ class ProjectionStore:
             replaced = WHOLE
         else:
             tables.update({name: ROWS[name].empty_table() for name in WHOLE})
+        if s.serving.changed:
+            tables["endpoints"] = rows.endpoint_table(s.serving)
+            replaced |= SERVING_WHOLE
+        else:
+            tables["endpoints"] = ROWS["endpoints"].empty_table()
         _compact(s, views)  # their rows are built: ended sessions can go
         clear_changes(s)
         return Batch(first=fresh[0].seq, last=s.last_seq, tables=tables, replaced=replaced)
@@ -511,6 +526,7 @@ def _execute(
     _users: pa.Table,
     _keypairs: pa.Table,
     _level_policies: pa.Table,
+    _endpoints: pa.Table,
 ) -> None:
     """Run ``script``, in which ``_<table>`` names the Arrow rows of that table.
 

@@ -25,6 +25,8 @@ from events import (
     PipelineScheduleSet,
     PipelineSpec,
     PolicySet,
+    ServeCommand,
+    ServeRequested,
     SessionDestroyRequested,
     SessionRequested,
     SessionType,
@@ -302,11 +304,26 @@ class Client:
         await self._ask(subj.request(self.access_key, run_id), e)
         return e.id
 
+    async def serve(self, command: ServeCommand, *, request_id: str | None = None) -> str:
+        """Ask the serving actor to apply ``command`` to an endpoint; the request's id
+        (its answer names it as its cause). Asked again with the same ``request_id``, it
+        is the same request. Raises as ``create``."""
+        e = stamp(
+            ServeRequested,
+            Provenance(self.access_key, self.clock.now()),
+            requester=self.access_key,
+            command=command,
+        )
+        e = replace(e, id=self._ids(request_id).event("serve"))
+        await self._ask(subj.request(self.access_key, e.id), e)
+        return e.id
+
     async def _ask(
         self,
         subject: str,
         e: SessionDestroyRequested
         | AdminRequested
+        | ServeRequested
         | PipelineRunRequested
         | PipelineCancelRequested
         | PipelineRerunRequested

@@ -51,6 +51,7 @@ from events import (
     SessionPulling,
     SessionRunning,
     SessionTerminated,
+    SessionType,
     Slots,
 )
 from events import subjects as subj
@@ -447,8 +448,10 @@ class AgentActor:
                 await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
                 return
         sup.container_id = c.id
-        if c.running and self.state.sessions[session_id].status in _STARTING:
-            await self._report(session_id, SessionRunning, container_id=c.id)
+        v = self.state.sessions[session_id]
+        if c.running and v.status in _STARTING:
+            host = c.host if v.session_type is SessionType.INFERENCE else None
+            await self._report(session_id, SessionRunning, container_id=c.id, host=host)
         if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
             sup.stop_requested = True
             await self._stop(session_id, sup)

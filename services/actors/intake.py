@@ -31,7 +31,14 @@ import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
-from events import AdminRequested, AnyEvent, RequestsDropped, SessionRequested, decode_many
+from events import (
+    AdminRequested,
+    AnyEvent,
+    RequestsDropped,
+    ServeRequested,
+    SessionRequested,
+    decode_many,
+)
 from events import subjects as subj
 from services.domain.intake import Dropped, Drops, KeyRates, routed
 from services.domain.provenance import Provenance, stamp
@@ -157,15 +164,15 @@ class IntakeActor:
 
 def _first_new(route: list[tuple[str, AnyEvent]]) -> str | None:
     """The subject of the first request of ``route`` if it stands on a subject of its own
-    (a session asked for, an administrator's request: its batch expects it to hold
-    nothing, and stays in the order handed in) and ``route`` is several requests one
-    atomic batch may hold, or one administrator's request (the registrar would apply it
-    again); else None (written pipelined)."""
+    (a session asked for, an administrator's or a serve request: its batch expects it to
+    hold nothing, and stays in the order handed in) and ``route`` is several requests one
+    atomic batch may hold, or one administrator's or serve request (the registrar or the
+    serving actor would apply it again); else None (written pipelined)."""
     if not route or len(route) > MAX_BATCH:
         return None
     subject, first = route[0]
     if len(route) == 1:
-        return subject if isinstance(first, AdminRequested) else None
+        return subject if isinstance(first, AdminRequested | ServeRequested) else None
     return subject if isinstance(first, SessionRequested | AdminRequested) else None
 
 

@@ -2,7 +2,10 @@
 
 The engine is found through ``DOCKER_HOST`` or the default socket; ``scripts/docker-up``
 starts a private one. Containers get no network (``NetworkMode: none``) unless asked, since
-the private engine has no bridge; GPUs are handed over by NVIDIA ``DeviceRequests``.
+the private engine has no default bridge; an inference replica joins its owner's serving
+network (``ContainerSpec.network``: an internal bridge made here on first use, which the
+private engine allows), and its address there is its ``ContainerInfo.host``. GPUs are
+handed over by NVIDIA ``DeviceRequests``.
 
 Errors are translated here, at the edge (see ``services.ports``)::
 
@@ -89,7 +92,7 @@ def container_config(
     ``image_env`` is the image's own environment, which ``spec.env_prepend`` extends.
     """
     host: dict[str, Any] = {
-        "NetworkMode": network_mode,
+        "NetworkMode": spec.network or network_mode,
         "Init": init,
         "LogConfig": {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}},
     }
@@ -214,12 +217,15 @@ def _info(data: dict[str, Any]) -> ContainerInfo:
     running = bool(state.get("Running"))
     # A created-but-never-started container has ExitCode 0 too; it has not exited.
     exited = not running and state.get("Status") in ("exited", "dead")
+    networks = (data.get("NetworkSettings") or {}).get("Networks") or {}
+    addresses = [n.get("IPAddress") for n in networks.values() if n and n.get("IPAddress")]
     return ContainerInfo(
         id=data["Id"],
         name=str(data.get("Name", "")).lstrip("/"),
         labels=dict((data.get("Config") or {}).get("Labels") or {}),
         running=running,
         exit_code=int(state.get("ExitCode", 0)) if exited else None,
+        host=addresses[0] if addresses else None,
     )
 
 
@@ -279,6 +285,8 @@ class DockerRuntime:
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._watching = False
+        self._networks: set[str] = set()  # serving networks known to exist
+        self._network_lock = anyio.Lock()
 
     def _client(self) -> aiodocker.Docker:
         """The client of plain calls: the engine answers them at once."""
@@ -377,8 +385,11 @@ class DockerRuntime:
         prepends to it, create, start): the name is created without looking first (a 409
         says it exists, and only then is it inspected), and a container this call started
         is returned running without another look (if its command has already exited,
-        ``wait`` says so at once).
+        ``wait`` says so at once), unless it joined a serving network: then it is looked
+        at once, for its address there.
         """
+        if spec.network is not None:
+            await self._network(spec.network)
         try:
             created = await self._create(spec)
         except ImageNotFound:
@@ -387,8 +398,11 @@ class DockerRuntime:
             created = None  # its image has gone since: the container is still there
         if created is not None:
             await self._start(created, spec.name)
-            return ContainerInfo(id=created, name=spec.name, labels=dict(spec.labels), running=True)
-        data = await self._inspect(spec.name)
+            if spec.network is None:
+                return ContainerInfo(
+                    id=created, name=spec.name, labels=dict(spec.labels), running=True
+                )
+        data = await self._inspect(created or spec.name)
         if data is None:
             raise ContainerError(f"container {spec.name} vanished while it was being made")
         if (data.get("State") or {}).get("Status") == "created":
@@ -397,6 +411,30 @@ class DockerRuntime:
             if data is None:
                 raise ContainerError(f"container {spec.name} vanished right after start")
         return _info(data)
+
+    async def _network(self, name: str) -> None:
+        """Make the serving network ``name`` unless it exists: an internal bridge (no
+        route out through the engine's NAT), labelled as fgpu's. Two agents on one engine
+        making it at the same moment may still make two (the engine refuses containers
+        a name two networks share: remove one). Raises
+        RuntimeUnavailable or ContainerError."""
+        # The engine takes a second network of one name (its duplicate check is gone), and
+        # a name two networks share is refused to every container: one look-and-make at a
+        # time in this runtime, and a network made already is found by its exact name.
+        async with self._network_lock:
+            if name in self._networks:
+                return
+            config = {
+                "Name": name,
+                "Driver": "bridge",
+                "Internal": True,
+                "Labels": {"fgpu.serving": "1"},
+            }
+            with _engine_call(f"create network {name}"):
+                listed = await self._client().networks.list(filters={"name": [name]})
+                if not any(n.get("Name") == name for n in listed):
+                    await self._client().networks.create(config)
+            self._networks.add(name)
 
     async def _create(self, spec: ContainerSpec) -> str | None:
         """Create ``spec``'s container; its id, or None if one of that name exists."""

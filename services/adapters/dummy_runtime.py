@@ -57,6 +57,9 @@ _SEPARATORS = frozenset({";", "&&", "&", "\n"})
 _REDIRECT = re.compile(r">[>&]*")  # a redirection the lexer split off: not simulated
 
 
+_LOOPBACK = "127.0.0.1"
+
+
 class _Container(msgspec.Struct, kw_only=True):
     """One simulated container. Times are wall-clock seconds; offsets are from the start."""
 
@@ -449,6 +452,7 @@ class DummyRuntime:
             labels=dict(container.labels),
             running=container.started_at is not None and code is None,
             exit_code=code,
+            host=_LOOPBACK,  # nothing listens: an address of the right shape for tests
         )
 
     async def _ready(self) -> None:

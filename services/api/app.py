@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from services.api import (
     agent_routes,
     console,
+    endpoint_routes,
     event_routes,
     export_routes,
     guard,
@@ -109,6 +110,7 @@ def create_app(
     # The order routes are registered in is the order they are matched in, and the
     # order the schema lists them in.
     session_routes.mount(app, query)
+    endpoint_routes.mount(app, query)
     agent_routes.mount(app, query)
     event_routes.mount(app, query)
     state_routes.mount(app, query)

@@ -20,6 +20,12 @@ __all__ = [
     "DestroyAnswer",
     "Device",
     "DomainInfo",
+    "Endpoint",
+    "EndpointList",
+    "EndpointReplica",
+    "EndpointRevision",
+    "EndpointTarget",
+    "EndpointToken",
     "Event",
     "EventPage",
     "FileEntry",
@@ -307,7 +313,8 @@ class DestroyAnswer(BaseModel):
 
 
 class AdminAnswer(BaseModel):
-    """The registrar's answer to an admin request."""
+    """The registrar's answer to an admin request (or the serving actor's to a serve
+    request)."""
 
     request_id: str
     requester: str
@@ -564,3 +571,64 @@ class Status(BaseModel):
         description="the actors' snapshots; null where this API cannot read them (a read "
         "API of its own, not fgpu up's: fgpu admin snapshots says)"
     )
+
+
+class EndpointRevision(BaseModel):
+    revision: int
+    image: str
+    command: list[str]
+    port: int
+    model: str | None = Field(description="the folder mounted read-only, if any")
+    slots: Amounts = Field(description="each replica's")
+    env: list[str] = Field(description="the names of its environment variables")
+    health_path: str
+
+
+class EndpointTarget(BaseModel):
+    revision: int
+    replicas: int
+    traffic: int = Field(description="percent of requests")
+
+
+class EndpointReplica(BaseModel):
+    session_id: str
+    revision: int
+    ordinal: int
+    generation: int
+    phase: str = Field(description="provisioning, warming, healthy, unhealthy, draining")
+    host: str | None
+    port: int | None
+    in_rotation: bool
+    reason: str
+
+
+class EndpointToken(BaseModel):
+    token_id: str
+    expires_at: datetime
+    revoked: bool
+
+
+class Endpoint(BaseModel):
+    """A serving endpoint (``docs/serving.md``)."""
+
+    endpoint_id: str
+    name: str
+    owner: str
+    domain: str
+    project: str
+    group: str
+    public: bool
+    path: str = Field(description="its path prefix on every proxy")
+    created_at: datetime
+    revisions: list[EndpointRevision]
+    targets: list[EndpointTarget]
+    replicas: list[EndpointReplica]
+    tokens: list[EndpointToken]
+    stalled: dict[str, str] = Field(
+        description="slots (revision/ordinal) not asked for again, and why their replica ended"
+    )
+
+
+class EndpointList(BaseModel):
+    last_seq: int
+    endpoints: list[Endpoint]

@@ -29,8 +29,9 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": models.Problem}}
 def mount(app: FastAPI, query: Query[Any], tenancy: Callable[[], Tenancy]) -> None:
     @app.get("/v1/admin/requests/{request_id}", tags=["tenancy"], responses=_NOT_FOUND)
     async def admin_answer(request_id: str, viewer: Who) -> models.AdminAnswer:
-        """The registrar's answer to an admin request (its event id): applied, or refused
-        and why. 404 while it has no answer (or it is not the viewer's to see)."""
+        """The registrar's answer to an admin request (its event id), or the serving
+        actor's to a serve request: applied, or refused and why. 404 while it has no
+        answer (or it is not the viewer's to see)."""
         row = await query(lambda con: queries.admin_answer_row(con, request_id))
         if row is None or not viewer.scope.sees_key(row["requester"]):
             raise HTTPException(404, f"admin request {request_id!r} has no answer (yet)")

@@ -818,6 +818,26 @@ def registrar(ctx: typer.Context) -> None:
     _single(ctx, "registrar")
 
 
+def serving(ctx: typer.Context) -> None:
+    """Run the serving actor against --nats URL (as the serving service keypair): it
+    answers serve requests and keeps each endpoint at its replicas. One at a time."""
+    _url(ctx)  # nats-py imported for the URL before the wiring imports it
+    import anyio
+
+    from services.adapters.nats_connection import NatsConnection
+    from services.wiring.parts import run_serving
+
+    async def run(
+        conn: NatsConnection,
+        *,
+        task_status: "anyio.abc.TaskStatus[Any]" = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        snapshots = conn.snapshots("scheduler")
+        await run_serving(conn.log, snapshots=snapshots, task_status=task_status)
+
+    _service(ctx, "serving", run)
+
+
 def domain_feed(ctx: typer.Context) -> None:
     """Run the domain feed against --nats URL (as a domain-feed service keypair): it
     writes each domain's records of the log where the domain's reader keypairs read them.
@@ -965,6 +985,7 @@ app.command("agent")(agent_cmd)
 app.command("scheduler")(scheduler)
 app.command("quota")(quota)
 app.command("registrar")(registrar)
+app.command("serving")(serving)
 app.command("intake")(intake)
 app.command("domain-feed")(domain_feed)
 app.command("gatekeeper")(gatekeeper)

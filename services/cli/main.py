@@ -27,6 +27,7 @@ from services.cli import (
     log_cmd,
     login_cmd,
     pipeline_cmd,
+    serve_cmd,
     session_cmd,
     sim_cmd,
     status_cmd,
@@ -102,6 +103,7 @@ app.add_typer(events_cmd.app, name="events")
 app.add_typer(agents_cmd.app, name="agents")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(vfolder_cmd.app, name="vfolder")
+app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(log_cmd.app)  # projections, stream, archive
 app.add_typer(admin_cmd.app, name="admin")
 app.add_typer(images_cmd.app, name="images")

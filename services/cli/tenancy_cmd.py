@@ -26,7 +26,7 @@ from services.cli.options import (
 from services.cli.outcome import chosen_request_id, sent
 
 if TYPE_CHECKING:
-    from events import AdminCommand, ResourcePolicy
+    from events import AdminCommand, ResourcePolicy, ServeCommand
 
 __all__ = ["app", "store_keypair"]
 
@@ -57,10 +57,16 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def ask(
-    ctx: typer.Context, command: "AdminCommand", timeout: float, *, refusal: bool = False
+    ctx: typer.Context,
+    command: "AdminCommand | ServeCommand",
+    timeout: float,
+    *,
+    refusal: bool = False,
 ) -> dict[str, Any]:
-    """Ask the registrar for ``command``; its answer (a refusal exits 1 with its reason,
-    unless ``refusal``: then it is returned too)."""
+    """Ask the registrar for ``command`` (the serving actor, for a serve command); its
+    answer (a refusal exits 1 with its reason, unless ``refusal``: then it is returned
+    too)."""
+    from events import AdminCommand
     from services.cli.watch import answers, position
 
     settings = _settings(ctx)
@@ -74,15 +80,19 @@ def ask(
 
     async def publish() -> str:
         async with user_client(settings) as client:
-            return await client.admin(command, request_id=rid)
+            if isinstance(command, AdminCommand):
+                return await client.admin(command, request_id=rid)
+            return await client.serve(command, request_id=rid)
 
-    request_id = sent(settings, publish, f"fgpu admin --request-id {rid} ...")
+    verb = "admin" if isinstance(command, AdminCommand) else "serve"
+    request_id = sent(settings, publish, f"fgpu {verb} --request-id {rid} ...")
     path = f"/v1/admin/requests/{request_id}"
     with api_errors():
         found = answers(api, [path], after, timeout_s=timeout)
     answer: dict[str, Any] | None = found.get(path)
     if answer is None:
-        fail(f"no answer within {timeout:g} s (request {request_id}); is a registrar running?", 3)
+        actor = "registrar" if verb == "admin" else "serving actor"
+        fail(f"no answer within {timeout:g} s (request {request_id}); is a {actor} running?", 3)
     if not answer["applied"] and not refusal:
         refused(answer)
     return answer

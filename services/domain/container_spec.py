@@ -1,5 +1,6 @@
 """The container a session gets: limits, labels, and the fGPU shim's configuration."""
 
+import re
 from collections.abc import Sequence
 
 import msgspec
@@ -14,6 +15,7 @@ __all__ = [
     "LABEL_LOG",
     "LABEL_OWNER",
     "LABEL_SESSION",
+    "MAX_ENV",
     "PACE_IN_CONTAINER",
     "PACE_SUFFIX",
     "REGION_IN_CONTAINER",
@@ -25,6 +27,8 @@ __all__ = [
     "container_env",
     "container_name",
     "env_from_list",
+    "env_problem",
+    "serving_network",
     "session_spec",
 ]
 
@@ -73,6 +77,32 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # The host's IPC namespace (its shared memory): an MPS client's channel to the MPS
     # server, which runs on the host, goes through it besides the pipe directory.
     ipc_host: bool = False
+    # The serving network the container joins (an inference replica's: an internal bridge
+    # of its owner's, made by the runtime if missing, which proxies on the host reach by
+    # the container's address); None: the runtime's own mode (no network).
+    network: str | None = None
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_ENV = 64  # variables a session may set
+
+
+def env_problem(env: Sequence[tuple[str, str]]) -> str | None:
+    """Why ``env`` may not be a session's own environment, or None: at most ``MAX_ENV``
+    variables, each named once with letters, digits and '_' (not first a digit), each
+    value at most 4 KiB."""
+    names = [k for k, _ in env]
+    if len(env) > MAX_ENV or any(len(v) > 4096 for _, v in env):
+        return f"at most {MAX_ENV} environment variables, each value at most 4096 characters"
+    if any(_ENV_NAME.fullmatch(k) is None for k in names) or len(set(names)) != len(names):
+        return "environment names: letters, digits and '_' (not first a digit), each once"
+    return None
+
+
+def serving_network(owner: str) -> str:
+    """The serving network of ``owner``'s replicas: one per access key, so a replica
+    shares a bridge only with replicas of its own owner (``docs/serving.md``)."""
+    return f"fgpu-serve-{owner}"
 
 
 def container_env(spec: ContainerSpec, image_env: dict[str, str]) -> dict[str, str]:
@@ -130,7 +160,9 @@ def session_spec(
     caller gives ``parts`` as the shim enforces them (``mps.shim_slice``).
     """
     uuids = tuple(p.gpu.uuid for p in parts)
+    # The session's own environment first: fgpu's variables below are never overridden.
     env = {
+        **dict(v.env),
         "FGPU_SESSION_ID": v.session_id,
         "FGPU_OWNER": v.owner,
         "FGPU_MEM_LIMIT": ",".join(str(p.mem_limit) for p in parts),
@@ -176,4 +208,5 @@ def session_spec(
         tty=v.session_type is SessionType.INTERACTIVE,
         groups=(region_group,) if region_path is not None and region_group is not None else (),
         ipc_host=mps is not None,
+        network=serving_network(v.owner) if v.session_type is SessionType.INFERENCE else None,
     )

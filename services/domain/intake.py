@@ -21,6 +21,7 @@ from events import (
     PipelineRunRequested,
     PipelineScheduleRemoved,
     PipelineScheduleSet,
+    ServeRequested,
     SessionDestroyRequested,
     SessionRequested,
 )
@@ -44,12 +45,15 @@ _REQUESTS = (
     SessionRequested,
     SessionDestroyRequested,
     AdminRequested,
+    ServeRequested,
     PipelineRunRequested,
     PipelineCancelRequested,
     PipelineRerunRequested,
     PipelineScheduleSet,
     PipelineScheduleRemoved,
 )
+# Requests that stand on a subject named by their own id, not by a session's.
+_BY_ID = (AdminRequested, ServeRequested)
 _PIPELINE = (PipelineRunRequested, PipelineCancelRequested, PipelineRerunRequested)
 _SCHEDULE = (PipelineScheduleSet, PipelineScheduleRemoved)
 
@@ -72,7 +76,7 @@ def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] |
         if named != key or e.actor != key:
             return f"a request of {key} in the name of {named if named != key else e.actor}"
         subject: str = SUBJECT_OF[type(e)](e)
-        if isinstance(e, AdminRequested):
+        if isinstance(e, _BY_ID):
             token = e.id
         elif isinstance(e, _SCHEDULE):
             token = e.schedule_id

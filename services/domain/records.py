@@ -83,6 +83,8 @@ class SessionView:
     pull_total: int = 0
     mounts: tuple[VfolderMount, ...] = ()  # the virtual folders it asked to mount
     storage_hosts: tuple[str, ...] = ()  # of those folders, as admitted: agents must mount them
+    host: str | None = None  # an inference session's address on the serving network
+    env: tuple[tuple[str, str], ...] = ()  # its own environment variables, as asked
 
 
 class _Shares:

@@ -28,6 +28,10 @@ def _ledger(e: ev.Event) -> str:
     return subj.LEDGER
 
 
+def _serving(e: ev.Event) -> str:
+    return subj.SERVING
+
+
 def _agent_session(
     e: ev.SessionPreparing
     | ev.SessionPulling
@@ -136,6 +140,17 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.PipelineScheduleRemoved, lambda e: subj.request(e.requester, e.schedule_id)),
         _rule(ev.PipelineScheduleFired, lambda e: subj.pipeline_run(e.schedule_id)),
         _rule(ev.PipelineScheduleRefused, lambda e: subj.pipeline_run(e.schedule_id)),
+        _rule(ev.ServeRequested, lambda e: subj.request(e.requester, e.id)),
+        _rule(ev.ServeRefused, _serving),
+        _rule(ev.EndpointCreated, _serving),
+        _rule(ev.RevisionAdded, _serving),
+        _rule(ev.ReplicasSet, _serving),
+        _rule(ev.EndpointRemoved, _serving),
+        _rule(ev.TokenCreated, _serving),
+        _rule(ev.TokenRevoked, _serving),
+        _rule(ev.ReplicaChanged, _serving),
+        _rule(ev.ReplicaRotation, _serving),
+        _rule(ev.ReplicaHealthReported, lambda e: subj.route(e.router)),
     ]
 )
 

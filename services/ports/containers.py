@@ -31,6 +31,9 @@ class ContainerInfo(msgspec.Struct, frozen=True, kw_only=True):
     labels: dict[str, str]
     running: bool
     exit_code: int | None = None
+    # Where a proxy on the engine's host reaches the container's ports (its address on
+    # the serving network); None: nowhere (no network, as every session but inference).
+    host: str | None = None
 
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):

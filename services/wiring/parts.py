@@ -19,6 +19,7 @@ from services.actors.liveness import send_heartbeats, watch_heartbeats
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
+from services.actors.serving import ServingActor
 from services.actors.snapshots import Snapshots, survey
 from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
@@ -52,6 +53,7 @@ __all__ = [
     "run_read_api",
     "run_registrar",
     "run_scheduler",
+    "run_serving",
     "run_store_watch",
     "violations_to",
     "with_archive",
@@ -199,6 +201,17 @@ async def run_registrar(
     """The registrar, starting from the scheduler's snapshots in ``snapshots``."""
     kept = Snapshots(snapshots, writes=False) if snapshots is not None else None
     await RegistrarActor(events, SystemClock(), snapshots=kept).run(task_status=task_status)
+
+
+async def run_serving(
+    events: EventLog,
+    *,
+    snapshots: SnapshotStore | None = None,
+    task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The serving actor, starting from the scheduler's snapshots in ``snapshots``."""
+    kept = Snapshots(snapshots, writes=False) if snapshots is not None else None
+    await ServingActor(events, SystemClock(), snapshots=kept).run(task_status=task_status)
 
 
 async def run_scheduler(

@@ -55,6 +55,7 @@ from services.wiring.parts import (
     run_read_api,
     run_registrar,
     run_scheduler,
+    run_serving,
     run_store_watch,
     with_archive,
 )
@@ -88,6 +89,7 @@ ACTORS = (
     "quota",
     "scheduler",
     "registrar",
+    "serving",
     "api",
     "archiver",
     "domain-feed",
@@ -291,6 +293,8 @@ class Stack:
         await tg.start(run_domain_feed, conns["domain-feed"])
         registrar = partial(run_registrar, snapshots=conns["registrar"].snapshots("scheduler"))
         await tg.start(registrar, logs["registrar"])
+        serving = partial(run_serving, snapshots=conns["serving"].snapshots("scheduler"))
+        await tg.start(serving, logs["serving"])
         quota = partial(
             run_quota,
             snapshots=conns["quota"].snapshots("quota"),

@@ -20,6 +20,8 @@ KINDS = (
     "quota",
     "scheduler",
     "registrar",
+    "serving",
+    "router:r1",
     "archiver",
     "api",
     "intake",
@@ -106,6 +108,8 @@ def test_a_service_reads_and_follows_the_log_through_its_own(kind: str) -> None:
         ("scheduler", ["scheduler"]),
         ("quota", ["quota"]),
         ("registrar", ["scheduler"]),
+        ("serving", ["scheduler"]),
+        ("router:r1", ["scheduler"]),
         ("archiver", ["scheduler", "quota"]),
         ("agent:a1", ["scheduler"]),
         ("agent-host", ["scheduler"]),
@@ -122,10 +126,37 @@ def test_a_snapshot_is_read_through_the_readers_own_names(kind: str, buckets: li
             assert allowed == (["create", "delete", "pull"] if bucket in buckets else [])
 
 
+@pytest.mark.parametrize(
+    ("kind", "may", "may_not"),
+    [
+        (
+            "serving",
+            [subj.SERVING, subj.request("AKuma", "s1")],
+            [subj.route("r1"), subj.TENANCY, subj.LEDGER, subj.ADMISSION],
+        ),
+        (
+            "router:r1",
+            [subj.route("r1")],
+            [subj.route("r2"), subj.SERVING, subj.request("AKuma", "s1"), subj.LEDGER],
+        ),
+    ],
+)
+def test_serving_and_routers_publish_only_their_own(
+    kind: str, may: list[str], may_not: list[str]
+) -> None:
+    """The serving actor its decisions and its replicas' requests; a router what its
+    checks found, on its own subject alone."""
+    p = _granted(kind)
+    assert [s for s in may if not _allowed(p, s)] == []
+    assert [s for s in may_not if _allowed(p, s)] == []
+
+
 def test_the_kinds_durables() -> None:
     several = {k: durables(k) for k in ("scheduler", "quota", "agent-host")}
     assert several == {k: (k, f"{k}-2", f"{k}-3", f"{k}-4") for k in several}
     assert durables("registrar") == ("registrar",)
+    assert durables("serving") == ("serving",)
+    assert durables("router:r1") == ()
     assert durables("agent:a1") == ("agent-a1",)
     assert durables("agent:a.b") == durables("api") == durables("archiver") == ()
 

@@ -21,12 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from events import (
     AddMember,
     AdminCommand,
+    CreateEndpoint,
     CreateKeypair,
     CreateProject,
     CreateUser,
     PolicyLevel,
     RawBatch,
     ResourcePolicy,
+    RevisionSpec,
+    ScaleEndpoint,
     SetPolicy,
     Slots,
 )
@@ -37,6 +40,7 @@ from services.actors.bootstrap import bootstrap
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
+from services.actors.serving import ServingActor
 from services.adapters import jetstream, raw_reader
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
@@ -63,6 +67,8 @@ steps = st.lists(
         # With tenancy: a project (a new one, or one of a domain that is not), a user's
         # policy; its answer (applied or refused) is projected too.
         st.tuples(st.just("admin"), st.integers(0, 3), st.integers(1, 3)),
+        # An endpoint of an owner: made at first, then scaled (replicas are its sessions).
+        st.tuples(st.just("serve"), st.integers(0, 1), st.integers(0, 3)),
     ),
     min_size=4,
     max_size=12,
@@ -77,6 +83,8 @@ def _settled(ids: list[str], seen: int) -> Callable[[ClusterState], bool]:
         # Unanswered destroys and admin requests, bad payloads not yet refused.
         if s.last_seq < seen or s.destroys or s.admin_requests or s.malformed:
             return False
+        if s.serving.requests or not _replicas_settled(s):
+            return False
         for i in ids:
             v = s.sessions.get(i)
             if v is None:
@@ -87,6 +95,26 @@ def _settled(ids: list[str], seen: int) -> Callable[[ClusterState], bool]:
         return True
 
     return done
+
+
+def _replicas_settled(s: ClusterState) -> bool:
+    """Every replica's session at rest too, and the serving actor done with it: each
+    wanted slot filled (or stalled), no replica provisioning a running session."""
+    for ep in s.serving.endpoints.values():
+        filled = {(r.revision, r.ordinal) for r in ep.replicas.values()}
+        wanted = {(t.revision, k) for t in ep.targets for k in range(t.replicas)}
+        if any(f"{rev}/{k}" not in ep.stalled for rev, k in wanted - filled):
+            return False
+        for r in ep.replicas.values():
+            v = s.sessions.get(r.session_id)
+            if v is None or r.phase.value in ("draining",):
+                return False
+            if v.status.value == "RUNNING" and r.phase.value == "provisioning":
+                return False
+            waits = v.status.value == "PENDING" and v.waiting is not None
+            if v.status.value != "RUNNING" and not waits:
+                return False
+    return True
 
 
 @contextmanager
@@ -186,6 +214,18 @@ def _admin_command(a: int, b: int) -> AdminCommand:
     return AddMember(user=OWNERS[b % 2], project=f"p{b}")
 
 
+async def _serve(client: Client, name: str, replicas: int, made: set[str]) -> None:
+    """The owner's endpoint ``name``: made at ``replicas`` the first time, then scaled."""
+    if name in made:
+        await client.serve(ScaleEndpoint(endpoint_id=f"ep-{name}", replicas=replicas))
+        return
+    spec = RevisionSpec(image=IMAGE, slots=Slots(cpu=100, mem=GIB, fgpu=25))
+    await client.serve(
+        CreateEndpoint(endpoint_id=f"ep-{name}", name=name, revision=spec, replicas=replicas)
+    )
+    made.add(name)
+
+
 async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> None:
     log = await connect(url)
     await fresh_stream(log)
@@ -196,6 +236,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> Non
         await tg.start(RegistrarActor(log, clock).run)
         await tg.start(QuotaActor(log, clock).run)
         await tg.start(SchedulerActor(log, clock).run)
+        await tg.start(ServingActor(log, clock).run)
         for n in range(2):
             config = agent_config(f"a{n}", gpus=2, fgpu_per_gpu=200)
             await tg.start(AgentActor(log, DummyRuntime(), clock, config).run)
@@ -208,6 +249,7 @@ async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> Non
         clients = [Client(log, clock, o) for o in OWNERS]
         root = await _tenancy(log, clock) if tenancy else None
         ids: list[str] = []
+        made: set[str] = set()
         for what, a, b in plan:
             if what == "create":
                 slots = Slots(cpu=100, mem=GIB, fgpu=b)
@@ -224,6 +266,8 @@ async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> Non
                 await log.js.publish("fgpu.req.alice.s0bad", b"{not an event")
             elif what == "admin" and root is not None:
                 await root.admin(_admin_command(a, b))
+            elif what == "serve":
+                await _serve(clients[a], f"m{a}", b, made)
         with anyio.fail_after(30):
             await clients[0].wait_until(_settled(ids, await log.last_seq()))
         end = await log.last_seq()
@@ -269,6 +313,8 @@ async def _workload(url: str, tmp: Path, plan: list[Step], tenancy: bool) -> Non
         assert used == {aid: a.allocated.fgpu for aid, a in truth.agents.items()}
         members = dict(store.con.execute("SELECT user, projects FROM users").fetchall())
         assert members == {u: list(v.projects) for u, v in truth.tenancy.users.items()}
+        served = {row[0] for row in store.con.execute("SELECT name FROM endpoints").fetchall()}
+        assert served == set(truth.serving.names)
     finally:
         store.close()
 

@@ -22,6 +22,7 @@ from services.ports import ContainerError, RuntimeUnavailable
 from tests.support.cli_stack import docker
 from tests.support.docker_env import engine_problem, skip_or_fail
 from tests.support.engine_proxy import engine_proxy
+from tests.support.http_probe import get_when_up
 from tests.support.runtime_contract import (
     DEADLINE_S,
     TEST_IMAGE,
@@ -296,3 +297,29 @@ async def _wait_while(
             tg.start_soon(waiting)
             await meanwhile()
     return codes[0]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_container_on_a_serving_network_is_reached_from_the_host_at_its_address(
+    rt: DockerRuntime,
+) -> None:
+    """An inference replica's network: an internal bridge the runtime makes once (a second
+    container joins it), its address reported, its port reached from the engine's host."""
+    network = f"fgpu-serve-test{int(time.time() * 1000) % 10**9}"
+    serve = "mkdir -p /w && echo ok > /w/health && exec httpd -f -p 8000 -h /w"
+    try:
+        infos = [
+            await rt.run(msgspec.structs.replace(_spec(f"net{n}", serve), network=network))
+            for n in range(2)
+        ]
+        hosts = [i.host for i in infos]
+        assert all(hosts) and len(set(hosts)) == 2, hosts
+        again = await rt.run(msgspec.structs.replace(_spec("net0", serve), network=network))
+        assert again.host == hosts[0]  # found as it is: the same address
+        with anyio.fail_after(DEADLINE_S):
+            assert await get_when_up(f"{hosts[0]}", 8000, "/health") == b"ok\n"
+    finally:
+        for info in await rt.list({TEST_LABEL: "docker-extra"}):
+            await rt.remove(info.id, stop_timeout_s=0)
+        docker("network", "rm", network)

@@ -197,6 +197,8 @@ GETS = (
     "/v1/status",
     "/v1/pipelines",
     "/v1/pipelines/{rid}",
+    "/v1/endpoints",
+    "/v1/endpoints/ep1",
 )
 
 
@@ -206,7 +208,10 @@ def test_every_read_is_refused_without_a_live_token(tenants: Tenants) -> None:
     forged, _ = TokenSigner(b"f" * 32).issue(tenants.keys["alice"][0], time.time())
     spec = httpx.get(f"{tenants.api}/openapi.json").json()
     named = {p.replace("{sid}", "{session_id}").replace("a1", "{agent_id}") for p in GETS}
-    named = {p.replace("/x", "/{request_id}").replace("{rid}", "{run_id}") for p in named}
+    named = {
+        p.replace("/x", "/{request_id}").replace("{rid}", "{run_id}").replace("/ep1", "/{ref}")
+        for p in named
+    }
     assert named == set(spec["paths"]) - {"/v1/auth/token"}, "a route is missing here"
     for path in GETS:
         url = f"{tenants.api}{path.format(sid=sid, rid=tenants.run)}"

@@ -57,6 +57,7 @@ def _values(w: World) -> dict[str, list[str]]:
         "owner": [w.keys[u][0] for u in people],
         "vfolder_id": list(w.folders.values()),
         "run_id": list(w.runs.values()),
+        "ref": [x for pair in w.endpoints.values() for x in pair],
         "path": list(w.files.values()),
         "seq": [str(n) for n in range(1, last + 1, max(1, last // 12))] + [str(last)],
         "at": times,

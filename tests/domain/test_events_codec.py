@@ -30,15 +30,19 @@ from events import (
     AgentLost,
     AgentRegistered,
     AnyEvent,
+    CreateEndpoint,
     CreateUser,
     DestroyRejected,
     DevicePlacement,
     EnvVar,
+    EndpointCreated,
+    EndpointRemoved,
     GpuInfo,
     GpuOomRefused,
     GpuOverSlice,
     GpuShareExceeded,
     GpuUsageSampled,
+    HealthSpec,
     ImageInfo,
     LogArchived,
     LogHealth,
@@ -61,9 +65,19 @@ from events import (
     PipelineTaskRequested,
     PolicyLevel,
     PolicySet,
+    ReplicaChanged,
+    ReplicaHealthReported,
+    ReplicaPhase,
+    ReplicaRotation,
+    ReplicasSet,
     RequestsDropped,
     ResourcePolicy,
+    RevisionAdded,
+    RevisionSpec,
+    RevisionTarget,
     Role,
+    ServeRefused,
+    ServeRequested,
     SessionAdmitted,
     SessionCancelled,
     SessionChannelClosed,
@@ -88,6 +102,8 @@ from events import (
     Slots,
     SpaceState,
     VfolderMount,
+    TokenCreated,
+    TokenRevoked,
     VfolderScanned,
     decode,
     encode,
@@ -106,6 +122,15 @@ ENVELOPE: dict[str, Any] = {
     "correlation_id": "corr-1",
 }
 SLOTS = Slots(cpu=1500, mem=3 << 30, fgpu=250)
+REVISION = RevisionSpec(
+    image="fgpu/python:bookworm",
+    command=("python", "-m", "serve"),
+    port=8000,
+    model="models",
+    slots=SLOTS,
+    env=(("MODEL", "/home/work/models/m.onnx"),),
+    health=HealthSpec(path="/ready", interval_s=1.0, timeout_s=0.5, initial_delay_s=2.0),
+)
 
 
 def tag(cls: type[msgspec.Struct]) -> str:
@@ -654,6 +679,115 @@ DECODED_V1: dict[str, AnyEvent] = {
             reason="access key alice is revoked",
             **ENVELOPE,
         ),
+        ServeRequested(
+            id="e-serve-requested",
+            actor="alice",
+            requester="alice",
+            command=CreateEndpoint(
+                endpoint_id="ep-1",
+                name="sentiment",
+                project="nlp",
+                group="gpus",
+                public=False,
+                revision=REVISION,
+                replicas=2,
+            ),
+            **ENVELOPE,
+        ),
+        ServeRefused(
+            id="e-serve-refused",
+            actor="serving",
+            requester="alice",
+            code="conflict",
+            reason="an endpoint named sentiment exists",
+            **ENVELOPE,
+        ),
+        EndpointCreated(
+            id="e-endpoint-created",
+            actor="serving",
+            endpoint_id="ep-1",
+            name="sentiment",
+            owner="alice",
+            domain="acme",
+            project="nlp",
+            group="gpus",
+            public=False,
+            **ENVELOPE,
+        ),
+        RevisionAdded(
+            id="e-revision-added",
+            actor="serving",
+            endpoint_id="ep-1",
+            revision=1,
+            spec=REVISION,
+            requester="alice",
+            **ENVELOPE,
+        ),
+        ReplicasSet(
+            id="e-replicas-set",
+            actor="serving",
+            endpoint_id="ep-1",
+            targets=(RevisionTarget(revision=1, replicas=2, traffic=100),),
+            requester="alice",
+            **ENVELOPE,
+        ),
+        EndpointRemoved(
+            id="e-endpoint-removed",
+            actor="serving",
+            endpoint_id="ep-1",
+            requester="alice",
+            **ENVELOPE,
+        ),
+        TokenCreated(
+            id="e-token-created",
+            actor="serving",
+            endpoint_id="ep-1",
+            token_id="t1",
+            sha256="0" * 64,
+            expires_at=datetime(2025, 5, 17, tzinfo=UTC),
+            requester="alice",
+            **ENVELOPE,
+        ),
+        TokenRevoked(
+            id="e-token-revoked",
+            actor="serving",
+            endpoint_id="ep-1",
+            token_id="t1",
+            requester="alice",
+            **ENVELOPE,
+        ),
+        ReplicaChanged(
+            id="e-replica-changed",
+            actor="serving",
+            endpoint_id="ep-1",
+            session_id="s0123456789ab",
+            revision=1,
+            ordinal=0,
+            generation=1,
+            phase=ReplicaPhase.WARMING,
+            host="172.30.0.5",
+            port=8000,
+            reason="running",
+            **ENVELOPE,
+        ),
+        ReplicaRotation(
+            id="e-replica-rotation",
+            actor="serving",
+            endpoint_id="ep-1",
+            session_id="s0123456789ab",
+            in_rotation=True,
+            **ENVELOPE,
+        ),
+        ReplicaHealthReported(
+            id="e-replica-health",
+            actor="router:r1",
+            router="r1",
+            endpoint_id="ep-1",
+            session_id="s0123456789ab",
+            healthy=False,
+            detail="GET /health: 503",
+            **ENVELOPE,
+        ),
     ]
 }
 
@@ -818,6 +952,16 @@ def test_the_schema_names_every_event_tag() -> None:
 def test_the_schema_says_amounts_are_integers() -> None:
     slots = json_schema()["$defs"]["Slots"]["properties"]
     assert {slots[k]["type"] for k in ("cpu", "mem", "fgpu")} == {"integer"}
+
+
+def test_a_running_report_carries_the_replicas_address_and_an_older_one_decodes_without() -> None:
+    """``host`` was added to session.running.v1 with a default: the v1 line decodes to
+    None; a report with an address round-trips it."""
+    [line] = [x for x in fixture_lines(V1) if b'"session.running.v1"' in x]
+    older = decode(line)
+    assert isinstance(older, SessionRunning) and older.host is None
+    newer = msgspec.structs.replace(older, host="172.30.0.5")
+    assert decode(encode(newer)) == newer
 
 
 def test_a_usage_sample_carries_the_gpu_time_charged_and_an_older_one_decodes_without() -> None:

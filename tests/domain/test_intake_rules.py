@@ -19,6 +19,8 @@ from events import (
     PipelineSpec,
     PipelineTask,
     PolicySet,
+    ScaleEndpoint,
+    ServeRequested,
     SessionDestroyRequested,
     SessionRequested,
     Slots,
@@ -42,6 +44,15 @@ def _create(actor: str, owner: str, sid: str = "s1") -> SessionRequested:
     )
 
 
+def _serve(actor: str, requester: str) -> ServeRequested:
+    return stamp(
+        ServeRequested,
+        Provenance(actor, AT),
+        requester=requester,
+        command=ScaleEndpoint(endpoint_id="ep-1", replicas=2),
+    )
+
+
 def _destroy(actor: str, requester: str, sid: str = "s1") -> SessionDestroyRequested:
     return stamp(
         SessionDestroyRequested, Provenance(actor, AT), session_id=sid, requester=requester
@@ -49,14 +60,15 @@ def _destroy(actor: str, requester: str, sid: str = "s1") -> SessionDestroyReque
 
 
 def test_a_keys_own_requests_go_on_their_own_subjects_in_order() -> None:
-    create, destroy = _create("k", "k"), _destroy("k", "k")
+    create, destroy, serve = _create("k", "k"), _destroy("k", "k"), _serve("k", "k")
     ask = stamp(
         AdminRequested, Provenance("k", AT), requester="k", command=CreateDomain(domain="d")
     )
-    assert routed("k", [create, destroy, ask]) == [
+    assert routed("k", [create, destroy, ask, serve]) == [
         (subj.request("k", "s1"), create),
         (subj.request("k", "s1"), destroy),
         (subj.admin("k", ask.id), ask),
+        (subj.request("k", serve.id), serve),  # a serve request: on its own id
     ]
 
 
@@ -67,6 +79,8 @@ def test_a_keys_own_requests_go_on_their_own_subjects_in_order() -> None:
         ([_destroy("k", "v")], "a request of k in the name of v"),
         ([_create("v", "k")], "a request of k in the name of v"),  # who caused it: another
         ([_create("k", "k"), _destroy("k", "v")], "a request of k in the name of v"),
+        ([_serve("k", "v")], "a request of k in the name of v"),
+        ([_serve("v", "k")], "a request of k in the name of v"),
         ([], "no request"),
     ],
 )

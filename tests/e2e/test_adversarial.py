@@ -56,11 +56,13 @@ from events import (
     CreateUser,
     CreateVfolder,
     DestroyRejected,
+    EndpointCreated,
     Event,
     PayloadRejected,
     PipelineTaskRequested,
     PolicyLevel,
     Record,
+    ReplicaHealthReported,
     RequestsDropped,
     ResourcePolicy,
     RevokeKeypair,
@@ -796,6 +798,36 @@ async def forge_a_scan(w: World, me: Attacker) -> Outcome:
     return Outcome(denied=[f"publish {await _publish(me, subj.storage('local'), scan)}"])
 
 
+async def forge_serving(w: World, me: Attacker) -> Outcome:
+    """An endpoint of one's own, created as the serving actor's decision (its replicas
+    would be asked for in one's name, and would run)."""
+    made = _event(
+        EndpointCreated,
+        "serving",
+        endpoint_id=f"ep-{me.who}",
+        name=f"forged-{me.who}",
+        owner=me.key,
+        domain="lab",
+        project="p",
+        group="default",
+        public=True,
+    )
+    return Outcome(denied=[f"publish {await _publish(me, subj.SERVING, made)}"])
+
+
+async def forge_health(w: World, me: Attacker) -> Outcome:
+    """A replica found healthy, said as a router: it would take traffic."""
+    report = _event(
+        ReplicaHealthReported,
+        "router:r1",
+        router="r1",
+        endpoint_id="ep-x",
+        session_id=w.victim,
+        healthy=True,
+    )
+    return Outcome(denied=[f"publish {await _publish(me, subj.route('r1'), report)}"])
+
+
 async def mount_anothers_folder(w: World, me: Attacker) -> Outcome:
     """A session of one's own mounting the victim's folder: the quota actor refuses."""
     sid = f"s-mount-{me.who}"
@@ -1023,6 +1055,8 @@ ATTACKS: dict[str, Attack] = {
     "channel-into-anothers-session": channel_into_anothers,
     "destroy-anothers-session": destroy_anothers,
     "publish-storage-scan": forge_a_scan,
+    "publish-serving": forge_serving,
+    "publish-route": forge_health,
     "mount-anothers-folder": mount_anothers_folder,
     **{f"exceed-{level}-policy": exceed(level) for level in PolicyLevel},
     "hide-a-refusal": hide_a_refusal,

@@ -25,6 +25,7 @@ from anyio.from_thread import start_blocking_portal
 from events import (
     AdminCommand,
     CreateDomain,
+    CreateEndpoint,
     CreateGroup,
     CreateKeypair,
     CreateProject,
@@ -36,6 +37,7 @@ from events import (
     PipelineTask,
     PolicyLevel,
     ResourcePolicy,
+    RevisionSpec,
     Role,
     SetImageAlias,
     SetImages,
@@ -77,6 +79,7 @@ PEOPLE = (
     ("ucarol1i", "doth3z", Role.DOMAIN_ADMIN, "px2w", "fncarolproj"),
 )
 RUNNING = ("ualice5r", "ubob8t", "ueve6u")  # each has a session running
+SERVING = ("ualice5r", "ueve6u")  # each has an endpoint with a replica running
 
 
 @dataclass
@@ -92,6 +95,7 @@ class World:
     service: tuple[str, str]  # the scheduler's keypair
     tokens: dict[str, str] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)  # user -> a pipeline run of theirs
+    endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # user -> id, name
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
@@ -124,6 +128,7 @@ class World:
             found |= {*self.sessions[user], f"n{user}"}
         if user in self.runs:
             found |= {self.runs[user], f"pl{user}", f"t{user}"}
+        found |= set(self.endpoints.get(user, ()))
         folder = self.folders.get(user)
         if folder is not None:
             found |= {folder, self.files[folder]}
@@ -220,14 +225,23 @@ async def _people(world: World, events: JetStreamLog) -> None:
         command = CreateVfolder(vfolder_id=vid, name=folder, **owner)
         world.admin_requests[user] = await clients[user].admin(command)
         world.folders[user] = vid
+    for user in SERVING:
+        world.endpoints[user] = (f"ep{user}", f"m{user}")
+        spec = RevisionSpec(image=IMAGE, slots=one)
+        ask = CreateEndpoint(endpoint_id=f"ep{user}", name=f"m{user}", revision=spec, replicas=1)
+        await clients[user].serve(ask)
     ids = [s for user in RUNNING for s in world.sessions[user]]
     await _wait(
         events,
         lambda s: (
             all(i in s.sessions and s.sessions[i].status is SessionStatus.RUNNING for i in ids)
             and set(world.folders.values()) <= set(s.tenancy.vfolders)
+            and all(
+                any(r.host for r in ep.replicas.values()) for ep in s.serving.endpoints.values()
+            )
+            and len(s.serving.endpoints) == len(SERVING)
         ),
-        "sessions running and folders made",
+        "sessions running, folders made and endpoints served",
     )
     world.destroys["ualice5r"] = await clients["ualice5r"].destroy(gone)
     await _wait(

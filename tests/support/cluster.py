@@ -10,6 +10,7 @@ from services.actors.agent import AgentActor, AgentConfig
 from services.actors.quota import QuotaActor
 from services.actors.registrar import RegistrarActor
 from services.actors.scheduler import SchedulerActor
+from services.actors.serving import ServingActor
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.cluster import ClusterState
 from services.ports import ContainerRuntime, EventLog
@@ -36,14 +37,19 @@ def agent_config(agent_id: str, gpus: int = 1, fgpu_per_gpu: int = 200) -> Agent
 
 @asynccontextmanager
 async def running_cluster(
-    events: EventLog, agents: list[tuple[AgentConfig, ContainerRuntime]]
+    events: EventLog,
+    agents: list[tuple[AgentConfig, ContainerRuntime]],
+    *,
+    serving: bool = True,
 ) -> AsyncIterator[None]:
-    """Registrar, quota, scheduler and the agents running until the block ends."""
+    """Registrar, quota, scheduler, serving and the agents running until the block ends."""
     clock = SystemClock()
     async with anyio.create_task_group() as tg:
         await tg.start(RegistrarActor(events, clock).run)
         await tg.start(QuotaActor(events, clock).run)
         await tg.start(SchedulerActor(events, clock).run)
+        if serving:  # else the caller runs its own (one per durable)
+            await tg.start(ServingActor(events, clock).run)
         for config, runtime in agents:
             await tg.start(AgentActor(events, runtime, clock, config).run)
         yield

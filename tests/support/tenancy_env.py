@@ -222,6 +222,7 @@ async def start_actors(
         run_quota,
         run_registrar,
         run_scheduler,
+        run_serving,
     )
     from tests.support.cluster import agent_config
 
@@ -240,6 +241,8 @@ async def start_actors(
             await tg.start(run_quota, conn.log)
         elif kind == "registrar":
             await tg.start(run_registrar, conn.log)
+        elif kind == "serving":
+            await tg.start(run_serving, conn.log)
         elif kind == "scheduler":
             await tg.start(run_scheduler, conn.log, conn.bus)
         elif kind == "domain-feed":

@@ -1,7 +1,8 @@
 """Which domains a record of the log belongs to: what a domain's readers are given of it.
 
 A record belongs to the domain of the session it is about, of the access key it names
-(an owner, a requester: a user's, or a domain reader's), of the folder it is about, and,
+(an owner, a requester: a user's, or a domain reader's), of the folder or the serving
+endpoint it is about, and,
 for an administrator's command, of what the command acts in. That is what a domain
 admin of that domain is shown of the log through the read API (its domain's sessions,
 the events naming its keys or its sessions). Records of no domain (agents, the ledger's
@@ -47,6 +48,10 @@ def domains_of(s: ClusterState, e: AnyEvent) -> frozenset[str]:
             domain = key_domain(t, key)
             if domain is not None:
                 found.add(domain)
+    endpoint = getattr(e, "endpoint_id", None)
+    ep = s.serving.endpoints.get(endpoint) if isinstance(endpoint, str) else None
+    if ep is not None:
+        found.add(ep.domain)
     folder = getattr(e, "vfolder_id", None)
     if isinstance(folder, str) and folder in t.vfolders:
         found.add(t.vfolders[folder].domain)

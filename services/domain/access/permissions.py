@@ -85,7 +85,7 @@ def durables(service: str) -> tuple[str, ...]:
     kind, _, agent_id = service.partition(":")
     if service in _SEVERAL:
         return (service, *(f"{service}-{n}" for n in range(2, _DURABLES + 1)))
-    if service in ("registrar", "pipeline"):
+    if service in ("registrar", "serving", "pipeline"):
         return (service,)
     if kind == "agent" and subj.is_token(agent_id):
         return (f"agent-{agent_id}",)
@@ -246,6 +246,8 @@ def service_permissions(access_key: str, service: str) -> Permissions | None:
         return grant(access_key)
     if kind == "agent" and subj.is_token(agent_id):
         return _agent(access_key, agent_id)
+    if kind == "router" and subj.is_token(agent_id):
+        return _router(access_key, agent_id)
     return None
 
 
@@ -298,6 +300,13 @@ def _pipeline(access_key: str) -> Permissions:
     # judges against that owner's rights: as the intake, it writes people's requests.
     own = (subj.pipeline_run("*"), subj.request("*", "*"))
     return _follower(access_key, "pipeline", own)
+
+
+def _serving(access_key: str) -> Permissions:
+    # Its decisions and replicas' lifecycle; its replicas' session requests and destroys,
+    # in their endpoint owners' names (the fold judges them as any owner's request).
+    own = (subj.SERVING, "fgpu.req.>", *_snapshot_reads("scheduler", access_key))
+    return _follower(access_key, "serving", own)
 
 
 def _archiver(access_key: str) -> Permissions:
@@ -360,6 +369,13 @@ def _agent_host(access_key: str) -> Permissions:
     return _follower(access_key, "agent-host", own, listens, responds=True)
 
 
+def _router(access_key: str, router: str) -> Permissions:
+    # What its health checks found of replicas, on its own subject; it reads the log (the
+    # endpoints) through reads of its own, and follows no durable.
+    own = (subj.route(router), *_snapshot_reads("scheduler", access_key))
+    return _follower(access_key, f"router:{router}", own)
+
+
 def _agent(access_key: str, agent_id: str) -> Permissions:
     own = (
         subj.agent(agent_id),
@@ -381,6 +397,7 @@ _SERVICES: dict[str, Callable[[str], Permissions]] = {
     "pipeline": _pipeline,
     "domain-feed": _domain_feed,
     "registrar": _registrar,
+    "serving": _serving,
     "archiver": _archiver,
     "api": _api,
     "intake": _intake,

@@ -9,13 +9,21 @@ workload). Owned by the fold (``services.domain.fold.state``); everyone else rea
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from events import AdminRequested, LogHealth, PolicySet, SessionDestroyRequested, Slots
+from events import (
+    AdminRequested,
+    LogHealth,
+    PolicySet,
+    ServeRequested,
+    SessionDestroyRequested,
+    Slots,
+)
 from services.domain.fold.fit_index import FitIndex
 from services.domain.fold.group_shares import GroupShares
 from services.domain.fold.pending import PendingQueue
 from services.domain.fold.running_index import RunningIndex
 from services.domain.fold.workload import Workload
 from services.domain.records import AgentView, OwnerUsage, SessionView
+from services.domain.serving.state import ServingState
 from services.domain.status import SessionStatus
 from services.domain.tenancy.model import Tenancy
 
@@ -43,9 +51,10 @@ class ClusterState:
     # Admin requests answered, and whether the tenancy changed, since the owner last
     # cleared these (with ``changed``): request id -> the answer's sequence, the request,
     # and the refusal's code and reason (None: applied).
-    admin_answered: dict[str, tuple[int, AdminRequested, tuple[str, str] | None]] = field(
-        default_factory=dict
-    )
+    # Serve requests answered by the serving actor are noted here too.
+    admin_answered: dict[
+        str, tuple[int, AdminRequested | ServeRequested, tuple[str, str] | None]
+    ] = field(default_factory=dict)
     tenancy_changed: bool = False
     subject_seq: dict[str, int] = field(default_factory=dict)  # last sequence per subject
     # Work waiting for an actor, kept by the fold so no actor scans every session:
@@ -70,6 +79,8 @@ class ClusterState:
     # The log's health: each server's latest record of the room on its store's disk (the
     # quota actor admits no new session while one is not ok).
     log_space: dict[str, LogHealth] = field(default_factory=dict)
+    # Endpoints, their replicas and undecided serve requests (services.domain.serving).
+    serving: ServingState = field(default_factory=ServingState)
     # Sessions and agents whose state changed since the owner last cleared these; lets an
     # actor look at what a batch changed instead of everything it knows. Invariant: every
     # change to a session's fields marks it (the projection store rewrites the rows of

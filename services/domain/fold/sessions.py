@@ -103,6 +103,7 @@ def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
         lifetime_s=e.lifetime_s,
         session_type=session_type_of(e),
         mounts=e.mounts,
+        env=e.env,
     )
     _assign_tenant(s, v, e.project)
     s.sessions[e.session_id] = v
@@ -212,6 +213,7 @@ def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
     if v is None or v.status not in (S.SCHEDULED, S.PREPARING, S.PULLING):
         return
     v.container_id = e.container_id
+    v.host = e.host
     v.active_at = e.at
     _transition(s, v, S.RUNNING, seq, e)
 

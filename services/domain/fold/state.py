@@ -34,7 +34,7 @@ from events import (
     SessionExecStarted,
 )
 from events import subjects as subj
-from services.domain.fold import admin, agents, sessions
+from services.domain.fold import admin, agents, serving, sessions
 from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.fold.sessions import running_at
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView, Transition
@@ -149,6 +149,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     **sessions.HANDLERS,
     **agents.HANDLERS,
     **admin.HANDLERS,
+    **serving.HANDLERS,
     DestroyRejected: _nothing,
     GpuOomRefused: _nothing,
     GpuOverSlice: _nothing,  # the agent stops the session: its end report ends it
@@ -187,6 +188,7 @@ def clear_changes(s: ClusterState) -> None:
     s.answered.clear()
     s.admin_answered.clear()
     s.tenancy_changed = False
+    s.serving.changed = False
 
 
 def own_subjects(v: SessionView) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from services.domain.fold.cluster import ENDED_STUB, ClusterState
 from services.domain.fold.state import own_subjects, running_at
 from services.domain.fold.workload import Shape, Workload
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView
+from services.domain.serving.state import ServingState
 from services.domain.status import ENDED, SessionStatus
 from services.domain.tenancy.model import Keypair, Tenancy, User, Vfolder
 
@@ -57,8 +58,9 @@ __all__ = [
 # 2: the workload forecast and the latest placement (placement policies); 3: resource
 # groups; 4: agents' image details and registry, sessions' pull progress, domains' image
 # allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts);
-# 6: the storage hosts agents mount and admitted sessions need; 7: resource presets
-FOLD_VERSION = 7
+# 6: the storage hosts agents mount and admitted sessions need; 7: resource presets;
+# 8: serving (endpoints, replicas, serve requests; an inference session's address)
+FOLD_VERSION = 8
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -182,6 +184,7 @@ class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     # Since the log's health was folded (older snapshots: none known; the watcher says
     # each server's at its start).
     log_space: list[LogHealth] = []
+    serving: ServingState = msgspec.field(default_factory=ServingState)  # since fold version 8
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -222,6 +225,9 @@ def encode_state(s: ClusterState) -> bytes:
             workload=_workload(s.workload),
             last_placed=s.last_placed,
             log_space=[s.log_space[k] for k in sorted(s.log_space)],
+            # What changed is the owner's note, not state: a snapshot taken mid-batch
+            # must not depend on how the log was cut into batches.
+            serving=msgspec.structs.replace(s.serving, changed=False),
         )
     )
 
@@ -266,6 +272,7 @@ def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
     s.workload = Workload.of(recent, admitted, tuple(typical), version)
     s.last_placed = snap.last_placed
     s.log_space = {h.server: h for h in snap.log_space}
+    s.serving = snap.serving
     return s
 
 

@@ -4,6 +4,7 @@ from functools import lru_cache
 
 from events import SessionRequested, SessionType
 from events import subjects as subj
+from services.domain.container_spec import env_problem
 from services.domain.durations import LONGEST_S
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
@@ -77,4 +78,4 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "a batch session runs a command: give one"
     if len(e.mounts) > MAX_MOUNTS or any(not 0 < len(m.name) <= 128 for m in e.mounts):
         return f"mounts must be at most {MAX_MOUNTS} folder names of 1-128 characters"
-    return None
+    return env_problem(e.env) if e.env else None

@@ -68,6 +68,7 @@ SERVICES = frozenset(
         "quota",
         "scheduler",
         "registrar",
+        "serving",
         "api",
         "auth",
         "agent-host",
@@ -444,7 +445,7 @@ def _invalid_policy(
 
 def _service(name: str) -> bool:
     kind, _, suffix = name.partition(":")
-    return name in SERVICES or (kind in ("agent", READER) and subj.is_token(suffix))
+    return name in SERVICES or (kind in ("agent", "router", READER) and subj.is_token(suffix))
 
 
 def _what(c: AdminCommand) -> str:

@@ -1,0 +1,285 @@
+"""Events of model serving: endpoints, their revisions and replicas, tokens, health.
+
+A person asks (``ServeRequested``, on ``fgpu.req.<its key>.<request id>``, through the
+intake like every request); the serving actor judges the request against the tenancy
+and the endpoints as the log has them and answers on ``fgpu.serving``: the decision
+itself (``EndpointCreated``, ``RevisionAdded``, ``ReplicasSet``, ``EndpointRemoved``,
+``TokenCreated``, ``TokenRevoked``), each caused by the request, or ``ServeRefused``.
+Only decisions change anything. The serving actor alone writes replicas' lifecycle
+(``ReplicaChanged``) and rotation (``ReplicaRotation``); routers say what their health
+checks found (``ReplicaHealthReported``, on ``fgpu.route.<router>``), changes only.
+
+A token never stands on the log: only the lower-case hex SHA-256 of it, which is what
+the proxy matches a request's bearer token against.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import msgspec
+
+from events.base import Event
+from events.slots import Slots
+
+__all__ = [
+    "AddRevision",
+    "CreateEndpoint",
+    "CreateToken",
+    "EndpointCreated",
+    "EndpointRemoved",
+    "HealthSpec",
+    "PointEndpoint",
+    "RemoveEndpoint",
+    "ReplicaChanged",
+    "ReplicaHealthReported",
+    "ReplicaPhase",
+    "ReplicaRotation",
+    "ReplicasSet",
+    "RevisionAdded",
+    "RevisionSpec",
+    "RevisionTarget",
+    "RevokeToken",
+    "ScaleEndpoint",
+    "ServeCommand",
+    "ServeRefused",
+    "ServeRequested",
+    "TokenCreated",
+    "TokenRevoked",
+]
+
+_Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class _Part(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """A value events of serving hold."""
+
+
+class HealthSpec(_Part, frozen=True, kw_only=True):
+    """How a replica is checked (the fields of the proxies' ``HealthCheck``): ``GET path``
+    every ``interval_s``; an answer in 2xx/3xx within ``timeout_s`` passes;
+    ``healthy_after`` passes in a row bring a replica into rotation, ``unhealthy_after``
+    failures in a row take it out; none before ``initial_delay_s`` after it runs."""
+
+    path: str = "/health"
+    interval_s: float = 2.0
+    timeout_s: float = 1.0
+    initial_delay_s: float = 0.0
+    healthy_after: int = 1
+    unhealthy_after: int = 2
+
+
+class RevisionSpec(_Part, frozen=True, kw_only=True):
+    """What each replica of a revision runs: ``image`` with ``command`` (empty: the
+    image's own), answering HTTP on ``port`` in its container; ``model`` a virtual folder
+    of the owner's mounted read-only at ``/home/work/<model>`` (None: none); ``slots``
+    each replica holds (``cpu_only``: no fGPU, as for sessions); ``env`` its environment,
+    sorted by name."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    port: int = 8000
+    model: str | None = None
+    slots: Slots
+    cpu_only: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    health: HealthSpec = HealthSpec()
+
+
+class RevisionTarget(_Part, frozen=True, kw_only=True):
+    """How many replicas of revision ``revision`` are wanted, and its share of the
+    traffic (``traffic``, 0-100; the shares of an endpoint's targets sum to 100)."""
+
+    revision: int
+    replicas: int
+    traffic: int = 100
+
+
+# ---- what a person asks ---------------------------------------------------------------------
+
+
+class CreateEndpoint(_Part, frozen=True, kw_only=True, tag="create-endpoint"):
+    """A new endpoint ``name`` (unique among live endpoints; served under ``/e/<name>/``)
+    in ``project`` (None: the requester's default) and resource ``group``, its first
+    revision at ``replicas``; ``public``: anyone may call it, else a token is needed."""
+
+    endpoint_id: str
+    name: str
+    project: str | None = None
+    group: str | None = None
+    public: bool = False
+    revision: RevisionSpec
+    replicas: int = 1
+
+
+class AddRevision(_Part, frozen=True, kw_only=True, tag="add-revision"):
+    """A new revision of the endpoint; with ``replicas`` (None: as many as now) it takes
+    all of them and all traffic at once (rolling updates come later)."""
+
+    endpoint_id: str
+    revision: RevisionSpec
+    replicas: int | None = None
+
+
+class ScaleEndpoint(_Part, frozen=True, kw_only=True, tag="scale-endpoint"):
+    """``replicas`` of the revision taking most traffic."""
+
+    endpoint_id: str
+    replicas: int
+
+
+class PointEndpoint(_Part, frozen=True, kw_only=True, tag="point-endpoint"):
+    """Revision ``revision`` (any of the endpoint's, an earlier one for a rollback) takes
+    all replicas (``replicas``; None: as many as now) and all traffic."""
+
+    endpoint_id: str
+    revision: int
+    replicas: int | None = None
+
+
+class RemoveEndpoint(_Part, frozen=True, kw_only=True, tag="remove-endpoint"):
+    endpoint_id: str
+
+
+class CreateToken(_Part, frozen=True, kw_only=True, tag="create-token"):
+    """A token for the endpoint, good until ``expires_at``: made by the requester, who
+    shows it once; only its ``sha256`` (hex) is sent."""
+
+    endpoint_id: str
+    token_id: str
+    sha256: _Sha256
+    expires_at: datetime
+
+
+class RevokeToken(_Part, frozen=True, kw_only=True, tag="revoke-token"):
+    endpoint_id: str
+    token_id: str
+
+
+ServeCommand = (
+    CreateEndpoint
+    | AddRevision
+    | ScaleEndpoint
+    | PointEndpoint
+    | RemoveEndpoint
+    | CreateToken
+    | RevokeToken
+)
+
+
+class ServeRequested(Event, frozen=True, kw_only=True, tag="serve.requested.v1"):
+    """A person (``requester``, the key the server let in) asks about an endpoint."""
+
+    requester: str
+    command: ServeCommand
+
+
+class ServeRefused(Event, frozen=True, kw_only=True, tag="serve.refused.v1"):
+    """The serving actor refused the request (its id is ``causation_id``): ``code``
+    ``forbidden``, ``invalid`` or ``conflict``; ``reason`` in words, naming nothing the
+    requester may not see."""
+
+    requester: str
+    code: Literal["forbidden", "invalid", "conflict"]
+    reason: str
+
+
+# ---- what the serving actor decided ---------------------------------------------------------
+
+
+class EndpointCreated(Event, frozen=True, kw_only=True, tag="endpoint.created.v1"):
+    """``owner`` (the requester's key: replicas are its sessions, charged to it) has an
+    endpoint, of ``domain`` and ``project``, in resource group ``group``."""
+
+    endpoint_id: str
+    name: str
+    owner: str
+    domain: str
+    project: str
+    group: str
+    public: bool
+
+
+class RevisionAdded(Event, frozen=True, kw_only=True, tag="endpoint.revision-added.v1"):
+    """Revision number ``revision`` (1, 2, ... in order) of the endpoint."""
+
+    endpoint_id: str
+    revision: int
+    spec: RevisionSpec
+    requester: str
+
+
+class ReplicasSet(Event, frozen=True, kw_only=True, tag="endpoint.replicas-set.v1"):
+    """The endpoint's wanted replicas and traffic per revision, whole: a revision not
+    named wants none."""
+
+    endpoint_id: str
+    targets: tuple[RevisionTarget, ...]
+    requester: str
+
+
+class EndpointRemoved(Event, frozen=True, kw_only=True, tag="endpoint.removed.v1"):
+    """No more traffic; its replicas are drained and stopped, and its name is free."""
+
+    endpoint_id: str
+    requester: str
+
+
+class TokenCreated(Event, frozen=True, kw_only=True, tag="endpoint.token-created.v1"):
+    endpoint_id: str
+    token_id: str
+    sha256: _Sha256
+    expires_at: datetime
+    requester: str
+
+
+class TokenRevoked(Event, frozen=True, kw_only=True, tag="endpoint.token-revoked.v1"):
+    endpoint_id: str
+    token_id: str
+    requester: str
+
+
+# ---- replicas -------------------------------------------------------------------------------
+
+
+class ReplicaPhase(StrEnum):
+    PROVISIONING = "provisioning"  # its session is asked for, not running yet
+    WARMING = "warming"  # running, reachable at its address; not yet found healthy
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    DRAINING = "draining"  # out of rotation; its session is being stopped
+    GONE = "gone"  # its session ended
+
+
+class ReplicaChanged(Event, frozen=True, kw_only=True, tag="replica.changed.v1"):
+    """Replica ``session_id`` of the endpoint (slot ``ordinal`` of ``revision``, the
+    ``generation``-th session to fill that slot) entered ``phase``: the serving actor's
+    record, changes only. ``host``/``port``: where proxies reach it (from ``warming``)."""
+
+    endpoint_id: str
+    session_id: str
+    revision: int
+    ordinal: int
+    generation: int = 0
+    phase: ReplicaPhase
+    host: str | None = None
+    port: int | None = None
+    reason: str = ""
+
+
+class ReplicaRotation(Event, frozen=True, kw_only=True, tag="replica.rotation.v1"):
+    """Whether proxies send the replica new requests: changes only."""
+
+    endpoint_id: str
+    session_id: str
+    in_rotation: bool
+
+
+class ReplicaHealthReported(Event, frozen=True, kw_only=True, tag="replica.health-reported.v1"):
+    """What router ``router``'s checks found of a replica, when it changed."""
+
+    router: str
+    endpoint_id: str
+    session_id: str
+    healthy: bool
+    detail: str = ""

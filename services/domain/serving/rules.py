@@ -1,0 +1,272 @@
+"""Who may ask what of an endpoint, and what an allowed request decides. Pure.
+
+An endpoint is its owner's (the key that created it: its replicas are that key's
+sessions, charged to it). Its owner, an administrator of its domain, and a superadmin may
+change it, scale it, mint and revoke its tokens, and remove it, as they may a session
+(``services.domain.access.session_access``); with no tenancy, only its owner. A revoked
+key, a removed user's and a service's may do nothing. A refusal about an endpoint the
+requester may not see reads as one about an endpoint that does not exist.
+"""
+
+import re
+from datetime import datetime
+
+from events import (
+    AddRevision,
+    AnyEvent,
+    CreateEndpoint,
+    CreateToken,
+    EndpointCreated,
+    EndpointRemoved,
+    PointEndpoint,
+    RemoveEndpoint,
+    ReplicasSet,
+    RevisionAdded,
+    RevisionSpec,
+    RevisionTarget,
+    RevokeToken,
+    Role,
+    ScaleEndpoint,
+    ServeCommand,
+    ServeRequested,
+    TokenCreated,
+    TokenRevoked,
+)
+from events import subjects as subj
+from services.domain.container_spec import env_problem
+from services.domain.image_ref import image_reference_problem
+from services.domain.provenance import Provenance, stamp
+from services.domain.refusal import Refusal
+from services.domain.resources import MAX_AMOUNT
+from services.domain.serving.state import EndpointView, ServingState
+from services.domain.tenancy.admin import DEFAULT, project_key
+from services.domain.tenancy.groups import DEFAULT_GROUP, admission_problem
+from services.domain.tenancy.model import Tenancy
+
+__all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal"]
+
+MAX_REPLICAS = 64  # of one endpoint
+_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def may_see(s: ServingState, t: Tenancy, key: str, endpoint_id: str) -> EndpointView | None:
+    """The live endpoint if ``key`` may act on it (owner, its domain's admin, a
+    superadmin; with no tenancy its owner alone), else None."""
+    ep = s.endpoints.get(endpoint_id)
+    if ep is None or ep.removed:
+        return None
+    if not t.on:
+        return ep if ep.owner == key else None
+    who = t.user_of(key)
+    if who is None:
+        return None
+    if ep.owner == key or who.role is Role.SUPERADMIN:
+        return ep
+    return ep if who.role is Role.DOMAIN_ADMIN and who.domain == ep.domain else None
+
+
+def refusal(s: ServingState, t: Tenancy, r: ServeRequested, now: datetime) -> Refusal | None:
+    """Why request ``r`` may not be applied now; None if it may."""
+    c = r.command
+    if t.on and t.user_of(r.requester) is None:
+        return Refusal("forbidden", f"access key {r.requester} may not serve models")
+    if isinstance(c, CreateEndpoint):
+        return _create_refusal(s, t, r.requester, c)
+    ep = may_see(s, t, r.requester, c.endpoint_id)
+    if ep is None:
+        return Refusal("forbidden", f"no endpoint {c.endpoint_id} of yours")
+    return _change_refusal(ep, c, now)
+
+
+def _create_refusal(
+    s: ServingState, t: Tenancy, requester: str, c: CreateEndpoint
+) -> Refusal | None:
+    if not subj.is_token(c.endpoint_id):
+        return _bad(f"endpoint id {c.endpoint_id!r} must be 1-64 letters, digits, '-' or '_'")
+    if c.endpoint_id in s.endpoints:
+        return Refusal("conflict", f"endpoint {c.endpoint_id} exists")
+    if _NAME.fullmatch(c.name) is None:
+        return _bad(f"endpoint name {c.name!r}: 1-63 lower-case letters, digits and '-'")
+    if c.name in s.names:
+        return Refusal("conflict", f"an endpoint named {c.name} exists")
+    domain, project = _home(t, requester, c.project)
+    if project is None:
+        return Refusal("forbidden", f"{requester} is no member of project {c.project}")
+    group = c.group or DEFAULT_GROUP
+    problem = admission_problem(
+        t.groups, group, project_key(domain, project), None, c.revision.slots.fgpu
+    )
+    if problem is not None:
+        return _bad(problem)
+    return _spec_refusal(c.revision) or _count_refusal(c.replicas)
+
+
+def _home(t: Tenancy, requester: str, asked: str | None) -> tuple[str, str | None]:
+    """The domain and project an endpoint of ``requester`` goes to (project None: it may
+    not ask for that one)."""
+    who = t.user_of(requester)
+    if not t.on or who is None:
+        return DEFAULT, (asked or DEFAULT) if asked in (None, DEFAULT) else None
+    project = asked or who.default_project
+    if project is None or project not in who.projects:
+        return who.domain, None
+    return who.domain, project
+
+
+def _change_refusal(ep: EndpointView, c: ServeCommand, now: datetime) -> Refusal | None:
+    match c:
+        case AddRevision():
+            return _spec_refusal(c.revision) or (
+                None if c.replicas is None else _count_refusal(c.replicas)
+            )
+        case ScaleEndpoint():
+            return _count_refusal(c.replicas)
+        case PointEndpoint():
+            if c.revision not in ep.revisions:
+                return _bad(f"endpoint {ep.name} has no revision {c.revision}")
+            return None if c.replicas is None else _count_refusal(c.replicas)
+        case CreateToken():
+            if not subj.is_token(c.token_id):
+                return _bad(f"token id {c.token_id!r} must be 1-64 letters, digits, '-' or '_'")
+            if c.token_id in ep.tokens:
+                return Refusal("conflict", f"endpoint {ep.name} has a token {c.token_id}")
+            if c.expires_at <= now:
+                return _bad("the token would have expired already")
+            return None
+        case RevokeToken():
+            token = ep.tokens.get(c.token_id)
+            if token is None or token.revoked:
+                return _bad(f"endpoint {ep.name} has no live token {c.token_id}")
+            return None
+    return None
+
+
+def _count_refusal(replicas: int) -> Refusal | None:
+    if not 0 <= replicas <= MAX_REPLICAS:
+        return _bad(f"replicas must be between 0 and {MAX_REPLICAS}, got {replicas}")
+    return None
+
+
+def _spec_refusal(spec: RevisionSpec) -> Refusal | None:
+    problem = image_reference_problem(spec.image)
+    if problem is not None:
+        return _bad(problem)
+    if not 1 <= spec.port <= 65535:
+        return _bad(f"port must be between 1 and 65535, got {spec.port}")
+    sl = spec.slots
+    if spec.cpu_only and sl.fgpu != 0:
+        return _bad("a CPU-only revision asks for no fGPU")
+    if not spec.cpu_only and sl.fgpu <= 0:
+        return _bad("fGPU must be greater than zero")
+    if sl.cpu <= 0 or sl.mem <= 0 or max(sl.cpu, sl.mem, sl.fgpu) > MAX_AMOUNT:
+        return _bad("cpu and mem must be greater than zero, and no amount beyond a cluster's")
+    if spec.model is not None and not spec.model:
+        return _bad("a model folder needs a name")
+    problem = env_problem(spec.env)
+    if problem is not None:
+        return _bad(problem)
+    h = spec.health
+    if not h.path.startswith("/") or min(h.interval_s, h.timeout_s) <= 0:
+        return _bad("the health check needs a path from '/' and times above zero")
+    if h.initial_delay_s < 0 or min(h.healthy_after, h.unhealthy_after) < 1:
+        return _bad("the health check's delay must be >= 0 and its thresholds >= 1")
+    return None
+
+
+def _bad(reason: str) -> Refusal:
+    return Refusal("invalid", reason)
+
+
+def decide(s: ServingState, t: Tenancy, r: ServeRequested, prov: Provenance) -> list[AnyEvent]:
+    """The decisions an allowed request ``r`` makes (``refusal`` said None), each stamped
+    with ``prov`` (caused by ``r``)."""
+    c = r.command
+    who = r.requester
+    if isinstance(c, CreateEndpoint):
+        domain, project = _home(t, who, c.project)
+        return [
+            stamp(
+                EndpointCreated,
+                prov,
+                endpoint_id=c.endpoint_id,
+                name=c.name,
+                owner=who,
+                domain=domain,
+                project=project or DEFAULT,
+                group=c.group or DEFAULT_GROUP,
+                public=c.public,
+            ),
+            stamp(
+                RevisionAdded,
+                prov,
+                endpoint_id=c.endpoint_id,
+                revision=1,
+                spec=c.revision,
+                requester=who,
+            ),
+            _targets(prov, c.endpoint_id, who, 1, c.replicas),
+        ]
+    ep = s.endpoints[c.endpoint_id]
+    match c:
+        case AddRevision():
+            n = len(ep.revisions) + 1
+            replicas = _total(ep) if c.replicas is None else c.replicas
+            return [
+                stamp(
+                    RevisionAdded,
+                    prov,
+                    endpoint_id=ep.endpoint_id,
+                    revision=n,
+                    spec=c.revision,
+                    requester=who,
+                ),
+                _targets(prov, ep.endpoint_id, who, n, replicas),
+            ]
+        case ScaleEndpoint():
+            return [_targets(prov, ep.endpoint_id, who, _primary(ep), c.replicas)]
+        case PointEndpoint():
+            replicas = _total(ep) if c.replicas is None else c.replicas
+            return [_targets(prov, ep.endpoint_id, who, c.revision, replicas)]
+        case RemoveEndpoint():
+            return [stamp(EndpointRemoved, prov, endpoint_id=ep.endpoint_id, requester=who)]
+        case CreateToken():
+            return [
+                stamp(
+                    TokenCreated,
+                    prov,
+                    endpoint_id=ep.endpoint_id,
+                    token_id=c.token_id,
+                    sha256=c.sha256,
+                    expires_at=c.expires_at,
+                    requester=who,
+                )
+            ]
+        case RevokeToken():
+            return [
+                stamp(
+                    TokenRevoked,
+                    prov,
+                    endpoint_id=ep.endpoint_id,
+                    token_id=c.token_id,
+                    requester=who,
+                )
+            ]
+    raise AssertionError(f"no decision for {type(c).__name__}")
+
+
+def _targets(
+    prov: Provenance, endpoint_id: str, who: str, revision: int, replicas: int
+) -> ReplicasSet:
+    target = RevisionTarget(revision=revision, replicas=replicas, traffic=100)
+    return stamp(ReplicasSet, prov, endpoint_id=endpoint_id, targets=(target,), requester=who)
+
+
+def _total(ep: EndpointView) -> int:
+    return sum(t.replicas for t in ep.targets)
+
+
+def _primary(ep: EndpointView) -> int:
+    """The revision taking most traffic (the latest one of a tie; none: the latest)."""
+    if not ep.targets:
+        return max(ep.revisions)
+    return max(ep.targets, key=lambda t: (t.traffic, t.revision)).revision

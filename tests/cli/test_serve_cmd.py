@@ -1,0 +1,79 @@
+"""``fgpu serve`` against a cluster with tenancy: each change is the user's request,
+answered by the serving actor; reads show a user its own endpoints alone."""
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.tenanted_cli import Tenanted, tenanted
+
+IMAGE = "fgpu/busybox:latest"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenanted]:
+    with tenanted(tmp_path_factory.mktemp("serve")) as found:
+        yield found
+
+
+def _people(cluster: Tenanted) -> tuple[str, str]:
+    cluster.ok("admin", "domain", "create", "lab")
+    cluster.ok("admin", "project", "create", "lab/nlp")
+    keys = []
+    for name in ("ana", "ben"):
+        cluster.ok("admin", "user", "create", name, "--domain", "lab", "--project", "nlp")
+        keys.append(cluster.ok("admin", "keypair", "create", "--user", name)["access_key"])
+    return keys[0], keys[1]
+
+
+def test_a_user_serves_scales_updates_rolls_back_and_removes_an_endpoint(
+    cluster: Tenanted,
+) -> None:
+    ana, ben = _people(cluster)
+    made = cluster.ok(
+        "serve",
+        "create",
+        "sent",
+        "--image",
+        IMAGE,
+        "--fgpu",
+        "0.25",
+        "--replicas",
+        "2",
+        "--env",
+        "MODEL=tiny",
+        "--",
+        "sleep",
+        "3600",
+        key=ana,
+    )
+    assert made["applied"] and made["id"].startswith("ep-")
+    [ep] = cluster.ok("serve", "ls", key=ana)["endpoints"]
+    assert (ep["name"], ep["owner"], ep["project"], ep["path"]) == ("sent", ana, "nlp", "/e/sent/")
+    assert ep["revisions"][0]["env"] == ["MODEL"]  # names only: values may be secrets
+    cluster.ok("serve", "scale", "sent", "3", key=ana)
+    cluster.ok("serve", "update", "sent", "--image", IMAGE, "--fgpu", "0.5", key=ana)
+    assert cluster.ok("serve", "info", "sent", key=ana)["targets"] == [
+        {"revision": 2, "replicas": 3, "traffic": 100}
+    ]
+    cluster.ok("serve", "rollback", "sent", "1", key=ana)
+    assert cluster.ok("serve", "info", made["id"], key=ana)["targets"][0]["revision"] == 1
+    token = cluster.ok("serve", "token", "create", "sent", "--days", "1", key=ana)
+    assert token["token"].startswith("fgt_")
+    [seen] = cluster.ok("serve", "info", "sent", key=ana)["tokens"]
+    assert seen["token_id"] == token["token_id"] and not seen["revoked"]
+    assert token["token"] not in json.dumps(cluster.ok("serve", "info", "sent", key=ana))
+    cluster.ok("serve", "token", "revoke", "sent", token["token_id"], key=ana)
+    assert cluster.ok("serve", "info", "sent", key=ana)["tokens"][0]["revoked"]
+    # Another user of the same project sees nothing of it and changes nothing.
+    assert cluster.ok("serve", "ls", key=ben)["endpoints"] == []
+    for args in (("info", "sent"), ("scale", "sent", "9"), ("token", "create", "sent")):
+        refused = cluster.run("serve", *args, key=ben)
+        assert refused.exit_code == 2
+        assert refused.stderr == "error: no endpoint 'sent' of yours\n"
+    taken = cluster.run("serve", "create", "sent", "--image", IMAGE, "--fgpu", "0.25", key=ben)
+    assert taken.exit_code == 1
+    assert taken.stderr == "error: refused (conflict): an endpoint named sent exists\n"
+    cluster.ok("serve", "rm", "sent", key=ana)
+    assert cluster.ok("serve", "ls", key=ana)["endpoints"] == []
