@@ -29,6 +29,7 @@ from events.pipeline import (
     PipelineScheduleSet,
     PipelineTaskEnded,
     PipelineTaskRequested,
+)
 from events.serving import (
     EndpointCreated,
     EndpointRemoved,
