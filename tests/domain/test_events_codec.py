@@ -31,6 +31,7 @@ from events import (
     AgentRegistered,
     AnyEvent,
     CreateEndpoint,
+    CreateToken,
     CreateUser,
     DestroyRejected,
     DevicePlacement,
@@ -819,6 +820,18 @@ def test_every_event_round_trips(event: AnyEvent) -> None:
 # hold amounts within the bound, as every decodable event does.
 _AMOUNT = st.integers(-AMOUNT_LIMIT, AMOUNT_LIMIT)
 st.register_type_strategy(Slots, st.builds(Slots, cpu=_AMOUNT, mem=_AMOUNT, fgpu=_AMOUNT))
+# A token's hash on the log is 64 lower-case hex digits (events.serving), as every decodable
+# event that holds one holds.
+_SHA256 = st.text("0123456789abcdef", min_size=64, max_size=64)
+st.register_type_strategy(TokenCreated, st.builds(TokenCreated, sha256=_SHA256))
+st.register_type_strategy(CreateToken, st.builds(CreateToken, sha256=_SHA256))
+# Seconds are finite: JSON has no NaN or infinity (msgspec writes null), so no event that
+# holds either could be read back.
+_SECONDS = st.floats(min_value=0, max_value=86_400)
+st.register_type_strategy(
+    HealthSpec,
+    st.builds(HealthSpec, interval_s=_SECONDS, timeout_s=_SECONDS, initial_delay_s=_SECONDS),
+)
 
 
 @settings(max_examples=20, deadline=None)

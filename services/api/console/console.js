@@ -359,6 +359,14 @@ const CATALOGUE = [
   "session.cpu-sampled.v1", "session.channel-opened.v1", "session.channel-closed.v1",
   "session.pulling.v1", "agent.images-reported.v1", "vfolder.scanned.v1",
   "access.requests-dropped.v1", "gpu.over-slice.v1", "gpu.share-exceeded.v1", "log.health.v1",
+  "serve.requested.v1", "serve.refused.v1", "endpoint.created.v1", "endpoint.revision-added.v1",
+  "endpoint.replicas-set.v1", "endpoint.removed.v1", "endpoint.token-created.v1",
+  "endpoint.token-revoked.v1", "replica.changed.v1", "replica.rotation.v1",
+  "replica.health-reported.v1", "pipeline.run-requested.v1", "pipeline.cancel-requested.v1",
+  "pipeline.rerun-requested.v1", "pipeline.request-refused.v1", "pipeline.task-requested.v1",
+  "pipeline.task-ended.v1", "pipeline.retry-scheduled.v1", "pipeline.run-cancelled.v1",
+  "pipeline.rerun-started.v1", "pipeline.run-ended.v1", "pipeline.schedule-set.v1",
+  "pipeline.schedule-removed.v1", "pipeline.schedule-fired.v1", "pipeline.schedule-refused.v1",
   "malformed",
 ];
 
