@@ -375,6 +375,7 @@ def up(
     vfolder_owner = _storage_owner(storage_uid)
     store_dir, lock, home_lock = _claim_store(store, ephemeral, watermark)
     cfg, regions = agent.setup()
+    serve = None if no_serve else _serve_part(serve_proxy, serve_port)
     _stop_orphan(lock, store_dir)
     kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
     auth = _server_auth(store_dir)
@@ -391,7 +392,7 @@ def up(
         lost_grace_s=lost_grace,
         snapshot_events=snapshot_events,
         archive_every_s=archive_every,
-        serve=None if no_serve else _serve_part(serve_proxy, serve_port),
+        serve=serve,
     )
     stop = functools.partial(_stop_up, server, [home_lock, lock], store_dir if ephemeral else None)
     _run_up(stack, info, api_port, stop)
@@ -399,10 +400,22 @@ def up(
 
 def _serve_part(kind: ServeProxy, port: int) -> "ServePart":
     """The router and its proxy on loopback ``port``: HAProxy, else (asked for, or no
-    haproxy here, said once) the Python one."""
+    haproxy here, said once) the Python one. Exits 1 if another process listens on
+    ``port``, before anything starts (HAProxy's own words for it are no help)."""
+    import errno
+    import socket
+
     from services.adapters.haproxy_proxy import HaproxyError, find_haproxy, haproxy_proxy
     from services.testing.memory_proxy import memory_proxy
     from services.wiring.stack import ServePart
+
+    if port:
+        try:
+            with socket.create_server(("127.0.0.1", port)):
+                pass
+        except OSError as e:
+            why = "another process does" if e.errno == errno.EADDRINUSE else str(e)
+            fail(f"cannot listen on 127.0.0.1:{port}: {why}: give another --serve-port", code=1)
 
     if kind is ServeProxy.HAPROXY:
         try:
