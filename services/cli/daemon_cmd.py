@@ -107,6 +107,22 @@ VfolderRootOpt = Annotated[
 AppsPortOpt = Annotated[
     int, typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one).")
 ]
+ServePortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0, max=65535, help="Port of the endpoints' proxy, on loopback (0: a free one)."
+    ),
+]
+ServeProxyOpt = Annotated[
+    ServeProxy,
+    typer.Option(
+        help="The proxy: haproxy (the memory one, said once, if haproxy is missing) or "
+        "memory (a Python proxy, for tests and trials)."
+    ),
+]
+NoServeOpt = Annotated[
+    bool, typer.Option("--no-serve", help="No proxy, no router: endpoints are not reached.")
+]
 StorageUidOpt = Annotated[
     str | None,
     typer.Option(
@@ -323,22 +339,9 @@ def up(
     ] = 0,
     apps_port: AppsPortOpt = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
-    serve_port: Annotated[
-        int,
-        typer.Option(
-            min=0, max=65535, help="Port of the endpoints' proxy, on loopback (0: a free one)."
-        ),
-    ] = 0,
-    serve_proxy: Annotated[
-        ServeProxy,
-        typer.Option(
-            help="The proxy: haproxy (the memory one, said once, if haproxy is missing) or "
-            "memory (a Python proxy, for tests and trials)."
-        ),
-    ] = ServeProxy.HAPROXY,
-    no_serve: Annotated[
-        bool, typer.Option("--no-serve", help="No proxy, no router: endpoints are not reached.")
-    ] = False,
+    serve_port: ServePortOpt = 0,
+    serve_proxy: ServeProxyOpt = ServeProxy.HAPROXY,
+    no_serve: NoServeOpt = False,
     storage_uid: StorageUidOpt = None,
     lost_grace: LostGraceOpt = 600.0,
     retain_events: RetainEventsOpt = None,
