@@ -8,6 +8,7 @@ One `fgpu up` for the module. What runs in another process has no event this tes
 await: it polls the read API and the proxy, each bounded by a generous deadline."""
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from services.domain.container_spec import serving_network
 from tests.support.cli_stack import Stack, fgpu_up
 from tests.support.docker_env import require_docker
 from tests.support.haproxy_env import require_haproxy
@@ -61,6 +63,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, st
         assert ours, "fgpu up started no haproxy"
         yield stack, up["serve_url"]
     assert not (_haproxy_pids() & ours), "fgpu up left its haproxy running"
+    for name in ("alice", "bob"):  # the engine is shared: leave no network of ours on it
+        key = stack.keys[name]["FGPU_ACCESS_KEY"]
+        subprocess.run(["docker", "network", "rm", serving_network(key)], capture_output=True)
 
 
 def _replicas(stack: Stack, who: str = "alice") -> list[dict[str, Any]]:
