@@ -132,6 +132,7 @@ async def follow_log(
     task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED,
     on_rebuild: Callable[[ClusterState], Awaitable[None]] | None = None,
     snapshots: Snapshots | None = None,
+    tail: bool = False,
 ) -> None:
     """Fold the log into a state and call ``react`` after every batch, forever.
 
@@ -140,7 +141,10 @@ async def follow_log(
     When ``react`` fails to append (a concurrency conflict, the server gone), the state may
     hold a decision the log does not, so it is thrown away and rebuilt from the log.
     With ``snapshots`` it starts (and rebuilds) from the latest snapshot and the log
-    after it, and keeps one now and then if it writes them.
+    after it, and keeps one now and then if it writes them. With ``tail``, it follows
+    through a consumer of its own read names instead of the durable (``durable`` then
+    only names it): for the many of a kind that keep no cursor and decide nothing
+    another would (routers).
     """
     state = await rebuild(events, snapshots, durable)
     if on_rebuild is not None:
@@ -158,7 +162,10 @@ async def follow_log(
                 if snapshots is not None:
                     snapshots.keep(state, saves, durable)
                 await _react(react, state)
-                async with aclosing(events.follow(durable, after=state.last_seq)) as batches:
+                new = (
+                    events.tail(state.last_seq) if tail else events.follow(durable, state.last_seq)
+                )
+                async with aclosing(new) as batches:
                     async for batch in batches:
                         fold(batch, state)
                         if snapshots is not None:

@@ -3,6 +3,7 @@ and ``sim_agents`` (``fgpu sim agents``, which ``sim_cmd`` puts in its group). T
 is imported when a command runs, not before: the other commands do not pay for it."""
 
 import dataclasses
+import enum
 import functools
 import inspect
 import os
@@ -44,9 +45,15 @@ if TYPE_CHECKING:
     from services.domain.log_space import Watermark
     from services.ports import Retention, SliceRegions
     from services.wiring.identity import Identity
-    from services.wiring.stack import OwnServer, StackConfig
+    from services.wiring.stack import OwnServer, ServePart, StackConfig
 
 __all__ = ["AgentOptions", "app", "sim_agents"]
+
+
+class ServeProxy(enum.StrEnum):
+    HAPROXY = "haproxy"
+    MEMORY = "memory"
+
 
 AgentIdOpt = Annotated[str | None, typer.Option(help="This agent's id (default: host name).")]
 MockOpt = Annotated[
@@ -99,6 +106,22 @@ VfolderRootOpt = Annotated[
 ]
 AppsPortOpt = Annotated[
     int, typer.Option(help="Port of the web UI's apps, an origin of their own (0: a free one).")
+]
+ServePortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0, max=65535, help="Port of the endpoints' proxy, on loopback (0: a free one)."
+    ),
+]
+ServeProxyOpt = Annotated[
+    ServeProxy,
+    typer.Option(
+        help="The proxy: haproxy (the memory one, said once, if haproxy is missing) or "
+        "memory (a Python proxy, for tests and trials)."
+    ),
+]
+NoServeOpt = Annotated[
+    bool, typer.Option("--no-serve", help="No proxy, no router: endpoints are not reached.")
 ]
 StorageUidOpt = Annotated[
     str | None,
@@ -316,6 +339,9 @@ def up(
     ] = 0,
     apps_port: AppsPortOpt = 0,
     no_api: Annotated[bool, typer.Option("--no-api", help="No projector, no read API.")] = False,
+    serve_port: ServePortOpt = 0,
+    serve_proxy: ServeProxyOpt = ServeProxy.HAPROXY,
+    no_serve: NoServeOpt = False,
     storage_uid: StorageUidOpt = None,
     lost_grace: LostGraceOpt = 600.0,
     retain_events: RetainEventsOpt = None,
@@ -352,6 +378,7 @@ def up(
     vfolder_owner = _storage_owner(storage_uid)
     store_dir, lock, home_lock = _claim_store(store, ephemeral, watermark)
     cfg, regions = agent.setup()
+    serve = None if no_serve else _serve_part(serve_proxy, serve_port)
     _stop_orphan(lock, store_dir)
     kept = any((store_dir / "jetstream").iterdir()) if (store_dir / "jetstream").is_dir() else False
     auth = _server_auth(store_dir)
@@ -368,9 +395,38 @@ def up(
         lost_grace_s=lost_grace,
         snapshot_events=snapshot_events,
         archive_every_s=archive_every,
+        serve=serve,
     )
     stop = functools.partial(_stop_up, server, [home_lock, lock], store_dir if ephemeral else None)
     _run_up(stack, info, api_port, stop)
+
+
+def _serve_part(kind: ServeProxy, port: int) -> "ServePart":
+    """The router and its proxy on loopback ``port``: HAProxy, else (asked for, or no
+    haproxy here, said once) the Python one. Exits 1 if another process listens on
+    ``port``, before anything starts (HAProxy's own words for it are no help)."""
+    import errno
+    import socket
+
+    from services.adapters.haproxy_proxy import HaproxyError, find_haproxy, haproxy_proxy
+    from services.testing.memory_proxy import memory_proxy
+    from services.wiring.stack import ServePart
+
+    if port:
+        try:
+            with socket.create_server(("127.0.0.1", port)):
+                pass
+        except OSError as e:
+            why = "another process does" if e.errno == errno.EADDRINUSE else str(e)
+            fail(f"cannot listen on 127.0.0.1:{port}: {why}: give another --serve-port", code=1)
+
+    if kind is ServeProxy.HAPROXY:
+        try:
+            find_haproxy()
+            return ServePart(functools.partial(haproxy_proxy, port=port or None))
+        except HaproxyError as e:
+            warn(f"{e}; serving endpoints through the Python proxy instead")
+    return ServePart(functools.partial(memory_proxy, port))
 
 
 def _claim_store(
@@ -394,15 +450,16 @@ def _run_up(
 ) -> None:
     """Run ``stack`` until signalled, then ``stop``, whatever happened; exits 1 with the
     reason if it could not start."""
+    from services.adapters.haproxy_proxy import HaproxyError
     from services.adapters.vfolder_files import HelperFailed
     from services.ports import MpsUnavailable
     from services.wiring.stack import StreamRefused
 
     try:
         tune_gc()
-        passing = (StreamRefused, MpsUnavailable)
+        passing = (StreamRefused, MpsUnavailable, HaproxyError)
         run_async(functools.partial(_serve_up, stack, info, api_port), passing=passing)
-    except (HelperFailed, StreamRefused, MpsUnavailable) as e:
+    except (HelperFailed, StreamRefused, MpsUnavailable, HaproxyError) as e:
         fail(str(e), code=1)
     finally:
         stop()
@@ -544,6 +601,11 @@ async def _serve_up(config: "StackConfig", info: "StackInfo", api_port: int) -> 
             console.print(f"  console  {started.api.console}", highlight=False)
             console.print(f"  web UI   {started.api.ui}", highlight=False)
             console.print(f"  apps     {started.api.apps_url}  (the UI's apps)", highlight=False)
+        if started.proxy is not None:
+            host, port = started.proxy.address
+            info.serve_url = f"http://{host}:{port}"
+            info.save()
+            console.print(f"  serving  {info.serve_url}/e/<endpoint>/", highlight=False)
         console.print("[green]ready[/]  (Ctrl-C to stop)", highlight=False)
         await stop.wait()
 

@@ -21,6 +21,7 @@ class StackInfo:
     pid: int
     api_url: str | None = None
     started: int | None = None
+    serve_url: str | None = None  # the endpoints' proxy (None: none runs)
 
     def save(self) -> None:
         write_private(state_file(), json.dumps(self.__dict__))

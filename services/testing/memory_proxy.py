@@ -221,10 +221,11 @@ class MemoryProxy:
 
 
 @asynccontextmanager
-async def memory_proxy() -> AsyncIterator[MemoryProxy]:
-    """A MemoryProxy serving an empty table on a free loopback port, until exit."""
+async def memory_proxy(port: int = 0) -> AsyncIterator[MemoryProxy]:
+    """A MemoryProxy serving an empty table on loopback ``port`` (0: a free one), until
+    exit."""
     proxy = MemoryProxy()
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
     async with listener, anyio.create_task_group() as tg:
         proxy._port = listener.extra(anyio.abc.SocketAttribute.local_port)
         tg.start_soon(listener.serve, proxy._handle)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from services.adapters.nats_server_log import Violation
     from services.api.serve import ReadApi
     from services.domain.log_space import Watermark
+    from services.ports.proxy import Proxy
 
 __all__ = [
     "connected",
@@ -52,6 +53,7 @@ __all__ = [
     "run_quota",
     "run_read_api",
     "run_registrar",
+    "run_router",
     "run_scheduler",
     "run_serving",
     "run_store_watch",
@@ -212,6 +214,23 @@ async def run_serving(
     """The serving actor, starting from the scheduler's snapshots in ``snapshots``."""
     kept = Snapshots(snapshots, writes=False) if snapshots is not None else None
     await ServingActor(events, SystemClock(), snapshots=kept).run(task_status=task_status)
+
+
+async def run_router(
+    events: EventLog,
+    proxy: Proxy,
+    router_id: str,
+    *,
+    snapshots: SnapshotStore | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Router ``router_id`` keeping ``proxy`` at the log's route table, starting from the
+    scheduler's snapshots in ``snapshots``."""
+    from services.actors.router_service import RouterService
+
+    kept = Snapshots(snapshots, writes=False) if snapshots is not None else None
+    service = RouterService(events, SystemClock(), router_id, [proxy], snapshots=kept)
+    await service.run(task_status=task_status)
 
 
 async def run_scheduler(

@@ -14,7 +14,9 @@ The order, and why:
 4. one connection per service, as its identity;
 5. the parts, in a task group the connections outlive: the watch of the store's disk,
    then the actors (intake, domain feed, registrar, quota, scheduler, archiver), the
-   agent, and last the read API, so that it opens on a cluster that runs.
+   agent, the router (its proxy started with the runtime, stopped after the parts: no
+   proxy outlives the stack), and last the read API, so that it opens on a cluster that
+   runs.
 
 Stopping is the reverse, by cancellation.
 """
@@ -54,6 +56,7 @@ from services.wiring.parts import (
     run_quota,
     run_read_api,
     run_registrar,
+    run_router,
     run_scheduler,
     run_serving,
     run_store_watch,
@@ -70,12 +73,14 @@ if TYPE_CHECKING:
     from services.adapters.nats_server import NatsServer
     from services.api.serve import ReadApi
     from services.domain.log_space import Watermark
+    from services.ports.proxy import Proxy
 
 __all__ = [
     "ACTORS",
     "AgentPart",
     "ApiPart",
     "OwnServer",
+    "ServePart",
     "Stack",
     "StackConfig",
     "Started",
@@ -138,6 +143,21 @@ class AgentPart:
 
 
 @dataclass(frozen=True)
+class ServePart:
+    """A router, the service ``router:<router_id>``, keeping the proxy of ``proxy()`` at
+    the log's route table (``services.actors.router_service``). The proxy is entered
+    before any part starts and left after every part stopped."""
+
+    proxy: Callable[[], AbstractAsyncContextManager[Proxy]]
+    router_id: str = "local"
+
+    @property
+    def kind(self) -> str:
+        """Its service's kind (``router:<id>``)."""
+        return f"router:{self.router_id}"
+
+
+@dataclass(frozen=True)
 class ApiPart:
     """The projector and the read API, projecting into ``db``, listening on
     ``host:port``; the virtual folders' storage service under ``vfolder_root`` (if
@@ -157,8 +177,9 @@ class StackConfig:
     """What runs, where. With ``own``, the whole cluster (every actor of ``ACTORS``, and
     ``agent``, required) on the server this process started; without, only ``agent``
     and ``api``, each as its identity in ``identities`` (by kind: ``api``,
-    ``agent:<id>``). ``archive_dir``: where the log's archive is; the actors' and the
-    API's reads cover it (None: they read the stream alone)."""
+    ``agent:<id>``). ``serve``: a router and its proxy, with either. ``archive_dir``:
+    where the log's archive is; the actors' and the API's reads cover it (None: they read
+    the stream alone)."""
 
     url: str
     archive_dir: Path | None = None
@@ -166,6 +187,7 @@ class StackConfig:
     identities: Mapping[str, Identity] = field(default_factory=dict)
     agent: AgentPart | None = None
     api: ApiPart | None = None
+    serve: ServePart | None = None
     lost_grace_s: float = 600.0
     snapshot_events: int = 50_000
     archive_every_s: float = 60.0
@@ -175,17 +197,26 @@ class StackConfig:
         if self.own is not None:
             if self.agent is None:
                 raise ValueError("a stack that owns its server runs an agent")
-            return [*ACTORS, self.agent.kind]
-        return [*(["api"] if self.api else []), *([self.agent.kind] if self.agent else [])]
+            return [*ACTORS, self.agent.kind, *self._router()]
+        return [
+            *(["api"] if self.api else []),
+            *([self.agent.kind] if self.agent else []),
+            *self._router(),
+        ]
+
+    def _router(self) -> list[str]:
+        return [self.serve.kind] if self.serve is not None else []
 
 
 @dataclass(frozen=True)
 class Started:
-    """What a started stack serves: its read API (None: none runs) and the watch of its
-    store's disk (None: its server is another's)."""
+    """What a started stack serves: its read API (None: none runs), the watch of its
+    store's disk (None: its server is another's), and the proxy its router keeps (None:
+    none runs)."""
 
     api: ReadApi | None = None
     watch: StoreWatch | None = None
+    proxy: Proxy | None = None
 
 
 class Stack:
@@ -217,6 +248,9 @@ class Stack:
             if c.agent.mps is not None:
                 await anyio.to_thread.run_sync(c.agent.mps.start)
                 exits.push_async_callback(_stop_mps, c.agent.mps)
+        proxy = None
+        if c.serve is not None:
+            proxy = await exits.enter_async_context(c.serve.proxy())
         identities = await self._identities(exits)
         outer = await exits.enter_async_context(anyio.create_task_group())
         exits.callback(outer.cancel_scope.cancel)  # the block left: its parts stop
@@ -243,10 +277,14 @@ class Stack:
         if c.agent is not None and runtime is not None:
             agent = partial(run_agent, output_root=c.agent.output_root)
             await tg.start(agent, conns[c.agent.kind], runtime, c.agent.config, c.agent.regions)
+        if c.serve is not None and proxy is not None:
+            kind = c.serve.kind
+            router = partial(run_router, snapshots=conns[kind].snapshots("scheduler"))
+            await tg.start(router, logs[kind], proxy, c.serve.router_id)
         api = None
         if c.api is not None:
             api = await tg.start(self._api(c.api, c.url, watch, conns.get("archiver")), logs["api"])
-        return Started(api, watch)
+        return Started(api, watch, proxy)
 
     async def _identities(self, exits: AsyncExitStack) -> Mapping[str, Identity]:
         """Each service's identity: on a server of its own, after its administration (the

@@ -5,6 +5,7 @@ kind's durables. The server enforces the lists (``test_adversarial`` tries them)
 
 import pytest
 
+from events import Role
 from events import subjects as subj
 from services.adapters.memory_log import _matches  # NATS's matching (``*``, ``>``)
 from services.adapters.nats_auth import GATE_USER, SETUP_PERMISSIONS, SETUP_USER, ServerAuth
@@ -13,6 +14,7 @@ from services.domain.access.permissions import (
     durables,
     reader_names,
     service_permissions,
+    user_permissions,
 )
 
 KEY, OTHER = "SKMINE0000000000000000", "SKTHEIRS00000000000000"
@@ -190,3 +192,15 @@ def test_the_servers_static_users_read_through_their_own(
     ]
     assert touched == []
     assert f"{user}-r0" in ServerAuth.generate().config()
+
+
+@pytest.mark.parametrize("role", list(Role))
+def test_no_person_and_no_other_service_publishes_what_a_router_found(role: Role) -> None:
+    """``fgpu.route.<id>`` is router ``<id>``'s alone: a person of any role (whose
+    requests go through the intake), another router and every other service are refused."""
+    others = [
+        user_permissions(KEY, role),
+        _granted("router:r2"),
+        *(_granted(k) for k in KINDS if k != "router:r1"),
+    ]
+    assert [p for p in others if _allowed(p, subj.route("r1"))] == []

@@ -71,7 +71,9 @@ def test_no_docker_engine(tmp_path: Path) -> None:
 def test_a_port_in_use(stack: Stack, tmp_path: Path) -> None:
     nats_port = _url(stack, "nats_url").rsplit(":", 1)[1]
     api_port = _url(stack, "api_url").rsplit(":", 1)[1]
-    for option, port in (("--port", nats_port), ("--api-port", api_port)):
+    serve_port = _url(stack, "serve_url").rsplit(":", 1)[1]
+    ports = (("--port", nats_port), ("--api-port", api_port), ("--serve-port", serve_port))
+    for option, port in ports:
         env = _env(tmp_path / option.strip("-"))
         code, line = _run(*UP, "--runtime", "dummy", option, port, env=env)
         assert code == 1, line

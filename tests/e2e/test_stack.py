@@ -1,6 +1,7 @@
 """The stack wired once (services.wiring.stack), run without the CLI: on a server of its
 own it makes the stream, a superadmin once, a keypair per service, and runs every part."""
 
+import socket
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,8 +16,9 @@ from services.adapters.nats_auth import ServerAuth
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.log_space import Watermark
 from services.ports import EventLog
+from services.testing.memory_proxy import memory_proxy
 from services.wiring.identity import Identity
-from services.wiring.stack import ACTORS, AgentPart, OwnServer, Stack, StackConfig
+from services.wiring.stack import ACTORS, AgentPart, OwnServer, ServePart, Stack, StackConfig
 from tests.support.cluster import agent_config
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +54,10 @@ async def test_a_stack_on_its_own_server_starts_every_part(tmp_path: Path) -> No
     try:
         own = OwnServer(server, auth, keys, Watermark.parse("1m"), first_admin=admins.append)
         agent = AgentPart(agent_config("s1"), _dummy)
-        config = StackConfig(server.url, archive_dir=tmp_path / "archive", own=own, agent=agent)
+        serve = ServePart(memory_proxy)
+        config = StackConfig(
+            server.url, archive_dir=tmp_path / "archive", own=own, agent=agent, serve=serve
+        )
         with anyio.fail_after(60), anyio.CancelScope() as scope:
             async with Stack(config).running() as started:
                 scope.cancel()  # the parts run until cancelled
@@ -61,4 +66,7 @@ async def test_a_stack_on_its_own_server_starts_every_part(tmp_path: Path) -> No
         server.stop()
     assert started.api is None and started.watch is not None
     assert [a.user for a in admins] == ["admin"]
-    assert asked == [[*ACTORS, "agent:s1"]]
+    assert asked == [[*ACTORS, "agent:s1", "router:local"]]
+    assert started.proxy is not None  # the router started on its own keypair's reads
+    with pytest.raises(OSError):  # and its proxy stopped with the stack
+        socket.create_connection(started.proxy.address, timeout=5).close()

@@ -13,7 +13,7 @@ from events import HealthSpec, ReplicaPhase
 from services.domain.serving.route_table import Backend, HealthCheck, Route, RouteTable
 from services.domain.serving.state import EndpointView, ReplicaView, ServingState
 
-__all__ = ["IN_ROTATION_WEIGHT", "route_table"]
+__all__ = ["IN_ROTATION_WEIGHT", "next_expiry", "route_table"]
 
 IN_ROTATION_WEIGHT = 100
 
@@ -22,6 +22,19 @@ def route_table(s: ServingState, now: datetime) -> RouteTable:
     """What every proxy serves at ``now``, endpoints by name."""
     live = sorted((ep for ep in s.endpoints.values() if not ep.removed), key=lambda ep: ep.name)
     return RouteTable(routes=tuple(_route(ep, now) for ep in live))
+
+
+def next_expiry(s: ServingState, now: datetime) -> datetime | None:
+    """When the table of ``now`` next changes with time alone: the earliest expiry, after
+    ``now``, of a token a live endpoint's route holds (None: no such token)."""
+    times = [
+        t.expires_at
+        for ep in s.endpoints.values()
+        if not ep.removed
+        for t in ep.tokens.values()
+        if not t.revoked and t.expires_at > now
+    ]
+    return min(times, default=None)
 
 
 def _route(ep: EndpointView, now: datetime) -> Route:
