@@ -431,6 +431,9 @@ def test_up_and_agent_take_every_agent_option() -> None:
         "archive_every",
         "snapshot_events",
         "low_space",
+        "serve_port",
+        "serve_proxy",
+        "no_serve",
     }
 
 
