@@ -125,6 +125,16 @@ def container_name(agent_id: str, session_id: str) -> str:
     return f"fgpu-{agent_id}-{session_id}"
 
 
+def region_mounts(region_path: str) -> list[Mount]:
+    """A session's region in its container: the counters read-write (its processes keep
+    one budget there), the slice and the agent's pace file beside them read-only."""
+    return [
+        Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False),
+        Mount(source=region_path + SLICE_SUFFIX, target=SLICE_IN_CONTAINER, read_only=True),
+        Mount(source=region_path + PACE_SUFFIX, target=PACE_IN_CONTAINER, read_only=True),
+    ]
+
+
 def session_spec(
     v: SessionView,
     agent_id: str,
@@ -147,11 +157,9 @@ def session_spec(
     (parts per million of the SMs' time, as ``DeviceSlice.sm_share_ppm``).
     With ``shim_lib_dir`` the shim is mounted first on the library path (in front of the
     image's own ``LD_LIBRARY_PATH``, see ``ContainerSpec.env_prepend``); with
-    ``region_path`` the session's shared region: its counters read-write (the container's
-    processes keep one budget there, the agent reads usage from it), its slice beside it
-    (``SLICE_SUFFIX``) read-only, so no process inside can raise the limits or shares;
-    ``region_group`` is the group that may write the counters, given to the container's
-    processes. With ``request_devices`` false (mock GPUs) the engine is asked for no device.
+    ``region_path`` the session's shared region (``region_mounts``: no process inside can
+    raise its limits or shares); ``region_group`` is the group that may write the
+    counters, given to the container's processes. With ``request_devices`` false (mock GPUs) the engine is asked for no device.
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
     session it is: an agent never removes a container of another log.
     With ``mps`` (``mps.mps_client`` of ``parts``) the processes are clients of their
@@ -179,11 +187,7 @@ def session_spec(
         mounts.append(Mount(source=shim_lib_dir, target=SHIM_IN_CONTAINER, read_only=True))
         prepend["LD_LIBRARY_PATH"] = SHIM_IN_CONTAINER
     if region_path is not None:
-        mounts.append(Mount(source=region_path, target=REGION_IN_CONTAINER, read_only=False))
-        slice_path = region_path + SLICE_SUFFIX
-        mounts.append(Mount(source=slice_path, target=SLICE_IN_CONTAINER, read_only=True))
-        pace_path = region_path + PACE_SUFFIX
-        mounts.append(Mount(source=pace_path, target=PACE_IN_CONTAINER, read_only=True))
+        mounts += region_mounts(region_path)
         env["FGPU_REGION"] = REGION_IN_CONTAINER
     if mps is not None:
         mounts.append(Mount(source=mps.pipe_dir, target=MPS_PIPE_IN_CONTAINER, read_only=False))
