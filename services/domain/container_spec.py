@@ -159,7 +159,8 @@ def session_spec(
     image's own ``LD_LIBRARY_PATH``, see ``ContainerSpec.env_prepend``); with
     ``region_path`` the session's shared region (``region_mounts``: no process inside can
     raise its limits or shares); ``region_group`` is the group that may write the
-    counters, given to the container's processes. With ``request_devices`` false (mock GPUs) the engine is asked for no device.
+    counters, given to the container's processes. With ``request_devices`` false (mock
+    GPUs) the engine is asked for no device.
     ``log_identity`` (``EventLog.identity``) labels the container with the log whose
     session it is: an agent never removes a container of another log.
     With ``mps`` (``mps.mps_client`` of ``parts``) the processes are clients of their
