@@ -49,16 +49,27 @@ class SharePacer:
     async def run(self) -> None:
         while True:
             await anyio.sleep(self.config.pace_interval_s)
-            try:
-                busy = await anyio.to_thread.run_sync(self.driver.busy)
-            except GpuWatchUnavailable as e:
-                log.warning("agent.pacing_unavailable", error=str(e))
-                continue
-            self.tick(anyio.current_time(), busy)
+            members = self.members()
+            busy: dict[int, float] = {}
+            # The driver is asked only while some GPU is shared: the scale of a GPU with
+            # one member relaxes towards 1 whatever its busy part.
+            if any(len(counted) > 1 for counted in members.values()):
+                try:
+                    busy = await anyio.to_thread.run_sync(self.driver.busy)
+                except GpuWatchUnavailable as e:
+                    log.warning("agent.pacing_unavailable", error=str(e))
+                    continue
+            self.tick(anyio.current_time(), busy, members)
 
-    def tick(self, now: float, busy: dict[int, float]) -> None:
-        """One window: every paced GPU's scale from its members' counters at ``now``."""
-        members = self.members()
+    def tick(
+        self,
+        now: float,
+        busy: dict[int, float],
+        members: dict[int, dict[Member, Counters]] | None = None,
+    ) -> None:
+        """One window: every paced GPU's scale from its members' counters at ``now``
+        (``members``: as ``members()`` reads them, if just read)."""
+        members = self.members() if members is None else members
         for gpu, counted in members.items():
             pacing = self.pacing.setdefault(gpu, GpuPacing())
             scale = pacing.step(now, counted, busy.get(gpu, 0.0))

@@ -4,6 +4,7 @@ on its GPU, a whole GPU and an MPS client's device are left unscaled."""
 
 from datetime import UTC, datetime
 
+import anyio
 import pytest
 
 from events import DevicePlacement, Slots
@@ -97,3 +98,23 @@ def test_an_idle_gpu_or_a_session_gone_relaxes_the_scale(
     regions.count("a", (0, 250_000, 750, 2100))
     pacer.tick(13.0, {2: 1.0})
     assert regions.paced[("a", 0)] == 0.987
+
+
+@pytest.mark.anyio
+async def test_the_driver_is_asked_only_while_a_gpu_is_shared(
+    world: tuple[SharePacer, Regions, FakeGpuWatch],
+) -> None:
+    pacer, regions, driver = world
+    driver.unavailable = "no driver"  # asked, it would fail and the tick be skipped
+    regions.count("c", (0, 1_000_000, 0, 0), (1, 500_000, 0, 0))  # c alone on gpu 4
+    with anyio.move_on_after(10):
+        while ("c", 1) not in regions.paced:
+            with anyio.move_on_after(3 * pacer.config.pace_interval_s):
+                await pacer.run()
+    assert regions.paced == {("c", 1): 1.0}
+    regions.count("a", (0, 250_000, 0, 0))  # now a shares gpu 2 with b
+    regions.count("b", (0, 750_000, 0, 0))
+    regions.paced.clear()
+    with anyio.move_on_after(3 * pacer.config.pace_interval_s):
+        await pacer.run()
+    assert regions.paced == {}  # the driver failed: nothing was decided
