@@ -9,7 +9,10 @@ waiter; a look at the container (its inspect) tells what happened before.
 No exit is missed, whatever the stream does:
 
 - A waiter is registered before it looks at its container: an exit before the look, the
-  look sees; one after it, the stream tells (or the next sweep).
+  look sees; one after it, the stream tells (or the next sweep). A ``die`` heard while the
+  look is under way is kept until the look answers: the stream replays the last second's
+  events, so it may be the die of a container since removed, which the look then says is
+  gone (the engine's wait of a removed container fails; so does this one).
 - The engine answers an events request before it subscribes it. The stream asks for the
   events ``since`` a second before the engine's clock read just before (``ExitEngine.clock``),
   which the engine replays from the buffer of its last 256 events: none falls between.
@@ -90,6 +93,8 @@ class _Waiter:
         self.done = anyio.Event()
         self.code: int | None = None
         self.error: ContainerError | None = None
+        self.looked = False  # its look at the container has answered (or could not)
+        self.heard: int | None = None  # a die's code heard before that
 
     def settle(self, code: int | None = None, error: ContainerError | None = None) -> None:
         if self.done.is_set():
@@ -135,6 +140,9 @@ class ExitWatch:
         try:
             with contextlib.suppress(RuntimeUnavailable):  # the sweep once it is back tells
                 self._settle(waiter, ref, await self._engine.look(full))
+            waiter.looked = True
+            if waiter.heard is not None:
+                waiter.settle(code=waiter.heard)
             await waiter.done.wait()
             return waiter.outcome()
         finally:
@@ -213,7 +221,10 @@ class ExitWatch:
             code = (actor.get("Attributes") or {}).get("exitCode")
             if isinstance(code, str) and code.lstrip("-").isdigit():
                 for w in waiters:
-                    w.settle(code=int(code))
+                    if w.looked:
+                        w.settle(code=int(code))
+                    else:
+                        w.heard = int(code)
             # else: no code said; the next sweep reads it from the container
         elif action == "destroy":
             for w in waiters:

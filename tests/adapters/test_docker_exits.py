@@ -49,6 +49,7 @@ class FakeEngine:
         self.up = True
         self.since: list[int | None] = []
         self.opened = anyio.Event()
+        self.look_gate: anyio.Event | None = None  # set: every look waits for it
         self._send: MemoryObjectSendStream[Mapping[str, Any] | None] | None = None
 
     def run(self, n: int, name: str | None = None) -> str:
@@ -80,6 +81,8 @@ class FakeEngine:
 
     async def look(self, ref: str) -> Look | None:
         self._check()
+        if self.look_gate is not None:
+            await self.look_gate.wait()
         return self.containers.get(self.names.get(ref, ref))
 
     async def running(self) -> dict[str, bool]:
@@ -197,6 +200,39 @@ async def test_the_stream_asks_for_the_events_since_a_second_before_the_engine_c
     engine = FakeEngine()
     async with watching(engine):
         assert engine.since == [NOW - 1]
+
+
+async def test_a_replayed_die_of_a_removed_container_does_not_answer_its_waiter() -> None:
+    # The stream replays the last second's events: a die heard while the look is under
+    # way may be that of a container already removed, as the look then says.
+    engine = FakeEngine()
+    a = engine.run(1)
+    async with watching(engine) as watch, anyio.create_task_group() as tg:
+        waits = Waits(tg, watch)
+        del engine.containers[a]
+        engine.look_gate = anyio.Event()
+        waits.start(a)
+        await anyio.wait_all_tasks_blocked()
+        await engine.tell("die", a, exitCode="137")
+        await anyio.wait_all_tasks_blocked()
+        engine.look_gate.set()
+        await waits.settled(a)
+    assert isinstance(waits.out[a], ContainerError)
+
+
+async def test_a_die_heard_during_the_look_of_a_running_container_answers_after_it() -> None:
+    engine = FakeEngine()
+    a = engine.run(1)
+    async with watching(engine) as watch, anyio.create_task_group() as tg:
+        waits = Waits(tg, watch)
+        engine.look_gate = anyio.Event()
+        waits.start(a)
+        await anyio.wait_all_tasks_blocked()
+        await engine.tell("die", a, exitCode="5")  # the look read it running just before
+        await anyio.wait_all_tasks_blocked()
+        engine.look_gate.set()
+        await waits.settled(a)
+    assert waits.out == {a: 5}
 
 
 async def test_an_exit_while_the_stream_was_down_is_found_when_it_is_back() -> None:
