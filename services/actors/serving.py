@@ -16,6 +16,7 @@ from services.actors.common import LogActor, Provenance, stamp
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import apply_decision
 from services.domain.serving.reconcile import reconcile
+from services.domain.serving.rollout import advance
 from services.domain.serving.rules import decide, refusal
 from services.ports import MAX_BATCH
 
@@ -29,6 +30,7 @@ class ServingActor(LogActor):
 
     async def react(self, s: ClusterState) -> None:
         items = self.answers(s)
+        items += self.rollouts(s)
         steps = reconcile(s.serving, s.sessions, _asked(s), Provenance(NAME, self.clock.now()))
         for _, e in steps:
             apply_decision(s, e)
@@ -54,6 +56,17 @@ class ServingActor(LogActor):
             expected_last_subject_seq=s.subject_seq.get(subj.SERVING, 0),
         )
         s.subject_seq[subj.SERVING] = last - len(others)
+
+    def rollouts(self, s: ClusterState) -> list[tuple[str, AnyEvent]]:
+        """Each rollout's next step (``services.domain.serving.rollout``), applied to
+        ``s`` so that reconcile fills (or drains) its slots in the same round."""
+        prov = Provenance(NAME, self.clock.now())
+        out: list[tuple[str, AnyEvent]] = []
+        for ep in list(s.serving.endpoints.values()):
+            for e in advance(ep, prov):
+                apply_decision(s, e)
+                out.append((subj.SERVING, e))
+        return out
 
     def answers(self, s: ClusterState) -> list[tuple[str, AnyEvent]]:
         """Answers to the undecided requests, in the order they came, each applied to
