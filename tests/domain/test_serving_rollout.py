@@ -11,6 +11,7 @@ from events import ReplicaPhase, ReplicasSet, RevisionSpec, RevisionTarget, Roll
 from events import RolloutPolicy as Policy
 from services.domain.provenance import Provenance
 from services.domain.serving.rollout import advance, next_targets, proportional
+from services.domain.serving.routes import weights
 from services.domain.serving.state import EndpointView, ReplicaView, RolloutView
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -126,3 +127,22 @@ def test_traffic_follows_the_replicas_and_sums_to_100() -> None:
     assert [t.traffic for t in proportional({1: 2, 2: 1})] == [67, 33]
     assert [t.traffic for t in proportional({1: 1, 2: 1, 3: 1})] == [33, 33, 34]
     assert [t.traffic for t in proportional({1: 0, 2: 0})] == [0, 100]
+
+
+def test_a_replica_weighs_its_revisions_share_over_that_revisions_replicas_in_rotation() -> None:
+    ep = endpoint({1: 2, 2: 1}, 2, 3, Policy())
+    ep.targets = (
+        RevisionTarget(revision=1, replicas=2, traffic=90),
+        RevisionTarget(revision=2, replicas=1, traffic=10),
+    )
+    settle(ep)
+    assert weights(ep) == {"s1-0": 100, "s1-1": 100, "s2-0": 22}
+    ep.replicas["s1-1"].in_rotation = False  # one blue replica out: the other takes its part
+    assert weights(ep) == {"s1-0": 100, "s2-0": 11}
+    ep.targets = (
+        RevisionTarget(revision=1, replicas=2, traffic=0),
+        RevisionTarget(revision=2, replicas=1, traffic=100),
+    )
+    assert weights(ep) == {"s1-0": 0, "s2-0": 100}
+    ep.replicas["s2-0"].in_rotation = False  # no share left in rotation: all alike
+    assert weights(ep) == {"s1-0": 100}
