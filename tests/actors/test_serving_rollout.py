@@ -21,6 +21,7 @@ from events import (
 from services.adapters.jetstream import JetStreamLog
 from services.client import Client
 from services.domain.fold.cluster import ClusterState
+from services.domain.serving.shape import endpoint_detail
 from tests.actors.test_serving import (
     SPEC,
     World,
@@ -89,6 +90,9 @@ async def test_a_rolling_update_and_a_rollback_move_step_by_step_and_ask_nothing
         await w.until(uma, lambda s: phases(s, "roll") == [ReplicaPhase.HEALTHY] * 2)
         update = AddRevision(endpoint_id="ep-roll", revision=SPEC, rollout=POLICY)
         assert not isinstance(await w.answer(uma, update), ServeRefused)
+        s = await w.until(uma, lambda s: "roll" in s.serving.names and bool(warming(s, "roll")))
+        shown = endpoint_detail(endpoint(s, "roll"))["rollout"]
+        assert (shown["revision"], shown["replicas"], shown["healthy"]) == (2, 2, 0)
         await healthy_until(w, uma, "roll", 2, 2)
         # never more than 3 wanted; the old revision shrank only as new ones became healthy
         assert await steps(log, "ep-roll") == [
