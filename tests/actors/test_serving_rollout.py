@@ -2,19 +2,25 @@
 server with the dummy runtime; who may ask for them."""
 
 from contextlib import aclosing
+from datetime import datetime, timedelta
 
 import anyio
+import msgspec
 import pytest
 
 from events import (
     AddRevision,
+    CreateEndpoint,
     PointEndpoint,
+    ReplicaChanged,
     ReplicaPhase,
     ReplicasSet,
     RevisionTarget,
     RevokeKeypair,
     RolloutPolicy,
     ServeRefused,
+    ServingTicked,
+    SessionDestroyRequested,
     SetTraffic,
     TrafficShare,
 )
@@ -148,3 +154,62 @@ async def test_a_traffic_split_keeps_both_revisions_and_a_stranger_is_refused_ev
             assert isinstance(refused, ServeRefused) and refused.code == "forbidden"
         with anyio.fail_after(1):
             assert endpoint(await uma.state(), "split").rollout is None
+
+
+async def test_a_replica_late_to_warm_up_is_replaced_and_stopped_after_its_drain_time(
+    log: JetStreamLog,
+) -> None:
+    """Both clocks run on the log: the deadline's verdict and the destroy each follow a
+    tick at or past their time."""
+    spec = msgspec.structs.replace(SPEC, drain_s=0.5, warmup_s=0.5)
+    async with world(log) as w, serving(log):
+        uma = w.client("AKuma")
+        made = CreateEndpoint(endpoint_id="ep-slow", name="slow", revision=spec, replicas=1)
+        await w.answer(uma, made)
+        s = await w.until(uma, lambda s: len(warming(s, "slow")) == 1)
+        [late] = warming(s, "slow")
+        s = await w.until(
+            uma,
+            lambda s: (
+                late in s.sessions
+                and s.sessions[late].status.value == "TERMINATED"
+                and len(warming(s, "slow")) == 1
+            ),
+        )
+        records = [r.event async for batch in log.read(0) for r in batch]
+        assert any(  # its slot's next replica (which may be late in turn)
+            isinstance(e, ReplicaChanged)
+            and (e.ordinal, e.generation, e.phase) == (0, 1, ReplicaPhase.PROVISIONING)
+            for e in records
+        )
+        times = {
+            e.phase: e.at for e in records if isinstance(e, ReplicaChanged) and e.session_id == late
+        }
+        assert times.keys() >= {ReplicaPhase.WARMING, ReplicaPhase.UNHEALTHY}
+        at = {id(e): i for i, e in enumerate(records)}
+
+        def tick_before(i: int) -> datetime:
+            return max(e.at for e in records[:i] if isinstance(e, ServingTicked))
+
+        unhealthy = next(
+            e
+            for e in records
+            if isinstance(e, ReplicaChanged)
+            and e.session_id == late
+            and e.phase is ReplicaPhase.UNHEALTHY
+        )
+        assert "not healthy within 0.5s" in unhealthy.reason
+        assert tick_before(at[id(unhealthy)]) >= times[ReplicaPhase.WARMING] + timedelta(
+            seconds=0.5
+        )
+        draining = next(
+            e
+            for e in records
+            if isinstance(e, ReplicaChanged)
+            and e.session_id == late
+            and e.phase is ReplicaPhase.DRAINING
+        )
+        destroy = next(
+            e for e in records if isinstance(e, SessionDestroyRequested) and e.session_id == late
+        )
+        assert tick_before(at[id(destroy)]) >= draining.at + timedelta(seconds=0.5)
