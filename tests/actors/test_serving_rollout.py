@@ -213,3 +213,22 @@ async def test_a_replica_late_to_warm_up_is_replaced_and_stopped_after_its_drain
             e for e in records if isinstance(e, SessionDestroyRequested) and e.session_id == late
         )
         assert tick_before(at[id(destroy)]) >= draining.at + timedelta(seconds=0.5)
+
+
+async def test_a_serving_actor_restarted_mid_rollout_takes_no_step_twice(
+    log: JetStreamLog,
+) -> None:
+    async with world(log) as w:
+        uma = w.client("AKuma")
+        async with serving(log):
+            await w.answer(uma, create("again", replicas=2))
+            s = await w.until(uma, lambda s: len(warming(s, "again")) == 2)
+            await report_health(log, "ep-again", warming(s, "again"), healthy=True)
+            await w.until(uma, lambda s: phases(s, "again") == [ReplicaPhase.HEALTHY] * 2)
+            update = AddRevision(endpoint_id="ep-again", revision=SPEC, rollout=POLICY)
+            await w.answer(uma, update)
+            await w.until(uma, lambda s: len(warming(s, "again")) == 1)  # the first step
+        async with serving(log):  # the same state folded again: the same (no) step
+            await healthy_until(w, uma, "again", 2, 2)
+        assert await steps(log, "ep-again") == [{1: 2}, {1: 2, 2: 1}, {1: 1, 2: 2}, {2: 2}]
+        assert set((await replica_requests(log)).values()) == {1}
