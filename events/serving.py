@@ -40,12 +40,18 @@ __all__ = [
     "RevisionSpec",
     "RevisionTarget",
     "RevokeToken",
+    "RolloutEnded",
+    "RolloutPolicy",
+    "RolloutStarted",
     "ScaleEndpoint",
     "ServeCommand",
     "ServeRefused",
     "ServeRequested",
+    "ServingTicked",
+    "SetTraffic",
     "TokenCreated",
     "TokenRevoked",
+    "TrafficShare",
 ]
 
 _Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
@@ -84,6 +90,11 @@ class RevisionSpec(_Part, frozen=True, kw_only=True):
     cpu_only: bool = False
     env: tuple[tuple[str, str], ...] = ()
     health: HealthSpec = HealthSpec()
+    # Seconds a draining replica keeps its session (requests in flight finish) before it
+    # is stopped; 0: stopped once its draining is on the log.
+    drain_s: float = 0.0
+    # Seconds a running replica has to be found healthy, else it is replaced; 0: no limit.
+    warmup_s: float = 0.0
 
 
 class RevisionTarget(_Part, frozen=True, kw_only=True):
@@ -93,6 +104,21 @@ class RevisionTarget(_Part, frozen=True, kw_only=True):
     revision: int
     replicas: int
     traffic: int = 100
+
+
+class RolloutPolicy(_Part, frozen=True, kw_only=True):
+    """How a rolling update moves: at most ``max_surge`` replicas above the wanted count,
+    at most ``max_unavailable`` healthy ones below it (not both 0)."""
+
+    max_surge: int = 1
+    max_unavailable: int = 0
+
+
+class TrafficShare(_Part, frozen=True, kw_only=True):
+    """Revision ``revision`` takes ``traffic`` percent of the endpoint's requests."""
+
+    revision: int
+    traffic: int
 
 
 # ---- what a person asks ---------------------------------------------------------------------
@@ -113,12 +139,16 @@ class CreateEndpoint(_Part, frozen=True, kw_only=True, tag="create-endpoint"):
 
 
 class AddRevision(_Part, frozen=True, kw_only=True, tag="add-revision"):
-    """A new revision of the endpoint; with ``replicas`` (None: as many as now) it takes
-    all of them and all traffic at once (rolling updates come later)."""
+    """A new revision of the endpoint; it takes ``replicas`` (None: as many as now) and
+    all traffic: at once (``rollout`` None), or by a rolling update."""
 
     endpoint_id: str
     revision: RevisionSpec
     replicas: int | None = None
+    rollout: RolloutPolicy | None = None
+    # Blue/green: the new revision takes this share of the traffic beside the revision
+    # taking most now (which keeps its replicas and the rest); None: all of it.
+    traffic: int | None = None
 
 
 class ScaleEndpoint(_Part, frozen=True, kw_only=True, tag="scale-endpoint"):
@@ -134,6 +164,17 @@ class PointEndpoint(_Part, frozen=True, kw_only=True, tag="point-endpoint"):
 
     endpoint_id: str
     revision: int
+    replicas: int | None = None
+    rollout: RolloutPolicy | None = None  # None: at once; else a rolling update
+
+
+class SetTraffic(_Part, frozen=True, kw_only=True, tag="set-traffic"):
+    """Blue/green: the endpoint's traffic split, whole (the shares sum to 100; a revision
+    not named runs no replica). A named revision keeps its replicas, or takes
+    ``replicas`` (None: as many as the revision taking most traffic now) if it had none."""
+
+    endpoint_id: str
+    shares: tuple[TrafficShare, ...]
     replicas: int | None = None
 
 
@@ -161,6 +202,7 @@ ServeCommand = (
     | AddRevision
     | ScaleEndpoint
     | PointEndpoint
+    | SetTraffic
     | RemoveEndpoint
     | CreateToken
     | RevokeToken
@@ -283,3 +325,33 @@ class ReplicaHealthReported(Event, frozen=True, kw_only=True, tag="replica.healt
     session_id: str
     healthy: bool
     detail: str = ""
+
+
+# ---- rolling updates, time ------------------------------------------------------------------
+
+
+class RolloutStarted(Event, frozen=True, kw_only=True, tag="endpoint.rollout-started.v1"):
+    """The endpoint moves to ``replicas`` of revision ``revision`` by a rolling update
+    (``policy``): the serving actor writes each step as ``endpoint.replicas-set`` while
+    replicas' health comes back. It replaces a rollout under way."""
+
+    endpoint_id: str
+    revision: int
+    replicas: int
+    policy: RolloutPolicy
+    requester: str
+
+
+class RolloutEnded(Event, frozen=True, kw_only=True, tag="endpoint.rollout-ended.v1"):
+    """The rollout to ``revision`` ended: ``done`` (its targets reached) or ``superseded``
+    (targets set otherwise: a scale, a traffic split, a change at once)."""
+
+    endpoint_id: str
+    revision: int
+    outcome: Literal["done", "superseded"]
+
+
+class ServingTicked(Event, frozen=True, kw_only=True, tag="serving.ticked.v1"):
+    """The serving actor's clock on the log: written when a drain's grace or a warm-up
+    deadline falls due, so that the fold, not a local clock, says the time has come
+    (``at`` is the time)."""

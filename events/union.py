@@ -38,8 +38,11 @@ from events.serving import (
     ReplicaRotation,
     ReplicasSet,
     RevisionAdded,
+    RolloutEnded,
+    RolloutStarted,
     ServeRefused,
     ServeRequested,
+    ServingTicked,
     TokenCreated,
     TokenRevoked,
 )
@@ -149,6 +152,9 @@ AnyEvent = (
     | ServeRequested
     | TokenCreated
     | TokenRevoked
+    | RolloutStarted
+    | RolloutEnded
+    | ServingTicked
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

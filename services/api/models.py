@@ -582,6 +582,9 @@ class EndpointRevision(BaseModel):
     slots: Amounts = Field(description="each replica's")
     env: list[str] = Field(description="the names of its environment variables")
     health_path: str
+    drain_s: float = Field(0.0, description="a draining replica's grace for requests in flight")
+    warmup_s: float = Field(0.0, description="its deadline to become healthy (0: none)")
+    traffic: int = Field(0, description="its share of the requests now, percent")
 
 
 class EndpointTarget(BaseModel):
@@ -600,6 +603,17 @@ class EndpointReplica(BaseModel):
     port: int | None
     in_rotation: bool
     reason: str
+
+
+class EndpointRollout(BaseModel):
+    """A rolling update under way and its progress."""
+
+    revision: int = Field(description="the revision it moves to")
+    replicas: int = Field(description="how many of it are wanted")
+    max_surge: int
+    max_unavailable: int
+    started_at: datetime
+    healthy: int = Field(description="its replicas healthy and in rotation now")
 
 
 class EndpointToken(BaseModel):
@@ -627,6 +641,7 @@ class Endpoint(BaseModel):
     stalled: dict[str, str] = Field(
         description="slots (revision/ordinal) not asked for again, and why their replica ended"
     )
+    rollout: EndpointRollout | None = Field(None, description="the rolling update under way")
 
 
 class EndpointList(BaseModel):

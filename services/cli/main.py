@@ -28,6 +28,7 @@ from services.cli import (
     login_cmd,
     pipeline_cmd,
     serve_cmd,
+    serve_rollout_cmd,  # noqa: F401  (its update, rollback, traffic join serve_cmd.app)
     session_cmd,
     sim_cmd,
     status_cmd,

@@ -42,6 +42,14 @@ ModelOpt = Annotated[
 ]
 EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE; again for more.")]
 HealthOpt = Annotated[str, typer.Option(help="The path its health check asks (GET).")]
+DrainOpt = Annotated[
+    float,
+    typer.Option(min=0, max=3600, help="Seconds a draining replica finishes its requests."),
+]
+WarmupOpt = Annotated[
+    float,
+    typer.Option(min=0, max=3600, help="Seconds a replica has to become healthy (0: no limit)."),
+]
 CommandArg = Annotated[list[str] | None, typer.Argument(help="Its command (after --).")]
 
 
@@ -61,6 +69,7 @@ def _spec(
     model: str | None,
     env: list[str] | None,
     health: str,
+    timing: tuple[float, float] = (0.0, 0.0),
 ) -> "RevisionSpec":
     """A revision from the options (exits 2 with one line on a bad one)."""
     from events import HealthSpec, RevisionSpec, Slots
@@ -89,6 +98,8 @@ def _spec(
         cpu_only=cpu_only,
         env=tuple(sorted(pairs)),
         health=HealthSpec(path=health),
+        drain_s=timing[0],
+        warmup_s=timing[1],
     )
 
 
@@ -147,6 +158,8 @@ def create(
     model: ModelOpt = None,
     env: EnvOpt = None,
     health: HealthOpt = "/health",
+    drain: DrainOpt = 10.0,
+    warmup: WarmupOpt = 600.0,
     replicas: Annotated[int, typer.Option(min=0, max=64, help="How many replicas.")] = 1,
     project: Annotated[str | None, typer.Option(help="A project of yours.")] = None,
     group: Annotated[str | None, typer.Option(help="The resource group.")] = None,
@@ -157,7 +170,8 @@ def create(
     """Create an endpoint served under /e/NAME/ of every proxy."""
     from events import CreateEndpoint
 
-    spec = _spec(image, command, port, (fgpu, cpu, mem, cpu_only), model, env, health)
+    amounts = (fgpu, cpu, mem, cpu_only)
+    spec = _spec(image, command, port, amounts, model, env, health, (drain, warmup))
     endpoint_id = f"ep-{secrets.token_hex(8)}"
     c = CreateEndpoint(
         endpoint_id=endpoint_id,
@@ -223,33 +237,6 @@ def info(ctx: typer.Context, endpoint: str, as_json: JsonOpt = False) -> None:
         )
 
 
-@app.command("update")
-def update(
-    ctx: typer.Context,
-    endpoint: str,
-    image: ImageOpt,
-    command: CommandArg = None,
-    port: PortOpt = 8000,
-    fgpu: FgpuOpt = None,
-    cpu: CpuOpt = "1",
-    mem: MemOpt = "1g",
-    cpu_only: CpuOnlyOpt = False,
-    model: ModelOpt = None,
-    env: EnvOpt = None,
-    health: HealthOpt = "/health",
-    timeout: TimeoutOpt = 30.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """A new revision: it takes every replica and all traffic."""
-    from events import AddRevision
-
-    with api_errors():
-        ep = _endpoint(ctx, endpoint)
-    spec = _spec(image, command, port, (fgpu, cpu, mem, cpu_only), model, env, health)
-    answer = ask(ctx, AddRevision(endpoint_id=ep["endpoint_id"], revision=spec), timeout)
-    _done(answer, f"endpoint {ep['name']}: revision {len(ep['revisions']) + 1}", as_json)
-
-
 @app.command("scale")
 def scale(
     ctx: typer.Context,
@@ -265,23 +252,6 @@ def scale(
         return ScaleEndpoint(endpoint_id=endpoint_id, replicas=replicas)
 
     _change(ctx, endpoint, command, f"endpoint {{name}}: {replicas} replicas", timeout, as_json)
-
-
-@app.command("rollback")
-def rollback(
-    ctx: typer.Context,
-    endpoint: str,
-    revision: Annotated[int, typer.Argument(min=1, help="Any of its revisions.")],
-    timeout: TimeoutOpt = 30.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Point the endpoint at an earlier revision: it takes every replica and all traffic."""
-    from events import PointEndpoint
-
-    def command(endpoint_id: str) -> PointEndpoint:
-        return PointEndpoint(endpoint_id=endpoint_id, revision=revision)
-
-    _change(ctx, endpoint, command, f"endpoint {{name}}: revision {revision}", timeout, as_json)
 
 
 @app.command("rm")

@@ -53,12 +53,28 @@ def test_a_user_serves_scales_updates_rolls_back_and_removes_an_endpoint(
     assert (ep["name"], ep["owner"], ep["project"], ep["path"]) == ("sent", ana, "nlp", "/e/sent/")
     assert ep["revisions"][0]["env"] == ["MODEL"]  # names only: values may be secrets
     cluster.ok("serve", "scale", "sent", "3", key=ana)
-    cluster.ok("serve", "update", "sent", "--image", IMAGE, "--fgpu", "0.5", key=ana)
+    cluster.ok("serve", "update", "sent", "--image", IMAGE, "--fgpu", "0.5", "--at-once", key=ana)
     assert cluster.ok("serve", "info", "sent", key=ana)["targets"] == [
         {"revision": 2, "replicas": 3, "traffic": 100}
     ]
-    cluster.ok("serve", "rollback", "sent", "1", key=ana)
+    cluster.ok("serve", "rollback", "sent", "--at-once", key=ana)  # to the one before
     assert cluster.ok("serve", "info", made["id"], key=ana)["targets"][0]["revision"] == 1
+    # A rolling update: no replica here is ever healthy (no router), so the old ones,
+    # not serving, give way at once and the rollout ends in one step.
+    rolled = cluster.ok("serve", "update", "sent", "--image", IMAGE, "--fgpu", "0.25", key=ana)
+    assert rolled["revision"] == 3
+    seen = cluster.ok("serve", "info", "sent", key=ana)
+    assert seen["rollout"] is None
+    assert seen["targets"] == [{"revision": 3, "replicas": 3, "traffic": 100}]
+    cluster.ok("serve", "traffic", "sent", "1=90", "3=10", key=ana)
+    seen = cluster.ok("serve", "info", "sent", key=ana)
+    assert seen["targets"] == [
+        {"revision": 1, "replicas": 3, "traffic": 90},
+        {"revision": 3, "replicas": 3, "traffic": 10},
+    ]
+    assert [r["traffic"] for r in seen["revisions"]] == [90, 0, 10]
+    bad = cluster.run("serve", "traffic", "sent", "1=90", "3=20", key=ana)
+    assert bad.exit_code == 1 and "sum to 100" in bad.stderr
     token = cluster.ok("serve", "token", "create", "sent", "--days", "1", key=ana)
     assert token["token"].startswith("fgt_")
     [seen] = cluster.ok("serve", "info", "sent", key=ana)["tokens"]
@@ -68,7 +84,14 @@ def test_a_user_serves_scales_updates_rolls_back_and_removes_an_endpoint(
     assert cluster.ok("serve", "info", "sent", key=ana)["tokens"][0]["revoked"]
     # Another user of the same project sees nothing of it and changes nothing.
     assert cluster.ok("serve", "ls", key=ben)["endpoints"] == []
-    for args in (("info", "sent"), ("scale", "sent", "9"), ("token", "create", "sent")):
+    for args in (
+        ("info", "sent"),
+        ("scale", "sent", "9"),
+        ("token", "create", "sent"),
+        ("update", "sent", "--image", IMAGE, "--fgpu", "0.25"),
+        ("rollback", "sent", "--to", "1"),
+        ("traffic", "sent", "1=100"),
+    ):
         refused = cluster.run("serve", *args, key=ben)
         assert refused.exit_code == 2
         assert refused.stderr == "error: no endpoint 'sent' of yours\n"

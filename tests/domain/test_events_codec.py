@@ -77,8 +77,12 @@ from events import (
     RevisionSpec,
     RevisionTarget,
     Role,
+    RolloutEnded,
+    RolloutPolicy,
+    RolloutStarted,
     ServeRefused,
     ServeRequested,
+    ServingTicked,
     SessionAdmitted,
     SessionCancelled,
     SessionChannelClosed,
@@ -789,6 +793,25 @@ DECODED_V1: dict[str, AnyEvent] = {
             detail="GET /health: 503",
             **ENVELOPE,
         ),
+        RolloutStarted(
+            id="e-rollout-started",
+            actor="serving",
+            endpoint_id="ep-1",
+            revision=2,
+            replicas=3,
+            policy=RolloutPolicy(max_surge=2, max_unavailable=1),
+            requester="alice",
+            **ENVELOPE,
+        ),
+        RolloutEnded(
+            id="e-rollout-ended",
+            actor="serving",
+            endpoint_id="ep-1",
+            revision=2,
+            outcome="done",
+            **ENVELOPE,
+        ),
+        ServingTicked(id="e-serving-ticked", actor="serving", **ENVELOPE),
     ]
 }
 

@@ -2,7 +2,7 @@
 engine: the model server's image at 2 replicas of 0.25 fGPU, called with a token at
 ``/e/<name>/predict``; both replicas answer; no token, another user's token and a
 revoked one are refused; a replica whose health fails leaves the rotation while the
-other goes on answering. Stopping `fgpu up` leaves no HAProxy behind.
+other goes on answering, and is replaced. Stopping `fgpu up` leaves no HAProxy behind.
 
 One `fgpu up` for the module. What runs in another process has no event this test can
 await: it polls the read API and the proxy, each bounded by a generous deadline."""
@@ -111,6 +111,9 @@ def test_an_endpoint_is_served_through_the_stacks_proxy(served: tuple[Stack, str
     well = until(lambda: _only_others(stack, sick), "the unhealthy replica out of rotation")
     assert well["phase"] == "healthy"
     assert all(call(token["token"]).status_code == 200 for _ in range(6))
+    # ... and is replaced: two replicas in rotation again, the sick one not among them.
+    again = until(lambda: _in_rotation(stack), "a replacement healthy and in rotation")
+    assert sick not in {r["session_id"] for r in again}
 
     stack.fgpu("serve", "token", "revoke", NAME, token["token_id"], key="alice")
     revoked_at = time.monotonic()

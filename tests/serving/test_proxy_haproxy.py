@@ -134,3 +134,25 @@ async def test_its_files_are_its_owners_alone(haproxy: HaproxyProxy) -> None:
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for name in ("admin.sock", "haproxy.cfg", "tokens.map"):
         assert stat.S_IMODE((directory / name).stat().st_mode) & 0o077 == 0, name
+
+
+@pytest.mark.anyio
+async def test_a_traffic_split_reaches_haproxy_as_server_weights_without_a_reload(
+    haproxy: HaproxyProxy,
+) -> None:
+    """Blue/green: the route table's weights (a revision's share over its replicas) are
+    HAProxy's server weights, set at run time."""
+    from services.adapters import haproxy_admin as admin
+
+    with replicas("blue", "green") as (blue, green):
+        await haproxy.apply(RouteTable(routes=(route("bg", backend(blue), backend(green, 0)),)))
+        split = route("bg", backend(blue, 100), backend(green, 11))
+        await haproxy.apply(RouteTable(routes=(split,)))
+        assert haproxy.reloads == 1
+        text = await admin.command(str(haproxy.directory / "admin.sock"), "show stat")
+        found = {
+            row["svname"]: row["weight"]
+            for row in admin.stat_rows(text)
+            if row["svname"] not in ("FRONTEND", "BACKEND") and row["status"] != "MAINT"
+        }
+        assert sorted(found.values()) == ["100", "11"]

@@ -7,9 +7,12 @@ For every endpoint, in one pass over its replicas and the sessions the fold know
   and the revision's port;
 * a warming replica a router found healthy is ``healthy`` and in rotation; a healthy one
   found unhealthy is ``unhealthy``, out of rotation, and drained to be replaced;
+* a warming replica not found healthy within its revision's warm-up deadline is
+  ``unhealthy`` and drained to be replaced (``services.domain.serving.timers``);
 * a replica beyond its revision's wanted count (or of a revision no longer wanted, or of
   a removed endpoint) is taken out of rotation and ``draining``; once that is on the log
-  (a later pass: proxies are told before the session stops), its session is destroyed;
+  (a later pass: proxies are told before the session stops) and its revision's drain
+  time has passed on the log's clock, its session is destroyed;
 * every wanted slot (revision, ordinal) no live replica fills gets a new session.
 
 Everything a pass writes is derived from the log: a replica's session id from the
@@ -42,6 +45,7 @@ from services.domain.serving.state import (
     live_replicas,
     slot,
 )
+from services.domain.serving.timers import grace_over, warmup_over
 from services.domain.status import ENDED, SessionStatus
 
 __all__ = ["destroy_id", "reconcile", "replica_session_id"]
@@ -74,7 +78,12 @@ def reconcile(
     out: list[Item] = []
     for ep in list(serving.endpoints.values()):
         for r in list(ep.replicas.values()):
-            out += _observe(ep, r, sessions.get(r.session_id), destroys_asked, prov)
+            v = sessions.get(r.session_id)
+            if v is not None and v.status not in ENDED and warmup_over(serving, ep, r):
+                out += _late(ep, r, prov)
+                continue
+            held = r.phase is P.DRAINING and not grace_over(serving, ep, r)
+            out += _observe(ep, r, v, destroys_asked, prov, held=held)
         out += _surplus(ep, prov)
         out += _missing(ep, sessions, prov)
     return out
@@ -121,8 +130,11 @@ def _observe(
     v: SessionView | None,
     destroys_asked: Mapping[str, object],
     prov: Provenance,
+    *,
+    held: bool = False,
 ) -> list[Item]:
-    """What replica ``r``'s session (``v``; None: not folded yet) and its health say."""
+    """What replica ``r``'s session (``v``; None: not folded yet) and its health say
+    (``held``: a draining one's grace is not over, its session is not stopped yet)."""
     if v is None:
         return []
     if v.status in ENDED:
@@ -139,11 +151,22 @@ def _observe(
             _changed(ep, r, P.UNHEALTHY, prov, reason="its health check failed"),
             _changed(ep, r, P.DRAINING, prov, reason="replaced: unhealthy"),
         ]
+    if held:
+        return []
     if r.phase is P.DRAINING and not r.in_rotation and v.status is not SessionStatus.TERMINATING:
         d = destroy_id(r.session_id)
         if d not in destroys_asked:
             return [_destroy(ep, r, d, prov)]
     return []
+
+
+def _late(ep: EndpointView, r: ReplicaView, prov: Provenance) -> list[Item]:
+    """A replica that missed its warm-up deadline: replaced as an unhealthy one is."""
+    why = f"not healthy within {ep.revisions[r.revision].warmup_s:g}s"
+    return [
+        _changed(ep, r, P.UNHEALTHY, prov, reason=why),
+        _changed(ep, r, P.DRAINING, prov, reason=f"replaced: {why}"),
+    ]
 
 
 def _envelope(event_id: str, ep: EndpointView, prov: Provenance) -> dict[str, Any]:

@@ -26,9 +26,13 @@ from events import (
     RevisionTarget,
     RevokeToken,
     Role,
+    RolloutEnded,
+    RolloutPolicy,
+    RolloutStarted,
     ScaleEndpoint,
     ServeCommand,
     ServeRequested,
+    SetTraffic,
     TokenCreated,
     TokenRevoked,
 )
@@ -46,6 +50,7 @@ from services.domain.tenancy.model import Tenancy
 __all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal"]
 
 MAX_REPLICAS = 64  # of one endpoint
+MAX_WAIT_S = 3600.0  # the longest drain time or warm-up deadline
 _NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -116,15 +121,22 @@ def _home(t: Tenancy, requester: str, asked: str | None) -> tuple[str, str | Non
 def _change_refusal(ep: EndpointView, c: ServeCommand, now: datetime) -> Refusal | None:
     match c:
         case AddRevision():
-            return _spec_refusal(c.revision) or (
-                None if c.replicas is None else _count_refusal(c.replicas)
+            return (
+                _spec_refusal(c.revision)
+                or (None if c.replicas is None else _count_refusal(c.replicas))
+                or _policy_refusal(c.rollout)
+                or _green_refusal(ep, c)
             )
         case ScaleEndpoint():
             return _count_refusal(c.replicas)
         case PointEndpoint():
             if c.revision not in ep.revisions:
                 return _bad(f"endpoint {ep.name} has no revision {c.revision}")
-            return None if c.replicas is None else _count_refusal(c.replicas)
+            return (None if c.replicas is None else _count_refusal(c.replicas)) or _policy_refusal(
+                c.rollout
+            )
+        case SetTraffic():
+            return _traffic_refusal(ep, c)
         case CreateToken():
             if not subj.is_token(c.token_id):
                 return _bad(f"token id {c.token_id!r} must be 1-64 letters, digits, '-' or '_'")
@@ -139,6 +151,40 @@ def _change_refusal(ep: EndpointView, c: ServeCommand, now: datetime) -> Refusal
                 return _bad(f"endpoint {ep.name} has no live token {c.token_id}")
             return None
     return None
+
+
+def _policy_refusal(p: RolloutPolicy | None) -> Refusal | None:
+    if p is None:
+        return None
+    if not (0 <= p.max_surge <= MAX_REPLICAS and 0 <= p.max_unavailable <= MAX_REPLICAS):
+        return _bad(f"max surge and max unavailable must be between 0 and {MAX_REPLICAS}")
+    if p.max_surge == 0 and p.max_unavailable == 0:
+        return _bad("max surge and max unavailable cannot both be 0: the rollout could not move")
+    return None
+
+
+def _green_refusal(ep: EndpointView, c: AddRevision) -> Refusal | None:
+    if c.traffic is None:
+        return None
+    if c.rollout is not None:
+        return _bad("a revision beside the others (a traffic share) is not rolled out")
+    if not 0 <= c.traffic <= 100:
+        return _bad("the new revision's share of the traffic is between 0 and 100")
+    return None if ep.targets else _bad(f"endpoint {ep.name} has no revision to share with")
+
+
+def _traffic_refusal(ep: EndpointView, c: SetTraffic) -> Refusal | None:
+    revisions = [share.revision for share in c.shares]
+    if not revisions or len(set(revisions)) != len(revisions):
+        return _bad("name each revision once, with its share of the traffic")
+    missing = sorted(set(revisions) - set(ep.revisions))
+    if missing:
+        return _bad(f"endpoint {ep.name} has no revision {missing[0]}")
+    if any(not 0 <= share.traffic <= 100 for share in c.shares):
+        return _bad("each share of the traffic is between 0 and 100")
+    if sum(share.traffic for share in c.shares) != 100:
+        return _bad("the shares of the traffic must sum to 100")
+    return None if c.replicas is None else _count_refusal(c.replicas)
 
 
 def _count_refusal(replicas: int) -> Refusal | None:
@@ -170,6 +216,8 @@ def _spec_refusal(spec: RevisionSpec) -> Refusal | None:
         return _bad("the health check needs a path from '/' and times above zero")
     if h.initial_delay_s < 0 or min(h.healthy_after, h.unhealthy_after) < 1:
         return _bad("the health check's delay must be >= 0 and its thresholds >= 1")
+    if not (0 <= spec.drain_s <= MAX_WAIT_S and 0 <= spec.warmup_s <= MAX_WAIT_S):
+        return _bad(f"the drain time and warm-up deadline are 0 to {MAX_WAIT_S:.0f} seconds")
     return None
 
 
@@ -210,23 +258,26 @@ def decide(s: ServingState, t: Tenancy, r: ServeRequested, prov: Provenance) -> 
     match c:
         case AddRevision():
             n = len(ep.revisions) + 1
-            replicas = _total(ep) if c.replicas is None else c.replicas
-            return [
-                stamp(
-                    RevisionAdded,
-                    prov,
-                    endpoint_id=ep.endpoint_id,
-                    revision=n,
-                    spec=c.revision,
-                    requester=who,
-                ),
-                _targets(prov, ep.endpoint_id, who, n, replicas),
-            ]
+            added = stamp(
+                RevisionAdded,
+                prov,
+                endpoint_id=ep.endpoint_id,
+                revision=n,
+                spec=c.revision,
+                requester=who,
+            )
+            if c.traffic is not None:
+                return [added, *_superseded(ep, prov), _beside(ep, prov, who, n, c)]
+            return [added, *_move(ep, prov, who, n, c.replicas, c.rollout)]
         case ScaleEndpoint():
-            return [_targets(prov, ep.endpoint_id, who, _primary(ep), c.replicas)]
+            return [
+                *_superseded(ep, prov),
+                _targets(prov, ep.endpoint_id, who, _primary(ep), c.replicas),
+            ]
         case PointEndpoint():
-            replicas = _total(ep) if c.replicas is None else c.replicas
-            return [_targets(prov, ep.endpoint_id, who, c.revision, replicas)]
+            return _move(ep, prov, who, c.revision, c.replicas, c.rollout)
+        case SetTraffic():
+            return [*_superseded(ep, prov), _split(ep, prov, who, c)]
         case RemoveEndpoint():
             return [stamp(EndpointRemoved, prov, endpoint_id=ep.endpoint_id, requester=who)]
         case CreateToken():
@@ -259,6 +310,74 @@ def _targets(
 ) -> ReplicasSet:
     target = RevisionTarget(revision=revision, replicas=replicas, traffic=100)
     return stamp(ReplicasSet, prov, endpoint_id=endpoint_id, targets=(target,), requester=who)
+
+
+def _move(
+    ep: EndpointView,
+    prov: Provenance,
+    who: str,
+    revision: int,
+    replicas: int | None,
+    policy: RolloutPolicy | None,
+) -> list[AnyEvent]:
+    """Revision ``revision`` takes ``replicas`` (None: as many as now) and all traffic: at
+    once (``policy`` None), or by a rollout, which replaces one under way."""
+    n = _total(ep) if replicas is None else replicas
+    if policy is None:
+        return [*_superseded(ep, prov), _targets(prov, ep.endpoint_id, who, revision, n)]
+    started = stamp(
+        RolloutStarted,
+        prov,
+        endpoint_id=ep.endpoint_id,
+        revision=revision,
+        replicas=n,
+        policy=policy,
+        requester=who,
+    )
+    return [started]
+
+
+def _beside(ep: EndpointView, prov: Provenance, who: str, n: int, c: AddRevision) -> ReplicasSet:
+    """Blue/green: new revision ``n`` at ``c.traffic`` percent (as many replicas as
+    ``c.replicas`` or the revision taking most traffic now) beside that revision."""
+    blue = max(ep.targets, key=lambda t: (t.traffic, t.revision))
+    green = blue.replicas if c.replicas is None else c.replicas
+    traffic = c.traffic or 0
+    targets = (
+        RevisionTarget(revision=blue.revision, replicas=blue.replicas, traffic=100 - traffic),
+        RevisionTarget(revision=n, replicas=green, traffic=traffic),
+    )
+    return stamp(ReplicasSet, prov, endpoint_id=ep.endpoint_id, targets=targets, requester=who)
+
+
+def _superseded(ep: EndpointView, prov: Provenance) -> list[AnyEvent]:
+    """The end of the rollout under way, if any: targets set otherwise replace it."""
+    if ep.rollout is None:
+        return []
+    ended = stamp(
+        RolloutEnded,
+        prov,
+        endpoint_id=ep.endpoint_id,
+        revision=ep.rollout.revision,
+        outcome="superseded",
+    )
+    return [ended]
+
+
+def _split(ep: EndpointView, prov: Provenance, who: str, c: SetTraffic) -> ReplicasSet:
+    """Blue/green: each named revision at its share, keeping its replicas (a new one: as
+    many as ``c.replicas`` or the revision taking most traffic now)."""
+    had = {t.revision: t.replicas for t in ep.targets}
+    fresh = had.get(_primary(ep), 0) if c.replicas is None else c.replicas
+    targets = tuple(
+        RevisionTarget(
+            revision=share.revision,
+            replicas=had.get(share.revision) or fresh,
+            traffic=share.traffic,
+        )
+        for share in sorted(c.shares, key=lambda share: share.revision)
+    )
+    return stamp(ReplicasSet, prov, endpoint_id=ep.endpoint_id, targets=targets, requester=who)
 
 
 def _total(ep: EndpointView) -> int:

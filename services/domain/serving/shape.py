@@ -4,6 +4,7 @@ never by its hash."""
 
 from typing import Any
 
+from events import ReplicaPhase
 from services.domain.resources import format_cpu, format_fgpu
 from services.domain.serving.state import EndpointView
 
@@ -35,6 +36,9 @@ def endpoint_detail(ep: EndpointView) -> dict[str, Any]:
                 },
                 "env": sorted(name for name, _ in spec.env),
                 "health_path": spec.health.path,
+                "drain_s": spec.drain_s,
+                "warmup_s": spec.warmup_s,
+                "traffic": next((t.traffic for t in ep.targets if t.revision == n), 0),
             }
             for n, spec in sorted(ep.revisions.items())
         ],
@@ -61,4 +65,25 @@ def endpoint_detail(ep: EndpointView) -> dict[str, Any]:
             for t in sorted(ep.tokens.values(), key=lambda t: t.token_id)
         ],
         "stalled": dict(sorted(ep.stalled.items())),
+        "rollout": _rollout(ep),
+    }
+
+
+def _rollout(ep: EndpointView) -> dict[str, Any] | None:
+    """The rolling update under way, with its progress: how many replicas of its
+    revision are healthy and in rotation, of how many wanted."""
+    ro = ep.rollout
+    if ro is None:
+        return None
+    healthy = sum(
+        r.revision == ro.revision and r.in_rotation and r.phase is ReplicaPhase.HEALTHY
+        for r in ep.replicas.values()
+    )
+    return {
+        "revision": ro.revision,
+        "replicas": ro.replicas,
+        "max_surge": ro.policy.max_surge,
+        "max_unavailable": ro.policy.max_unavailable,
+        "started_at": ro.started_at.isoformat(),
+        "healthy": healthy,
     }

@@ -31,8 +31,12 @@ from events import (
     RevisionAdded,
     RevisionSpec,
     RevisionTarget,
+    RolloutEnded,
+    RolloutPolicy,
+    RolloutStarted,
     ServeRefused,
     ServeRequested,
+    ServingTicked,
     TokenCreated,
     TokenRevoked,
 )
@@ -42,6 +46,7 @@ __all__ = [
     "SERVING_EVENTS",
     "EndpointView",
     "ReplicaView",
+    "RolloutView",
     "ServingState",
     "TokenView",
     "evolve",
@@ -81,6 +86,18 @@ class ReplicaView(msgspec.Struct, kw_only=True):
     in_rotation: bool = False
     reported_healthy: bool | None = None  # the latest router report; None: none yet
     reason: str = ""
+    since: datetime | None = None  # when it entered its phase (the record's time)
+
+
+class RolloutView(msgspec.Struct, kw_only=True):
+    """A rolling update under way: to ``replicas`` of ``revision``."""
+
+    revision: int
+    replicas: int
+    policy: RolloutPolicy
+    requester: str
+    started_id: str  # its ``endpoint.rollout-started``: the cause of each step
+    started_at: datetime
 
 
 class EndpointView(msgspec.Struct, kw_only=True):
@@ -104,6 +121,7 @@ class EndpointView(msgspec.Struct, kw_only=True):
     # for ever).
     stalled: dict[str, str] = {}
     removed: bool = False
+    rollout: RolloutView | None = None
 
 
 class ServingState(msgspec.Struct, kw_only=True):
@@ -112,6 +130,7 @@ class ServingState(msgspec.Struct, kw_only=True):
     replica_of: dict[str, str] = {}  # session id -> endpoint id, replicas not gone
     requests: dict[str, ServeRequested] = {}  # undecided, by id, in the order they came
     changed: bool = False  # an endpoint changed since the owner last cleared it
+    ticked_at: datetime | None = None  # the serving actor's latest tick: the log's "now"
 
 
 def slot(revision: int, ordinal: int) -> str:
@@ -183,6 +202,7 @@ def _removed(s: ServingState, e: EndpointRemoved) -> None:
         return
     ep.removed = True
     ep.targets = ()
+    ep.rollout = None
     del s.names[ep.name]
     _forget_if_done(s, ep)
     s.changed = True
@@ -222,6 +242,7 @@ def _replica(s: ServingState, e: ReplicaChanged) -> None:
         r.host, r.port = e.host, e.port
     r.phase = e.phase
     r.reason = e.reason
+    r.since = e.at
     s.changed = True
 
 
@@ -233,6 +254,7 @@ def _provisioned(s: ServingState, ep: EndpointView, e: ReplicaChanged) -> None:
         ordinal=e.ordinal,
         generation=e.generation,
         phase=P.PROVISIONING,
+        since=e.at,
     )
     ep.next_generation[key] = max(ep.next_generation.get(key, 0), e.generation + 1)
     s.replica_of[e.session_id] = ep.endpoint_id
@@ -275,6 +297,34 @@ def _health(s: ServingState, e: ReplicaHealthReported) -> None:
         r.reported_healthy = e.healthy
 
 
+def _rollout_started(s: ServingState, e: RolloutStarted) -> None:
+    ep = _live(s, e.endpoint_id)
+    if ep is None or e.revision not in ep.revisions:
+        return
+    ep.rollout = RolloutView(
+        revision=e.revision,
+        replicas=e.replicas,
+        policy=e.policy,
+        requester=e.requester,
+        started_id=e.id,
+        started_at=e.at,
+    )
+    s.changed = True
+
+
+def _rollout_ended(s: ServingState, e: RolloutEnded) -> None:
+    ep = _live(s, e.endpoint_id)
+    if ep is not None and ep.rollout is not None and ep.rollout.revision == e.revision:
+        ep.rollout = None
+        s.changed = True
+
+
+def _ticked(s: ServingState, e: ServingTicked) -> None:
+    if s.ticked_at is None or e.at > s.ticked_at:
+        s.ticked_at = e.at
+        s.changed = True
+
+
 def _refused(s: ServingState, e: ServeRefused) -> None:
     """Only answers its request (``evolve`` lets go of it)."""
 
@@ -289,6 +339,7 @@ DECISIONS = (
     Event,
     TokenCreated,
     TokenRevoked,
+    RolloutStarted,
 )
 _HANDLERS: dict[type[Event], Callable[[ServingState, Any], None]] = dict(
     {
@@ -303,6 +354,9 @@ _HANDLERS: dict[type[Event], Callable[[ServingState, Any], None]] = dict(
         ReplicaChanged: _replica,
         ReplicaRotation: _rotation,
         ReplicaHealthReported: _health,
+        RolloutStarted: _rollout_started,
+        RolloutEnded: _rollout_ended,
+        ServingTicked: _ticked,
     }
 )
 
