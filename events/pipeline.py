@@ -4,9 +4,9 @@ A person asks (``PipelineRunRequested``, ``PipelineCancelRequested``,
 ``PipelineRerunRequested``) on their own request subject ``fgpu.req.<key>.<run_id>``,
 handed in through the intake as a session request is. The pipeline actor answers on the
 run's own subject ``fgpu.pipe.<run_id>``: each task's session asked for
-(``PipelineTaskRequested``, written in one atomic batch with the ``SessionRequested`` it
-names, in the owner's name: the quota actor judges it against the owner's rights as they
-stand then), each task's end, retries with their due time, the run's cancellation and
+(``PipelineTasksRequested``, written in one atomic batch with the ``SessionRequested``
+events it names, in the owner's name: the quota actor judges each against the owner's
+rights as they stand then), each task's end, retries with their due time, the run's cancellation and
 end, and refusals. Who writes what is in ``docs/events.md``.
 """
 
@@ -37,7 +37,11 @@ __all__ = [
     "PipelineTask",
     "PipelineTaskEnded",
     "PipelineTaskRequested",
+    "PipelineTasksEnded",
+    "PipelineTasksRequested",
     "RunOutcome",
+    "TaskAttempt",
+    "TaskEnd",
     "TaskOutcome",
 ]
 
@@ -125,9 +129,8 @@ class PipelineRequestRefused(Event, frozen=True, kw_only=True, tag="pipeline.req
 
 
 class PipelineTaskRequested(Event, frozen=True, kw_only=True, tag="pipeline.task-requested.v1"):
-    """Attempt ``attempt`` (from 1) of ``task`` in round ``round`` (0, then one more per
-    rerun) asked for as session ``session_id``: written with that session's request, in
-    one atomic batch, so a task's attempt is asked for once or not at all."""
+    """One attempt asked for, as ``PipelineTasksRequested`` asks for several (which took
+    its place; older logs hold this, and the fold still reads it)."""
 
     run_id: str
     task: str
@@ -137,9 +140,8 @@ class PipelineTaskRequested(Event, frozen=True, kw_only=True, tag="pipeline.task
 
 
 class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-ended.v1"):
-    """``task`` ended in round ``round`` with ``outcome`` (its attempt ``attempt``'s
-    session ``session_id``; none for a task skipped, cancelled before it ran, or not run
-    because a task before it failed)."""
+    """One task's end, as ``PipelineTasksEnded`` says several (which took its place;
+    older logs hold this, and the fold still reads it)."""
 
     run_id: str
     task: str
@@ -149,6 +151,45 @@ class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-end
     session_id: str | None = None
     exit_code: int | None = None
     reason: str = ""
+
+
+class TaskAttempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """Attempt ``attempt`` (from 1) of ``task`` asked for as session ``session_id``."""
+
+    task: str
+    attempt: int
+    session_id: str
+
+
+class PipelineTasksRequested(Event, frozen=True, kw_only=True, tag="pipeline.tasks-requested.v1"):
+    """The attempts ``tasks`` of round ``round`` asked for at once (those one decision
+    freed: a fan-out is one event, not one per task), each written with its session's
+    request in the same atomic batch: each attempt asked for once or not at all."""
+
+    run_id: str
+    round: int
+    tasks: tuple[TaskAttempt, ...]
+
+
+class TaskEnd(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """``task``'s attempt ``attempt`` ended with ``outcome`` (as ``PipelineTaskEnded``)."""
+
+    task: str
+    attempt: int
+    outcome: TaskOutcome
+    session_id: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class PipelineTasksEnded(Event, frozen=True, kw_only=True, tag="pipeline.tasks-ended.v1"):
+    """The ends ``ends`` of tasks of round ``round``, in the order they were decided (the
+    ends one decision made: the sessions that ended in one batch of the log, and the
+    skips and upstream failures they set off)."""
+
+    run_id: str
+    round: int
+    ends: tuple[TaskEnd, ...]
 
 
 class PipelineRetryScheduled(Event, frozen=True, kw_only=True, tag="pipeline.retry-scheduled.v1"):

@@ -29,6 +29,8 @@ from events.pipeline import (
     PipelineScheduleSet,
     PipelineTaskEnded,
     PipelineTaskRequested,
+    PipelineTasksEnded,
+    PipelineTasksRequested,
 )
 from events.serving import (
     EndpointCreated,
@@ -130,6 +132,8 @@ AnyEvent = (
     | PipelineRequestRefused
     | PipelineTaskRequested
     | PipelineTaskEnded
+    | PipelineTasksRequested
+    | PipelineTasksEnded
     | PipelineRetryScheduled
     | PipelineRunCancelled
     | PipelineRerunStarted

@@ -3,9 +3,10 @@ appends what each run needs next (``decide``): its tasks' session requests, thei
 retries, cancels, the run's end.
 
 Exactly once per attempt, across crashes and restarts: a task's attempt is asked for by
-one atomic batch holding ``pipeline.task-requested`` and the ``session.requested`` it
-names, expecting the run subject's last sequence; every id in it is derived from the
-run, task, round and attempt (``requests.RunIds``), so a batch sent again is refused
+one atomic batch holding ``pipeline.tasks-requested`` and the ``session.requested`` events
+it names (the attempts one decision freed: a fan-out is one event and its requests),
+expecting the run subject's last sequence; every id in it is derived from the run, task,
+round and attempt (``requests.RunIds``), so a batch sent again is refused
 whole, and an actor that starts again folds what the log holds and asks for nothing it
 holds already. A retry's due time is on the log (``pipeline.retry-scheduled``); the
 wait for it in memory is only a timer, remade from the log at every start.
@@ -207,7 +208,7 @@ def _due(run: Run, now: datetime) -> bool:
 
 def _units(d: Decisions) -> list[tuple[tuple[str, AnyEvent], list[tuple[str, AnyEvent]]]]:
     """Each of the run's events with the requests it names (a task's session request
-    with its ``task-requested``; destroys with the cancel)."""
+    with its ``tasks-requested``; destroys with the cancel)."""
     by_cause: dict[str, list[tuple[str, AnyEvent]]] = {}
     loose: list[tuple[str, AnyEvent]] = []
     for item in d.requests:

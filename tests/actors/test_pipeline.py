@@ -15,6 +15,7 @@ from events import (
     PipelineSpec,
     PipelineTask,
     PipelineTaskRequested,
+    PipelineTasksRequested,
     SessionRequested,
     Slots,
 )
@@ -98,6 +99,8 @@ async def asked(log: EventLog, run_id: str) -> tuple[Counter[tuple[str, int, int
             e = r.event
             if isinstance(e, PipelineTaskRequested) and e.run_id == run_id:
                 tasks[(e.task, e.round, e.attempt)] += 1
+            if isinstance(e, PipelineTasksRequested) and e.run_id == run_id:
+                tasks.update((a.task, e.round, a.attempt) for a in e.tasks)
             if isinstance(e, SessionRequested) and e.actor == "pipeline":
                 sessions += 1
     return tasks, sessions

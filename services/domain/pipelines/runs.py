@@ -31,8 +31,11 @@ from events import (
     PipelineScheduleRemoved,
     PipelineScheduleSet,
     PipelineSpec,
+    PipelineTask,
     PipelineTaskEnded,
     PipelineTaskRequested,
+    PipelineTasksEnded,
+    PipelineTasksRequested,
     Record,
     SessionCancelled,
     SessionErrored,
@@ -40,6 +43,8 @@ from events import (
     SessionRejected,
     SessionRunning,
     SessionTerminated,
+    TaskAttempt,
+    TaskEnd,
 )
 from services.domain.pipelines.check import run_problems
 from services.domain.pipelines.schedules import Keys, Schedule, cron_problem, schedule_of
@@ -54,6 +59,8 @@ __all__ = [
     "apply",
     "evolve",
     "fold",
+    "note_attempt",
+    "note_end",
     "set_status",
     "topological",
 ]
@@ -104,6 +111,7 @@ class Run:
     # were reset), those waiting for a retry, and how many have ended.
     after: dict[str, tuple[str, ...]] = field(default_factory=dict)  # its dependents
     index: dict[str, int] = field(default_factory=dict)  # its place in ``order``
+    specs: dict[str, PipelineTask] = field(default_factory=dict)  # each task's, by name
     dirty: set[str] = field(default_factory=set)
     retrying: set[str] = field(default_factory=set)
     final: int = 0
@@ -178,6 +186,7 @@ def _run_requested(s: PipelineState, e: PipelineRunRequested) -> None:
     run = Run(e.run_id, e.requester, e.spec, e.project, e.id, e.at)
     names = [t.name for t in e.spec.tasks]
     problems = run_problems(e.spec, e.requester)  # the graph's first: a cycle among them
+    run.specs = {t.name: t for t in e.spec.tasks}
     if problems:
         run.refusal = problems[0]
     else:
@@ -282,27 +291,58 @@ def _task(s: PipelineState, run_id: str, task: str, round_: int) -> tuple[Run, T
 
 
 def _task_requested(s: PipelineState, e: PipelineTaskRequested) -> None:
-    found = _task(s, e.run_id, e.task, e.round)
+    note_attempt(
+        s, e.run_id, e.round, TaskAttempt(task=e.task, attempt=e.attempt, session_id=e.session_id)
+    )
+
+
+def _tasks_requested(s: PipelineState, e: PipelineTasksRequested) -> None:
+    for a in e.tasks:
+        note_attempt(s, e.run_id, e.round, a)
+
+
+def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt) -> None:
+    """Attempt ``a`` of round ``round_`` was asked for (one event's or one item's of a
+    plural one: the same)."""
+    found = _task(s, run_id, a.task, round_)
     if found is None:
         return
     run, t = found
-    if t.status not in ("waiting", "retry") or e.attempt <= t.attempt:
+    if t.status not in ("waiting", "retry") or a.attempt <= t.attempt:
         return
-    set_status(run, e.task, t, "requested")
-    t.attempt, t.session_id = e.attempt, e.session_id
+    set_status(run, a.task, t, "requested")
+    t.attempt, t.session_id = a.attempt, a.session_id
     t.running, t.due, t.session_end = False, None, None
-    s.by_session[e.session_id] = (e.run_id, e.task)
+    s.by_session[a.session_id] = (run_id, a.task)
 
 
 def _task_ended(s: PipelineState, e: PipelineTaskEnded) -> None:
-    found = _task(s, e.run_id, e.task, e.round)
+    end = TaskEnd(
+        task=e.task,
+        attempt=e.attempt,
+        outcome=e.outcome,
+        session_id=e.session_id,
+        exit_code=e.exit_code,
+        reason=e.reason,
+    )
+    note_end(s, e.run_id, e.round, end)
+
+
+def _tasks_ended(s: PipelineState, e: PipelineTasksEnded) -> None:
+    for end in e.ends:
+        note_end(s, e.run_id, e.round, end)
+
+
+def note_end(s: PipelineState, run_id: str, round_: int, e: TaskEnd) -> None:
+    """Task ``e.task`` of round ``round_`` ended (``PipelineTaskEnded``, or one item of a
+    ``PipelineTasksEnded``)."""
+    found = _task(s, run_id, e.task, round_)
     if found is None:
         return
     run, t = found
     if t.status in FINAL or t.status == "attempt-failed" or e.attempt != t.attempt:
         return
-    spec = next(x for x in run.spec.tasks if x.name == e.task)
-    again = e.outcome == "failed" and e.attempt < spec.retry_max_attempts
+    again = e.outcome == "failed" and e.attempt < run.specs[e.task].retry_max_attempts
     again = again and run.status == "running"
     set_status(run, e.task, t, "attempt-failed" if again else e.outcome)
     t.exit_code, t.reason, t.session_end, t.running = e.exit_code, e.reason, None, False
@@ -394,6 +434,8 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineRequestRefused: _refused,
     PipelineTaskRequested: _task_requested,
     PipelineTaskEnded: _task_ended,
+    PipelineTasksRequested: _tasks_requested,
+    PipelineTasksEnded: _tasks_ended,
     PipelineRetryScheduled: _retry,
     PipelineRunCancelled: _cancelled,
     PipelineRerunStarted: _rerun,
