@@ -20,6 +20,7 @@ from events import (
     Slots,
 )
 from services.actors.pipeline import PipelineActor
+from services.actors.snapshots import StateSnapshots
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
@@ -57,10 +58,14 @@ async def cluster(log: EventLog) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def actor(log: EventLog, clock: Clock | None = None) -> AsyncIterator[PipelineActor]:
+async def actor(
+    log: EventLog,
+    clock: Clock | None = None,
+    snapshots: StateSnapshots[PipelineState] | None = None,
+) -> AsyncIterator[PipelineActor]:
     """A pipeline actor running until the block ends, then stopped abruptly (its task
     cancelled wherever it is, as a kill would)."""
-    a = PipelineActor(log, clock or SystemClock(), max_wait_s=0.05)
+    a = PipelineActor(log, clock or SystemClock(), max_wait_s=0.05, snapshots=snapshots)
     async with anyio.create_task_group() as tg:
         await tg.start(a.run)
         yield a

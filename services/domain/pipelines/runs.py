@@ -133,6 +133,13 @@ class PipelineState:
     last_seq: int = 0
     subject_seq: dict[str, int] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # runs moved since the actor looked
+    # The last sequence of the actor's own appends, applied here before the log gives
+    # them back: a snapshot holds nothing the log does not (``settled``).
+    ahead: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return self.last_seq >= self.ahead
 
 
 def fold(records: Iterable[Record], state: PipelineState | None = None) -> PipelineState:
