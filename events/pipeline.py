@@ -40,6 +40,7 @@ __all__ = [
     "PipelineTasksEnded",
     "PipelineTasksRequested",
     "RunOutcome",
+    "ServeTask",
     "TaskAttempt",
     "TaskEnd",
     "TaskOutcome",
@@ -57,11 +58,28 @@ class EnvVar(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     value: str
 
 
+class ServeTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """What a task of kind ``serve`` deploys: endpoint ``endpoint`` (the owner's: a new
+    revision of it if the owner has one of that name, else a new endpoint) with
+    ``replicas`` replicas answering HTTP on ``port``, checked at ``health_path``;
+    ``public``: callable without a token (a new endpoint only); ``model``: a folder of the
+    owner's mounted read-only."""
+
+    endpoint: str
+    port: int = 8000
+    replicas: int = 1
+    public: bool = False
+    health_path: str = "/health"
+    model: str | None = None
+
+
 class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One task as the run asked for it, amounts exact. ``slots.fgpu`` 0: a CPU-only
     session. ``retry_max_attempts``: attempts in all (1: no retry), each
     ``retry_delay_s`` after the last one's failure. ``timeout_s``: the session's
-    lifetime (None: its group's default). ``kind`` ``serve`` is reserved (refused)."""
+    lifetime (None: its group's default). ``kind`` ``serve``: the task deploys ``serve``
+    (its image, command and slots each replica's), and succeeds once its replicas are
+    healthy."""
 
     name: str
     kind: Literal["session", "serve"] = "session"
@@ -76,6 +94,7 @@ class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     continue_on_failure: bool = False
     skip: bool = False
     timeout_s: int | None = None
+    serve: ServeTask | None = None
 
 
 class PipelineSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -154,11 +173,13 @@ class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-end
 
 
 class TaskAttempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
-    """Attempt ``attempt`` (from 1) of ``task`` asked for as session ``session_id``."""
+    """Attempt ``attempt`` (from 1) of ``task`` asked for as session ``session_id`` (a
+    ``serve`` task's: as the ``serve.requested`` of that id, in the owner's name)."""
 
     task: str
     attempt: int
     session_id: str
+    kind: Literal["session", "serve"] = "session"
 
 
 class PipelineTasksRequested(Event, frozen=True, kw_only=True, tag="pipeline.tasks-requested.v1"):

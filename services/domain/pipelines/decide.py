@@ -28,6 +28,7 @@ from events import (
     PipelineTask,
     PipelineTasksEnded,
     PipelineTasksRequested,
+    ServeRequested,
     SessionDestroyRequested,
     TaskAttempt,
     TaskEnd,
@@ -36,7 +37,7 @@ from events import (
 from events import subjects as subj
 from services.domain.durations import after
 from services.domain.pipelines.dag import descendants
-from services.domain.pipelines.requests import RunIds, task_request
+from services.domain.pipelines.requests import RunIds, serve_command, task_request
 from services.domain.pipelines.runs import (
     FINAL,
     Orphan,
@@ -253,9 +254,12 @@ class _Decider:
         self.destroy_live(cancelled.id)
 
     def destroy_live(self, cause: str | None) -> None:
-        """Ask, in the owner's name, that each session of the run still going end."""
-        for t in self.run.tasks.values():
+        """Ask, in the owner's name, that each session of the run still going end (a
+        serve task's endpoint stays: it is the owner's, as made)."""
+        for name, t in self.run.tasks.items():
             if t.status != "requested" or t.session_end is not None or t.session_id is None:
+                continue
+            if self.run.specs[name].serve is not None:
                 continue
             self.out.requests.append(
                 (
@@ -276,8 +280,10 @@ class _Decider:
         run = self.run
         for name in _in_order(run):
             t = run.tasks[name]
-            if t.status == "requested" and t.session_end is not None:
-                self._ended(name, t, "cancelled", t.session_end[1], "the run was cancelled")
+            serving = run.specs[name].serve is not None  # no session to wait for
+            if t.status == "requested" and (t.session_end is not None or serving):
+                code = None if t.session_end is None else t.session_end[1]
+                self._ended(name, t, "cancelled", code, "the run was cancelled")
         if run.final == len(run.tasks):
             self.end("cancelled", "")
 
@@ -352,6 +358,9 @@ class _Decider:
 
     def _request(self, name: str, t: TaskState, spec: PipelineTask) -> None:
         attempt = t.attempt + 1
+        if spec.serve is not None:
+            self._serve(name, attempt, spec)
+            return
         sid = self.ids.session(name, self.run.round, attempt)
         asked = TaskAttempt(task=name, attempt=attempt, session_id=sid)
         g = self._group(PipelineTasksRequested, name, attempt)
@@ -371,6 +380,28 @@ class _Decider:
             folder=self.run.folder,
         )
         self.out.requests.append((subj.request(self.run.owner, sid), request))
+
+    def _serve(self, name: str, attempt: int, spec: PipelineTask) -> None:
+        """A serve task's attempt: its endpoint asked for (or a revision of the owner's
+        endpoint of that name), in the owner's name, with the attempt's event."""
+        run = self.run
+        rid = self.ids.event("serve", name, run.round, attempt)
+        asked = TaskAttempt(task=name, attempt=attempt, session_id=rid, kind="serve")
+        g = self._group(PipelineTasksRequested, name, attempt)
+        note_attempt(self.s, run.run_id, run.round, asked)
+        g.attempts.append(asked)
+        endpoint_id = "e" + self.ids.event("endpoint", name, run.round, attempt)[:20]
+        command = serve_command(run.spec, spec, self.s.endpoints, run, endpoint_id)
+        request = ServeRequested(
+            id=rid,
+            at=self.now,
+            actor=ACTOR,
+            causation_id=g.id,
+            correlation_id=run.request_id,
+            requester=run.owner,
+            command=command,
+        )
+        self.out.requests.append((subj.request(run.owner, rid), request))
 
     def end(self, outcome: str, why: str) -> None:
         self._add(

@@ -2,7 +2,9 @@
 
 A run is made by its request and moved by the pipeline actor's answers on
 ``fgpu.pipe.<run_id>``; the sessions of its tasks move it too (a task's session ended is
-noted, for the actor to answer with the task's end). Every handler checks that the event
+noted, for the actor to answer with the task's end), and so do the serving actor's
+answers to a ``serve`` task's request (refused: the task failed; its revision's replicas
+all healthy: it succeeded). Every handler checks that the event
 fits the run as it stands (its round, the task's attempt, its status), else changes
 nothing: folding an event twice, or one the actor applied before the log had it
 (``apply``), is harmless. Deterministic: no clock, no I/O.
@@ -17,6 +19,8 @@ from events import (
     AdminApplied,
     AdminRefused,
     AnyEvent,
+    EndpointCreated,
+    EndpointRemoved,
     Malformed,
     PipelineCancelRequested,
     PipelineRequestRefused,
@@ -37,6 +41,10 @@ from events import (
     PipelineTasksEnded,
     PipelineTasksRequested,
     Record,
+    ReplicaChanged,
+    ReplicaPhase,
+    RevisionAdded,
+    ServeRefused,
     SessionCancelled,
     SessionErrored,
     SessionLost,
@@ -86,6 +94,10 @@ class TaskState:
     # The session of the current attempt ended (outcome, exit code, why) and the actor
     # has not yet written the task's end.
     session_end: tuple[str, int | None, str] | None = None
+    # A serve task's: the endpoint and revision its request made, its healthy replicas.
+    endpoint_id: str | None = None
+    revision: int | None = None
+    healthy: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -125,6 +137,10 @@ class Run:
 class PipelineState:
     runs: dict[str, Run] = field(default_factory=dict)
     by_session: dict[str, tuple[str, str]] = field(default_factory=dict)  # -> run, task
+    by_serve: dict[str, tuple[str, str]] = field(default_factory=dict)  # serve request ->
+    # run, task; and a revision ("<endpoint>/<revision>") whose health a serve task awaits
+    by_revision: dict[str, tuple[str, str]] = field(default_factory=dict)
+    endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # live: owner, name
     # Requests about runs the log does not hold (answered with a refusal).
     orphans: list[Orphan] = field(default_factory=list)
     folders: dict[str, str] = field(default_factory=dict)  # folder request -> its run
@@ -320,7 +336,8 @@ def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt) -> 
     set_status(run, a.task, t, "requested")
     t.attempt, t.session_id = a.attempt, a.session_id
     t.running, t.due, t.session_end = False, None, None
-    s.by_session[a.session_id] = (run_id, a.task)
+    t.endpoint_id, t.revision, t.healthy = None, None, set()
+    (s.by_serve if a.kind == "serve" else s.by_session)[a.session_id] = (run_id, a.task)
 
 
 def _task_ended(s: PipelineState, e: PipelineTaskEnded) -> None:
@@ -377,6 +394,8 @@ def _cancelled(s: PipelineState, e: PipelineRunCancelled) -> None:
         if t.status in ("waiting", "retry", "attempt-failed"):
             set_status(run, name, t, "cancelled")
             t.reason = "the run was cancelled"
+        elif t.status == "requested":
+            run.dirty.add(name)  # a serve task has no session end to wait for
     s.changed.add(e.run_id)
 
 
@@ -434,6 +453,66 @@ def _session_ended(s: PipelineState, e: AnyEvent) -> None:
         found[1].session_end = ("failed", None, str(getattr(e, "reason", "")))
 
 
+def _serve_task(s: PipelineState, where: tuple[str, str] | None, request: str) -> TaskState | None:
+    """The serve task waiting on request ``request`` (at ``where``), if it still is."""
+    if where is None:
+        return None
+    run = s.runs[where[0]]
+    t = run.tasks.get(where[1])
+    if t is None or t.session_id != request or t.status != "requested" or t.session_end:
+        return None
+    s.changed.add(run.run_id)
+    run.dirty.add(where[1])
+    return t
+
+
+def _serve_refused(s: PipelineState, e: ServeRefused) -> None:
+    request = e.causation_id or ""
+    t = _serve_task(s, s.by_serve.get(request), request)
+    if t is not None:
+        t.session_end = ("failed", None, f"serving refused it: {e.reason}")
+
+
+def _revision_added(s: PipelineState, e: RevisionAdded) -> None:
+    request = e.causation_id or ""
+    where = s.by_serve.get(request)
+    t = _serve_task(s, where, request)
+    if t is not None and where is not None:
+        t.endpoint_id, t.revision = e.endpoint_id, e.revision
+        s.by_revision[f"{e.endpoint_id}/{e.revision}"] = where
+
+
+def _replica_changed(s: PipelineState, e: ReplicaChanged) -> None:
+    """A replica of a revision a serve task awaits: healthy, counted; else not. All of
+    them healthy: the task's end (succeeded) is noted."""
+    key = f"{e.endpoint_id}/{e.revision}"
+    where = s.by_revision.get(key)
+    if where is None:
+        return
+    run = s.runs[where[0]]
+    t = run.tasks.get(where[1])
+    serve = run.specs[where[1]].serve if where[1] in run.specs else None
+    if t is None or serve is None or t.endpoint_id != e.endpoint_id or t.session_end:
+        return
+    if e.phase is ReplicaPhase.HEALTHY:
+        t.healthy.add(e.session_id)
+    else:
+        t.healthy.discard(e.session_id)
+    if len(t.healthy) >= serve.replicas:
+        t.session_end = ("succeeded", None, "")
+        del s.by_revision[key]
+        s.changed.add(run.run_id)
+        run.dirty.add(where[1])
+
+
+def _endpoint_created(s: PipelineState, e: EndpointCreated) -> None:
+    s.endpoints[e.endpoint_id] = (e.owner, e.name)
+
+
+def _endpoint_removed(s: PipelineState, e: EndpointRemoved) -> None:
+    s.endpoints.pop(e.endpoint_id, None)
+
+
 _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineRunRequested: _run_requested,
     PipelineCancelRequested: _request,
@@ -459,4 +538,9 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineScheduleRemoved: _schedule_removed,
     PipelineScheduleFired: _schedule_acted,
     PipelineScheduleRefused: _schedule_acted,
+    ServeRefused: _serve_refused,
+    RevisionAdded: _revision_added,
+    ReplicaChanged: _replica_changed,
+    EndpointCreated: _endpoint_created,
+    EndpointRemoved: _endpoint_removed,
 }
