@@ -37,27 +37,15 @@ from tests.actors.test_pipeline import (
 pytestmark = pytest.mark.anyio
 
 
-class WatchedSnapshots(MemorySnapshots):
-    """A store in memory whose saves can be awaited."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._saved = anyio.Event()
-
-    async def save(self, data: bytes) -> None:
-        await super().save(data)
-        self._saved.set()
-        self._saved = anyio.Event()
-
-    async def saved(self, log: str, ok: Callable[[PipelineState], bool]) -> PipelineState:
-        """The state of the first snapshot (the latest one, then those to come) for which
-        ``ok`` holds."""
-        with anyio.fail_after(30):
-            while True:
-                waiting = self._saved
-                if self.data is not None and ok(s := decode_pipeline_state(self.data, log)):
-                    return s
-                await waiting.wait()
+async def saved(
+    store: MemorySnapshots, log: str, ok: Callable[[PipelineState], bool]
+) -> PipelineState:
+    """The state of the first snapshot in ``store`` (the latest one, then those to come)
+    for which ``ok`` holds."""
+    with anyio.fail_after(30):
+        while store.data is None or not ok(decode_pipeline_state(store.data, log)):
+            await store.saved()
+        return decode_pipeline_state(store.data, log)
 
 
 def kept(store: MemorySnapshots) -> StateSnapshots[PipelineState]:
@@ -70,14 +58,15 @@ async def test_restarted_from_a_snapshot_between_a_tasks_end_and_its_dependents(
     """A snapshot holds a's request; the actor is stopped; a ends while none runs; the
     next one starts from the snapshot (not the log's start) and asks for b and c once."""
     alice = Client(log, SystemClock(), "alice")
-    store = WatchedSnapshots()
+    store = MemorySnapshots()
     identity = await log.identity()
     async with cluster(log):
         async with actor(log, snapshots=kept(store)):
             run_id = await alice.pipeline_run(
                 spec(task("a"), task("b", "true", "a"), task("c", "true", "a"))
             )
-            snap = await store.saved(
+            snap = await saved(
+                store,
                 identity,
                 lambda s: run_id in s.runs and s.runs[run_id].tasks["a"].status == "requested",
             )
