@@ -8,7 +8,9 @@ Two figures, both from one observer tailing the log:
   that has dependencies, taken from its last dependency's end;
 - the run's total time, request to the last task's end, against the same sessions asked
   for directly by a script in dependency order (each as soon as its dependencies have
-  ended, in one batch per wave), same run: ``ratio_pipeline_to_direct``.
+  ended, in one batch per wave), same run: ``ratio_pipeline_to_direct``;
+- the records each way put on the log (``records_pipeline``, ``records_direct``): what
+  every follower of the log reads, a figure the host's load does not move.
 
 Prints one JSON line. Usage: python bench/pipeline.py [--width 249] [--layers 4] [--agents 4]
 """
@@ -67,11 +69,13 @@ class Observer:
         self.asked: dict[str, float] = {}
         self.ended: dict[str, float] = {}
         self.names: dict[str, str] = {}  # session -> its name (the run's task)
+        self.records = 0  # seen, up to the last end
 
     async def watch(self, log: JetStreamLog, after: int, done: Callable[[], bool]) -> None:
         async with aclosing(log.tail(after)) as batches:
             async for batch in batches:
                 now = time.perf_counter()
+                self.records += len(batch)
                 for r in batch:
                     e = r.event
                     if isinstance(e, SessionRequested):
@@ -83,8 +87,11 @@ class Observer:
                     return
 
 
-async def by_pipeline(log: JetStreamLog, tasks: list[PipelineTask]) -> tuple[float, list[float]]:
-    """The run's total time, and each task's wait from its last dependency's end."""
+async def by_pipeline(
+    log: JetStreamLog, tasks: list[PipelineTask]
+) -> tuple[float, list[float], int]:
+    """The run's total time, each task's wait from its last dependency's end, and the
+    records seen up to the last end."""
     seen = Observer()
     start = await log.last_seq()
     t0 = time.perf_counter()
@@ -99,7 +106,7 @@ async def by_pipeline(log: JetStreamLog, tasks: list[PipelineTask]) -> tuple[flo
         if t.dependencies:
             last_end = max(seen.ended[by_name[d]] for d in t.dependencies)
             waits.append(seen.asked[by_name[t.name]] - last_end)
-    return total, waits
+    return total, waits, seen.records
 
 
 async def directly(log: JetStreamLog, tasks: list[PipelineTask], round_: int) -> float:
@@ -147,15 +154,16 @@ async def directly(log: JetStreamLog, tasks: list[PipelineTask], round_: int) ->
     raise AssertionError("the log ended")
 
 
-async def _observed(log: JetStreamLog, run: Awaitable[float], n: int) -> float:
+async def _observed(log: JetStreamLog, run: Awaitable[float], n: int) -> tuple[float, int]:
     """``run``'s result, with an observer tailing the log meanwhile, as the pipeline's
-    run has: both ways pay for one reader of the whole log beside what they measure."""
+    run has: both ways pay for one reader of the whole log beside what they measure; and
+    the records it saw up to the last end."""
     seen = Observer()
     start = await log.last_seq()
     async with anyio.create_task_group() as tg:
         tg.start_soon(seen.watch, log, start, lambda: len(seen.ended) >= n)
         took = await run
-    return took
+    return took, seen.records
 
 
 def _quantile_ms(values: list[float], q: float) -> float:
@@ -172,8 +180,8 @@ async def main(width: int, layers: int, agents: int) -> dict[str, object]:
             cluster = [(agent_config(f"a{i}"), DummyRuntime()) for i in range(agents)]
             async with running_cluster(log, cluster), anyio.create_task_group() as tg:
                 await tg.start(PipelineActor(log, SystemClock()).run)
-                direct_s = await _observed(log, directly(log, tasks, 0), len(tasks))
-                pipeline_s, waits = await by_pipeline(log, tasks)
+                direct_s, direct_records = await _observed(log, directly(log, tasks, 0), len(tasks))
+                pipeline_s, waits, pipeline_records = await by_pipeline(log, tasks)
                 tg.cancel_scope.cancel()
         finally:
             await log.close()
@@ -188,6 +196,8 @@ async def main(width: int, layers: int, agents: int) -> dict[str, object]:
         "pipeline_s": round(pipeline_s, 3),
         "direct_s": round(direct_s, 3),
         "ratio_pipeline_to_direct": round(pipeline_s / direct_s, 3),
+        "records_pipeline": pipeline_records,
+        "records_direct": direct_records,
     }
 
 

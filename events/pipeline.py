@@ -4,9 +4,9 @@ A person asks (``PipelineRunRequested``, ``PipelineCancelRequested``,
 ``PipelineRerunRequested``) on their own request subject ``fgpu.req.<key>.<run_id>``,
 handed in through the intake as a session request is. The pipeline actor answers on the
 run's own subject ``fgpu.pipe.<run_id>``: each task's session asked for
-(``PipelineTaskRequested``, written in one atomic batch with the ``SessionRequested`` it
-names, in the owner's name: the quota actor judges it against the owner's rights as they
-stand then), each task's end, retries with their due time, the run's cancellation and
+(``PipelineTasksRequested``, written in one atomic batch with the ``SessionRequested``
+events it names, in the owner's name: the quota actor judges each against the owner's
+rights as they stand then), each task's end, retries with their due time, the run's cancellation and
 end, and refusals. Who writes what is in ``docs/events.md``.
 """
 
@@ -37,7 +37,12 @@ __all__ = [
     "PipelineTask",
     "PipelineTaskEnded",
     "PipelineTaskRequested",
+    "PipelineTasksEnded",
+    "PipelineTasksRequested",
     "RunOutcome",
+    "ServeTask",
+    "TaskAttempt",
+    "TaskEnd",
     "TaskOutcome",
 ]
 
@@ -53,11 +58,28 @@ class EnvVar(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     value: str
 
 
+class ServeTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """What a task of kind ``serve`` deploys: endpoint ``endpoint`` (the owner's: a new
+    revision of it if the owner has one of that name, else a new endpoint) with
+    ``replicas`` replicas answering HTTP on ``port``, checked at ``health_path``;
+    ``public``: callable without a token (a new endpoint only); ``model``: a folder of the
+    owner's mounted read-only."""
+
+    endpoint: str
+    port: int = 8000
+    replicas: int = 1
+    public: bool = False
+    health_path: str = "/health"
+    model: str | None = None
+
+
 class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """One task as the run asked for it, amounts exact. ``slots.fgpu`` 0: a CPU-only
     session. ``retry_max_attempts``: attempts in all (1: no retry), each
     ``retry_delay_s`` after the last one's failure. ``timeout_s``: the session's
-    lifetime (None: its group's default). ``kind`` ``serve`` is reserved (refused)."""
+    lifetime (None: its group's default). ``kind`` ``serve``: the task deploys ``serve``
+    (its image, command and slots each replica's), and succeeds once its replicas are
+    healthy."""
 
     name: str
     kind: Literal["session", "serve"] = "session"
@@ -72,6 +94,7 @@ class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     continue_on_failure: bool = False
     skip: bool = False
     timeout_s: int | None = None
+    serve: ServeTask | None = None
 
 
 class PipelineSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -125,9 +148,8 @@ class PipelineRequestRefused(Event, frozen=True, kw_only=True, tag="pipeline.req
 
 
 class PipelineTaskRequested(Event, frozen=True, kw_only=True, tag="pipeline.task-requested.v1"):
-    """Attempt ``attempt`` (from 1) of ``task`` in round ``round`` (0, then one more per
-    rerun) asked for as session ``session_id``: written with that session's request, in
-    one atomic batch, so a task's attempt is asked for once or not at all."""
+    """One attempt asked for, as ``PipelineTasksRequested`` asks for several (which took
+    its place; older logs hold this, and the fold still reads it)."""
 
     run_id: str
     task: str
@@ -137,9 +159,8 @@ class PipelineTaskRequested(Event, frozen=True, kw_only=True, tag="pipeline.task
 
 
 class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-ended.v1"):
-    """``task`` ended in round ``round`` with ``outcome`` (its attempt ``attempt``'s
-    session ``session_id``; none for a task skipped, cancelled before it ran, or not run
-    because a task before it failed)."""
+    """One task's end, as ``PipelineTasksEnded`` says several (which took its place;
+    older logs hold this, and the fold still reads it)."""
 
     run_id: str
     task: str
@@ -149,6 +170,47 @@ class PipelineTaskEnded(Event, frozen=True, kw_only=True, tag="pipeline.task-end
     session_id: str | None = None
     exit_code: int | None = None
     reason: str = ""
+
+
+class TaskAttempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """Attempt ``attempt`` (from 1) of ``task`` asked for as session ``session_id`` (a
+    ``serve`` task's: as the ``serve.requested`` of that id, in the owner's name)."""
+
+    task: str
+    attempt: int
+    session_id: str
+    kind: Literal["session", "serve"] = "session"
+
+
+class PipelineTasksRequested(Event, frozen=True, kw_only=True, tag="pipeline.tasks-requested.v1"):
+    """The attempts ``tasks`` of round ``round`` asked for at once (those one decision
+    freed: a fan-out is one event, not one per task), each written with its session's
+    request in the same atomic batch: each attempt asked for once or not at all."""
+
+    run_id: str
+    round: int
+    tasks: tuple[TaskAttempt, ...]
+
+
+class TaskEnd(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """``task``'s attempt ``attempt`` ended with ``outcome`` (as ``PipelineTaskEnded``)."""
+
+    task: str
+    attempt: int
+    outcome: TaskOutcome
+    session_id: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class PipelineTasksEnded(Event, frozen=True, kw_only=True, tag="pipeline.tasks-ended.v1"):
+    """The ends ``ends`` of tasks of round ``round``, in the order they were decided (the
+    ends one decision made: the sessions that ended in one batch of the log, and the
+    skips and upstream failures they set off)."""
+
+    run_id: str
+    round: int
+    ends: tuple[TaskEnd, ...]
 
 
 class PipelineRetryScheduled(Event, frozen=True, kw_only=True, tag="pipeline.retry-scheduled.v1"):

@@ -141,7 +141,7 @@ AGENT_RPC_PREFIX = "fgpu.rpc"
 CHANNEL_PREFIX = "fgpu.tty"
 # Actor snapshots: one object store bucket per kind of actor that writes them, so that a
 # service can be given the right to write its own kind's and nobody else's.
-SNAPSHOT_KINDS = ("scheduler", "quota")
+SNAPSHOT_KINDS = ("scheduler", "quota", "pipeline")
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

@@ -29,6 +29,8 @@ from events.pipeline import (
     PipelineScheduleSet,
     PipelineTaskEnded,
     PipelineTaskRequested,
+    PipelineTasksEnded,
+    PipelineTasksRequested,
 )
 from events.serving import (
     EndpointCreated,
@@ -133,6 +135,8 @@ AnyEvent = (
     | PipelineRequestRefused
     | PipelineTaskRequested
     | PipelineTaskEnded
+    | PipelineTasksRequested
+    | PipelineTasksEnded
     | PipelineRetryScheduled
     | PipelineRunCancelled
     | PipelineRerunStarted

@@ -13,11 +13,12 @@ the age limit, so that the past is not archived record by record as new ones com
 3. once every segment is said, removes those records from the stream, but those on the
    subjects kept for good (``KEPT_SUBJECTS``: the tenancy, the archive's own).
 
-It never removes what an actor still needs to start: only records that both the
-scheduler's and quota's latest snapshots cover (no snapshot: nothing leaves). Readers of
-the whole history read the archive and the stream as one (``projections.archive``).
-A pass that fails leaves the stream as it was, or with less removed than said: the next
-pass goes on from what the archive holds and what the log says.
+It never removes what an actor still needs to start: only records that the scheduler's,
+the quota's and the pipeline actor's latest snapshots all cover (no snapshot: nothing
+leaves). Readers of the whole history read the archive and the stream as one
+(``projections.archive``). A pass that fails leaves the stream as it was, or with less
+removed than said: the next pass goes on from what the archive holds and what the log
+says.
 """
 
 import hashlib
@@ -34,7 +35,8 @@ from anyio.abc import TaskStatus
 from events import LogArchived, Malformed, Record
 from events import subjects as subj
 from services.actors.common import Provenance, stamp
-from services.domain.fold.state_codec import SnapshotUnusable, snapshot_seq
+from services.actors.snapshots import covered_by
+from services.domain.fold.state_codec import SnapshotUnusable
 from services.ports import (
     ArchivedSegment,
     ArchiveStore,
@@ -206,7 +208,7 @@ class Archiver:
             if data is None:
                 return 0, "an actor has no snapshot yet"
             try:
-                seqs.append(snapshot_seq(data, identity))
+                seqs.append(covered_by(data, identity))
             except SnapshotUnusable as e:
                 return 0, f"an actor's snapshot is unusable: {e}"
         return (min(seqs) if seqs else 0), None

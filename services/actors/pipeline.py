@@ -3,12 +3,17 @@ appends what each run needs next (``decide``): its tasks' session requests, thei
 retries, cancels, the run's end.
 
 Exactly once per attempt, across crashes and restarts: a task's attempt is asked for by
-one atomic batch holding ``pipeline.task-requested`` and the ``session.requested`` it
-names, expecting the run subject's last sequence; every id in it is derived from the
-run, task, round and attempt (``requests.RunIds``), so a batch sent again is refused
+one atomic batch holding ``pipeline.tasks-requested`` and the ``session.requested`` events
+it names (the attempts one decision freed: a fan-out is one event and its requests),
+expecting the run subject's last sequence; every id in it is derived from the run, task,
+round and attempt (``requests.RunIds``), so a batch sent again is refused
 whole, and an actor that starts again folds what the log holds and asks for nothing it
 holds already. A retry's due time is on the log (``pipeline.retry-scheduled``); the
 wait for it in memory is only a timer, remade from the log at every start.
+
+With ``snapshots`` it starts from the latest usable snapshot of its state and the log
+after it, and keeps one as the scheduler and quota do (``actors.snapshots``): taken
+between two decisions, once every decision it applied ahead of the log has come back.
 
 The sessions are asked for in the owner's name: the quota actor admits each against the
 owner's rights as they stand then (a revoked key's tasks are rejected, and the run fails).
@@ -21,10 +26,11 @@ from datetime import datetime
 
 import anyio
 import structlog
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from events import AnyEvent
 from events import subjects as subj
+from services.actors.snapshots import StateSnapshots
 from services.domain.pipelines.decide import (
     ACTOR,
     Decisions,
@@ -56,8 +62,10 @@ class PipelineActor:
         *,
         durable: str = ACTOR,
         max_wait_s: float = 1.0,
+        snapshots: StateSnapshots[PipelineState] | None = None,
     ) -> None:
         self.events = events
+        self.snapshots = snapshots
         self.clock = clock
         self.durable = durable
         self.max_wait_s = max_wait_s
@@ -84,8 +92,8 @@ class PipelineActor:
                     task_status.started(state)
                     started = True
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._timer, state)
-                    await self._follow(state)
+                    tg.start_soon(self._timer, state, tg)
+                    await self._follow(state, tg)
             except* LogError as group:
                 log.warning("actor.rebuild", actor=self.durable, error=str(group.exceptions[0]))
                 await anyio.sleep(backoff)
@@ -98,20 +106,22 @@ class PipelineActor:
             identity = await self.events.identity()
             self._salt = hashlib.sha256(f"pipeline\0{identity}".encode()).hexdigest()[:32]
         state = PipelineState()
-        async for batch in self.events.read(0):
+        if self.snapshots is not None:
+            state = await self.snapshots.start(self.events, self.durable)
+        async for batch in self.events.read(state.last_seq):
             fold(batch, state)
         state.changed.update(state.runs)  # every run is looked at once after a start
         self._fresh = set(state.runs)
         return state
 
-    async def _follow(self, state: PipelineState) -> None:
-        await self._react(state)
+    async def _follow(self, state: PipelineState, tg: TaskGroup) -> None:
+        await self._react(state, tg)
         async with aclosing(self.events.follow(self.durable, after=state.last_seq)) as batches:
             async for batch in batches:
                 fold(batch, state)
-                await self._react(state)
+                await self._react(state, tg)
 
-    async def _timer(self, state: PipelineState) -> None:
+    async def _timer(self, state: PipelineState, tg: TaskGroup) -> None:
         while True:
             due = [d for r in state.runs.values() if (d := next_due(r)) is not None]
             due += [
@@ -127,11 +137,15 @@ class PipelineActor:
             self._poked = anyio.Event()
             now = self.clock.now()
             state.changed.update(r.run_id for r in state.runs.values() if _due(r, now))
-            await self._react(state)  # schedules due too: cheap when nothing is
+            await self._react(state, tg)  # schedules due too: cheap when nothing is
 
-    async def _react(self, state: PipelineState) -> None:
+    async def _react(self, state: PipelineState, tg: TaskGroup) -> None:
         async with self._lock:
             assert self._salt is not None
+            # Under the lock: no decision is applied and not yet appended (``settled``
+            # tells those appended and not yet folded).
+            if self.snapshots is not None:
+                self.snapshots.keep(state, tg, self.durable)
             await self._refuse_orphans(state)
             await self._schedules(state)
             now = self.clock.now()
@@ -198,6 +212,7 @@ class PipelineActor:
         own_last = last - after_own
         if own_last > state.subject_seq.get(subject, 0):
             state.subject_seq[subject] = own_last
+        state.ahead = max(state.ahead, last)
 
 
 def _due(run: Run, now: datetime) -> bool:
@@ -207,7 +222,7 @@ def _due(run: Run, now: datetime) -> bool:
 
 def _units(d: Decisions) -> list[tuple[tuple[str, AnyEvent], list[tuple[str, AnyEvent]]]]:
     """Each of the run's events with the requests it names (a task's session request
-    with its ``task-requested``; destroys with the cancel)."""
+    with its ``tasks-requested``; destroys with the cancel)."""
     by_cause: dict[str, list[tuple[str, AnyEvent]]] = {}
     loose: list[tuple[str, AnyEvent]] = []
     for item in d.requests:

@@ -12,13 +12,17 @@ due. A state is saved only once every decision the actor applied ahead of the lo
 come back from it: a snapshot holds the fold of the log up to its sequence, nothing
 more. ``check`` tells what an actor starting now would make of a store's snapshot
 (``fgpu admin snapshots``).
+
+Each kind of actor's snapshot has its codec (``SnapshotCodec``, one per kind in
+``CODECS``): the cluster fold's for the scheduler and quota, the pipeline fold's for the
+pipeline actor; the store, the checksum, the rules above and the listing are the same.
 """
 
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 from anyio.abc import TaskGroup
@@ -29,22 +33,117 @@ from services.domain.fold.state_codec import (
     SnapshotUnusable,
     decode_actor_state,
     encode_actor_state,
+    snapshot_seq,
+)
+from services.domain.pipelines.runs import PipelineState
+from services.domain.pipelines.snapshot import (
+    decode_pipeline_state,
+    encode_pipeline_state,
+    pipeline_snapshot_seq,
 )
 from services.ports import EventLog, LogError, SnapshotCorrupt, SnapshotStore
 
-__all__ = ["SnapshotHealth", "Snapshots", "check"]
+__all__ = [
+    "CLUSTER",
+    "CODECS",
+    "PIPELINE",
+    "SnapshotCodec",
+    "SnapshotHealth",
+    "Snapshots",
+    "StateSnapshots",
+    "check",
+    "covered_by",
+]
 
 log = structlog.get_logger()
+S = TypeVar("S")
 
 
-class Snapshots:
-    """Where an actor's snapshots are, whether it writes them, and how often: once
-    ``every_events`` events were folded since the last, or ``every_s`` seconds went by
-    with some folded."""
+class SnapshotCodec(Protocol[S]):
+    """A kind of actor state as snapshot bytes. ``decode`` and ``seq_of`` raise
+    SnapshotUnusable (SnapshotUndecodable: no snapshot at all)."""
+
+    def encode(self, state: S, log: str) -> bytes: ...
+    def decode(self, data: bytes, log: str) -> S: ...
+    def seq_of(self, data: bytes, log: str) -> int: ...
+    def empty(self) -> S: ...
+    def seq(self, state: S) -> int: ...
+    def settled(self, state: S) -> bool:
+        """Whether ``state`` holds nothing the log has not given back."""
+        ...
+
+
+class _Cluster:
+    def encode(self, state: ClusterState, log: str) -> bytes:
+        return encode_actor_state(state, log)
+
+    def decode(self, data: bytes, log: str) -> ClusterState:
+        return decode_actor_state(data, log)
+
+    def seq_of(self, data: bytes, log: str) -> int:
+        return snapshot_seq(data, log)
+
+    def empty(self) -> ClusterState:
+        return ClusterState()
+
+    def seq(self, state: ClusterState) -> int:
+        return state.last_seq
+
+    def settled(self, state: ClusterState) -> bool:
+        return not state.unconfirmed
+
+
+class _Pipeline:
+    def encode(self, state: PipelineState, log: str) -> bytes:
+        return encode_pipeline_state(state, log)
+
+    def decode(self, data: bytes, log: str) -> PipelineState:
+        return decode_pipeline_state(data, log)
+
+    def seq_of(self, data: bytes, log: str) -> int:
+        return pipeline_snapshot_seq(data, log)
+
+    def empty(self) -> PipelineState:
+        return PipelineState()
+
+    def seq(self, state: PipelineState) -> int:
+        return state.last_seq
+
+    def settled(self, state: PipelineState) -> bool:
+        return state.settled
+
+
+CLUSTER: SnapshotCodec[ClusterState] = _Cluster()
+PIPELINE: SnapshotCodec[PipelineState] = _Pipeline()
+# Each kind's codec (events.subjects.SNAPSHOT_KINDS).
+CODECS: Mapping[str, SnapshotCodec[Any]] = {
+    "scheduler": CLUSTER,
+    "quota": CLUSTER,
+    "pipeline": PIPELINE,
+}
+
+
+def covered_by(data: bytes, log: str) -> int:
+    """The sequence an actor snapshot of any kind (its envelope says which) of the log
+    ``log`` covers. Raises SnapshotUnusable; SnapshotUndecodable if of no kind."""
+    undecodable = SnapshotUndecodable("no snapshot codec")
+    for codec in (CLUSTER, PIPELINE):
+        try:
+            return codec.seq_of(data, log)
+        except SnapshotUndecodable as e:
+            undecodable = e
+    raise undecodable
+
+
+class StateSnapshots(Generic[S]):
+    """Where an actor's snapshots are (of states ``codec`` encodes), whether it writes
+    them, and how often: once ``every_events`` events were folded since the last, or
+    ``every_s`` seconds went by with some folded."""
 
     def __init__(
         self,
         store: SnapshotStore,
+        codec: SnapshotCodec[S],
         *,
         writes: bool,
         every_events: int = 50_000,
@@ -54,6 +153,7 @@ class Snapshots:
         if every_events < 1 or every_s <= 0:
             raise ValueError("snapshots are kept every 1 event or more, every >0 seconds")
         self.store = store
+        self.codec = codec
         self.writes = writes
         self.every_events = every_events
         self.every_s = every_s
@@ -64,36 +164,38 @@ class Snapshots:
         self._saving = False
         self.started_from = 0  # the sequence the latest start began from (0: full replay)
 
-    async def start(self, events: EventLog, actor: str) -> ClusterState:
+    async def start(self, events: EventLog, actor: str) -> S:
         """The latest usable snapshot's state, or an empty one (replay from the start)."""
         self._log = await events.identity()
         self.started_from = self._saved_seq = 0
-        state, health = await _examine(self.store, events, self._log)
+        examined = _examine(self.store, events, self._log, self.codec)
+        found, health = await examined
         _say(health, actor)
-        if state is None:
-            return ClusterState()
-        self.started_from = self._saved_seq = state.last_seq
+        if found is None:
+            return self.codec.empty()
+        self.started_from = self._saved_seq = self.codec.seq(found)
         self._saved_at = self._clock()
-        return state
+        return found
 
-    def due(self, state: ClusterState) -> bool:
-        if not self.writes or self._saving or state.last_seq <= self._saved_seq:
+    def due(self, state: S) -> bool:
+        seq = self.codec.seq(state)
+        if not self.writes or self._saving or seq <= self._saved_seq:
             return False
-        if state.unconfirmed:  # decisions not back from the log yet: the next batch
+        if not self.codec.settled(state):  # decisions not back from the log yet
             return False
         return (
             self._saved_seq == 0  # none yet: what a full replay built is worth keeping
-            or state.last_seq - self._saved_seq >= self.every_events
+            or seq - self._saved_seq >= self.every_events
             or self._clock() - self._saved_at >= self.every_s
         )
 
-    def keep(self, state: ClusterState, tg: TaskGroup, actor: str) -> None:
+    def keep(self, state: S, tg: TaskGroup, actor: str) -> None:
         """Save ``state`` in a task of ``tg`` if one is due (see the class)."""
         if not self.due(state):
             return
-        data = encode_actor_state(state, self._log)
+        data = self.codec.encode(state, self._log)
         self._saving = True
-        tg.start_soon(self._save, data, state.last_seq, actor)
+        tg.start_soon(self._save, data, self.codec.seq(state), actor)
 
     async def _save(self, data: bytes, seq: int, actor: str) -> None:
         try:
@@ -106,6 +208,23 @@ class Snapshots:
         finally:
             self._saved_at = self._clock()
             self._saving = False
+
+
+class Snapshots(StateSnapshots[ClusterState]):
+    """``StateSnapshots`` of the cluster fold (the scheduler's, the quota's)."""
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        *,
+        writes: bool,
+        every_events: int = 50_000,
+        every_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            store, CLUSTER, writes=writes, every_events=every_events, every_s=every_s, clock=clock
+        )
 
 
 @dataclass(frozen=True)
@@ -144,25 +263,31 @@ def summary(kind: str, h: SnapshotHealth, now: datetime) -> dict[str, Any]:
 async def survey(stores: Mapping[str, SnapshotStore], events: EventLog) -> list[dict[str, Any]]:
     """``summary`` of each kind's latest snapshot in ``stores``, as of now. Raises
     LogError if the log cannot say its identity or its end."""
-    found = [(kind, await check(store, events)) for kind, store in stores.items()]
+    found = [
+        (kind, await check(store, events, CODECS.get(kind, CLUSTER)))
+        for kind, store in stores.items()
+    ]
     now = datetime.now(UTC)
     return [summary(kind, h, now) for kind, h in found]
 
 
-async def check(store: SnapshotStore, events: EventLog) -> SnapshotHealth:
-    """What an actor starting now would make of ``store``'s latest snapshot, and when it
-    was saved. Raises LogError if the log cannot say its identity or its end."""
+async def check(
+    store: SnapshotStore, events: EventLog, codec: SnapshotCodec[Any] = CLUSTER
+) -> SnapshotHealth:
+    """What an actor starting now would make of ``store``'s latest snapshot (of states
+    ``codec`` encodes), and when it was saved. Raises LogError if the log cannot say its
+    identity or its end."""
     try:
         saved_at = await store.saved_at()
     except LogError as e:
         return SnapshotHealth("unreadable", str(e))
-    _, health = await _examine(store, events, await events.identity())
+    _, health = await _examine(store, events, await events.identity(), codec)
     return replace(health, saved_at=saved_at)
 
 
 async def _examine(
-    store: SnapshotStore, events: EventLog, log_identity: str
-) -> tuple[ClusterState | None, SnapshotHealth]:
+    store: SnapshotStore, events: EventLog, log_identity: str, codec: SnapshotCodec[S]
+) -> tuple[S | None, SnapshotHealth]:
     """The state of ``store``'s latest snapshot if an actor of the log ``log_identity``
     may start from it (else None), and why. Raises LogError if the log cannot say its
     end."""
@@ -175,16 +300,17 @@ async def _examine(
     if data is None:
         return None, SnapshotHealth("none")
     try:
-        state = decode_actor_state(data, log_identity)
+        state = codec.decode(data, log_identity)
     except SnapshotUndecodable as e:
         return None, SnapshotHealth("corrupt", str(e), size=len(data))
     except SnapshotUnusable as e:
         return None, SnapshotHealth("unusable", str(e), size=len(data))
     last = await events.last_seq()
-    if state.last_seq > last:
-        reason = f"at {state.last_seq}, the log ends at {last}"
-        return None, SnapshotHealth("unusable", reason, state.last_seq, len(data), last)
-    return state, SnapshotHealth("ok", None, state.last_seq, len(data), last)
+    seq = codec.seq(state)
+    if seq > last:
+        reason = f"at {seq}, the log ends at {last}"
+        return None, SnapshotHealth("unusable", reason, seq, len(data), last)
+    return state, SnapshotHealth("ok", None, seq, len(data), last)
 
 
 def _say(health: SnapshotHealth, actor: str) -> None:

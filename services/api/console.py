@@ -16,6 +16,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "pipelines.js": "text/javascript; charset=utf-8",
 }
 
 

@@ -5,8 +5,17 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from services.domain.pipelines.runs import Run
+from services.domain.pipelines.schedules import Schedule, next_time
 
-__all__ = ["PipelineRun", "RunPage", "TaskView", "run_shape"]
+__all__ = [
+    "PipelineRun",
+    "PipelineSchedule",
+    "RunPage",
+    "SchedulePage",
+    "TaskView",
+    "run_shape",
+    "schedule_shape",
+]
 
 
 class TaskView(BaseModel):
@@ -73,4 +82,36 @@ def run_shape(run: Run, session_status: dict[str, str]) -> PipelineRun:
         requested_at=run.requested_at,
         ended_at=run.ended_at,
         tasks=tasks,
+    )
+
+
+class PipelineSchedule(BaseModel):
+    schedule_id: str
+    name: str  # its pipeline's
+    owner: str
+    project: str | None
+    cron: str  # five fields, UTC
+    last: datetime  # the latest time it fired or was refused (at first: when it was set)
+    next: datetime | None  # the next time it fires (None: removed or refused for good)
+    removed: bool
+    refusal: str | None  # why it can never run
+
+
+class SchedulePage(BaseModel):
+    total: int
+    schedules: list[PipelineSchedule]
+
+
+def schedule_shape(s: Schedule) -> PipelineSchedule:
+    idle = s.removed or s.refusal is not None
+    return PipelineSchedule(
+        schedule_id=s.schedule_id,
+        name=s.spec.name,
+        owner=s.owner,
+        project=s.project,
+        cron=s.cron,
+        last=s.last,
+        next=None if idle else next_time(s.cron, s.last),
+        removed=s.removed,
+        refusal=s.refusal,
     )

@@ -204,6 +204,7 @@ def archive_run(
     (log.archived), and only then removed from the stream. `fgpu up` runs one itself."""
     import anyio
 
+    from events import subjects as subj
     from projections.archive import Archive
     from services.actors.archiver import Archiver
     from services.adapters.system_clock import SystemClock
@@ -224,7 +225,7 @@ def archive_run(
                 conn.log,
                 conn.log,
                 Archive(root, await conn.log.identity()),
-                [conn.snapshots("scheduler"), conn.snapshots("quota")],
+                [conn.snapshots(kind) for kind in subj.SNAPSHOT_KINDS],
                 SystemClock(),
             )
             done = await archiver.pass_once()

@@ -65,11 +65,41 @@ def _checked(ctx: typer.Context, path: Path) -> "PipelineSpec":
     return spec
 
 
+def _rights_problems(ctx: typer.Context, spec: "PipelineSpec", project: str | None) -> list[str]:
+    """What your rights refuse of ``spec``'s tasks (``limits.spec_problems``, against your
+    limits as the read API says them); none asked when no read API is known."""
+    import msgspec
+
+    from services.domain.pipelines.limits import Limits, spec_problems
+
+    settings = _settings(ctx)
+    if settings.api_url is None:
+        return []
+    params = {} if project is None else {"project": project}
+    with api_errors():
+        body = settings.read_api().get("/v1/pipelines/limits", params)
+    try:
+        limits = msgspec.convert(body, Limits)
+    except msgspec.ValidationError as e:
+        fail(f"the read API's limits are of no known form: {e}", code=1)
+    return spec_problems(spec, settings.access_key, limits)
+
+
 @app.command("validate")
-def validate(ctx: typer.Context, path: FileArg, as_json: JsonOpt = False) -> None:
+def validate(
+    ctx: typer.Context, path: FileArg, project: ProjectOpt = None, as_json: JsonOpt = False
+) -> None:
     """Check a pipeline: its fields, its graph (a cycle is named with its tasks), each
-    task as the quota actor reads a request. Exits 2 with every problem, one a line."""
+    task as the quota actor reads a request, and (through the read API, when one is
+    known) each task against your rights: your policies, the resource groups open to
+    your project, the largest agent of each group. Exits 2 with every problem, one a
+    line."""
     spec = _checked(ctx, path)
+    problems = _rights_problems(ctx, spec, project)
+    if problems:
+        for p in problems[:-1]:
+            typer.echo(f"error: {p}", err=True)
+        fail(problems[-1])
     order = [t.name for t in spec.tasks]
     if as_json:
         print_json({"name": spec.name, "tasks": order, "problems": []})

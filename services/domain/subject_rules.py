@@ -72,6 +72,8 @@ def _pipeline_run(
     e: ev.PipelineRequestRefused
     | ev.PipelineTaskRequested
     | ev.PipelineTaskEnded
+    | ev.PipelineTasksRequested
+    | ev.PipelineTasksEnded
     | ev.PipelineRetryScheduled
     | ev.PipelineRunCancelled
     | ev.PipelineRerunStarted
@@ -132,6 +134,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.PipelineRequestRefused, _pipeline_run),
         _rule(ev.PipelineTaskRequested, _pipeline_run),
         _rule(ev.PipelineTaskEnded, _pipeline_run),
+        _rule(ev.PipelineTasksRequested, _pipeline_run),
+        _rule(ev.PipelineTasksEnded, _pipeline_run),
         _rule(ev.PipelineRetryScheduled, _pipeline_run),
         _rule(ev.PipelineRunCancelled, _pipeline_run),
         _rule(ev.PipelineRerunStarted, _pipeline_run),

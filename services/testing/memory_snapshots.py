@@ -3,10 +3,13 @@
 It passes the contract in ``tests/support/snapshot_contract.py`` as ``JetStreamSnapshots`` does.
 ``fail`` makes every call raise LogError, as a store the server cannot reach does;
 ``corrupt`` makes a load raise SnapshotCorrupt with that reason, as a store whose chunks
-were damaged does.
+were damaged does. ``saved`` is back at the next save: an actor saves from a task of its
+own, so a test waits for the save, not for time to pass.
 """
 
 from datetime import UTC, datetime
+
+import anyio
 
 from services.ports import LogError, SnapshotCorrupt
 
@@ -20,6 +23,11 @@ class MemorySnapshots:
         self.fail = False
         self.corrupt: str | None = None
         self.at: datetime | None = None
+        self._saved = anyio.Event()
+
+    async def saved(self) -> None:
+        """Back at the next save."""
+        await self._saved.wait()
 
     async def load(self) -> bytes | None:
         if self.fail:
@@ -35,6 +43,8 @@ class MemorySnapshots:
         self.corrupt = None
         self.at = datetime.now(UTC)
         self.saves += 1
+        self._saved.set()
+        self._saved = anyio.Event()
 
     async def saved_at(self) -> datetime | None:
         if self.fail:

@@ -186,12 +186,21 @@ async def run_intake(
 async def run_pipeline(
     events: EventLog,
     *,
+    snapshots: SnapshotStore | None = None,
+    snapshot_events: int = 50_000,
     task_status: TaskStatus[object] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The pipeline actor (its durable: ``pipeline``)."""
+    """The pipeline actor (its durable: ``pipeline``), starting from (and keeping, every
+    ``snapshot_events``) its snapshots in ``snapshots``."""
     from services.actors.pipeline import PipelineActor
+    from services.actors.snapshots import PIPELINE, StateSnapshots
 
-    await PipelineActor(events, SystemClock()).run(task_status=task_status)
+    kept = (
+        StateSnapshots(snapshots, PIPELINE, writes=True, every_events=snapshot_events)
+        if snapshots is not None
+        else None
+    )
+    await PipelineActor(events, SystemClock(), snapshots=kept).run(task_status=task_status)
 
 
 async def run_registrar(
@@ -399,7 +408,7 @@ async def run_archiver(
     from services.actors.archiver import Archiver
 
     archive = Archive(root, await conn.log.identity())
-    stores = [conn.snapshots("scheduler"), conn.snapshots("quota")]
+    stores = [conn.snapshots(kind) for kind in subj.SNAPSHOT_KINDS]
     archiver = Archiver(conn.log, conn.log, archive, stores, SystemClock())
     await archiver.run(every_s, task_status=task_status)
 

@@ -346,7 +346,12 @@ class Stack:
             snapshot_events=c.snapshot_events,
         )
         await tg.start(schedule, logs["scheduler"], conns["scheduler"].bus)
-        await tg.start(run_pipeline, logs["pipeline"])
+        pipeline = partial(
+            run_pipeline,
+            snapshots=conns["pipeline"].snapshots("pipeline"),
+            snapshot_events=c.snapshot_events,
+        )
+        await tg.start(pipeline, logs["pipeline"])
         if c.archive_dir is not None:
             archiver = partial(run_archiver, conns["archiver"], c.archive_dir, c.archive_every_s)
             await tg.start(archiver)

@@ -49,22 +49,10 @@ def _status(s: ClusterState, sid: str) -> str | None:
 
 
 class _SaidSnapshots(MemorySnapshots):
-    """A store that says each save: an actor saves its snapshots from a task of its own,
-    so a test waits for the save, not for time to pass."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._saved = anyio.Event()
-
-    async def save(self, data: bytes) -> None:
-        await super().save(data)
-        self._saved.set()
-        self._saved = anyio.Event()
-
     async def covering(self, seq: int, identity: str) -> None:
         """Back once the latest snapshot covers the log up to ``seq``."""
         while self.data is None or snapshot_seq(self.data, identity) < seq:
-            await self._saved.wait()
+            await self.saved()
 
 
 async def _history(log: MemoryLog, stores: tuple[_SaidSnapshots, _SaidSnapshots]) -> None:

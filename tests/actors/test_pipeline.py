@@ -15,10 +15,12 @@ from events import (
     PipelineSpec,
     PipelineTask,
     PipelineTaskRequested,
+    PipelineTasksRequested,
     SessionRequested,
     Slots,
 )
 from services.actors.pipeline import PipelineActor
+from services.actors.snapshots import StateSnapshots
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
@@ -56,10 +58,14 @@ async def cluster(log: EventLog) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def actor(log: EventLog, clock: Clock | None = None) -> AsyncIterator[PipelineActor]:
+async def actor(
+    log: EventLog,
+    clock: Clock | None = None,
+    snapshots: StateSnapshots[PipelineState] | None = None,
+) -> AsyncIterator[PipelineActor]:
     """A pipeline actor running until the block ends, then stopped abruptly (its task
     cancelled wherever it is, as a kill would)."""
-    a = PipelineActor(log, clock or SystemClock(), max_wait_s=0.05)
+    a = PipelineActor(log, clock or SystemClock(), max_wait_s=0.05, snapshots=snapshots)
     async with anyio.create_task_group() as tg:
         await tg.start(a.run)
         yield a
@@ -98,6 +104,8 @@ async def asked(log: EventLog, run_id: str) -> tuple[Counter[tuple[str, int, int
             e = r.event
             if isinstance(e, PipelineTaskRequested) and e.run_id == run_id:
                 tasks[(e.task, e.round, e.attempt)] += 1
+            if isinstance(e, PipelineTasksRequested) and e.run_id == run_id:
+                tasks.update((a.task, e.round, a.attempt) for a in e.tasks)
             if isinstance(e, SessionRequested) and e.actor == "pipeline":
                 sessions += 1
     return tasks, sessions

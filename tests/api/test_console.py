@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, get_args
 import anyio
 import pytest
 
-from events import AdminCommand, AnyEvent, CreateKeypair, CreateUser, Slots
+from events import (
+    AdminCommand,
+    AnyEvent,
+    CreateKeypair,
+    CreateUser,
+    PipelineSpec,
+    PipelineTask,
+    Slots,
+)
 from services.actors.bootstrap import bootstrap
 from services.adapters.jetstream import JetStreamLog
 from services.adapters.system_clock import SystemClock
@@ -34,6 +42,16 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 WIDTH, HEIGHT = 1400, 1100
+_SMALL = Slots(cpu=100, mem=1 << 26)
+_PIPELINE = PipelineSpec(
+    name="demo",
+    tasks=(
+        PipelineTask(name="prepare", image="x:1", command=("true",), slots=_SMALL),
+        PipelineTask(
+            name="train", image="x:1", command=("true",), slots=_SMALL, dependencies=("prepare",)
+        ),
+    ),
+)
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -144,8 +162,9 @@ async def test_the_console_shows_the_past_the_present_and_a_story(
     print(f"\nconsole screenshot: {shot} ({width}x{height}); now: {tmp_path / 'console-now.png'}")
 
 
-def _sign_in(console: str, alice: tuple[str, str], mine: str, tmp: Path) -> None:
-    """A person signs in (once with a wrong secret) and sees its own session only."""
+def _sign_in(console: str, alice: tuple[str, str], mine: str, run: str, tmp: Path) -> None:
+    """A person signs in (once with a wrong secret) and sees its own session only, and
+    its own pipeline run only, whose DAG it draws: tasks as boxes, states as colours."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -169,7 +188,22 @@ def _sign_in(console: str, alice: tuple[str, str], mine: str, tmp: Path) -> None
         chips = driver.find_elements(By.CSS_SELECTOR, ".session-chip")
         assert [c.get_attribute("data-session") for c in chips] == [mine]
         rows = driver.find_elements(By.CSS_SELECTOR, "#timeline tbody td.sid")
-        assert {r.text for r in rows} == {mine}
+        assert {r.text for r in rows if r.text} == {mine}  # (its pipeline run: no session)
+
+        options = "#pipeline-run option[value]:not([value=''])"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, options), message="the runs")
+        listed = driver.find_elements(By.CSS_SELECTOR, options)
+        assert [o.get_attribute("value") for o in listed] == [run]  # not bob's
+        listed[0].click()
+        driver.find_element(By.CSS_SELECTOR, "#pipeline-form button").click()
+        box = driver.find_element(By.ID, "pipeline-dag")
+        wait.until(lambda d: box.get_attribute("data-run"), message="the run's DAG")
+        tasks = driver.find_elements(By.CSS_SELECTOR, "#pipeline-dag svg g.dag-task")
+        drawn = [(t.get_attribute("data-task"), t.get_attribute("data-status")) for t in tasks]
+        assert drawn == [("prepare", "waiting"), ("train", "waiting")]
+        [first, second] = [t.find_element(By.TAG_NAME, "rect") for t in tasks]
+        assert first.location["x"] < second.location["x"]  # train after prepare
+        driver.save_screenshot(str(tmp / "console-pipeline.png"))
     finally:
         driver.quit()
 
@@ -187,15 +221,16 @@ async def test_the_console_asks_who_reads_on_a_cluster_with_tenancy(
         )
         people.append(CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret)))
     assert await bootstrap(log, SystemClock(), extra=tuple(people)) is not None
-    sessions = {}
-    for user, (key, _) in keys.items():
-        client = Client(log, SystemClock(), key)
+    sessions, runs = {}, {}
+    for user, (key, secret) in keys.items():
+        client = Client(log, SystemClock(), key, secret=secret)
         [sessions[user]] = await client.create(image="x:1", slots=Slots(cpu=1000, fgpu=10))
+        runs[user] = await client.pipeline_run(_PIPELINE)  # no actor: its tasks wait
     async with anyio.create_task_group() as tg:
         api: ReadApi = await tg.start(serve_read_api, log, tmp_path / "p.duckdb")
         with anyio.fail_after(90):
             await anyio.to_thread.run_sync(
-                _sign_in, api.console, keys["alice"], sessions["alice"], tmp_path
+                _sign_in, api.console, keys["alice"], sessions["alice"], runs["alice"], tmp_path
             )
         tg.cancel_scope.cancel()
 

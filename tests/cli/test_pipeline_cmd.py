@@ -106,6 +106,21 @@ def test_validate_says_every_problem_one_a_line(cli: Cli, tmp_path: Path) -> Non
     assert missing.stderr.count("\n") == 1
 
 
+def test_validate_checks_each_task_against_the_users_rights_through_the_api(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A task more than any agent of its group holds: one line, as the read API's limits
+    of the user say it (the file alone is valid)."""
+    big = tmp_path / "big.yaml"
+    big.write_text(DOC.replace('{fgpu: "0.5", cpu: "0.1", mem: 64m}', "{cpu: 1, mem: 512g}"))
+    result = cli.run("pipeline", "validate", str(big))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(
+        "error: tasks.train.resources: none of the 1 agents of resource group default holds"
+    )
+
+
 def test_run_then_info_shows_the_dag_with_each_tasks_state(cli: Cli, doc: Path) -> None:
     assert cli.json("pipeline", "validate", str(doc))["tasks"] == ["prepare", "train"]
     run_id = cli.json("pipeline", "run", str(doc), "--request-id", "r-run-1")["run_id"]

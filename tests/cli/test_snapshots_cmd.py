@@ -19,6 +19,8 @@ from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from services.client import Client
 from services.domain.fold.state_codec import encode_actor_state
+from services.domain.pipelines.runs import PipelineState
+from services.domain.pipelines.snapshot import encode_pipeline_state
 from tests.support.cluster import GIB
 from tests.support.tenancy_env import secured_cluster
 
@@ -46,6 +48,9 @@ async def test_it_says_each_snapshots_health_and_age() -> None:
             nuid = (await quota.put("state", os.urandom(300_000))).nuid
             chunks = f"$O.{subj.snapshot_bucket('quota')}.C.{nuid}"
             await log.js.purge_stream(subj.snapshot_stream("quota"), subject=chunks)
+            pipeline = await log.js.object_store(subj.snapshot_bucket("pipeline"))
+            runs = PipelineState(last_seq=2)
+            await pipeline.put("state", encode_pipeline_state(runs, await log.identity()))
         finally:
             await log.close()
 
@@ -56,6 +61,7 @@ async def test_it_says_each_snapshots_health_and_age() -> None:
         assert (rows["scheduler"]["seq"], rows["scheduler"]["behind"]) == (1, 1)
         assert rows["quota"]["health"] == "corrupt" and rows["quota"]["seq"] is None
         assert "its meta names 3 chunks, 0 are stored" in rows["quota"]["reason"]
+        assert (rows["pipeline"]["health"], rows["pipeline"]["seq"]) == ("ok", 2)
         for r in rows.values():
             assert r["saved_at"] is not None and r["age_s"] >= 0
         table = await _cli("--nats", server.url, "admin", "snapshots")

@@ -65,7 +65,12 @@ def _task(body: str) -> str:
         (_task("    command: x\n    resources: {fgpu: 0.001}\n"), "tasks.a.resources: fGPU"),
         (_task("    command: x\n    retry: {delay: soon}\n"), "tasks.a.retry.delay: a duration"),
         (_task("    command: x\n    retry: {max_attempts: 0}\n"), "tasks.a.retry.max_attempts"),
-        (_task("    command: x\n    kind: serve\n"), "tasks.a.kind: serve is not yet"),
+        (_task("    command: x\n    kind: serve\n"), "tasks.a.serve: a task of kind serve names"),
+        (_task("    command: x\n    serve: {endpoint: e}\n"), "tasks.a.serve: only a task of"),
+        (
+            _task("    kind: serve\n    serve: {endpoint: e, replicas: 0}\n"),
+            "tasks.a.serve.replicas: 1 to 100",
+        ),
         (_task("    command: x\n    mounts: ['d:rx']\n"), "tasks.a.mounts: NAME, NAME:ro"),
         (
             "environment: {T: {secret: hf}}\n" + _task("    command: x\n"),
@@ -194,7 +199,7 @@ def test_the_schema_is_published() -> None:
     schema = document_schema()
     assert schema["title"] == "fgpu pipeline"
     task = schema["$defs"]["TaskDocument"]
-    assert {"name", "image", "command"} <= set(task["required"])
-    assert {"dependencies", "retry", "continue_on_failure", "skip", "timeout"} <= set(
+    assert {"name", "image"} <= set(task["required"])  # a serve task may use its image's command
+    assert {"dependencies", "retry", "continue_on_failure", "skip", "timeout", "serve"} <= set(
         task["properties"]
     )

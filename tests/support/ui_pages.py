@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-__all__ = ["AdminPage", "FoldersPage", "SessionPage", "SessionsPage"]
+__all__ = ["AdminPage", "FoldersPage", "PipelinesPage", "SessionPage", "SessionsPage"]
 
 
 class SessionsPage:
@@ -59,6 +59,12 @@ class SessionsPage:
 
     def rows(self) -> list[str]:
         return self.attr("#session-table tbody tr", "data-session")
+
+    def shown(self, selector: str) -> bool:
+        from selenium.webdriver.common.by import By
+
+        found = self.d.find_elements(By.CSS_SELECTOR, selector)
+        return bool(found) and found[0].is_displayed()
 
     def sign_in(self, key: str, secret: str, user: str) -> None:
         from selenium.webdriver.common.by import By
@@ -163,12 +169,6 @@ class SessionPage(SessionsPage):
 
 class AdminPage(SessionPage):
     """The administrators' page (``#/admin``), as an administrator sees it."""
-
-    def shown(self, selector: str) -> bool:
-        from selenium.webdriver.common.by import By
-
-        found = self.d.find_elements(By.CSS_SELECTOR, selector)
-        return bool(found) and found[0].is_displayed()
 
     def open_admin(self) -> None:
         """Follow the header's admin link; back once the page has read what it shows."""
@@ -329,3 +329,39 @@ class FoldersPage(SessionsPage):
         self.d.find_element(By.ID, "share-go").click()
         self.until(lambda d: self.attr("#share-result", "data-request-id") != [""], "an answer")
         return self.css("#share-result")[0]
+
+
+class PipelinesPage(SessionsPage):
+    """The Pipelines page (``#/pipelines``) and one run's DAG, as a user sees them."""
+
+    def open_list(self) -> list[str]:
+        """The runs listed, by id."""
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "nav-pipelines").click()
+        self.until(lambda d: d.find_element(By.ID, "pipeline-list").is_displayed(), "the runs")
+        self.until(
+            lambda d: (
+                self.attr("#pipeline-table tbody tr", "data-run")
+                or d.find_element(By.ID, "pipelines-empty").is_displayed()
+            ),
+            "the runs listed",
+        )
+        return self.attr("#pipeline-table tbody tr", "data-run")
+
+    def open_run(self, run_id: str) -> list[tuple[str, str]]:
+        """Run ``run_id``'s DAG: each task's box, by name and state, in drawing order."""
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.CSS_SELECTOR, f'tr[data-run="{run_id}"] td.id a').click()
+        self.until(
+            lambda d: (d.execute_script("return document.body.dataset.dagShown") or "").startswith(
+                run_id
+            ),
+            f"run {run_id} drawn",
+        )
+        boxes = self.d.find_elements(By.CSS_SELECTOR, "#pipeline-dag svg g.dag-task")
+        return [
+            (b.get_attribute("data-task") or "", b.get_attribute("data-status") or "")
+            for b in boxes
+        ]

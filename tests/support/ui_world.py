@@ -22,6 +22,8 @@ from events import (
     CreateKeypair,
     CreateUser,
     GpuUsageSampled,
+    PipelineRunRequested,
+    PipelineSpec,
     RevokeKeypair,
     Role,
     Slots,
@@ -35,7 +37,7 @@ from services.api.serve import ReadApi, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
 from services.domain.provenance import Provenance, stamp
-from services.ports import ContainerRuntime
+from services.ports import ContainerRuntime, EventLog
 from services.wiring.acting import acting_on
 from services.wiring.identity import Identity
 from services.wiring.parts import connected
@@ -89,6 +91,24 @@ class UiWorld:
         """A new session of ``who``'s, on the log."""
 
         return self.portal.call(lambda: _create(self.c, *self.keys[who], **ask))
+
+    def pipeline_run(self, who: str, spec: PipelineSpec) -> str:
+        """A pipeline run of ``who``'s, asked for as the CLI asks; back once the read API
+        has folded it."""
+
+        async def asked() -> str:
+            key, secret = self.keys[who]
+            options = Identity(key, secret).options()
+            async with nats_connection(self.c.url, name="test-user", **options) as conn:
+                sender = conn.sender(key)
+                client = Client(conn.log, SystemClock(), key, sender=sender, secret=secret)
+                run_id = await client.pipeline_run(spec)
+            with anyio.fail_after(30):
+                seq = await _seq_of_run(self.c.setup, run_id)
+                await self.api.projector.wait_beyond(seq - 1)
+            return run_id
+
+        return self.portal.call(asked)
 
     def add_person(self, user: str, domain: str, role: Role, projects: tuple[str, ...]) -> None:
         """``user`` made (as the first tenancy is), with a keypair in ``keys``."""
@@ -204,6 +224,16 @@ class UiWorld:
             raise AssertionError("the log ended")
 
         self.portal.call(projected)
+
+
+async def _seq_of_run(log: EventLog, run_id: str) -> int:
+    """The sequence of the record that asks for run ``run_id``, once the log holds it."""
+    async with aclosing(log.tail(0)) as batches:
+        async for batch in batches:
+            for r in batch:
+                if isinstance(r.event, PipelineRunRequested) and r.event.run_id == run_id:
+                    return r.seq
+    raise AssertionError("the log ended")
 
 
 async def _create(c: Secured, key: str, secret: str, **ask: Any) -> str:

@@ -7,6 +7,7 @@
 
 import * as adminPage from "./admin.js";
 import * as folderPage from "./folders.js";
+import * as pipelinePage from "./pipelines.js";
 import * as sessionPage from "./session.js";
 import { USAGE_EVENT, devices, sampled } from "./usage.js";
 
@@ -114,12 +115,16 @@ function route() {
   const session = location.hash.match(/^#\/sessions\/([A-Za-z0-9_-]+)$/);
   const folders = location.hash.match(/^#\/folders(?:\/([A-Za-z0-9_-]+)((?:\/[^/]+)*))?\/?$/);
   const admin = location.hash.match(/^#\/admin(?:\/([a-z]+))?$/);
-  const page = session ? "session" : folders ? "folders" : admin ? "admin" : "sessions";
+  const pipelines = location.hash.match(/^#\/pipelines(?:\/([A-Za-z0-9_-]+))?\/?$/);
+  const page = session ? "session" : folders ? "folders" : admin ? "admin"
+    : pipelines ? "pipelines" : "sessions";
   document.body.dataset.page = page;
   $("#sessions").hidden = page !== "sessions";
   if (!session) sessionPage.hide();
   if (!folders) folderPage.hide();
   if (!admin) adminPage.hide();
+  if (!pipelines) pipelinePage.hide();
+  if (pipelines) pipelinePage.show(pipelines[1] || null, CTX);
   if (session) sessionPage.show(session[1], CTX);
   if (folders) {
     const dir = (folders[2] || "").split("/").filter(Boolean).map(decodeURIComponent).join("/");
@@ -230,7 +235,12 @@ function follow() {
   state.stream = stream;
   stream.onopen = () => { $("#live-status").textContent = "live"; };
   for (const type of SESSION_EVENTS) {
-    stream.addEventListener(type, () => { load(); sessionPage.refresh(); adminPage.refresh(); });
+    stream.addEventListener(type, () => {
+      load(); sessionPage.refresh(); adminPage.refresh(); pipelinePage.refresh();
+    });
+  }
+  for (const type of pipelinePage.PIPELINE_EVENTS) {
+    stream.addEventListener(type, () => pipelinePage.refresh());
   }
   // A usage sample changes one cell: it is set in place (samples come every few seconds
   // for every running session; the page is not read again for them).

@@ -298,7 +298,11 @@ def _pipeline(access_key: str) -> Permissions:
     # Its answers on each run's subject, and the requests of a run's tasks in the run
     # owner's name (sessions asked for, destroys at a cancel), which the quota actor
     # judges against that owner's rights: as the intake, it writes people's requests.
-    own = (subj.pipeline_run("*"), subj.request("*", "*"))
+    own = (
+        subj.pipeline_run("*"),
+        subj.request("*", "*"),
+        *_snapshot_writes("pipeline", access_key),
+    )
     return _follower(access_key, "pipeline", own)
 
 
@@ -321,6 +325,7 @@ def _archiver(access_key: str) -> Permissions:
         purge,
         *_snapshot_reads("scheduler", access_key),
         *_snapshot_reads("quota", access_key),
+        *_snapshot_reads("pipeline", access_key),
     )
     return Permissions(
         publish=own + log_reads(access_key),

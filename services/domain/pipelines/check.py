@@ -15,8 +15,8 @@ def run_problems(spec: PipelineSpec, owner: str, limits: Limits | None = None) -
     """Why ``spec`` cannot run for ``owner``: its graph's problems first, then each
     task's (against ``limits``, when given). Empty: it can."""
     problems = graph_problems(spec.tasks)
-    if any(t.kind != "session" for t in spec.tasks):
-        problems.append("tasks: only tasks of kind session run yet (serve is coming)")
+    if any((t.kind == "serve") != (t.serve is not None) for t in spec.tasks):
+        problems.append("tasks: a task of kind serve, and only one, names its endpoint")
     return problems + spec_problems(spec, owner, limits)
 
 

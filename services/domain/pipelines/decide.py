@@ -12,7 +12,7 @@ expecting the run's subject, so a task's attempt is asked for with its session r
 or not at all.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -26,15 +26,18 @@ from events import (
     PipelineRunEnded,
     PipelineScheduleRemoved,
     PipelineTask,
-    PipelineTaskEnded,
-    PipelineTaskRequested,
+    PipelineTasksEnded,
+    PipelineTasksRequested,
+    ServeRequested,
     SessionDestroyRequested,
+    TaskAttempt,
+    TaskEnd,
     TaskOutcome,
 )
 from events import subjects as subj
 from services.domain.durations import after
 from services.domain.pipelines.dag import descendants
-from services.domain.pipelines.requests import RunIds, task_request
+from services.domain.pipelines.requests import RunIds, serve_command, task_request
 from services.domain.pipelines.runs import (
     FINAL,
     Orphan,
@@ -43,12 +46,17 @@ from services.domain.pipelines.runs import (
     Run,
     TaskState,
     apply,
+    note_attempt,
+    note_end,
 )
 
 __all__ = ["ACTOR", "Decisions", "decide", "next_due", "refuse_orphan"]
 
 ACTOR = "pipeline"
 E = TypeVar("E", bound=AnyEvent)
+# The most task attempts (or ends) one event holds: with the session requests it names,
+# an atomic batch stays within the log's limit (MAX_BATCH, 1000).
+GROUP_MAX = 400
 # A dependency that ended so stops its dependents (unless it may fail: continue_on_failure).
 _BLOCKING = frozenset({"failed", "upstream-failed", "cancelled"})
 
@@ -80,6 +88,7 @@ def decide(
         d.cancelling()
     elif run.status == "running" and not run.folder_waits:
         d.advance()
+    d.flush()
     return d.out
 
 
@@ -119,16 +128,64 @@ def _in_order(run: Run) -> list[str]:
 
 
 @dataclass
+class _Group:
+    """Task attempts (or ends) decided one after the other, written as one event whose
+    id is made from its first item: an attempt is asked for (and ends) once."""
+
+    id: str
+    attempts: list[TaskAttempt] = field(default_factory=list)
+    ends: list[TaskEnd] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.attempts) + len(self.ends)
+
+
+@dataclass
 class _Decider:
     s: PipelineState
     run: Run
     ids: RunIds
     now: datetime
     out: Decisions
+    group: _Group | None = None  # the plural event being filled, applied already
 
     def _add(self, e: AnyEvent) -> None:
+        self.flush()
         apply(self.s, e)
+        self._out(e)
+
+    def _out(self, e: AnyEvent) -> None:
         self.out.run.append((subj.pipeline_run(self.run.run_id), e))
+
+    def flush(self) -> None:
+        """The group being filled as its event, after those decided before it."""
+        g, self.group = self.group, None
+        if g is None:
+            return
+        run = self.run
+        fields: dict[str, Any] = {
+            "id": g.id,
+            "at": self.now,
+            "actor": ACTOR,
+            "correlation_id": run.request_id,
+            "run_id": run.run_id,
+            "round": run.round,
+        }
+        if g.attempts:
+            self._out(PipelineTasksRequested(tasks=tuple(g.attempts), **fields))
+        else:
+            self._out(PipelineTasksEnded(ends=tuple(g.ends), **fields))
+
+    def _group(self, kind: type[AnyEvent], name: str, attempt: int) -> _Group:
+        """The group of ``kind`` to add task ``name``'s attempt to: the one being filled
+        if of that kind and not full, else a new one (the last one written first)."""
+        g = self.group
+        same = g is not None and bool(g.attempts) == (kind is PipelineTasksRequested)
+        if g is None or not same or len(g) >= GROUP_MAX:
+            self.flush()
+            tag = str(kind.__struct_config__.tag)
+            g = self.group = _Group(self.ids.event(tag, self.run.round, name, attempt))
+        return g
 
     def _new(self, cls: type[E], key: tuple[object, ...], **fields: Any) -> E:
         """A new ``cls`` whose id is made from its kind, the run's round and ``key``."""
@@ -197,9 +254,12 @@ class _Decider:
         self.destroy_live(cancelled.id)
 
     def destroy_live(self, cause: str | None) -> None:
-        """Ask, in the owner's name, that each session of the run still going end."""
-        for t in self.run.tasks.values():
+        """Ask, in the owner's name, that each session of the run still going end (a
+        serve task's endpoint stays: it is the owner's, as made)."""
+        for name, t in self.run.tasks.items():
             if t.status != "requested" or t.session_end is not None or t.session_id is None:
+                continue
+            if self.run.specs[name].serve is not None:
                 continue
             self.out.requests.append(
                 (
@@ -220,15 +280,17 @@ class _Decider:
         run = self.run
         for name in _in_order(run):
             t = run.tasks[name]
-            if t.status == "requested" and t.session_end is not None:
-                self._ended(name, t, "cancelled", t.session_end[1], "the run was cancelled")
+            serving = run.specs[name].serve is not None  # no session to wait for
+            if t.status == "requested" and (t.session_end is not None or serving):
+                code = None if t.session_end is None else t.session_end[1]
+                self._ended(name, t, "cancelled", code, "the run was cancelled")
         if run.final == len(run.tasks):
             self.end("cancelled", "")
 
     def advance(self) -> None:
         """Each task that may move, in dependency order, those its moves free too."""
         run = self.run
-        specs = {t.name: t for t in run.spec.tasks}
+        specs = run.specs
         run.dirty.update(n for n in run.retrying if _due_now(run.tasks[n], self.now))
         while run.dirty:
             for name in _in_order(run):
@@ -268,20 +330,17 @@ class _Decider:
     def _ended(
         self, name: str, t: TaskState, outcome: TaskOutcome, code: int | None, why: str
     ) -> None:
-        self._add(
-            self._new(
-                PipelineTaskEnded,
-                (name, t.attempt),
-                run_id=self.run.run_id,
-                task=name,
-                round=self.run.round,
-                attempt=t.attempt,
-                outcome=outcome,
-                session_id=t.session_id if t.status == "requested" else None,
-                exit_code=code,
-                reason=why,
-            )
+        end = TaskEnd(
+            task=name,
+            attempt=t.attempt,
+            outcome=outcome,
+            session_id=t.session_id if t.status == "requested" else None,
+            exit_code=code,
+            reason=why,
         )
+        g = self._group(PipelineTasksEnded, name, t.attempt)
+        note_end(self.s, self.run.run_id, self.run.round, end)
+        g.ends.append(end)
 
     def _retry(self, name: str, t: TaskState, spec: PipelineTask) -> None:
         self._add(
@@ -299,17 +358,14 @@ class _Decider:
 
     def _request(self, name: str, t: TaskState, spec: PipelineTask) -> None:
         attempt = t.attempt + 1
+        if spec.serve is not None:
+            self._serve(name, attempt, spec)
+            return
         sid = self.ids.session(name, self.run.round, attempt)
-        asked = self._new(
-            PipelineTaskRequested,
-            (name, attempt),
-            run_id=self.run.run_id,
-            task=name,
-            round=self.run.round,
-            attempt=attempt,
-            session_id=sid,
-        )
-        self._add(asked)
+        asked = TaskAttempt(task=name, attempt=attempt, session_id=sid)
+        g = self._group(PipelineTasksRequested, name, attempt)
+        note_attempt(self.s, self.run.run_id, self.run.round, asked)
+        g.attempts.append(asked)
         request = task_request(
             self.run.spec,
             spec,
@@ -320,10 +376,32 @@ class _Decider:
             at=self.now,
             project=self.run.project,
             correlation_id=self.run.request_id,
-            causation_id=asked.id,
+            causation_id=g.id,
             folder=self.run.folder,
         )
         self.out.requests.append((subj.request(self.run.owner, sid), request))
+
+    def _serve(self, name: str, attempt: int, spec: PipelineTask) -> None:
+        """A serve task's attempt: its endpoint asked for (or a revision of the owner's
+        endpoint of that name), in the owner's name, with the attempt's event."""
+        run = self.run
+        rid = self.ids.event("serve", name, run.round, attempt)
+        asked = TaskAttempt(task=name, attempt=attempt, session_id=rid, kind="serve")
+        g = self._group(PipelineTasksRequested, name, attempt)
+        note_attempt(self.s, run.run_id, run.round, asked)
+        g.attempts.append(asked)
+        endpoint_id = "e" + self.ids.event("endpoint", name, run.round, attempt)[:20]
+        command = serve_command(run.spec, spec, self.s.endpoints, run, endpoint_id)
+        request = ServeRequested(
+            id=rid,
+            at=self.now,
+            actor=ACTOR,
+            causation_id=g.id,
+            correlation_id=run.request_id,
+            requester=run.owner,
+            command=command,
+        )
+        self.out.requests.append((subj.request(run.owner, rid), request))
 
     def end(self, outcome: str, why: str) -> None:
         self._add(

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from events import EnvVar, PipelineSpec, PipelineTask, Slots, VfolderMount
+from events import EnvVar, PipelineSpec, PipelineTask, ServeTask, Slots, VfolderMount
 from services.domain.durations import LONGEST_S
 from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
 
@@ -66,13 +66,28 @@ class Mount(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     read_only: bool = False
 
 
+class ServeDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A serve task's endpoint: its name (the owner's endpoint of that name gets a new
+    revision; none: a new endpoint), replicas, port, health check path, whether anyone
+    may call it, and a model folder of the owner's."""
+
+    endpoint: str
+    port: int = 8000
+    replicas: int = 1
+    public: bool = False
+    health: str = "/health"
+    model: str | None = None
+
+
 class TaskDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One task: a batch session running ``command`` in ``image``."""
+    """One task: a batch session running ``command`` in ``image``; or, of kind
+    ``serve``, a model service (``serve``) whose replicas run it."""
 
     name: str
     image: str
-    command: list[str] | str
+    command: list[str] | str = []
     kind: Literal["session", "serve"] = "session"
+    serve: ServeDocument | None = None
     resources: Resources = Resources()
     group: str | None = None
     mounts: list[Mount | str] = []
@@ -177,10 +192,9 @@ def _task(t: TaskDocument, where: str) -> PipelineTask:
     if not _NAME.fullmatch(t.name):
         raise SpecError(f"{where}.name: 1-63 letters, digits, '-' or '_', got {t.name!r}")
     where = f"tasks.{t.name}"
-    if t.kind == "serve":
-        raise SpecError(f"{where}.kind: serve is not yet supported (serving is coming)")
     command = tuple(["sh", "-c", t.command] if isinstance(t.command, str) else t.command)
-    if not command or any(not a for a in command):
+    serve = _serve(t, where)
+    if (serve is None and not command) or any(not a for a in command):
         raise SpecError(f"{where}.command: a task runs a command, with no empty argument")
     if not 1 <= t.retry.max_attempts <= 100:
         raise SpecError(f"{where}.retry.max_attempts: 1 to 100, got {t.retry.max_attempts}")
@@ -201,6 +215,32 @@ def _task(t: TaskDocument, where: str) -> PipelineTask:
         continue_on_failure=t.continue_on_failure,
         skip=t.skip,
         timeout_s=timeout,
+        serve=serve,
+    )
+
+
+def _serve(t: TaskDocument, where: str) -> ServeTask | None:
+    """A serve task's endpoint (None for a session task). Raises SpecError."""
+    if t.kind == "session":
+        if t.serve is not None:
+            raise SpecError(f"{where}.serve: only a task of kind serve deploys an endpoint")
+        return None
+    s = t.serve
+    if s is None:
+        raise SpecError(f"{where}.serve: a task of kind serve names its endpoint")
+    if not 1 <= s.replicas <= 100:
+        raise SpecError(f"{where}.serve.replicas: 1 to 100, got {s.replicas}")
+    if not 1 <= s.port <= 65535:
+        raise SpecError(f"{where}.serve.port: 1 to 65535, got {s.port}")
+    if not s.health.startswith("/"):
+        raise SpecError(f"{where}.serve.health: a path from '/', got {s.health!r}")
+    return ServeTask(
+        endpoint=s.endpoint,
+        port=s.port,
+        replicas=s.replicas,
+        public=s.public,
+        health_path=s.health,
+        model=s.model,
     )
 
 

@@ -35,7 +35,8 @@ def spec_problems(spec: PipelineSpec, owner: str, limits: Limits | None) -> list
     of any of them as written, then (with ``limits``) what the user's rights refuse."""
     problems = []
     for t in spec.tasks:
-        why = invalid_request(draft_request(spec, t, owner))
+        # A serve task's replicas are judged by the serving actor as any endpoint's.
+        why = None if t.serve is not None else invalid_request(draft_request(spec, t, owner))
         if why is not None:
             problems.append(f"tasks.{t.name}: {why}")
         elif limits is not None:

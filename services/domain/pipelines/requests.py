@@ -9,13 +9,34 @@ taken first would have the task's request refused.
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
-from events import PipelineSpec, PipelineTask, SessionRequested, SessionType, VfolderMount
+from events import (
+    AddRevision,
+    CreateEndpoint,
+    HealthSpec,
+    PipelineSpec,
+    PipelineTask,
+    RevisionSpec,
+    ServeCommand,
+    SessionRequested,
+    SessionType,
+    VfolderMount,
+)
 from services.domain.tenancy.vfolders import PIPELINE_MOUNT
 
-__all__ = ["DIR_ENV", "RUN_ENV", "TASK_ENV", "RunIds", "draft_request", "task_request"]
+__all__ = [
+    "DIR_ENV",
+    "RUN_ENV",
+    "TASK_ENV",
+    "RunIds",
+    "draft_request",
+    "serve_command",
+    "task_request",
+]
 
 RUN_ENV = "FGPU_PIPELINE_RUN"
 DIR_ENV = "FGPU_PIPELINE_DIR"
@@ -103,4 +124,50 @@ def draft_request(spec: PipelineSpec, task: PipelineTask, owner: str) -> Session
         at=_EPOCH,
         project=None,
         correlation_id=None,
+    )
+
+
+class _RunOf(Protocol):
+    owner: str
+    run_id: str
+    project: str | None
+
+
+def serve_command(
+    spec: PipelineSpec,
+    task: PipelineTask,
+    endpoints: Mapping[str, tuple[str, str]],
+    run: _RunOf,
+    endpoint_id: str,
+) -> ServeCommand:
+    """What serve ``task`` of ``run`` asks the serving actor: a new revision of the
+    owner's live endpoint of its name (``endpoints``: each live one's owner and name),
+    else a new endpoint ``endpoint_id``. Each replica gets the run's environment."""
+    serve = task.serve
+    assert serve is not None
+    env = [(v.name, v.value) for v in spec.environment]
+    env += [(RUN_ENV, run.run_id), (TASK_ENV, task.name)]
+    revision = RevisionSpec(
+        image=task.image,
+        command=task.command,
+        port=serve.port,
+        model=serve.model,
+        slots=task.slots,
+        cpu_only=task.slots.fgpu == 0,
+        env=tuple(sorted(env)),
+        health=HealthSpec(path=serve.health_path),
+    )
+    mine = [
+        e for e, (owner, name) in endpoints.items() if (owner, name) == (run.owner, serve.endpoint)
+    ]
+    if mine:
+        return AddRevision(endpoint_id=mine[0], revision=revision, replicas=serve.replicas)
+    return CreateEndpoint(
+        endpoint_id=endpoint_id,
+        name=serve.endpoint,
+        project=run.project,
+        group=task.group,
+        public=serve.public,
+        revision=revision,
+        replicas=serve.replicas,
     )

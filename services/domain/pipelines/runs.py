@@ -2,7 +2,9 @@
 
 A run is made by its request and moved by the pipeline actor's answers on
 ``fgpu.pipe.<run_id>``; the sessions of its tasks move it too (a task's session ended is
-noted, for the actor to answer with the task's end). Every handler checks that the event
+noted, for the actor to answer with the task's end), and so do the serving actor's
+answers to a ``serve`` task's request (refused: the task failed; its revision's replicas
+all healthy: it succeeded). Every handler checks that the event
 fits the run as it stands (its round, the task's attempt, its status), else changes
 nothing: folding an event twice, or one the actor applied before the log had it
 (``apply``), is harmless. Deterministic: no clock, no I/O.
@@ -17,6 +19,8 @@ from events import (
     AdminApplied,
     AdminRefused,
     AnyEvent,
+    EndpointCreated,
+    EndpointRemoved,
     Malformed,
     PipelineCancelRequested,
     PipelineRequestRefused,
@@ -31,15 +35,24 @@ from events import (
     PipelineScheduleRemoved,
     PipelineScheduleSet,
     PipelineSpec,
+    PipelineTask,
     PipelineTaskEnded,
     PipelineTaskRequested,
+    PipelineTasksEnded,
+    PipelineTasksRequested,
     Record,
+    ReplicaChanged,
+    ReplicaPhase,
+    RevisionAdded,
+    ServeRefused,
     SessionCancelled,
     SessionErrored,
     SessionLost,
     SessionRejected,
     SessionRunning,
     SessionTerminated,
+    TaskAttempt,
+    TaskEnd,
 )
 from services.domain.pipelines.check import run_problems
 from services.domain.pipelines.schedules import Keys, Schedule, cron_problem, schedule_of
@@ -54,6 +67,8 @@ __all__ = [
     "apply",
     "evolve",
     "fold",
+    "note_attempt",
+    "note_end",
     "set_status",
     "topological",
 ]
@@ -79,6 +94,10 @@ class TaskState:
     # The session of the current attempt ended (outcome, exit code, why) and the actor
     # has not yet written the task's end.
     session_end: tuple[str, int | None, str] | None = None
+    # A serve task's: the endpoint and revision its request made, its healthy replicas.
+    endpoint_id: str | None = None
+    revision: int | None = None
+    healthy: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -104,6 +123,7 @@ class Run:
     # were reset), those waiting for a retry, and how many have ended.
     after: dict[str, tuple[str, ...]] = field(default_factory=dict)  # its dependents
     index: dict[str, int] = field(default_factory=dict)  # its place in ``order``
+    specs: dict[str, PipelineTask] = field(default_factory=dict)  # each task's, by name
     dirty: set[str] = field(default_factory=set)
     retrying: set[str] = field(default_factory=set)
     final: int = 0
@@ -117,6 +137,10 @@ class Run:
 class PipelineState:
     runs: dict[str, Run] = field(default_factory=dict)
     by_session: dict[str, tuple[str, str]] = field(default_factory=dict)  # -> run, task
+    by_serve: dict[str, tuple[str, str]] = field(default_factory=dict)  # serve request ->
+    # run, task; and a revision ("<endpoint>/<revision>") whose health a serve task awaits
+    by_revision: dict[str, tuple[str, str]] = field(default_factory=dict)
+    endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # live: owner, name
     # Requests about runs the log does not hold (answered with a refusal).
     orphans: list[Orphan] = field(default_factory=list)
     folders: dict[str, str] = field(default_factory=dict)  # folder request -> its run
@@ -125,6 +149,13 @@ class PipelineState:
     last_seq: int = 0
     subject_seq: dict[str, int] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # runs moved since the actor looked
+    # The last sequence of the actor's own appends, applied here before the log gives
+    # them back: a snapshot holds nothing the log does not (``settled``).
+    ahead: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return self.last_seq >= self.ahead
 
 
 def fold(records: Iterable[Record], state: PipelineState | None = None) -> PipelineState:
@@ -178,6 +209,7 @@ def _run_requested(s: PipelineState, e: PipelineRunRequested) -> None:
     run = Run(e.run_id, e.requester, e.spec, e.project, e.id, e.at)
     names = [t.name for t in e.spec.tasks]
     problems = run_problems(e.spec, e.requester)  # the graph's first: a cycle among them
+    run.specs = {t.name: t for t in e.spec.tasks}
     if problems:
         run.refusal = problems[0]
     else:
@@ -282,27 +314,59 @@ def _task(s: PipelineState, run_id: str, task: str, round_: int) -> tuple[Run, T
 
 
 def _task_requested(s: PipelineState, e: PipelineTaskRequested) -> None:
-    found = _task(s, e.run_id, e.task, e.round)
+    note_attempt(
+        s, e.run_id, e.round, TaskAttempt(task=e.task, attempt=e.attempt, session_id=e.session_id)
+    )
+
+
+def _tasks_requested(s: PipelineState, e: PipelineTasksRequested) -> None:
+    for a in e.tasks:
+        note_attempt(s, e.run_id, e.round, a)
+
+
+def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt) -> None:
+    """Attempt ``a`` of round ``round_`` was asked for (one event's or one item's of a
+    plural one: the same)."""
+    found = _task(s, run_id, a.task, round_)
     if found is None:
         return
     run, t = found
-    if t.status not in ("waiting", "retry") or e.attempt <= t.attempt:
+    if t.status not in ("waiting", "retry") or a.attempt <= t.attempt:
         return
-    set_status(run, e.task, t, "requested")
-    t.attempt, t.session_id = e.attempt, e.session_id
+    set_status(run, a.task, t, "requested")
+    t.attempt, t.session_id = a.attempt, a.session_id
     t.running, t.due, t.session_end = False, None, None
-    s.by_session[e.session_id] = (e.run_id, e.task)
+    t.endpoint_id, t.revision, t.healthy = None, None, set()
+    (s.by_serve if a.kind == "serve" else s.by_session)[a.session_id] = (run_id, a.task)
 
 
 def _task_ended(s: PipelineState, e: PipelineTaskEnded) -> None:
-    found = _task(s, e.run_id, e.task, e.round)
+    end = TaskEnd(
+        task=e.task,
+        attempt=e.attempt,
+        outcome=e.outcome,
+        session_id=e.session_id,
+        exit_code=e.exit_code,
+        reason=e.reason,
+    )
+    note_end(s, e.run_id, e.round, end)
+
+
+def _tasks_ended(s: PipelineState, e: PipelineTasksEnded) -> None:
+    for end in e.ends:
+        note_end(s, e.run_id, e.round, end)
+
+
+def note_end(s: PipelineState, run_id: str, round_: int, e: TaskEnd) -> None:
+    """Task ``e.task`` of round ``round_`` ended (``PipelineTaskEnded``, or one item of a
+    ``PipelineTasksEnded``)."""
+    found = _task(s, run_id, e.task, round_)
     if found is None:
         return
     run, t = found
     if t.status in FINAL or t.status == "attempt-failed" or e.attempt != t.attempt:
         return
-    spec = next(x for x in run.spec.tasks if x.name == e.task)
-    again = e.outcome == "failed" and e.attempt < spec.retry_max_attempts
+    again = e.outcome == "failed" and e.attempt < run.specs[e.task].retry_max_attempts
     again = again and run.status == "running"
     set_status(run, e.task, t, "attempt-failed" if again else e.outcome)
     t.exit_code, t.reason, t.session_end, t.running = e.exit_code, e.reason, None, False
@@ -330,6 +394,8 @@ def _cancelled(s: PipelineState, e: PipelineRunCancelled) -> None:
         if t.status in ("waiting", "retry", "attempt-failed"):
             set_status(run, name, t, "cancelled")
             t.reason = "the run was cancelled"
+        elif t.status == "requested":
+            run.dirty.add(name)  # a serve task has no session end to wait for
     s.changed.add(e.run_id)
 
 
@@ -387,6 +453,66 @@ def _session_ended(s: PipelineState, e: AnyEvent) -> None:
         found[1].session_end = ("failed", None, str(getattr(e, "reason", "")))
 
 
+def _serve_task(s: PipelineState, where: tuple[str, str] | None, request: str) -> TaskState | None:
+    """The serve task waiting on request ``request`` (at ``where``), if it still is."""
+    if where is None:
+        return None
+    run = s.runs[where[0]]
+    t = run.tasks.get(where[1])
+    if t is None or t.session_id != request or t.status != "requested" or t.session_end:
+        return None
+    s.changed.add(run.run_id)
+    run.dirty.add(where[1])
+    return t
+
+
+def _serve_refused(s: PipelineState, e: ServeRefused) -> None:
+    request = e.causation_id or ""
+    t = _serve_task(s, s.by_serve.get(request), request)
+    if t is not None:
+        t.session_end = ("failed", None, f"serving refused it: {e.reason}")
+
+
+def _revision_added(s: PipelineState, e: RevisionAdded) -> None:
+    request = e.causation_id or ""
+    where = s.by_serve.get(request)
+    t = _serve_task(s, where, request)
+    if t is not None and where is not None:
+        t.endpoint_id, t.revision = e.endpoint_id, e.revision
+        s.by_revision[f"{e.endpoint_id}/{e.revision}"] = where
+
+
+def _replica_changed(s: PipelineState, e: ReplicaChanged) -> None:
+    """A replica of a revision a serve task awaits: healthy, counted; else not. All of
+    them healthy: the task's end (succeeded) is noted."""
+    key = f"{e.endpoint_id}/{e.revision}"
+    where = s.by_revision.get(key)
+    if where is None:
+        return
+    run = s.runs[where[0]]
+    t = run.tasks.get(where[1])
+    serve = run.specs[where[1]].serve if where[1] in run.specs else None
+    if t is None or serve is None or t.endpoint_id != e.endpoint_id or t.session_end:
+        return
+    if e.phase is ReplicaPhase.HEALTHY:
+        t.healthy.add(e.session_id)
+    else:
+        t.healthy.discard(e.session_id)
+    if len(t.healthy) >= serve.replicas:
+        t.session_end = ("succeeded", None, "")
+        del s.by_revision[key]
+        s.changed.add(run.run_id)
+        run.dirty.add(where[1])
+
+
+def _endpoint_created(s: PipelineState, e: EndpointCreated) -> None:
+    s.endpoints[e.endpoint_id] = (e.owner, e.name)
+
+
+def _endpoint_removed(s: PipelineState, e: EndpointRemoved) -> None:
+    s.endpoints.pop(e.endpoint_id, None)
+
+
 _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineRunRequested: _run_requested,
     PipelineCancelRequested: _request,
@@ -394,6 +520,8 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineRequestRefused: _refused,
     PipelineTaskRequested: _task_requested,
     PipelineTaskEnded: _task_ended,
+    PipelineTasksRequested: _tasks_requested,
+    PipelineTasksEnded: _tasks_ended,
     PipelineRetryScheduled: _retry,
     PipelineRunCancelled: _cancelled,
     PipelineRerunStarted: _rerun,
@@ -410,4 +538,9 @@ _HANDLERS: dict[type, Callable[[PipelineState, Any], None]] = {
     PipelineScheduleRemoved: _schedule_removed,
     PipelineScheduleFired: _schedule_acted,
     PipelineScheduleRefused: _schedule_acted,
+    ServeRefused: _serve_refused,
+    RevisionAdded: _revision_added,
+    ReplicaChanged: _replica_changed,
+    EndpointCreated: _endpoint_created,
+    EndpointRemoved: _endpoint_removed,
 }
