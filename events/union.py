@@ -31,6 +31,7 @@ from events.pipeline import (
     PipelineTaskRequested,
 )
 from events.serving import (
+    AutoscaleSet,
     EndpointCreated,
     EndpointRemoved,
     ReplicaChanged,
@@ -38,6 +39,7 @@ from events.serving import (
     ReplicaRotation,
     ReplicasSet,
     RevisionAdded,
+    RouteStatsReported,
     ServeRefused,
     ServeRequested,
     TokenCreated,
@@ -144,6 +146,8 @@ AnyEvent = (
     | ReplicaHealthReported
     | ReplicaRotation
     | ReplicasSet
+    | RouteStatsReported
+    | AutoscaleSet
     | RevisionAdded
     | ServeRefused
     | ServeRequested

@@ -10,6 +10,12 @@ the ``Router`` sees it, is appended as ``replica.health-reported`` on
 ``fgpu.route.<id>``, the one subject this service may publish; the serving actor turns
 it into phases and rotation. What the log already says of a replica's health is what
 the ``Router`` starts from, so a restarted router repeats none of it.
+
+Each route's traffic over its proxies (``Router.stats``) is sampled every
+``stats_every_s`` and appended as ``route.stats-reported`` on the same subject when it
+differs from the router's last report (as the log holds it: a restart repeats nothing):
+the input of autoscaling, and, with a request held at an endpoint that has no replica,
+what wakes it from zero.
 """
 
 from collections.abc import Sequence
@@ -19,7 +25,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import ReplicaHealthReported
+from events import ReplicaHealthReported, RouteStatsReported
 from events import subjects as subj
 from services.actors.common import follow_log, stamp
 from services.actors.router import Router, TableFeed
@@ -28,11 +34,19 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.provenance import Provenance
 from services.domain.serving.routes import next_expiry, route_table
 from services.ports import Clock, EventLog
-from services.ports.proxy import Proxy
+from services.ports.proxy import Proxy, RouteStats
 
 __all__ = ["RouterService"]
 
 log = structlog.get_logger()
+
+
+_Figures = tuple[int, int, int, int | None]
+
+
+def _figures(e: RouteStatsReported) -> _Figures:
+    """What a report says, its window aside (a window's length jitters)."""
+    return (e.requests, e.in_flight, e.queued, e.p95_ms)
 
 
 class RouterService:
@@ -47,6 +61,7 @@ class RouterService:
         *,
         snapshots: Snapshots | None = None,
         health_every_s: float = 1.0,
+        stats_every_s: float = 1.0,
     ) -> None:
         self.events = events
         self.clock = clock
@@ -54,6 +69,7 @@ class RouterService:
         self.proxies = proxies
         self.snapshots = snapshots
         self.health_every_s = health_every_s
+        self.stats_every_s = stats_every_s
         self.feed = TableFeed()
         self._state = ClusterState()
         self._rescheduled = anyio.Event()
@@ -81,6 +97,12 @@ class RouterService:
             )
             await tg.start(router.run)
             tg.start_soon(self._expire)
+            told = {
+                eid: _figures(r)
+                for eid, ep in state.serving.endpoints.items()
+                if (r := ep.reports.get(self.router_id)) is not None
+            }
+            tg.start_soon(self._watch_stats, router, told)
             task_status.started()
 
     async def _follow(
@@ -136,3 +158,43 @@ class RouterService:
         )
         await self.events.append(subj.route(self.router_id), e)
         log.info("router.health", router=self.router_id, session_id=session_id, healthy=healthy)
+
+    async def _watch_stats(self, router: Router, told: dict[str, _Figures]) -> None:
+        """Each route's traffic, sampled, appended when it changed."""
+        counted: dict[str, tuple[int, float]] = {}  # requests_total, and when
+        while True:
+            await anyio.sleep(self.stats_every_s)
+            now = anyio.current_time()
+            for eid, st in (await router.stats()).items():
+                before = counted.get(eid)
+                counted[eid] = (st.requests_total, now)
+                e = self._stats_report(eid, st, before, now)
+                if _figures(e) == told.get(eid):
+                    continue
+                try:
+                    await self.events.append(subj.route(self.router_id), e)
+                except Exception as err:  # told at the next sample: the log may be back
+                    log.warning("router.stats_report_failed", endpoint_id=eid, error=repr(err))
+                    continue
+                told[eid] = _figures(e)
+
+    def _stats_report(
+        self, endpoint_id: str, st: RouteStats, before: tuple[int, float] | None, now: float
+    ) -> RouteStatsReported:
+        """The window since the last sample (the first: no requests counted yet; a
+        proxy restarted, its count from zero)."""
+        window = self.stats_every_s if before is None else max(now - before[1], 1e-3)
+        requests = 0 if before is None else st.requests_total - before[0]
+        if requests < 0:
+            requests = st.requests_total
+        return stamp(
+            RouteStatsReported,
+            Provenance(self.name, self.clock.now()),
+            router=self.router_id,
+            endpoint_id=endpoint_id,
+            window_ms=max(1, round(window * 1000)),
+            requests=requests,
+            in_flight=st.in_flight,
+            queued=st.queued,
+            p95_ms=None if st.p95_ms is None else round(st.p95_ms),
+        )

@@ -8,28 +8,114 @@ they are admitted against the owner's quota and placed like any other session. A
 is one atomic batch per 1,000 events, expecting ``fgpu.serving``'s last sequence: a
 replica's session request stands in the same batch as its ``provisioning`` record, so
 the log holds both or neither, and two serving actors never both act on one view.
+
+Between answers and reconciling, endpoints with an autoscaling rule get the replicas it
+wants (``services.domain.serving.autoscale``). That answer also changes with time alone
+(a cooldown ends, an idle spell grows long enough), so a timer runs a round at the next
+such time too; rounds never overlap (one lock). A timed round whose append fails leaves
+a state the log may not hold: the next round on it fails on purpose, and the log is
+folded again, as after any failed append.
 """
+
+from datetime import datetime
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
 
 from events import AnyEvent, ServeRefused
 from events import subjects as subj
 from services.actors.common import LogActor, Provenance, stamp
+from services.actors.snapshots import Snapshots
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import apply_decision
+from services.domain.serving.autoscale import autoscale, next_due
 from services.domain.serving.reconcile import reconcile
 from services.domain.serving.rules import decide, refusal
-from services.ports import MAX_BATCH
+from services.ports import MAX_BATCH, Clock, ConcurrencyConflict, EventLog, LogError
 
 __all__ = ["ServingActor"]
 
 NAME = "serving"
 
 
+log = structlog.get_logger()
+
+MAX_WAIT_S = 30.0  # a timed round at least this often, whatever the times say
+
+
 class ServingActor(LogActor):
     NAME = NAME
 
+    def __init__(
+        self,
+        events: EventLog,
+        clock: Clock,
+        *,
+        durable: str | None = None,
+        snapshots: Snapshots | None = None,
+    ) -> None:
+        super().__init__(events, clock, durable=durable, snapshots=snapshots)
+        self._lock = anyio.Lock()
+        self._state: ClusterState | None = None
+        self._broken: ClusterState | None = None
+        self._woken = anyio.Event()
+
+    async def run(
+        self, *, task_status: TaskStatus[ClusterState] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Decide after every batch and at every due time; started once rebuilt."""
+        async with anyio.create_task_group() as tg:
+            state: ClusterState = await tg.start(super().run)
+            tg.start_soon(self._timer)
+            task_status.started(state)
+
+    def poke(self) -> None:
+        """Look at the due times now (a test's clock moved)."""
+        self._woken.set()
+
     async def react(self, s: ClusterState) -> None:
+        async with self._lock:
+            if s is self._broken:
+                raise ConcurrencyConflict("a timed round failed to append: fold the log again")
+            self._state = s
+            await self._round(s)
+        self.poke()  # the due times may have moved
+
+    async def _timer(self) -> None:
+        while True:
+            woken = self._woken
+            wait = MAX_WAIT_S if self._state is None else self._wait(self._state)
+            with anyio.move_on_after(wait) as timer:
+                await woken.wait()
+            self._woken = anyio.Event()
+            if not timer.cancelled_caught:
+                continue  # a round ran or a poke came: the due times are looked at again
+            async with self._lock:
+                s = self._state
+                if s is None or s is self._broken:
+                    continue
+                try:
+                    await self._round(s)
+                except LogError as e:
+                    log.warning("serving.timed_round_failed", error=str(e))
+                    self._broken = s
+
+    def _wait(self, s: ClusterState) -> float:
+        now = self.clock.now()
+        due = [d for ep in s.serving.endpoints.values() if (d := next_due(ep, now)) is not None]
+        if not due:
+            return MAX_WAIT_S
+        return min(MAX_WAIT_S, max(0.0, (min(due) - now).total_seconds()))
+
+    async def _round(self, s: ClusterState) -> None:
+        now: datetime = self.clock.now()
         items = self.answers(s)
-        steps = reconcile(s.serving, s.sessions, _asked(s), Provenance(NAME, self.clock.now()))
+        prov = Provenance(NAME, now)
+        for step in autoscale(s.serving, now, prov):
+            apply_decision(s, step[1])
+            items.append(step)
+        steps = reconcile(s.serving, s.sessions, _asked(s), prov)
         for _, e in steps:
             apply_decision(s, e)
         items += steps

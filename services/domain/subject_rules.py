@@ -151,6 +151,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.ReplicaChanged, _serving),
         _rule(ev.ReplicaRotation, _serving),
         _rule(ev.ReplicaHealthReported, lambda e: subj.route(e.router)),
+        _rule(ev.AutoscaleSet, _serving),
+        _rule(ev.RouteStatsReported, lambda e: subj.route(e.router)),
     ]
 )
 

@@ -4,6 +4,8 @@ never by its hash."""
 
 from typing import Any
 
+import msgspec
+
 from services.domain.resources import format_cpu, format_fgpu
 from services.domain.serving.state import EndpointView
 
@@ -61,4 +63,5 @@ def endpoint_detail(ep: EndpointView) -> dict[str, Any]:
             for t in sorted(ep.tokens.values(), key=lambda t: t.token_id)
         ],
         "stalled": dict(sorted(ep.stalled.items())),
+        "autoscale": None if ep.autoscale is None else msgspec.to_builtins(ep.autoscale),
     }
