@@ -12,10 +12,12 @@ it into phases and rotation. What the log already says of a replica's health is 
 the ``Router`` starts from, so a restarted router repeats none of it.
 
 Each route's traffic over its proxies (``Router.stats``) is sampled every
-``stats_every_s`` and appended as ``route.stats-reported`` on the same subject when it
-differs from the router's last report (as the log holds it: a restart repeats nothing):
+``sample_every_s`` and appended as ``route.stats-reported`` on the same subject, over a
+window of ``stats_every_s``, when it differs from the router's last report (as the log
+holds it: a restart repeats nothing), and at once when requests begin or stop waiting:
 the input of autoscaling, and, with a request held at an endpoint that has no replica,
-what wakes it from zero.
+what wakes it from zero. The proxies' health and traffic are asked for every quarter
+second (one ``show stat`` each on HAProxy's socket); the log hears only of changes.
 """
 
 from collections.abc import Sequence
@@ -41,12 +43,13 @@ __all__ = ["RouterService"]
 log = structlog.get_logger()
 
 
-_Figures = tuple[int, int, int, int | None]
+_Figures = tuple[int, int, int | None]
 
 
 def _figures(e: RouteStatsReported) -> _Figures:
-    """What a report says, its window aside (a window's length jitters)."""
-    return (e.requests, e.in_flight, e.queued, e.p95_ms)
+    """What a report says, its window aside (a window's length jitters): requests, then
+    those waiting (in flight and queued), then the p95."""
+    return (e.requests, e.in_flight + e.queued, e.p95_ms)
 
 
 class RouterService:
@@ -60,8 +63,9 @@ class RouterService:
         proxies: Sequence[Proxy],
         *,
         snapshots: Snapshots | None = None,
-        health_every_s: float = 1.0,
+        health_every_s: float = 0.25,
         stats_every_s: float = 1.0,
+        sample_every_s: float = 0.25,
     ) -> None:
         self.events = events
         self.clock = clock
@@ -70,6 +74,7 @@ class RouterService:
         self.snapshots = snapshots
         self.health_every_s = health_every_s
         self.stats_every_s = stats_every_s
+        self.sample_every_s = sample_every_s
         self.feed = TableFeed()
         self._state = ClusterState()
         self._rescheduled = anyio.Event()
@@ -160,16 +165,23 @@ class RouterService:
         log.info("router.health", router=self.router_id, session_id=session_id, healthy=healthy)
 
     async def _watch_stats(self, router: Router, told: dict[str, _Figures]) -> None:
-        """Each route's traffic, sampled, appended when it changed."""
-        counted: dict[str, tuple[int, float]] = {}  # requests_total, and when
+        """Each route's traffic, sampled every ``sample_every_s``, reported over windows
+        of ``stats_every_s`` when it changed, and at once when requests begin or stop
+        waiting (the first request at an endpoint with no replica wakes it: it must not
+        wait out a window)."""
+        since: dict[str, tuple[int, float]] = {}  # requests_total, when: the window's start
         while True:
-            await anyio.sleep(self.stats_every_s)
+            await anyio.sleep(min(self.sample_every_s, self.stats_every_s))
             now = anyio.current_time()
             for eid, st in (await router.stats()).items():
-                before = counted.get(eid)
-                counted[eid] = (st.requests_total, now)
-                e = self._stats_report(eid, st, before, now)
-                if _figures(e) == told.get(eid):
+                start = since.setdefault(eid, (st.requests_total, now))
+                before = told.get(eid)
+                flipped = (st.in_flight + st.queued > 0) != (before is not None and before[1] > 0)
+                if now - start[1] < self.stats_every_s and not flipped:
+                    continue
+                since[eid] = (st.requests_total, now)
+                e = self._stats_report(eid, st, start, now)
+                if _figures(e) == before:
                     continue
                 try:
                     await self.events.append(subj.route(self.router_id), e)
@@ -179,12 +191,12 @@ class RouterService:
                 told[eid] = _figures(e)
 
     def _stats_report(
-        self, endpoint_id: str, st: RouteStats, before: tuple[int, float] | None, now: float
+        self, endpoint_id: str, st: RouteStats, start: tuple[int, float], now: float
     ) -> RouteStatsReported:
-        """The window since the last sample (the first: no requests counted yet; a
-        proxy restarted, its count from zero)."""
-        window = self.stats_every_s if before is None else max(now - before[1], 1e-3)
-        requests = 0 if before is None else st.requests_total - before[0]
+        """The window from ``start`` (requests counted then, and when) to ``now``, never
+        shorter than ``stats_every_s`` (an early report spreads its requests over that,
+        not over a moment: one request is no burst); a proxy restarted counts from zero."""
+        requests = st.requests_total - start[0]
         if requests < 0:
             requests = st.requests_total
         return stamp(
@@ -192,7 +204,7 @@ class RouterService:
             Provenance(self.name, self.clock.now()),
             router=self.router_id,
             endpoint_id=endpoint_id,
-            window_ms=max(1, round(window * 1000)),
+            window_ms=round(max(now - start[1], self.stats_every_s) * 1000),
             requests=requests,
             in_flight=st.in_flight,
             queued=st.queued,
