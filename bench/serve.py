@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -49,6 +50,7 @@ from pathlib import Path
 
 import aiohttp
 import msgspec
+import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -228,6 +230,8 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    # The actors' and the router's info lines would mix into the one line printed.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)

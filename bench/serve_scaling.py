@@ -20,6 +20,7 @@ its ``/health`` answers 200, timed by the runtime.
 Medians over ``tries`` of each.
 """
 
+import json
 import statistics
 import subprocess
 import sys
@@ -147,14 +148,18 @@ async def _until(client: Client, ok: Callable[[ClusterState], bool]) -> None:
 
 
 def _replicas(s: ClusterState) -> tuple[int, int]:
-    """(wanted, in rotation) of the bench's endpoint; (0, 0) once none is left at all
-    (a drained one, out of rotation, may still answer until the proxy hears of it)."""
+    """(wanted, in rotation) of the bench's endpoint."""
     ep = s.serving.endpoints.get("ep-scale")
     if ep is None:
         return (-1, -1)
-    wanted = sum(t.replicas for t in ep.targets)
-    serving = sum(r.in_rotation for r in ep.replicas.values())
-    return (wanted, serving) if wanted or serving or not ep.replicas else (0, -1)
+    return sum(t.replicas for t in ep.targets), sum(r.in_rotation for r in ep.replicas.values())
+
+
+def _at_zero(s: ClusterState) -> bool:
+    """No replica wanted and none left at all (a drained one, out of rotation, may still
+    answer until the proxy hears of it)."""
+    ep = s.serving.endpoints.get("ep-scale")
+    return ep is not None and not ep.replicas and _replicas(s)[0] == 0
 
 
 class _Load:
@@ -207,13 +212,14 @@ async def _scale_up(client: Client, runtime: LocalReplicas, url: str) -> tuple[f
 
 async def _cold_start(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:
     """From zero: one request until its answer, and the replica's own start."""
-    await _until(client, lambda s: _replicas(s) == (0, 0))
+    await _until(client, _at_zero)
     before = set(runtime.replicas)
     async with aiohttp.ClientSession() as session:
         started = time.perf_counter()
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as response:
-            body = await response.json(content_type=None)
-            assert response.status == 200, body
+            text = await response.text()
+            assert response.status == 200, (response.status, text[:200])
+            body = json.loads(text)
         took = time.perf_counter() - started
     [host] = set(runtime.replicas) - before
     r = runtime.replicas[host]
