@@ -218,7 +218,8 @@ async def _cold_start(client: Client, runtime: LocalReplicas, url: str) -> tuple
         started = time.perf_counter()
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as response:
             text = await response.text()
-            assert response.status == 200, (response.status, text[:200])
+            took = time.perf_counter() - started
+            assert response.status == 200, (response.status, text[:200], took)
             body = json.loads(text)
         took = time.perf_counter() - started
     [host] = set(runtime.replicas) - before

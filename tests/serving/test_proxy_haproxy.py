@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from services.adapters.haproxy_proxy import HaproxyProxy, haproxy_proxy
-from services.domain.serving.route_table import RouteTable
+from services.adapters.nats_server import free_port
+from services.domain.serving.route_table import Backend, RouteTable
 from services.ports.proxy import ProxyUnavailable
 from tests.support.haproxy_env import require_haproxy
 from tests.support.proxy_contract import (
@@ -134,3 +135,22 @@ async def test_its_files_are_its_owners_alone(haproxy: HaproxyProxy) -> None:
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     for name in ("admin.sock", "haproxy.cfg", "tokens.map"):
         assert stat.S_IMODE((directory / name).stat().st_mode) & 0o077 == 0, name
+
+
+@pytest.mark.anyio
+async def test_a_slot_given_to_a_new_replica_is_not_healthy_before_its_own_check(
+    haproxy: HaproxyProxy,
+) -> None:
+    """The slot's last check was of the replica before: a replica not yet listening must
+    not read as healthy from it (it would come into rotation and refuse requests)."""
+    with replicas("a") as [a]:
+        await haproxy.apply(RouteTable(routes=(route("r", backend(a)),)))
+        await until(lambda: _healthy(haproxy, "s-a"), "the first replica passes its checks")
+        silent = Backend(session_id="s-new", host="127.0.0.1", port=free_port(), weight=0)
+        await haproxy.apply(RouteTable(routes=(route("r", silent),)))  # a's slot, warming
+        assert not await _healthy(haproxy, "s-new")
+
+
+async def _healthy(proxy: HaproxyProxy, session_id: str) -> bool:
+    seen = (await proxy.health()).get(session_id)
+    return seen is not None and seen.healthy
