@@ -10,8 +10,7 @@ and only its SHA-256 is sent.
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import typer
 
@@ -45,12 +44,8 @@ EnvOpt = Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE; aga
 HealthOpt = Annotated[str, typer.Option(help="The path its health check asks (GET).")]
 
 
-class Metric(StrEnum):
-    RPS_PER_REPLICA = "rps_per_replica"
-    IN_FLIGHT = "in_flight"
-    P95_MS = "p95_ms"
-
-
+Metric = Literal["rps_per_replica", "in_flight", "p95_ms"]
+METRICS: dict[str, Metric] = {m: m for m in get_args(Metric)}
 CommandArg = Annotated[list[str] | None, typer.Argument(help="Its command (after --).")]
 
 
@@ -324,7 +319,8 @@ def autoscale(
     ctx: typer.Context,
     endpoint: str,
     metric: Annotated[
-        Metric | None, typer.Option(help="What the thresholds are about (per replica).")
+        str | None,
+        typer.Option(help="What the thresholds are about: " + ", ".join(METRICS) + "."),
     ] = None,
     up: Annotated[float | None, typer.Option(help="Above it, a step up.")] = None,
     down: Annotated[
@@ -352,8 +348,10 @@ def autoscale(
     else:
         if metric is None or up is None or down is None or max_replicas is None:
             fail("give --metric, --up, --down and --max (or --off)")
+        if metric not in METRICS:
+            fail(f"--metric {metric!r}: one of " + ", ".join(METRICS))
         rule = AutoscaleRule(
-            metric=metric.value,
+            metric=METRICS[metric],
             up=up,
             down=down,
             step=step,

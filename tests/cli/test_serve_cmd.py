@@ -104,6 +104,12 @@ def test_an_owner_sets_an_autoscaling_rule_shown_by_info_and_a_bad_one_is_one_li
         2,
         "error: autoscaling wants 0 <= min <= max <= 64 and max >= 1\n",
     )
+    odd = ("--metric", "fast", "--up", "1", "--down", "0", "--max", "2")
+    bad = cluster.run("serve", "autoscale", "auto", *odd, key=ana)
+    assert (bad.exit_code, bad.stderr) == (
+        2,
+        "error: --metric 'fast': one of rps_per_replica, in_flight, p95_ms\n",
+    )
     refused = cluster.run("serve", "autoscale", "auto", "--off", key=ben)
     assert (refused.exit_code, refused.stderr) == (2, "error: no endpoint 'auto' of yours\n")
     cluster.ok("serve", "autoscale", "auto", "--off", key=ana)
