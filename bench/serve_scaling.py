@@ -200,14 +200,27 @@ async def _scale_up(client: Client, runtime: LocalReplicas, url: str) -> tuple[f
     async with anyio.create_task_group() as tg:
         step = time.perf_counter()
         tg.start_soon(load.run)
-        with anyio.fail_after(60):
+        with anyio.move_on_after(60) as waited:
             while not (new := (set(load.first) - before)):
                 await load.answered.wait()
         load.stop.set()
+    if waited.cancelled_caught:
+        raise TimeoutError(await _stuck(client, load, runtime))
     [host] = new
     r = runtime.replicas[host]
     assert r.healthy is not None
     return load.first[host] - step, r.healthy - r.spawned
+
+
+async def _stuck(client: Client, load: _Load, runtime: LocalReplicas) -> str:
+    """What the endpoint, the load and the replicas were at when no new replica came."""
+    ep = (await client.state()).serving.endpoints["ep-scale"]
+    replicas = [(r.session_id, r.phase.value, r.in_rotation, r.host) for r in ep.replicas.values()]
+    return (
+        f"no new replica answered in 60 s: targets {ep.targets}, scaled at {ep.scaled_at}, "
+        f"traffic {ep.traffic[-3:]}, replicas {replicas}, answered by {sorted(load.first)}, "
+        f"{load.failed} failed, spawned {sorted(runtime.replicas)}"
+    )
 
 
 async def _cold_start(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:

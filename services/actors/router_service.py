@@ -14,7 +14,7 @@ the ``Router`` starts from, so a restarted router repeats none of it.
 Each route's traffic over its proxies (``Router.stats``) is sampled every
 ``sample_every_s`` and appended as ``route.stats-reported`` on the same subject, over a
 window of ``stats_every_s``, when it differs from the router's last report (as the log
-holds it: a restart repeats nothing), and at once when requests begin or stop waiting:
+holds it: a restart repeats nothing), and at once when requests begin to be in flight:
 the input of autoscaling, and, with a request held at an endpoint that has no replica,
 what wakes it from zero. The proxies' health and traffic are asked for every quarter
 second (one ``show stat`` each on HAProxy's socket); the log hears only of changes.
@@ -166,9 +166,10 @@ class RouterService:
 
     async def _watch_stats(self, router: Router, told: dict[str, _Figures]) -> None:
         """Each route's traffic, sampled every ``sample_every_s``, reported over windows
-        of ``stats_every_s`` when it changed, and at once when requests begin or stop
-        waiting (the first request at an endpoint with no replica wakes it: it must not
-        wait out a window)."""
+        of ``stats_every_s`` when it changed, and at once when requests are found in
+        flight where the last report had none (the first request at an endpoint with no
+        replica wakes it: it must not wait out a window). At most two reports a window:
+        another early one needs a report of none in flight first."""
         since: dict[str, tuple[int, float]] = {}  # requests_total, when: the window's start
         while True:
             await anyio.sleep(min(self.sample_every_s, self.stats_every_s))
@@ -176,8 +177,8 @@ class RouterService:
             for eid, st in (await router.stats()).items():
                 start = since.setdefault(eid, (st.requests_total, now))
                 before = told.get(eid)
-                flipped = (st.in_flight + st.queued > 0) != (before is not None and before[1] > 0)
-                if now - start[1] < self.stats_every_s and not flipped:
+                began = st.in_flight + st.queued > 0 and (before is None or before[1] == 0)
+                if now - start[1] < self.stats_every_s and not began:
                     continue
                 since[eid] = (st.requests_total, now)
                 e = self._stats_report(eid, st, start, now)
@@ -185,7 +186,7 @@ class RouterService:
                     continue
                 try:
                     await self.events.append(subj.route(self.router_id), e)
-                except Exception as err:  # told at the next sample: the log may be back
+                except Exception as err:  # the next report says what is then
                     log.warning("router.stats_report_failed", endpoint_id=eid, error=repr(err))
                     continue
                 told[eid] = _figures(e)
