@@ -24,6 +24,8 @@ from events.slots import Slots
 
 __all__ = [
     "AddRevision",
+    "AutoscaleRule",
+    "AutoscaleSet",
     "CreateEndpoint",
     "CreateToken",
     "EndpointCreated",
@@ -43,11 +45,13 @@ __all__ = [
     "RolloutEnded",
     "RolloutPolicy",
     "RolloutStarted",
+    "RouteStatsReported",
     "ScaleEndpoint",
     "ServeCommand",
     "ServeRefused",
     "ServeRequested",
     "ServingTicked",
+    "SetAutoscale",
     "SetTraffic",
     "TokenCreated",
     "TokenRevoked",
@@ -197,6 +201,34 @@ class RevokeToken(_Part, frozen=True, kw_only=True, tag="revoke-token"):
     token_id: str
 
 
+class AutoscaleRule(_Part, frozen=True, kw_only=True):
+    """How the serving actor sets an endpoint's replicas from its traffic as the proxies
+    count it: ``metric`` per replica above ``up`` adds ``step`` replicas, below ``down``
+    (for a whole ``cooldown_s``) takes ``step`` away, never beyond ``min_replicas`` and
+    ``max_replicas``, and never sooner than ``cooldown_s`` after the last change of the
+    targets. ``rps_per_replica``: requests a second; ``in_flight``: requests in flight
+    (held ones included) per replica; ``p95_ms``: the routes' worst p95 latency. With
+    ``min_replicas`` 0 the endpoint goes to zero when idle and a request wakes it: a proxy
+    holds it up to ``cold_start_s`` for a replica."""
+
+    metric: Literal["rps_per_replica", "in_flight", "p95_ms"]
+    up: float
+    down: float
+    step: int = 1
+    cooldown_s: float = 60.0
+    min_replicas: int = 1
+    max_replicas: int
+    cold_start_s: float = 30.0
+
+
+class SetAutoscale(_Part, frozen=True, kw_only=True, tag="set-autoscale"):
+    """The endpoint's autoscaling ``rule`` from now on (None: off; its replicas stay as
+    they are)."""
+
+    endpoint_id: str
+    rule: AutoscaleRule | None = None
+
+
 ServeCommand = (
     CreateEndpoint
     | AddRevision
@@ -206,6 +238,7 @@ ServeCommand = (
     | RemoveEndpoint
     | CreateToken
     | RevokeToken
+    | SetAutoscale
 )
 
 
@@ -355,3 +388,31 @@ class ServingTicked(Event, frozen=True, kw_only=True, tag="serving.ticked.v1"):
     """The serving actor's clock on the log: written when a drain's grace or a warm-up
     deadline falls due, so that the fold, not a local clock, says the time has come
     (``at`` is the time)."""
+
+
+# ---- autoscaling ----------------------------------------------------------------------------
+
+
+class AutoscaleSet(Event, frozen=True, kw_only=True, tag="endpoint.autoscale-set.v1"):
+    """The serving actor's decision: the endpoint's autoscaling rule (None: off). The
+    replicas it sets are ``endpoint.replicas-set`` events of the serving actor's own
+    (``requester`` ``serving``), caused by the traffic report or the rule they follow."""
+
+    endpoint_id: str
+    rule: AutoscaleRule | None
+    requester: str
+
+
+class RouteStatsReported(Event, frozen=True, kw_only=True, tag="route.stats-reported.v1"):
+    """What router ``router``'s proxies counted of an endpoint's traffic over the last
+    ``window_ms`` (``requests`` answered or begun in it), and now: ``in_flight`` (requests
+    held for a cold start included) and ``queued``; ``p95_ms`` where the proxy keeps a
+    distribution. Changes only: a report stands until the next."""
+
+    router: str
+    endpoint_id: str
+    window_ms: int
+    requests: int
+    in_flight: int
+    queued: int = 0
+    p95_ms: int | None = None

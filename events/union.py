@@ -33,6 +33,7 @@ from events.pipeline import (
     PipelineTasksRequested,
 )
 from events.serving import (
+    AutoscaleSet,
     EndpointCreated,
     EndpointRemoved,
     ReplicaChanged,
@@ -42,6 +43,7 @@ from events.serving import (
     RevisionAdded,
     RolloutEnded,
     RolloutStarted,
+    RouteStatsReported,
     ServeRefused,
     ServeRequested,
     ServingTicked,
@@ -151,6 +153,8 @@ AnyEvent = (
     | ReplicaHealthReported
     | ReplicaRotation
     | ReplicasSet
+    | RouteStatsReported
+    | AutoscaleSet
     | RevisionAdded
     | ServeRefused
     | ServeRequested

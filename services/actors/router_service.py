@@ -10,6 +10,14 @@ the ``Router`` sees it, is appended as ``replica.health-reported`` on
 ``fgpu.route.<id>``, the one subject this service may publish; the serving actor turns
 it into phases and rotation. What the log already says of a replica's health is what
 the ``Router`` starts from, so a restarted router repeats none of it.
+
+Each route's traffic over its proxies (``Router.stats``) is sampled every
+``sample_every_s`` and appended as ``route.stats-reported`` on the same subject, over a
+window of ``stats_every_s``, when it differs from the router's last report (as the log
+holds it: a restart repeats nothing), and at once when requests begin to be in flight:
+the input of autoscaling, and, with a request held at an endpoint that has no replica,
+what wakes it from zero. The proxies' health and traffic are asked for every quarter
+second (one ``show stat`` each on HAProxy's socket); the log hears only of changes.
 """
 
 from collections.abc import Sequence
@@ -19,7 +27,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import ReplicaHealthReported
+from events import ReplicaHealthReported, RouteStatsReported
 from events import subjects as subj
 from services.actors.common import follow_log, stamp
 from services.actors.router import Router, TableFeed
@@ -28,11 +36,20 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.provenance import Provenance
 from services.domain.serving.routes import next_expiry, route_table
 from services.ports import Clock, EventLog
-from services.ports.proxy import Proxy
+from services.ports.proxy import Proxy, RouteStats
 
 __all__ = ["RouterService"]
 
 log = structlog.get_logger()
+
+
+_Figures = tuple[int, int, int | None]
+
+
+def _figures(e: RouteStatsReported) -> _Figures:
+    """What a report says, its window aside (a window's length jitters): requests, then
+    those waiting (in flight and queued), then the p95."""
+    return (e.requests, e.in_flight + e.queued, e.p95_ms)
 
 
 class RouterService:
@@ -46,7 +63,9 @@ class RouterService:
         proxies: Sequence[Proxy],
         *,
         snapshots: Snapshots | None = None,
-        health_every_s: float = 1.0,
+        health_every_s: float = 0.25,
+        stats_every_s: float = 1.0,
+        sample_every_s: float = 0.25,
     ) -> None:
         self.events = events
         self.clock = clock
@@ -54,6 +73,8 @@ class RouterService:
         self.proxies = proxies
         self.snapshots = snapshots
         self.health_every_s = health_every_s
+        self.stats_every_s = stats_every_s
+        self.sample_every_s = sample_every_s
         self.feed = TableFeed()
         self._state = ClusterState()
         self._rescheduled = anyio.Event()
@@ -81,6 +102,12 @@ class RouterService:
             )
             await tg.start(router.run)
             tg.start_soon(self._expire)
+            told = {
+                eid: _figures(r)
+                for eid, ep in state.serving.endpoints.items()
+                if (r := ep.reports.get(self.router_id)) is not None
+            }
+            tg.start_soon(self._watch_stats, router, told)
             task_status.started()
 
     async def _follow(
@@ -136,3 +163,51 @@ class RouterService:
         )
         await self.events.append(subj.route(self.router_id), e)
         log.info("router.health", router=self.router_id, session_id=session_id, healthy=healthy)
+
+    async def _watch_stats(self, router: Router, told: dict[str, _Figures]) -> None:
+        """Each route's traffic, sampled every ``sample_every_s``, reported over windows
+        of ``stats_every_s`` when it changed, and at once when requests are found in
+        flight where the last report had none (the first request at an endpoint with no
+        replica wakes it: it must not wait out a window). At most two reports a window:
+        another early one needs a report of none in flight first."""
+        since: dict[str, tuple[int, float]] = {}  # requests_total, when: the window's start
+        while True:
+            await anyio.sleep(min(self.sample_every_s, self.stats_every_s))
+            now = anyio.current_time()
+            for eid, st in (await router.stats()).items():
+                start = since.setdefault(eid, (st.requests_total, now))
+                before = told.get(eid)
+                began = st.in_flight + st.queued > 0 and (before is None or before[1] == 0)
+                if now - start[1] < self.stats_every_s and not began:
+                    continue
+                since[eid] = (st.requests_total, now)
+                e = self._stats_report(eid, st, start, now)
+                if _figures(e) == before:
+                    continue
+                try:
+                    await self.events.append(subj.route(self.router_id), e)
+                except Exception as err:  # the next report says what is then
+                    log.warning("router.stats_report_failed", endpoint_id=eid, error=repr(err))
+                    continue
+                told[eid] = _figures(e)
+
+    def _stats_report(
+        self, endpoint_id: str, st: RouteStats, start: tuple[int, float], now: float
+    ) -> RouteStatsReported:
+        """The window from ``start`` (requests counted then, and when) to ``now``, never
+        shorter than ``stats_every_s`` (an early report spreads its requests over that,
+        not over a moment: one request is no burst); a proxy restarted counts from zero."""
+        requests = st.requests_total - start[0]
+        if requests < 0:
+            requests = st.requests_total
+        return stamp(
+            RouteStatsReported,
+            Provenance(self.name, self.clock.now()),
+            router=self.router_id,
+            endpoint_id=endpoint_id,
+            window_ms=round(max(now - start[1], self.stats_every_s) * 1000),
+            requests=requests,
+            in_flight=st.in_flight,
+            queued=st.queued,
+            p95_ms=None if st.p95_ms is None else round(st.p95_ms),
+        )

@@ -305,7 +305,13 @@ def _slot(slots: Slots, server: str) -> Backend | None:
 def _slot_commands(server: str, was: Backend | None, now: Backend | None) -> list[str]:
     """The runtime commands that bring one slot from ``was`` to ``now``. A slot given to
     another replica goes through maintenance first: no request reaches the new address
-    under the old replica's name. Maintenance lets the requests in flight finish."""
+    under the old replica's name. Maintenance lets the requests in flight finish. A
+    replica new to a slot out of rotation (warming: how the serving actor brings every
+    new replica) has its health forced down: the slot's last check was of the old
+    replica, and it must pass one of its own before it reads as healthy (else a replica
+    not yet listening would be told healthy, come into rotation, and refuse requests:
+    one held for a cold start among them). One placed straight in rotation is the
+    table's word."""
     if now is None:
         return [] if was is None else [f"set server {server} state maint"]
     if was is not None and (was.session_id, was.host, was.port) == (
@@ -314,12 +320,14 @@ def _slot_commands(server: str, was: Backend | None, now: Backend | None) -> lis
         now.port,
     ):
         return [] if was.weight == now.weight else [f"set server {server} weight {now.weight}"]
-    return [
+    placed = [
         f"set server {server} state maint",
         f"set server {server} addr {now.host} port {now.port}",
         f"set server {server} weight {now.weight}",
-        f"set server {server} state ready",
+        f"set server {server} state ready",  # up or down as the slot's last check said
     ]
+    # after ready: ignored in maintenance
+    return placed + ([f"set server {server} health down"] if now.weight == 0 else [])
 
 
 async def _resolved(table: RouteTable) -> RouteTable:

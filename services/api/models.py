@@ -622,6 +622,17 @@ class EndpointToken(BaseModel):
     revoked: bool
 
 
+class EndpointAutoscale(BaseModel):
+    metric: str = Field(description="rps_per_replica, in_flight or p95_ms")
+    up: float = Field(description="above it (per replica), a step up")
+    down: float = Field(description="below it for the whole cooldown, a step down")
+    step: int
+    cooldown_s: float
+    min_replicas: int = Field(description="0: scales to zero when idle")
+    max_replicas: int
+    cold_start_s: float = Field(description="how long a proxy holds a request at zero")
+
+
 class Endpoint(BaseModel):
     """A serving endpoint (``docs/serving.md``)."""
 
@@ -642,6 +653,9 @@ class Endpoint(BaseModel):
         description="slots (revision/ordinal) not asked for again, and why their replica ended"
     )
     rollout: EndpointRollout | None = Field(None, description="the rolling update under way")
+    autoscale: EndpointAutoscale | None = Field(
+        default=None, description="its autoscaling rule; none: replicas as set"
+    )
 
 
 class EndpointList(BaseModel):

@@ -10,7 +10,7 @@ and only its SHA-256 is sent.
 import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import typer
 
@@ -50,6 +50,10 @@ WarmupOpt = Annotated[
     float,
     typer.Option(min=0, max=3600, help="Seconds a replica has to become healthy (0: no limit)."),
 ]
+
+
+Metric = Literal["rps_per_replica", "in_flight", "p95_ms"]
+METRICS: dict[str, Metric] = {m: m for m in get_args(Metric)}
 CommandArg = Annotated[list[str] | None, typer.Argument(help="Its command (after --).")]
 
 
@@ -229,6 +233,19 @@ def info(ctx: typer.Context, endpoint: str, as_json: JsonOpt = False) -> None:
         where = f"{r['host']}:{r['port']}" if r["host"] else "-"
         state = r["phase"] + (" in rotation" if r["in_rotation"] else "")
         say(f"  replica {r['session_id']} r{r['revision']}/{r['ordinal']} {state} {where}")
+    rule = ep.get("autoscale")
+    if rule:
+        say(
+            f"  autoscale by {rule['metric']}: up above {rule['up']:g}, down below "
+            f"{rule['down']:g}, {rule['min_replicas']}-{rule['max_replicas']} replicas, "
+            f"step {rule['step']}, cooldown {rule['cooldown_s']:g} s"
+            + (
+                f", cold start up to {rule['cold_start_s']:g} s"
+                if rule["min_replicas"] == 0
+                else ""
+            ),
+            highlight=False,
+        )
     for slot, why in ep["stalled"].items():
         say(f"  slot {slot} stalled: {why}", highlight=False)
     for tok in ep["tokens"]:
@@ -265,6 +282,65 @@ def rm(
         return RemoveEndpoint(endpoint_id=endpoint_id)
 
     _change(ctx, endpoint, command, "endpoint {name} removed", timeout, as_json)
+
+
+@app.command("autoscale")
+def autoscale(
+    ctx: typer.Context,
+    endpoint: str,
+    metric: Annotated[
+        str | None,
+        typer.Option(help="What the thresholds are about: " + ", ".join(METRICS) + "."),
+    ] = None,
+    up: Annotated[float | None, typer.Option(help="Above it, a step up.")] = None,
+    down: Annotated[
+        float | None, typer.Option(help="Below it all the cooldown, a step down.")
+    ] = None,
+    min_replicas: Annotated[int, typer.Option("--min", help="Fewest replicas (0: to zero).")] = 1,
+    max_replicas: Annotated[int | None, typer.Option("--max", help="Most replicas.")] = None,
+    step: Annotated[int, typer.Option(help="Replicas added or taken away at once.")] = 1,
+    cooldown: Annotated[float, typer.Option(help="Seconds between changes.")] = 60.0,
+    cold_start: Annotated[
+        float, typer.Option(help="Seconds a request waits for a replica at zero.")
+    ] = 30.0,
+    off: Annotated[bool, typer.Option("--off", help="No autoscaling (replicas stay).")] = False,
+    timeout: TimeoutOpt = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set the replicas from the traffic the proxies count: a rule, or --off."""
+    from events import AutoscaleRule, SetAutoscale
+    from services.domain.serving.rules import rule_problem
+
+    rule: AutoscaleRule | None = None
+    if off:
+        if metric is not None or up is not None or down is not None or max_replicas is not None:
+            fail("--off takes no rule")
+    else:
+        if metric is None or up is None or down is None or max_replicas is None:
+            fail("give --metric, --up, --down and --max (or --off)")
+        if metric not in METRICS:
+            fail(f"--metric {metric!r}: one of " + ", ".join(METRICS))
+        rule = AutoscaleRule(
+            metric=METRICS[metric],
+            up=up,
+            down=down,
+            step=step,
+            cooldown_s=cooldown,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            cold_start_s=cold_start,
+        )
+        problem = rule_problem(rule)
+        if problem is not None:
+            fail(problem)
+
+    def command(endpoint_id: str) -> SetAutoscale:
+        return SetAutoscale(endpoint_id=endpoint_id, rule=rule)
+
+    said = "endpoint {name}: " + (
+        "no autoscaling" if rule is None else f"autoscaled by {rule.metric}"
+    )
+    _change(ctx, endpoint, command, said, timeout, as_json)
 
 
 @token_app.command("create")

@@ -158,6 +158,8 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.RolloutStarted, _serving),
         _rule(ev.RolloutEnded, _serving),
         _rule(ev.ServingTicked, _serving),
+        _rule(ev.AutoscaleSet, _serving),
+        _rule(ev.RouteStatsReported, lambda e: subj.route(e.router)),
     ]
 )
 

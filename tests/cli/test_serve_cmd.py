@@ -100,3 +100,40 @@ def test_a_user_serves_scales_updates_rolls_back_and_removes_an_endpoint(
     assert taken.stderr == "error: refused (conflict): an endpoint named sent exists\n"
     cluster.ok("serve", "rm", "sent", key=ana)
     assert cluster.ok("serve", "ls", key=ana)["endpoints"] == []
+
+
+def test_an_owner_sets_an_autoscaling_rule_shown_by_info_and_a_bad_one_is_one_line(
+    cluster: Tenanted,
+) -> None:
+    cluster.ok("admin", "domain", "create", "ops")
+    cluster.ok("admin", "project", "create", "ops/web")
+    keys = []
+    for name in ("cai", "dee"):
+        cluster.ok("admin", "user", "create", name, "--domain", "ops", "--project", "web")
+        keys.append(cluster.ok("admin", "keypair", "create", "--user", name)["access_key"])
+    ana, ben = keys
+    cluster.ok("serve", "create", "auto", "--image", IMAGE, "--fgpu", "0.25", key=ana)
+    rule = ("--metric", "rps_per_replica", "--up", "20", "--down", "5", "--min", "0")
+    cluster.ok("serve", "autoscale", "auto", *rule, "--max", "4", "--cooldown", "30", key=ana)
+    shown = cluster.ok("serve", "info", "auto", key=ana)["autoscale"]
+    assert (shown["metric"], shown["min_replicas"], shown["max_replicas"]) == (
+        "rps_per_replica",
+        0,
+        4,
+    )
+    assert cluster.ok("serve", "ls", key=ana)["endpoints"][0]["autoscale"] == shown
+    bad = cluster.run("serve", "autoscale", "auto", *rule, "--max", "0", key=ana)
+    assert (bad.exit_code, bad.stderr) == (
+        2,
+        "error: autoscaling wants 0 <= min <= max <= 64 and max >= 1\n",
+    )
+    odd = ("--metric", "fast", "--up", "1", "--down", "0", "--max", "2")
+    bad = cluster.run("serve", "autoscale", "auto", *odd, key=ana)
+    assert (bad.exit_code, bad.stderr) == (
+        2,
+        "error: --metric 'fast': one of rps_per_replica, in_flight, p95_ms\n",
+    )
+    refused = cluster.run("serve", "autoscale", "auto", "--off", key=ben)
+    assert (refused.exit_code, refused.stderr) == (2, "error: no endpoint 'auto' of yours\n")
+    cluster.ok("serve", "autoscale", "auto", "--off", key=ana)
+    assert cluster.ok("serve", "info", "auto", key=ana)["autoscale"] is None

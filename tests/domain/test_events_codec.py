@@ -30,6 +30,8 @@ from events import (
     AgentLost,
     AgentRegistered,
     AnyEvent,
+    AutoscaleRule,
+    AutoscaleSet,
     CreateEndpoint,
     CreateToken,
     CreateUser,
@@ -82,6 +84,7 @@ from events import (
     RolloutEnded,
     RolloutPolicy,
     RolloutStarted,
+    RouteStatsReported,
     ServeRefused,
     ServeRequested,
     ServingTicked,
@@ -838,6 +841,35 @@ DECODED_V1: dict[str, AnyEvent] = {
             **ENVELOPE,
         ),
         ServingTicked(id="e-serving-ticked", actor="serving", **ENVELOPE),
+        AutoscaleSet(
+            id="e-autoscale-set",
+            actor="serving",
+            endpoint_id="ep-1",
+            rule=AutoscaleRule(
+                metric="rps_per_replica",
+                up=20.0,
+                down=5.0,
+                step=1,
+                cooldown_s=30.0,
+                min_replicas=0,
+                max_replicas=4,
+                cold_start_s=30.0,
+            ),
+            requester="AKuma",
+            **ENVELOPE,
+        ),
+        RouteStatsReported(
+            id="e-route-stats",
+            actor="router:r1",
+            router="r1",
+            endpoint_id="ep-1",
+            window_ms=1000,
+            requests=42,
+            in_flight=3,
+            queued=0,
+            p95_ms=None,
+            **ENVELOPE,
+        ),
     ]
 }
 
@@ -877,6 +909,12 @@ st.register_type_strategy(CreateToken, st.builds(CreateToken, sha256=_SHA256))
 # Seconds are finite: JSON has no NaN or infinity (msgspec writes null), so no event that
 # holds either could be read back.
 _SECONDS = st.floats(min_value=0, max_value=86_400)
+st.register_type_strategy(
+    AutoscaleRule,
+    st.builds(
+        AutoscaleRule, up=_SECONDS, down=_SECONDS, cooldown_s=_SECONDS, cold_start_s=_SECONDS
+    ),
+)
 st.register_type_strategy(
     HealthSpec,
     st.builds(HealthSpec, interval_s=_SECONDS, timeout_s=_SECONDS, initial_delay_s=_SECONDS),

@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from services.adapters.haproxy_proxy import HaproxyProxy, haproxy_proxy
-from services.domain.serving.route_table import RouteTable
+from services.adapters.nats_server import free_port
+from services.domain.serving.route_table import Backend, RouteTable
 from services.ports.proxy import ProxyUnavailable
 from tests.support.haproxy_env import require_haproxy
 from tests.support.proxy_contract import (
@@ -156,3 +157,21 @@ async def test_a_traffic_split_reaches_haproxy_as_server_weights_without_a_reloa
             if row["svname"] not in ("FRONTEND", "BACKEND") and row["status"] != "MAINT"
         }
         assert sorted(found.values()) == ["100", "11"]
+
+
+async def test_a_slot_given_to_a_new_replica_is_not_healthy_before_its_own_check(
+    haproxy: HaproxyProxy,
+) -> None:
+    """The slot's last check was of the replica before: a replica not yet listening must
+    not read as healthy from it (it would come into rotation and refuse requests)."""
+    with replicas("a") as [a]:
+        await haproxy.apply(RouteTable(routes=(route("r", backend(a)),)))
+        await until(lambda: _healthy(haproxy, "s-a"), "the first replica passes its checks")
+        silent = Backend(session_id="s-new", host="127.0.0.1", port=free_port(), weight=0)
+        await haproxy.apply(RouteTable(routes=(route("r", silent),)))  # a's slot, warming
+        assert not await _healthy(haproxy, "s-new")
+
+
+async def _healthy(proxy: HaproxyProxy, session_id: str) -> bool:
+    seen = (await proxy.health()).get(session_id)
+    return seen is not None and seen.healthy

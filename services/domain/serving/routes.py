@@ -53,8 +53,16 @@ def _route(ep: EndpointView, now: datetime) -> Route:
             t.sha256 for t in ep.tokens.values() if not t.revoked and t.expires_at > now
         ),
         health=_health(ep),
+        cold_start_s=_cold_start(ep),
         backends=_backends(ep),
     )
+
+
+def _cold_start(ep: EndpointView) -> float:
+    """How long a proxy holds a request while the endpoint has no replica in rotation:
+    only an endpoint that may scale to zero waits (a request wakes it)."""
+    rule = ep.autoscale
+    return rule.cold_start_s if rule is not None and rule.min_replicas == 0 else 0.0
 
 
 def _serving(r: ReplicaView) -> bool:

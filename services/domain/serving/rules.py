@@ -14,6 +14,8 @@ from datetime import datetime
 from events import (
     AddRevision,
     AnyEvent,
+    AutoscaleRule,
+    AutoscaleSet,
     CreateEndpoint,
     CreateToken,
     EndpointCreated,
@@ -32,6 +34,7 @@ from events import (
     ScaleEndpoint,
     ServeCommand,
     ServeRequested,
+    SetAutoscale,
     SetTraffic,
     TokenCreated,
     TokenRevoked,
@@ -47,7 +50,7 @@ from services.domain.tenancy.admin import DEFAULT, project_key
 from services.domain.tenancy.groups import DEFAULT_GROUP, admission_problem
 from services.domain.tenancy.model import Tenancy
 
-__all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal"]
+__all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal", "rule_problem"]
 
 MAX_REPLICAS = 64  # of one endpoint
 MAX_WAIT_S = 3600.0  # the longest drain time or warm-up deadline
@@ -150,6 +153,29 @@ def _change_refusal(ep: EndpointView, c: ServeCommand, now: datetime) -> Refusal
             if token is None or token.revoked:
                 return _bad(f"endpoint {ep.name} has no live token {c.token_id}")
             return None
+        case SetAutoscale():
+            problem = None if c.rule is None else rule_problem(c.rule)
+            return None if problem is None else _bad(problem)
+    return None
+
+
+MAX_COOLDOWN_S = 86400.0
+MAX_COLD_START_S = 600.0
+
+
+def rule_problem(rule: AutoscaleRule) -> str | None:
+    """What is wrong with an autoscaling rule, in one line; None: nothing."""
+    lo, hi = rule.min_replicas, rule.max_replicas
+    if not 0 <= lo <= hi <= MAX_REPLICAS or hi < 1:
+        return f"autoscaling wants 0 <= min <= max <= {MAX_REPLICAS} and max >= 1"
+    if not 0 <= rule.down < rule.up:
+        return "autoscaling wants 0 <= down < up"
+    if not 1 <= rule.step <= MAX_REPLICAS:
+        return f"the step must be between 1 and {MAX_REPLICAS}"
+    if not 0 < rule.cooldown_s <= MAX_COOLDOWN_S:
+        return f"the cooldown must be above 0 and at most {MAX_COOLDOWN_S:g} s"
+    if not 0 < rule.cold_start_s <= MAX_COLD_START_S:
+        return f"the cold start must be above 0 and at most {MAX_COLD_START_S:g} s"
     return None
 
 
@@ -291,6 +317,10 @@ def decide(s: ServingState, t: Tenancy, r: ServeRequested, prov: Provenance) -> 
                     expires_at=c.expires_at,
                     requester=who,
                 )
+            ]
+        case SetAutoscale():
+            return [
+                stamp(AutoscaleSet, prov, endpoint_id=ep.endpoint_id, rule=c.rule, requester=who)
             ]
         case RevokeToken():
             return [

@@ -4,6 +4,8 @@ never by its hash."""
 
 from typing import Any
 
+import msgspec
+
 from events import ReplicaPhase
 from services.domain.resources import format_cpu, format_fgpu
 from services.domain.serving.state import EndpointView
@@ -66,6 +68,7 @@ def endpoint_detail(ep: EndpointView) -> dict[str, Any]:
         ],
         "stalled": dict(sorted(ep.stalled.items())),
         "rollout": _rollout(ep),
+        "autoscale": None if ep.autoscale is None else msgspec.to_builtins(ep.autoscale),
     }
 
 

@@ -12,7 +12,7 @@ replica not gone is in its endpoint's ``replicas`` and in ``replica_of``; a slot
 ``next_generation`` is above every generation a replica of it had.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,8 @@ import msgspec
 
 from events import (
     AnyEvent,
+    AutoscaleRule,
+    AutoscaleSet,
     EndpointCreated,
     EndpointRemoved,
     Event,
@@ -34,6 +36,7 @@ from events import (
     RolloutEnded,
     RolloutPolicy,
     RolloutStarted,
+    RouteStatsReported,
     ServeRefused,
     ServeRequested,
     ServingTicked,
@@ -49,6 +52,7 @@ __all__ = [
     "RolloutView",
     "ServingState",
     "TokenView",
+    "TrafficSample",
     "evolve",
     "live_replicas",
     "slot",
@@ -100,6 +104,17 @@ class RolloutView(msgspec.Struct, kw_only=True):
     started_at: datetime
 
 
+class TrafficSample(msgspec.Struct, frozen=True, kw_only=True):
+    """An endpoint's traffic over every router from ``at`` on (until the next sample):
+    each router's latest report summed."""
+
+    at: datetime
+    rps: float
+    in_flight: int
+    queued: int
+    p95_ms: int | None = None
+
+
 class EndpointView(msgspec.Struct, kw_only=True):
     endpoint_id: str
     name: str
@@ -122,6 +137,12 @@ class EndpointView(msgspec.Struct, kw_only=True):
     stalled: dict[str, str] = {}
     removed: bool = False
     rollout: RolloutView | None = None
+    autoscale: AutoscaleRule | None = None
+    scaled_at: datetime | None = None  # the ``at`` of its last ``endpoint.replicas-set``
+    reports: dict[str, RouteStatsReported] = {}  # each router's latest, by router
+    # Samples from the one in force ``cooldown_s`` before the newest on: what the rule
+    # looks back over (``services.domain.serving.autoscale``).
+    traffic: list[TrafficSample] = []
 
 
 class ServingState(msgspec.Struct, kw_only=True):
@@ -192,6 +213,7 @@ def _targets(s: ServingState, e: ReplicasSet) -> None:
     if ep is None or any(t.revision not in ep.revisions for t in e.targets):
         return
     ep.targets = e.targets
+    ep.scaled_at = e.at
     ep.stalled.clear()
     s.changed = True
 
@@ -325,6 +347,52 @@ def _ticked(s: ServingState, e: ServingTicked) -> None:
         s.changed = True
 
 
+def _autoscale(s: ServingState, e: AutoscaleSet) -> None:
+    ep = _live(s, e.endpoint_id)
+    if ep is not None and ep.autoscale != e.rule:
+        ep.autoscale = e.rule
+        s.changed = True
+
+
+def _stats(s: ServingState, e: RouteStatsReported) -> None:
+    """A router's report replaces its last; the sum over routers is a new sample. Not a
+    change of the endpoint (``changed``): traffic is not what the projections show."""
+    ep = _live(s, e.endpoint_id)
+    if ep is None:
+        return
+    before = ep.reports.get(e.router)
+    if before is not None and before.at > e.at:
+        return  # an older report delivered late
+    ep.reports[e.router] = e
+    ep.traffic.append(_sample(e.at, ep.reports.values()))
+    _forget_old_traffic(ep)
+
+
+def _sample(at: datetime, reports: Iterable[RouteStatsReported]) -> TrafficSample:
+    rs = list(reports)
+    p95s = [r.p95_ms for r in rs if r.p95_ms is not None]
+    return TrafficSample(
+        at=at,
+        rps=sum(r.requests * 1000 / max(r.window_ms, 1) for r in rs),
+        in_flight=sum(r.in_flight for r in rs),
+        queued=sum(r.queued for r in rs),
+        p95_ms=max(p95s) if p95s else None,
+    )
+
+
+_MAX_SAMPLES = 1000
+
+
+def _forget_old_traffic(ep: EndpointView) -> None:
+    """Keep the samples from the one in force ``cooldown_s`` before the newest."""
+    horizon = ep.autoscale.cooldown_s if ep.autoscale is not None else 0.0
+    newest = ep.traffic[-1].at
+    keep = len(ep.traffic) - 1
+    while keep > 0 and (newest - ep.traffic[keep].at).total_seconds() < horizon:
+        keep -= 1
+    del ep.traffic[: max(keep, len(ep.traffic) - _MAX_SAMPLES)]
+
+
 def _refused(s: ServingState, e: ServeRefused) -> None:
     """Only answers its request (``evolve`` lets go of it)."""
 
@@ -340,6 +408,7 @@ DECISIONS = (
     TokenCreated,
     TokenRevoked,
     RolloutStarted,
+    AutoscaleSet,
 )
 _HANDLERS: dict[type[Event], Callable[[ServingState, Any], None]] = dict(
     {
@@ -357,6 +426,8 @@ _HANDLERS: dict[type[Event], Callable[[ServingState, Any], None]] = dict(
         RolloutStarted: _rollout_started,
         RolloutEnded: _rollout_ended,
         ServingTicked: _ticked,
+        AutoscaleSet: _autoscale,
+        RouteStatsReported: _stats,
     }
 )
 
