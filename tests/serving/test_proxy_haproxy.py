@@ -159,6 +159,7 @@ async def test_a_traffic_split_reaches_haproxy_as_server_weights_without_a_reloa
         assert sorted(found.values()) == ["100", "11"]
 
 
+@pytest.mark.anyio
 async def test_a_slot_given_to_a_new_replica_is_not_healthy_before_its_own_check(
     haproxy: HaproxyProxy,
 ) -> None:
