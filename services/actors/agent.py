@@ -70,7 +70,7 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
 from services.domain.mps import MpsClient, mps_client, shim_slice
 from services.domain.pull_progress import PullThrottle
@@ -531,7 +531,7 @@ class AgentActor:
         ``fgpu session logs`` reads them once the session has ended. Best effort: the end
         is reported whatever happens here."""
         v = self.state.sessions.get(session_id)
-        if self.output is None or v is None or v is ENDED_STUB:
+        if self.output is None or v is None:
             return
         try:
             text = await self.runtime.logs(container_id, tail=KEPT_OUTPUT_LINES)
