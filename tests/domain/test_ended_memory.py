@@ -33,7 +33,9 @@ LOG = "log-1"
 
 
 def test_an_id_set_holds_exactly_what_was_added_across_merges() -> None:
-    ids = [f"s{n:012x}" for n in range(3000)]  # past several merges
+    # Short ids (kept as themselves, many sharing their first 8 bytes) and long ones
+    # (hashed), past several merges.
+    ids = [f"s{n:012x}" for n in range(2000)] + [f"d{n:032x}" for n in range(1000)]
     s = IdSet()
     for i in ids:
         s.add(i)
@@ -41,6 +43,8 @@ def test_an_id_set_holds_exactly_what_was_added_across_merges() -> None:
     assert len(s) == 3000
     assert all(i in s for i in ids)
     assert not any(f"t{n:012x}" in s for n in range(3000))
+    assert not any(f"d{n:032x}" in s for n in range(1000, 2000))
+    assert "s" not in s and "s\0" not in s and "" not in s  # padding is not an id
     assert 5 not in s
     # The same ids in another order: the same bytes, 16 each.
     again = IdSet(reversed(ids))

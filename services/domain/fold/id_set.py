@@ -6,42 +6,62 @@ Kept as Python strings in a dict, each cost 100-200 bytes in every actor's fold 
 string to decode from every snapshot: the memory of a long-lived process and the start of
 every actor grew with history, not with what is alive.
 
-``IdSet`` keeps a digest of each id instead: BLAKE2b of 16 bytes (128 bits), sorted in
-one ``bytes``, plus the few added since the last merge in a small set. Two different ids
-share a digest with probability about n**2 / 2**129 (1e-26 for ten million ids), and an
-id is made by its requester (a keyed hash of its request id, or the requester's own
-choice), so a collision, found at a cost of 2**64 hashes, could only make its maker's own
-request ignored. Membership is exact otherwise; ids cannot be listed back, only tested.
+``IdSet`` keeps 16 bytes of each id instead: the id itself when it is short enough
+(exact), else its BLAKE2b of 16 bytes (128 bits); sorted in two arrays of 64-bit halves,
+plus the few added since the last merge in a small set. Two different ids share 16 bytes
+with probability about n**2 / 2**129 (1e-26 for ten million ids), and an id is made by
+its requester (a keyed hash of its request id, or the requester's own choice), so a
+collision, found at a cost of 2**64 hashes, could only make its maker's own request
+ignored. Membership is exact otherwise; ids cannot be listed back, only tested.
 
 Pure and deterministic: the same ids added in any order give the same bytes.
 """
 
 import hashlib
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 
 __all__ = ["DIGEST_BYTES", "Answers", "IdSet", "digest"]
 
 DIGEST_BYTES = 16
 # Added digests wait in a set until they are this share of the sorted ones (at least
-# _MIN_RECENT): each merge copies the sorted bytes once, so its cost per id added stays
-# constant (64 * 16 bytes) however long the history, and the set stays a small part.
+# _MIN_RECENT): each merge copies the sorted arrays once, so its cost per id added stays
+# constant (64 * 16 bytes, in C) however long the history, and the set stays a small part.
 _RECENT_SHARE = 64
 _MIN_RECENT = 256
+_BIG = sys.byteorder == "big"
 
 
-def digest(id_: str) -> bytes:
-    return hashlib.blake2b(id_.encode(), digest_size=DIGEST_BYTES).digest()
+def digest(id_: str) -> int:
+    """``id_``'s 16 bytes, as a number: an id of at most 15 bytes (a session's, ``s`` and
+    12 hex digits) is itself, padded, its length in the last byte (exact, and no hash to
+    compute); a longer one, its BLAKE2b."""
+    b = id_.encode()
+    n = len(b)
+    if n < DIGEST_BYTES:
+        return (int.from_bytes(b, "big") << (8 * (DIGEST_BYTES - n))) | n
+    return int.from_bytes(hashlib.blake2b(b, digest_size=DIGEST_BYTES).digest(), "big")
+
+
+_HALF = (1 << 64) - 1
 
 
 class IdSet:
     """An exact set of ids (see the module's docstring): ``add``, ``in``, ``len``;
-    ``to_bytes`` and ``from_bytes`` save and restore it."""
+    ``to_bytes`` and ``from_bytes`` save and restore it.
 
-    __slots__ = ("_recent", "_sorted")
+    The sorted digests are two arrays of 64-bit halves, in step: the first halves, sorted
+    (``bisect`` finds one in C), and the second halves, which settle the rare tie.
+    """
+
+    __slots__ = ("_high", "_low", "_recent")
 
     def __init__(self, ids: Iterable[str] = ()) -> None:
-        self._sorted = b""
-        self._recent: set[bytes] = set()
+        self._high = array("Q")
+        self._low = array("Q")
+        self._recent: set[int] = set()
         for i in ids:
             self.add(i)
 
@@ -50,23 +70,31 @@ class IdSet:
         """The set ``to_bytes`` gave; ValueError if ``data`` cannot be one."""
         if len(data) % DIGEST_BYTES:
             raise ValueError(f"{len(data)} bytes: not a whole number of ids")
-        s = cls()
-        s._sorted = bytes(data)
+        s, half = cls(), len(data) // 2
+        s._high.frombytes(data[:half])
+        s._low.frombytes(data[half:])
+        if not _BIG:
+            s._high.byteswap()
+            s._low.byteswap()
         return s
 
     def to_bytes(self) -> bytes:
-        """The digests, sorted: equal sets give equal bytes."""
+        """The first halves, sorted, then the second halves, each big-endian: equal sets
+        give equal bytes."""
         self._merge()
-        return self._sorted
+        if _BIG:
+            return self._high.tobytes() + self._low.tobytes()
+        high, low = array("Q", self._high), array("Q", self._low)
+        high.byteswap()
+        low.byteswap()
+        return high.tobytes() + low.tobytes()
 
     def add(self, id_: str) -> None:
         d = digest(id_)
         if d in self._recent or self._holds(d):
             return
         self._recent.add(d)
-        if len(self._recent) >= max(
-            _MIN_RECENT, len(self._sorted) // DIGEST_BYTES // _RECENT_SHARE
-        ):
+        if len(self._recent) >= max(_MIN_RECENT, len(self._high) // _RECENT_SHARE):
             self._merge()
 
     def __contains__(self, id_: object) -> bool:
@@ -76,7 +104,7 @@ class IdSet:
         return d in self._recent or self._holds(d)
 
     def __len__(self) -> int:
-        return len(self._sorted) // DIGEST_BYTES + len(self._recent)
+        return len(self._high) + len(self._recent)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, IdSet) and self.to_bytes() == other.to_bytes()
@@ -86,34 +114,36 @@ class IdSet:
     def __repr__(self) -> str:
         return f"IdSet(<{len(self)} ids>)"
 
-    def _position(self, d: bytes) -> int:
+    def _position(self, d: int) -> int:
         """How many sorted digests are below ``d``."""
-        data, lo, hi = self._sorted, 0, len(self._sorted) // DIGEST_BYTES
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if data[mid * DIGEST_BYTES : (mid + 1) * DIGEST_BYTES] < d:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        high, low, h = self._high, self._low, d >> 64
+        i = bisect_left(high, h)
+        if i == len(high) or high[i] != h:
+            return i
+        # Ties on the first half (short ids sharing a prefix): sorted on the second.
+        return bisect_left(low, d & _HALF, i, bisect_right(high, h, i))
 
-    def _holds(self, d: bytes) -> bool:
-        i = self._position(d) * DIGEST_BYTES
-        return self._sorted[i : i + DIGEST_BYTES] == d
+    def _holds(self, d: int) -> bool:
+        i = self._position(d)
+        return i < len(self._high) and self._high[i] == d >> 64 and self._low[i] == d & _HALF
 
     def _merge(self) -> None:
-        """The recent digests into the sorted bytes, in one copy of them."""
+        """The recent digests into the sorted arrays, in one copy of them."""
         if not self._recent:
             return
-        parts: list[bytes] = []
+        high, low = self._high, self._low
+        new_high, new_low = array("Q"), array("Q")
         start = 0
         for d in sorted(self._recent):
-            at = self._position(d) * DIGEST_BYTES
-            parts += (self._sorted[start:at], d)
+            at = self._position(d)
+            new_high += high[start:at]
+            new_low += low[start:at]
+            new_high.append(d >> 64)
+            new_low.append(d & _HALF)
             start = at
-        parts.append(self._sorted[start:])
-        self._sorted = b"".join(parts)
-        self._recent = set()
+        new_high += high[start:]
+        new_low += low[start:]
+        self._high, self._low, self._recent = new_high, new_low, set()
 
 
 class Answers:
