@@ -396,8 +396,17 @@ class AgentActor:
                     self.local.found[session_id] = found[0]
         sup.done = True
 
+    def _session(self, session_id: str) -> SessionView:
+        """The session as the fold holds it. LogError if the fold let go of it: it ended,
+        as the log says, so the view its caller acted on is stale (``_supervise`` looks
+        again, and stops)."""
+        v = self.state.sessions.get(session_id)
+        if v is None:
+            raise LogError(f"session {session_id} has ended")
+        return v
+
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         c = self.local.found.pop(session_id, None)
         if c is None and v.status in (S.RUNNING, S.TERMINATING):
             # Ask the engine, not a list taken earlier: only a container it does not have
@@ -448,11 +457,11 @@ class AgentActor:
                 await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
                 return
         sup.container_id = c.id
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         if c.running and v.status in _STARTING:
             host = c.host if v.session_type is SessionType.INFERENCE else None
             await self._report(session_id, SessionRunning, container_id=c.id, host=host)
-        if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
+        if sup.stop_requested or self._session(session_id).status is S.TERMINATING:
             sup.stop_requested = True
             await self._stop(session_id, sup)
         code: int | None
@@ -623,7 +632,7 @@ class AgentActor:
 
     async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
         """Append one report on the session's subject, expecting its last sequence."""
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         subject = subj.agent_session(self.config.agent_id, session_id)
         prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
         e = stamp(cls, prov, session_id=session_id, agent_id=self.config.agent_id, **fields)
