@@ -36,6 +36,7 @@ back at their log.
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import anyio
 import structlog
@@ -115,6 +116,23 @@ class _Supervised:
     done: bool = False
     # Why the agent stopped it of its own accord (its end report says so); None: it did not.
     stop_reason: str | None = None
+
+
+def _ended_view(session_id: str) -> SessionView:
+    return SessionView(
+        session_id=session_id,
+        owner="",
+        image="",
+        command=(),
+        slots=Slots(),
+        priority=0,
+        name=None,
+        request_id="",
+        correlation_id="",
+        arrival_seq=0,
+        requested_at=datetime(1970, 1, 1, tzinfo=UTC),
+        status=S.TERMINATED,
+    )
 
 
 @dataclass
@@ -397,13 +415,11 @@ class AgentActor:
         sup.done = True
 
     def _session(self, session_id: str) -> SessionView:
-        """The session as the fold holds it. LogError if the fold let go of it: it ended,
-        as the log says, so the view its caller acted on is stale (``_supervise`` looks
-        again, and stops)."""
+        """The session as the fold holds it; one the fold let go of (it ended, as the log
+        says, while its supervisor was busy) as an ended view of its id, so that the
+        supervisor stops what it started and finds its end on the log."""
         v = self.state.sessions.get(session_id)
-        if v is None:
-            raise LogError(f"session {session_id} has ended")
-        return v
+        return _ended_view(session_id) if v is None else v
 
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
         v = self._session(session_id)
