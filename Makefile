@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) bench/tenancy.py
 	$(PY) bench/flood.py
 	$(PY) bench/history.py
+	$(PY) bench/ended_ids.py
 	$(PY) bench/archive.py
 	$(PY) bench/failover.py
 	$(PY) bench/fragmentation.py

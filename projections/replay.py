@@ -15,7 +15,6 @@ from projections.queries import naive_utc
 from projections.schema import ENDED_SQL
 from projections.store import applied_seq, restore_state
 from services.domain.fold.cluster import ClusterState
-from services.domain.fold.state_codec import is_stub
 from services.domain.records import SessionView
 
 __all__ = ["PastState", "seq_at", "state_at"]
@@ -30,7 +29,7 @@ class PastState:
 
     def sessions(self) -> list[SessionView]:
         """The sessions the state holds in full (live ones and recently ended ones)."""
-        return [v for v in self.state.sessions.values() if not is_stub(v)]
+        return list(self.state.sessions.values())
 
 
 def seq_at(con: duckdb.DuckDBPyConnection, at: datetime) -> int:

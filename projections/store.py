@@ -59,10 +59,10 @@ from projections.schema import (
     WHOLE,
 )
 from services.domain.fold.cluster import ClusterState
-from services.domain.fold.state import clear_changes, evolve
-from services.domain.fold.state_codec import ENDED_STUB, decode_state, encode_state
+from services.domain.fold.id_set import IdSet
+from services.domain.fold.state import clear_changes, evolve, forget_ended
+from services.domain.fold.state_codec import decode_state, encode_state
 from services.domain.records import SessionView
-from services.domain.status import ENDED
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
@@ -273,9 +273,7 @@ class ProjectionStore:
         if not fresh:
             return None
         errors, snapshots = self._fold(fresh)
-        views = [
-            v for sid in s.changed if (v := s.sessions.get(sid)) is not None and v is not ENDED_STUB
-        ]
+        views = [v for sid in s.changed if (v := s.sessions.get(sid)) is not None]
         tables = self._tables(fresh, raw, errors, views, before)
         tables["snapshots"] = rows.snapshot_table(snapshots)
         replaced: frozenset[str] = frozenset()
@@ -314,7 +312,10 @@ class ProjectionStore:
             # The fold ignores a request for a session id taken already (by anyone, its own
             # owner included): such a record is of no session, whoever it says it is from.
             taken = (
-                e.session_id if type(e) is SessionRequested and e.session_id in s.sessions else None
+                e.session_id
+                if type(e) is SessionRequested
+                and (e.session_id in s.sessions or e.session_id in s.ended)
+                else None
             )
             evolve(s, r)
             # Read now: a later PayloadRejected takes the entry away again.
@@ -539,9 +540,7 @@ def _execute(
 
 def _compact(s: ClusterState, views: Sequence[SessionView]) -> None:
     """Let ended sessions go: their rows are written and the fold never changes them."""
-    for v in views:
-        if v.status in ENDED and v is not ENDED_STUB:
-            s.sessions[v.session_id] = ENDED_STUB
+    forget_ended(s, [v.session_id for v in views])
 
 
 def applied_seq(con: duckdb.DuckDBPyConnection) -> int:
@@ -570,10 +569,7 @@ def restore_state(
     else:
         named = [r.event.session_id for r in records if isinstance(r.event, SessionRequested)]
         ended = _ended_ids(con, snap_seq, among=named) if named else []
-    state = decode_state(bytes(snap[1]), ended) if snap else ClusterState()
-    if not snap:
-        for sid in ended:
-            state.sessions[sid] = ENDED_STUB
+    state = decode_state(bytes(snap[1]), IdSet(ended)) if snap else ClusterState(ended=IdSet(ended))
     for r in records:
         evolve(state, r)
     return state

@@ -36,6 +36,7 @@ back at their log.
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import anyio
 import structlog
@@ -70,7 +71,7 @@ from services.domain.container_spec import (
     Mount,
     session_spec,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
 from services.domain.mps import MpsClient, mps_client, shim_slice
 from services.domain.pull_progress import PullThrottle
@@ -115,6 +116,23 @@ class _Supervised:
     done: bool = False
     # Why the agent stopped it of its own accord (its end report says so); None: it did not.
     stop_reason: str | None = None
+
+
+def _ended_view(session_id: str) -> SessionView:
+    return SessionView(
+        session_id=session_id,
+        owner="",
+        image="",
+        command=(),
+        slots=Slots(),
+        priority=0,
+        name=None,
+        request_id="",
+        correlation_id="",
+        arrival_seq=0,
+        requested_at=datetime(1970, 1, 1, tzinfo=UTC),
+        status=S.TERMINATED,
+    )
 
 
 @dataclass
@@ -396,8 +414,15 @@ class AgentActor:
                     self.local.found[session_id] = found[0]
         sup.done = True
 
+    def _session(self, session_id: str) -> SessionView:
+        """The session as the fold holds it; one the fold let go of (it ended, as the log
+        says, while its supervisor was busy) as an ended view of its id, so that the
+        supervisor stops what it started and finds its end on the log."""
+        v = self.state.sessions.get(session_id)
+        return _ended_view(session_id) if v is None else v
+
     async def _lifecycle(self, session_id: str, sup: _Supervised) -> None:
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         c = self.local.found.pop(session_id, None)
         if c is None and v.status in (S.RUNNING, S.TERMINATING):
             # Ask the engine, not a list taken earlier: only a container it does not have
@@ -448,11 +473,11 @@ class AgentActor:
                 await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
                 return
         sup.container_id = c.id
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         if c.running and v.status in _STARTING:
             host = c.host if v.session_type is SessionType.INFERENCE else None
             await self._report(session_id, SessionRunning, container_id=c.id, host=host)
-        if sup.stop_requested or self.state.sessions[session_id].status is S.TERMINATING:
+        if sup.stop_requested or self._session(session_id).status is S.TERMINATING:
             sup.stop_requested = True
             await self._stop(session_id, sup)
         code: int | None
@@ -531,7 +556,7 @@ class AgentActor:
         ``fgpu session logs`` reads them once the session has ended. Best effort: the end
         is reported whatever happens here."""
         v = self.state.sessions.get(session_id)
-        if self.output is None or v is None or v is ENDED_STUB:
+        if self.output is None or v is None:
             return
         try:
             text = await self.runtime.logs(container_id, tail=KEPT_OUTPUT_LINES)
@@ -623,7 +648,7 @@ class AgentActor:
 
     async def _report(self, session_id: str, cls: type[AnyEvent], **fields: object) -> None:
         """Append one report on the session's subject, expecting its last sequence."""
-        v = self.state.sessions[session_id]
+        v = self._session(session_id)
         subject = subj.agent_session(self.config.agent_id, session_id)
         prov = Provenance(self.name, self.clock.now(), v.request_id, v.correlation_id)
         e = stamp(cls, prov, session_id=session_id, agent_id=self.config.agent_id, **fields)

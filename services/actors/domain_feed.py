@@ -21,7 +21,8 @@ from anyio.abc import TaskStatus
 
 from events import AnyEvent, Malformed, Record, SessionRequested
 from services.domain.access.event_domains import domains_of
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.id_set import IdSet
 from services.domain.fold.state import clear_changes, evolve, forget_ended
 from services.domain.status import ENDED
 from services.ports import DomainFeed, EventLog, LogError
@@ -37,9 +38,12 @@ class DomainFeedActor:
         self.events = events
         self.feed = feed
         self.state = ClusterState()
-        # The domain and request id of each session let go of (``_let_go``): what the
-        # feed still needs of it, for a record that names it after its end.
-        self.ended: dict[str, tuple[str, str]] = {}
+        # What the feed still needs of each session let go of (``_let_go``), for a record
+        # that names it after its end: its domain (domain -> the ids of its sessions), and
+        # its request (the ids of session and request, together). Digests, 16 bytes each:
+        # the feed's memory follows live sessions, not history.
+        self.ended: dict[str, IdSet] = {}
+        self.ended_requests = IdSet()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write the domains' records for ever; started once it has caught up with where
@@ -67,6 +71,7 @@ class DomainFeedActor:
         last = await self.feed.last_fed()
         self.state = ClusterState()
         self.ended = {}
+        self.ended_requests = IdSet()
         if last == 0:
             return
         async with aclosing(self.events.read(0, until=last)) as batches:
@@ -98,15 +103,16 @@ class DomainFeedActor:
         """``domains_of`` as if the state still held every session it let go of."""
         found = domains_of(self.state, e)
         sid = getattr(e, "session_id", None)
-        gone = self.ended.get(sid) if isinstance(sid, str) else None
+        if not isinstance(sid, str) or sid in self.state.sessions:
+            return found  # live, or never let go of: domains_of knows
+        gone = next((d for d, ids in self.ended.items() if sid in ids), None)
         if gone is None:
             return found
-        domain, request_id = gone
         # A request names a session it did not make (an id taken already): it is its
         # sender's alone, as domains_of says.
-        if isinstance(e, SessionRequested) and e.id != request_id:
+        if isinstance(e, SessionRequested) and _made(sid, e.id) not in self.ended_requests:
             return found
-        return found | {domain}
+        return found | {gone}
 
     def _let_go(self) -> None:
         """Let go of the sessions that ended (``forget_ended``), keeping each one's domain,
@@ -116,7 +122,13 @@ class DomainFeedActor:
         s = self.state
         for sid in s.changed:
             v = s.sessions.get(sid)
-            if v is not None and v is not ENDED_STUB and v.status in ENDED and v.user is not None:
-                self.ended[sid] = (v.domain, v.request_id)
+            if v is not None and v.status in ENDED and v.user is not None:
+                self.ended.setdefault(v.domain, IdSet()).add(sid)
+                self.ended_requests.add(_made(sid, v.request_id))
         forget_ended(s, s.changed)
         clear_changes(s)
+
+
+def _made(session_id: str, request_id: str) -> str:
+    """The key of "``request_id`` made ``session_id``" in ``ended_requests``."""
+    return f"{session_id}\0{request_id}"

@@ -39,7 +39,7 @@ from events import subjects as subj
 from services.actors.common import LogActor, Provenance, append_expecting, stamp
 from services.actors.snapshots import Snapshots
 from services.domain.durations import before
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import apply_decision, running_at
 from services.domain.records import SessionView
 from services.domain.scheduling.placement import DEFAULT_POLICY, PlacementPolicy
@@ -323,10 +323,10 @@ class SchedulerActor(LogActor):
         v = s.sessions.get(d.session_id)
         prov = Provenance(NAME, self.clock.now(), d.id, d.correlation_id or d.id)
         refuse = None
-        if v is None:
-            refuse = "no such session"
-        elif v is ENDED_STUB:
+        if v is None and d.session_id in s.ended:
             refuse = "the session already ended"
+        elif v is None:
+            refuse = "no such session"
         elif v.owner != d.requester:
             refuse = "the session belongs to another access key"
         elif v.status in ENDED:

@@ -125,7 +125,7 @@ class ServingActor(LogActor):
         for step in autoscale(s.serving, now, prov):
             apply_decision(s, step[1])
             items.append(step)
-        steps = reconcile(s.serving, s.sessions, _asked(s), prov)
+        steps = reconcile(s.serving, s.sessions, _Asked(s), prov, s.ended)
         for _, e in steps:
             apply_decision(s, e)
         items += steps
@@ -195,6 +195,12 @@ class ServingActor(LogActor):
         return out
 
 
-def _asked(s: ClusterState) -> dict[str, object]:
-    """Destroy requests on the log, answered or not (by id)."""
-    return {**s.destroys, **s.destroy_answers}
+class _Asked:
+    """Destroy requests on the log, answered or not (by id): asked of both, never copied
+    (the answered ones are every destroy of the log's history)."""
+
+    def __init__(self, s: ClusterState) -> None:
+        self.s = s
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self.s.destroys or request_id in self.s.destroy_answers

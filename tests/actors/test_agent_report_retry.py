@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from events import AnyEvent, SessionErrored, SessionTerminated, Slots
+from events import subjects as subj
 from services.actors.agent import AgentActor, _Supervised
 from services.actors.quota import QuotaActor
 from services.actors.scheduler import SchedulerActor
@@ -18,6 +19,9 @@ from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.container_spec import ContainerSpec
+from services.domain.fold.cluster import ClusterState
+from services.domain.provenance import Provenance, stamp
+from services.domain.status import ENDED
 from services.ports import ContainerError, ContainerInfo, LogError
 from tests.support.cluster import GIB, agent_config, statuses
 
@@ -100,3 +104,60 @@ async def test_a_landed_end_report_is_neither_run_again_nor_repeated(
     assert log.ends == 1  # the lost one only: the retry saw it on the log
     assert runtime.runs == 1
     assert await runtime.list({}) == []
+
+
+class HeldRun(DummyRuntime):
+    """Creates each container only once ``go`` is set; ``asked`` says a run began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked, self.go = anyio.Event(), anyio.Event()
+
+    async def run(self, spec: ContainerSpec) -> ContainerInfo:
+        self.asked.set()
+        await self.go.wait()
+        return await super().run(spec)
+
+
+class LetGo(Watched):
+    """The agent, telling when its fold lets go of ``watched``: right after the reaction
+    that saw it ended (``follow_log`` lets go then, before it awaits anything)."""
+
+    watched = ""
+    let_go: anyio.Event
+
+    async def react(self, s: ClusterState) -> None:
+        await super().react(s)
+        v = s.sessions.get(self.watched)
+        if v is not None and v.status in ENDED:
+            self.let_go.set()
+
+
+async def test_a_session_let_go_of_while_its_container_starts_is_stopped() -> None:
+    """Its end lands while the engine creates its container, and the agent's fold lets go
+    of it (an ended session is only an id there). The supervisor, back from the engine,
+    finds no session: it stops the container it got and finishes; the agent goes on."""
+    log, runtime, clock = MemoryLog(), HeldRun(), SystemClock()
+    client = Client(log, clock, "alice")
+    agent = LetGo(log, runtime, clock, agent_config("a1"))
+    agent.finished, agent.let_go = {}, anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(QuotaActor(log, clock).run)
+        await tg.start(SchedulerActor(log, clock).run)
+        await tg.start(agent.run)
+        (sid,) = await client.create(
+            image="fgpu/busybox:latest", slots=Slots(cpu=100, mem=GIB, fgpu=50), command=["true"]
+        )
+        agent.watched = sid
+        done = agent.finished.setdefault(sid, anyio.Event())
+        prov = Provenance("agent:a1", clock.now())
+        with anyio.fail_after(10):
+            await runtime.asked.wait()
+            gone = stamp(SessionErrored, prov, session_id=sid, agent_id="a1", reason="gone")
+            await log.append(subj.agent_session("a1", sid), gone)
+            await agent.let_go.wait()
+            assert sid not in agent.state.sessions and sid in agent.state.ended
+            runtime.go.set()
+            await done.wait()
+        tg.cancel_scope.cancel()
+    assert await runtime.list({}) == []  # what it started is stopped

@@ -117,7 +117,7 @@ async def test_the_past_leaves_the_stream_archived_and_the_two_read_as_one(
     # An actor with the archive rebuilds what it had; one without and no snapshot cannot.
     again = await rebuild(ArchivedLog(log, archive))
     assert again.folded == again.last_seq == await log.last_seq()  # nothing of it missing
-    assert set(again.sessions) == set(full.sessions)
+    assert set(again.sessions) == set(full.sessions) and again.ended == full.ended
     assert live_sessions(again) == live_sessions(full)
     assert again.agents == full.agents
     with pytest.raises(HistoryMissing, match="archived out of the stream"):

@@ -30,7 +30,6 @@ from services.actors.domain_feed import DomainFeedActor
 from services.actors.reader_consumers import ReaderConsumersActor
 from services.adapters.memory_log import MemoryLog
 from services.adapters.system_clock import SystemClock
-from services.domain.fold.cluster import ENDED_STUB
 from services.domain.provenance import Provenance, stamp
 from services.domain.subject_rules import SUBJECT_OF
 from services.testing.memory_domains import MemoryDomainFeed, MemoryReaderConsumers
@@ -137,7 +136,10 @@ async def test_the_feed_lets_go_of_ended_sessions_and_still_places_their_records
         await _fed_through(feed, log, taken)
         tg.cancel_scope.cancel()
     s = actor.state
-    assert len(s.sessions) == 20 and all(v is ENDED_STUB for v in s.sessions.values())
+    assert not s.sessions and len(s.ended) == 20
+    # What it keeps of them: 16-byte digests, by domain.
+    assert list(actor.ended) == ["lab"] and len(actor.ended["lab"]) == 20
+    assert len(actor.ended_requests) == 20
     assert not s.changed and not s.answered
     assert not [k for k in s.subject_seq if k.startswith(subj.request("AKana", ""))]
     lab = [r.seq for r in feed.of("lab")]

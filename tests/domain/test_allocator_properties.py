@@ -248,7 +248,8 @@ def canonical(s: ClusterState, *, with_history_seqs: bool = True) -> dict[str, A
         "queue": list(s.queue),
         "undecided": list(s.undecided),
         "destroys": list(s.destroys),
-        "destroy_answers": dict(s.destroy_answers),
+        "destroy_answers": s.destroy_answers.ids.to_bytes(),
+        "destroys_refused": s.destroy_answers.refused,
         "malformed": dict(s.malformed),
         "fit": (s.fit.largest(), list(s.fit.candidates(1))),
     }

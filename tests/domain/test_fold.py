@@ -61,7 +61,7 @@ def snapshot(s: ClusterState) -> Any:
         list(s.queue),
         list(s.undecided),
         list(s.destroys),
-        dict(s.destroy_answers),
+        s.destroy_answers,
         dict(s.malformed),
     )
 

@@ -2,7 +2,7 @@
 (``services.domain.access.session_access``): the rules tests/e2e/test_exec.py does not reach
 through the bus."""
 
-import dataclasses
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,6 +13,7 @@ from events import (
     RemoveUser,
     RevokeKeypair,
     Role,
+    Slots,
 )
 from services.domain.access.session_access import (
     exec_problem,
@@ -21,14 +22,29 @@ from services.domain.access.session_access import (
     may_not_read,
     may_not_read_kept,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.state import forget_ended
+from services.domain.records import SessionView
 from services.domain.status import SessionStatus
 from tests.support.access_state import tenancy
 
 
 def _with_session(s: ClusterState, status: SessionStatus = SessionStatus.RUNNING) -> ClusterState:
-    s.sessions["s1"] = dataclasses.replace(
-        ENDED_STUB, session_id="s1", owner="AKana", status=status, agent_id="a1", domain="lab"
+    s.sessions["s1"] = SessionView(
+        session_id="s1",
+        owner="AKana",
+        image="",
+        command=(),
+        slots=Slots(),
+        priority=0,
+        name=None,
+        request_id="r1",
+        correlation_id="r1",
+        arrival_seq=1,
+        requested_at=datetime(2026, 1, 1, tzinfo=UTC),
+        status=status,
+        agent_id="a1",
+        domain="lab",
     )
     return s
 
@@ -92,7 +108,9 @@ def test_a_session_not_running_on_the_agent_is_refused_with_its_status() -> None
     )
     s = _with_session(ClusterState())
     assert may_not_exec(s, "AKana", "s1", "a2") == "session s1 is not running on a2 (it is RUNNING)"
-    s.sessions["s1"] = ENDED_STUB
+    s.sessions["s1"].status = SessionStatus.TERMINATED
+    forget_ended(s, ["s1"])  # let go of: only its id is known
+    assert "s1" not in s.sessions
     assert may_not_exec(s, "AKana", "s1", "a1") == "session s1 has ended"
 
 

@@ -21,7 +21,9 @@ from events import (
 )
 from events import subjects as subj
 from services.domain.fold.cluster import ClusterState
+from services.domain.fold.id_set import IdSet
 from services.domain.fold.state import evolve
+from services.domain.status import ENDED
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -141,3 +143,14 @@ class Log:
         self.admit(sid)
         self.schedule(sid)
         self.report(SessionRunning, sid, container_id=f"c-{sid}")
+
+
+def known_ids(s: ClusterState) -> tuple[set[str], bytes]:
+    """The sessions ``s`` holds whole that have not ended, and (as ``IdSet`` bytes) every
+    id it knows ended, whether it let go of the session yet or not: two folds of one log
+    agree on these, wherever each let go."""
+    ended = IdSet.from_bytes(s.ended.to_bytes())
+    for sid, v in s.sessions.items():
+        if v.status in ENDED:
+            ended.add(sid)
+    return {sid for sid, v in s.sessions.items() if v.status not in ENDED}, ended.to_bytes()

@@ -20,7 +20,7 @@ from events import (
     SessionRequested,
     SetPolicy,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.tenancy.admin import key_domain
 from services.domain.tenancy.model import Tenancy
 
@@ -40,7 +40,7 @@ def domains_of(s: ClusterState, e: AnyEvent) -> frozenset[str]:
         # A request names a session it did not make (an id taken already): it is its
         # sender's, not that session's.
         made = not isinstance(e, SessionRequested) or (v is not None and v.request_id == e.id)
-        if v is not None and v is not ENDED_STUB and v.user is not None and made:
+        if v is not None and v.user is not None and made:
             found.add(v.domain)
     for field in _KEYS:
         key = getattr(e, field, None)

@@ -12,7 +12,7 @@ whether or not the servers have cut the key's connections yet.
 from collections.abc import Sequence
 
 from events import Role
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 
 __all__ = [
@@ -74,7 +74,7 @@ def may_not_exec(s: ClusterState, requester: str, session_id: str, agent_id: str
     if (revoked := key_refusal(s, requester)) is not None:
         return revoked
     v = s.sessions.get(session_id)
-    if v is ENDED_STUB:  # an ended session the fold let go of: nothing runs to reach
+    if v is None and session_id in s.ended:  # let go of by the fold: nothing runs to reach
         return f"session {session_id} has ended"
     allowed = v is not None and (
         v.owner == requester or (s.tenancy.on and _administers(s, requester, session_id))

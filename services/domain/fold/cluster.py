@@ -7,7 +7,6 @@ workload). Owned by the fold (``services.domain.fold.state``); everyone else rea
 """
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from events import (
     AdminRequested,
@@ -15,19 +14,18 @@ from events import (
     PolicySet,
     ServeRequested,
     SessionDestroyRequested,
-    Slots,
 )
 from services.domain.fold.fit_index import FitIndex
 from services.domain.fold.group_shares import GroupShares
+from services.domain.fold.id_set import Answers, IdSet
 from services.domain.fold.pending import PendingQueue
 from services.domain.fold.running_index import RunningIndex
 from services.domain.fold.workload import Workload
 from services.domain.records import AgentView, OwnerUsage, SessionView
 from services.domain.serving.state import ServingState
-from services.domain.status import SessionStatus
 from services.domain.tenancy.model import Tenancy
 
-__all__ = ["ENDED_STUB", "ClusterState"]
+__all__ = ["ClusterState"]
 
 
 @dataclass(slots=True)
@@ -62,8 +60,12 @@ class ClusterState:
     queue: PendingQueue = field(default_factory=PendingQueue)  # PENDING, for the scheduler
     running: RunningIndex = field(default_factory=RunningIndex)  # RUNNING, by time limits
     destroys: dict[str, SessionDestroyRequested] = field(default_factory=dict)  # unanswered
-    # destroy request id -> None if carried out, else why it was refused
-    destroy_answers: dict[str, str | None] = field(default_factory=dict)
+    # Destroy requests answered (one stored again is not answered again), and why each
+    # refused one was.
+    destroy_answers: Answers = field(default_factory=Answers)
+    # Sessions that ended and were let go of (``forget_ended``): they are in ``sessions``
+    # no more, and a second request for one of their ids is ignored as before.
+    ended: IdSet = field(default_factory=IdSet)
     # Destroy requests answered since the owner last cleared this (with ``changed``):
     # request id -> the answer's sequence, the request, why it was refused (None: done).
     answered: dict[str, tuple[int, SessionDestroyRequested, str | None]] = field(
@@ -92,21 +94,3 @@ class ClusterState:
     # and not yet folded back from it: while one is, the state holds more than the log
     # up to ``last_seq`` (no snapshot is kept of it).
     unconfirmed: dict[str, None] = field(default_factory=dict)
-
-
-ENDED_STUB = SessionView(
-    session_id="",
-    owner="",
-    image="",
-    command=(),
-    slots=Slots(),
-    priority=0,
-    name=None,
-    request_id="",
-    correlation_id="",
-    arrival_seq=0,
-    requested_at=datetime(1970, 1, 1, tzinfo=UTC),
-    status=SessionStatus.TERMINATED,
-)
-"""Stands in for an ended session the state let go of: the fold never changes it, and a
-second request for its id is still ignored, as it would be with the whole session kept."""

@@ -30,7 +30,7 @@ from events import (
     SessionTerminating,
     SessionUnplaced,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.fold.holdings import (
     allocate,
     count,
@@ -82,7 +82,7 @@ def _was_active(s: ClusterState, v: SessionView, at: datetime) -> None:
 
 
 def _requested(s: ClusterState, seq: int, e: SessionRequested) -> None:
-    if e.session_id in s.sessions:
+    if e.session_id in s.sessions or e.session_id in s.ended:
         return  # a second request for a taken id changes nothing
     v = SessionView(
         session_id=e.session_id,
@@ -221,7 +221,7 @@ def _running(s: ClusterState, seq: int, e: SessionRunning) -> None:
 def _gpu_sampled(s: ClusterState, seq: int, e: GpuUsageSampled) -> None:
     """Active when a kernel was launched since the last sample, or memory is held."""
     v = s.sessions.get(e.session_id)
-    if v is None or v is ENDED_STUB or v.status is not S.RUNNING:
+    if v is None or v.status is not S.RUNNING:
         return
     if e.mem_used > 0 or e.launches > v.launches.get(e.gpu_index, 0):
         _was_active(s, v, e.at)
@@ -230,7 +230,7 @@ def _gpu_sampled(s: ClusterState, seq: int, e: GpuUsageSampled) -> None:
 
 def _cpu_sampled(s: ClusterState, seq: int, e: SessionCpuSampled) -> None:
     v = s.sessions.get(e.session_id)
-    if v is None or v is ENDED_STUB or v.status is not S.RUNNING:
+    if v is None or v.status is not S.RUNNING:
         return
     if e.cpu_ns > v.cpu_ns:
         v.cpu_ns = e.cpu_ns

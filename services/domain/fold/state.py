@@ -35,14 +35,13 @@ from events import (
 )
 from events import subjects as subj
 from services.domain.fold import admin, agents, serving, sessions
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
 from services.domain.fold.sessions import running_at
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView, Transition
 from services.domain.status import ENDED
 from services.domain.subject_rules import SUBJECT_OF, mismatch
 
 __all__ = [
-    "ENDED_STUB",
     "AgentView",
     "ClusterState",
     "GpuView",
@@ -100,7 +99,7 @@ def _confirm(s: ClusterState, seq: int, e: AnyEvent) -> None:
     del s.unconfirmed[e.id]
     sid = getattr(e, "session_id", None)
     v = s.sessions.get(sid) if isinstance(sid, str) else None
-    if v is None or v is ENDED_STUB:
+    if v is None:
         return
     history = v.history
     for i in range(len(history) - 1, -1, -1):
@@ -133,7 +132,7 @@ def _apply(s: ClusterState, seq: int, e: AnyEvent) -> None:
         request = s.destroys.pop(cause, None)
         if request is not None:
             refused = e.reason if isinstance(e, DestroyRejected) else None
-            s.destroy_answers[cause] = refused
+            s.destroy_answers.add(cause, refused)
             s.answered[cause] = (seq, request, refused)
 
 
@@ -167,17 +166,20 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
 
 
 def forget_ended(s: ClusterState, session_ids: Iterable[str]) -> None:
-    """Let go of those of ``session_ids`` that have ended: each becomes ``ENDED_STUB``, and
-    the subjects only it wrote to are forgotten. Memory then follows live sessions, not
-    history; every rule of the fold ignores an ended session either way."""
+    """Let go of those of ``session_ids`` that have ended: each leaves ``sessions`` for
+    ``ended`` (16 bytes), and the subjects only it wrote to are forgotten. Memory then
+    follows live sessions, not history; every rule of the fold ignores an ended session
+    either way, and a second request for its id is still ignored."""
     seqs = s.subject_seq
+    sessions = s.sessions
     for sid in session_ids:
-        v = s.sessions.get(sid)
-        if v is None or v is ENDED_STUB or v.status not in ENDED:
+        v = sessions.get(sid)
+        if v is None or v.status not in ENDED:
             continue
         for subject in own_subjects(v):
             seqs.pop(subject, None)
-        s.sessions[sid] = ENDED_STUB
+        del sessions[sid]
+        s.ended.add(sid)
 
 
 def clear_changes(s: ClusterState) -> None:

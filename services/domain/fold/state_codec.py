@@ -2,20 +2,18 @@
 
 A snapshot holds what can still change: sessions that have not ended, agents, policies,
 quota held (at every level), the queues, unanswered destroy and admin requests, and the
-tenancy. An ended session never changes
-again (every rule of the fold ignores it), so it is left out; its rows live in the
-``sessions`` and ``session_history`` tables. ``ENDED_STUB`` stands in for such a session
-in a restored state, so that a second request for its id is still ignored, as the fold
-does. Two things the fold only writes and never reads (each subject's last sequence, the
-answers to destroy requests) serve the actors, not the projections, and are not kept.
+tenancy. An ended session never changes again (every rule of the fold ignores it), so it
+is left out; its rows live in the ``sessions`` and ``session_history`` tables. Its id
+goes to the restored state's ``ended`` set, so that a second request for it is still
+ignored, as the fold does. Two things the fold only writes and never reads (each
+subject's last sequence, the answers to destroy requests) serve the actors, not the
+projections, and are not kept.
 
 Encoding is deterministic (sets and unordered keys are sorted), so a projection built batch by batch
 and one rebuilt in one go store the same bytes.
 """
 
 from datetime import datetime
-from functools import partial
-from operator import is_not
 
 import msgspec
 
@@ -31,7 +29,8 @@ from events import (
     SessionDestroyRequested,
     Slots,
 )
-from services.domain.fold.cluster import ENDED_STUB, ClusterState
+from services.domain.fold.cluster import ClusterState
+from services.domain.fold.id_set import Answers, IdSet
 from services.domain.fold.state import own_subjects, running_at
 from services.domain.fold.workload import Shape, Workload
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView
@@ -40,7 +39,6 @@ from services.domain.status import ENDED, SessionStatus
 from services.domain.tenancy.model import Keypair, Tenancy, User, Vfolder
 
 __all__ = [
-    "ENDED_STUB",
     "FOLD_VERSION",
     "SnapshotUndecodable",
     "SnapshotUnusable",
@@ -48,7 +46,6 @@ __all__ = [
     "decode_state",
     "encode_actor_state",
     "encode_state",
-    "is_stub",
     "live_sessions",
     "snapshot_seq",
 ]
@@ -59,8 +56,9 @@ __all__ = [
 # groups; 4: agents' image details and registry, sessions' pull progress, domains' image
 # allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts);
 # 6: the storage hosts agents mount and admitted sessions need; 7: resource presets;
-# 8: serving (endpoints, replicas, serve requests; an inference session's address)
-FOLD_VERSION = 8
+# 8: serving (endpoints, replicas, serve requests; an inference session's address);
+# 9: ended sessions and answered destroy requests as ``IdSet`` digests
+FOLD_VERSION = 9
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -191,16 +189,9 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_Snapshot)
 
 
-def is_stub(v: SessionView) -> bool:
-    return v is ENDED_STUB
-
-
 def live_sessions(s: ClusterState) -> list[SessionView]:
     """Sessions that have not ended, in arrival order."""
-    # Stubs, most of a long log's sessions, are skipped by identity in C (``filter``): the
-    # status test then runs only on the few hundred others.
-    others = filter(partial(is_not, ENDED_STUB), s.sessions.values())
-    live = [v for v in others if v.status not in ENDED]
+    live = [v for v in s.sessions.values() if v.status not in ENDED]
     live.sort(key=lambda v: v.arrival_seq)
     return live
 
@@ -237,14 +228,14 @@ def _workload(w: Workload) -> tuple[list[Shape], int, list[tuple[Shape, int]], i
     return recent, admitted, list(typical), version
 
 
-def decode_state(data: bytes, ended: list[str] | None = None) -> ClusterState:
-    """The state ``encode_state`` saved, with ``ENDED_STUB`` for each id in ``ended``.
+def decode_state(data: bytes, ended: IdSet | None = None) -> ClusterState:
+    """The state ``encode_state`` saved, with ``ended`` as the ids of the sessions that
+    ended and were let go of.
 
     Raises msgspec.DecodeError or msgspec.ValidationError if ``data`` is not a snapshot.
     """
     snap = _decoder.decode(data)
-    # Ended ids are most of a long log's sessions (~140k at 1M events): made in C.
-    s = ClusterState(last_seq=snap.last_seq, sessions=dict.fromkeys(ended or (), ENDED_STUB))
+    s = ClusterState(last_seq=snap.last_seq, ended=IdSet() if ended is None else ended)
     for v in snap.sessions:
         s.sessions[v.session_id] = v
     for snap_agent in snap.agents:
@@ -289,18 +280,29 @@ class _ActorSnapshot(msgspec.Struct, array_like=True, frozen=True):
     """What an actor starts from: the projections' snapshot, and what the fold writes for
     the actors alone: each subject's last sequence (every optimistic-concurrency append
     expects it), the answers to destroy requests, and the ids of ended sessions (a second
-    request with such an id is ignored, as the full fold ignores it)."""
+    request with such an id is ignored, as the full fold ignores it). The ids are
+    ``IdSet`` bytes: no string per id to decode, whatever the history's length."""
 
     version: int
     log: str  # the identity of the log it was folded from
     folded: int  # records folded into it (ClusterState.folded)
     state: bytes
     subject_seq: dict[str, int]
-    destroy_answers: dict[str, str | None]
-    ended: list[str]
+    destroys_answered: bytes  # IdSet
+    destroys_refused: dict[str, str]
+    ended: bytes  # IdSet
 
 
 _actor_decoder = msgspec.msgpack.Decoder(_ActorSnapshot)
+
+
+class _Version(msgspec.Struct, array_like=True, frozen=True):
+    """The first field of ``_ActorSnapshot`` alone, whatever the rest of that version."""
+
+    version: int
+
+
+_version_decoder = msgspec.msgpack.Decoder(_Version)
 
 
 def encode_actor_state(s: ClusterState, log: str) -> bytes:
@@ -310,13 +312,13 @@ def encode_actor_state(s: ClusterState, log: str) -> bytes:
     ``s`` must hold nothing the log does not (``s.unconfirmed`` empty)."""
     if s.unconfirmed:
         raise ValueError("a state holding decisions the log does not have yet")
-    ended: list[str] = []
+    ended = s.ended
     subject_seq = s.subject_seq
     for sid, v in s.sessions.items():
-        if v is ENDED_STUB:
-            ended.append(sid)
-        elif v.status in ENDED:
-            ended.append(sid)
+        if v.status in ENDED:
+            if ended is s.ended:
+                ended = IdSet.from_bytes(s.ended.to_bytes())
+            ended.add(sid)
             if subject_seq is s.subject_seq:
                 subject_seq = dict(subject_seq)
             for subject in own_subjects(v):
@@ -328,8 +330,9 @@ def encode_actor_state(s: ClusterState, log: str) -> bytes:
             folded=s.folded,
             state=encode_state(s),
             subject_seq=subject_seq,
-            destroy_answers=s.destroy_answers,
-            ended=ended,
+            destroys_answered=s.destroy_answers.ids.to_bytes(),
+            destroys_refused=s.destroy_answers.refused,
+            ended=ended.to_bytes(),
         )
     )
 
@@ -347,11 +350,12 @@ def _usable(data: bytes, log: str) -> _ActorSnapshot:
     """The actor snapshot in ``data``, if it is one of the log ``log`` by this version of
     the fold; else SnapshotUnusable."""
     try:
+        version = _version_decoder.decode(data).version
+        if version != FOLD_VERSION:  # its other fields may be of another shape
+            raise SnapshotUnusable(f"of fold version {version}, this one is {FOLD_VERSION}")
         snap = _actor_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise SnapshotUndecodable(f"not a snapshot: {e}") from None
-    if snap.version != FOLD_VERSION:
-        raise SnapshotUnusable(f"of fold version {snap.version}, this one is {FOLD_VERSION}")
     if snap.log != log:
         raise SnapshotUnusable(f"of another log ({snap.log}, this one is {log})")
     return snap
@@ -366,12 +370,13 @@ def decode_actor_state(data: bytes, log: str) -> ClusterState:
     """
     snap = _usable(data, log)
     try:
-        s = decode_state(snap.state, snap.ended)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        s = decode_state(snap.state, IdSet.from_bytes(snap.ended))
+        answered = IdSet.from_bytes(snap.destroys_answered)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
         raise SnapshotUndecodable(f"not a snapshot: {e}") from None
     s.folded = snap.folded
     s.subject_seq = dict(snap.subject_seq)
-    s.destroy_answers = dict(snap.destroy_answers)
+    s.destroy_answers = Answers(answered, dict(snap.destroys_refused))
     s.changed = dict.fromkeys(v.session_id for v in live_sessions(s))
     s.changed_agents = dict.fromkeys(s.agents)
     return s

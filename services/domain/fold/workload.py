@@ -42,26 +42,29 @@ class Workload:
     changes exactly when ``typical`` does.
     """
 
-    __slots__ = ("_counts", "_recent", "admitted", "typical", "version")
+    __slots__ = ("_canon", "_counts", "_recent", "admitted", "typical", "version")
 
     def __init__(self) -> None:
         self._recent: deque[Shape] = deque()
         self._counts: dict[Shape, int] = {}
+        # One object per distinct shape in the window: the window holds references to
+        # these, 8 bytes an admission, not a tuple of its own each (a few kinds of request
+        # fill the whole window).
+        self._canon: dict[Shape, Shape] = {}
         self.admitted = 0
         self.typical: tuple[tuple[Shape, int], ...] = ()
         self.version = 0
 
     def note(self, shape: Shape) -> None:
         """One more request admitted."""
-        self._recent.append(shape)
-        self._counts[shape] = self._counts.get(shape, 0) + 1
+        self._add(shape)
         if len(self._recent) > WINDOW:
             gone = self._recent.popleft()
             left = self._counts[gone] - 1
             if left:
                 self._counts[gone] = left
             else:
-                del self._counts[gone]
+                del self._counts[gone], self._canon[gone]
         self.admitted += 1
         n = self.admitted
         if (n >= _FIRST_REFRESH and n & (n - 1) == 0 and n <= WINDOW) or (
@@ -83,11 +86,15 @@ class Workload:
         version: int,
     ) -> "Workload":
         w = cls()
-        w._recent = deque(recent)
         for shape in recent:
-            w._counts[shape] = w._counts.get(shape, 0) + 1
+            w._add(shape)
         w.admitted, w.typical, w.version = admitted, typical, version
         return w
+
+    def _add(self, shape: Shape) -> None:
+        shape = self._canon.setdefault(shape, shape)
+        self._recent.append(shape)
+        self._counts[shape] = self._counts.get(shape, 0) + 1
 
     def _renew(self) -> None:
         demand = sorted(

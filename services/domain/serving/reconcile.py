@@ -22,7 +22,7 @@ log's dedupe or by the fold).
 """
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from events import (
@@ -71,22 +71,30 @@ def destroy_id(session_id: str) -> str:
 def reconcile(
     serving: ServingState,
     sessions: Mapping[str, SessionView],
-    destroys_asked: Mapping[str, object],
+    destroys_asked: Container[str],
     prov: Provenance,
+    ended: Container[str] = (),
 ) -> list[Item]:
-    """The events that move every endpoint toward its targets (see the module)."""
+    """The events that move every endpoint toward its targets (see the module);
+    ``ended``: the ids of sessions that ended and are in ``sessions`` no more."""
     out: list[Item] = []
     for ep in list(serving.endpoints.values()):
         for r in list(ep.replicas.values()):
             v = sessions.get(r.session_id)
+            if v is None and r.session_id in ended:
+                out += [*_out(ep, r, prov), _changed(ep, r, P.GONE, prov, reason=_LET_GO)]
+                continue
             if v is not None and v.status not in ENDED and warmup_over(serving, ep, r):
                 out += _late(ep, r, prov)
                 continue
             held = r.phase is P.DRAINING and not grace_over(serving, ep, r)
             out += _observe(ep, r, v, destroys_asked, prov, held=held)
         out += _surplus(ep, prov)
-        out += _missing(ep, sessions, prov)
+        out += _missing(ep, sessions, ended, prov)
     return out
+
+
+_LET_GO = "its session ended"
 
 
 def _record(
@@ -128,7 +136,7 @@ def _observe(
     ep: EndpointView,
     r: ReplicaView,
     v: SessionView | None,
-    destroys_asked: Mapping[str, object],
+    destroys_asked: Container[str],
     prov: Provenance,
     *,
     held: bool = False,
@@ -208,7 +216,12 @@ def _surplus(ep: EndpointView, prov: Provenance) -> list[Item]:
     return out
 
 
-def _missing(ep: EndpointView, sessions: Mapping[str, SessionView], prov: Provenance) -> list[Item]:
+def _missing(
+    ep: EndpointView,
+    sessions: Mapping[str, SessionView],
+    ended: Container[str],
+    prov: Provenance,
+) -> list[Item]:
     """A new replica for each wanted slot no live replica fills (not a stalled one)."""
     filled = {(r.revision, r.ordinal) for r in live_replicas(ep)}
     out: list[Item] = []
@@ -218,7 +231,7 @@ def _missing(ep: EndpointView, sessions: Mapping[str, SessionView], prov: Proven
             continue
         generation = ep.next_generation.get(key, 0)
         sid = replica_session_id(ep, revision, ordinal, generation)
-        if sid in sessions:  # asked for already: its replica record is on its way
+        if sid in sessions or sid in ended:  # asked for already: its record is on its way
             continue
         out += _request(ep, revision, ordinal, generation, sid, prov)
     return out
