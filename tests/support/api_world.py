@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,11 @@ RUNNING = ("ualice5r", "ubob8t", "ueve6u")  # each has a session running
 SERVING = ("ualice5r", "ueve6u")  # each has an endpoint with a replica running
 
 
+def _client() -> httpx.Client:
+    """A client that keeps no cookie: each request goes as a client of its own sends it."""
+    return httpx.Client(timeout=30, cookies=CookieJar(DefaultCookiePolicy(allowed_domains=())))
+
+
 @dataclass
 class World:
     api: str
@@ -96,14 +102,15 @@ class World:
     tokens: dict[str, str] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)  # user -> a pipeline run of theirs
     endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # user -> id, name
+    # One client for every request of the world: a client made per request builds a TLS
+    # context each time (most of a request's cost here), for plain HTTP.
+    http: httpx.Client = field(default_factory=_client)
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
             key, secret = self.keys[who]
-            r = httpx.post(
-                f"{self.api}/v1/auth/token",
-                json={"access_key": key, "secret_key": secret},
-                timeout=30,
+            r = self.http.post(
+                f"{self.api}/v1/auth/token", json={"access_key": key, "secret_key": secret}
             )
             assert r.status_code == 200, r.text
             self.tokens[who] = r.json()["token"]
@@ -113,7 +120,7 @@ class World:
         return {"Authorization": f"Bearer {self.token(who)}"}
 
     def get(self, who: str, path: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"{self.api}{path}", params=params, headers=self.headers(who), timeout=30)
+        return self.http.get(f"{self.api}{path}", params=params, headers=self.headers(who))
 
     def ok(self, who: str, path: str, **params: Any) -> Any:
         r = self.get(who, path, **params)
@@ -276,11 +283,10 @@ def _upload(w: World) -> None:
     """A file into each folder, by its owner (carol: her project's)."""
     for user, folder in w.folders.items():
         path = f"docs/r{folder}.txt"
-        r = httpx.put(
+        r = w.http.put(
             f"{w.api}/v1/vfolders/{folder}/files/{path}",
             content=f"what {user} keeps".encode(),
             headers=w.headers(user),
-            timeout=30,
         )
         assert r.status_code == 200, r.text
         w.files[folder] = path
@@ -313,4 +319,5 @@ def world(tmp: Path) -> Iterator[World]:
                 _caught_up(w)
                 yield w
         finally:
+            w.http.close()
             running.cancel()
