@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from tests.support.api_stack import read_api
 from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.plain_http import cookieless
 
 __all__ = ["DOMAINS", "PEOPLE", "ROOT", "World", "world"]
 
@@ -83,11 +83,6 @@ RUNNING = ("ualice5r", "ubob8t", "ueve6u")  # each has a session running
 SERVING = ("ualice5r", "ueve6u")  # each has an endpoint with a replica running
 
 
-def _client() -> httpx.Client:
-    """A client that keeps no cookie: each request goes as a client of its own sends it."""
-    return httpx.Client(timeout=30, cookies=CookieJar(DefaultCookiePolicy(allowed_domains=())))
-
-
 @dataclass
 class World:
     api: str
@@ -102,9 +97,7 @@ class World:
     tokens: dict[str, str] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)  # user -> a pipeline run of theirs
     endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # user -> id, name
-    # One client for every request of the world: a client made per request builds a TLS
-    # context each time (most of a request's cost here), for plain HTTP.
-    http: httpx.Client = field(default_factory=_client)
+    http: httpx.Client = field(default_factory=cookieless)  # every request's (plain_http)
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
