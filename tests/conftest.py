@@ -23,6 +23,18 @@ def fgpu_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ["FGPU_HOME"] = before
 
 
+@pytest.fixture(scope="session", autouse=True)
+def piped_width() -> Iterator[None]:
+    """The CLI's piped output at its own width (``out()``: 160 columns, so ids stay whole),
+    here and in the commands tests start: pytest-xdist gives its workers COLUMNS=80 and
+    LINES=24, and a shell may export them too."""
+    patch = pytest.MonkeyPatch()
+    patch.delenv("COLUMNS", raising=False)
+    patch.delenv("LINES", raising=False)
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def same_umask() -> Iterator[None]:
     """Each test starts with the run's umask: a daemon's command run in the test's process

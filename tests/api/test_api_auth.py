@@ -41,6 +41,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from tests.support.api_stack import read_api
 from tests.support.cluster import agent_config, running_cluster
+from tests.support.plain_http import cookieless
 
 IMAGE = "fgpu/busybox:latest"
 SIGNER = TokenSigner(b"k" * 32)
@@ -66,11 +67,12 @@ class Tenants:
     schedule: str = ""  # a schedule of alice's
     nats: str = ""
     tokens: dict[str, str] = field(default_factory=dict)
+    http: httpx.Client = field(default_factory=cookieless)  # every request's (plain_http)
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
             key, secret = self.keys[who]
-            r = httpx.post(
+            r = self.http.post(
                 f"{self.api}/v1/auth/token", json={"access_key": key, "secret_key": secret}
             )
             assert r.status_code == 200, r.text
@@ -79,7 +81,7 @@ class Tenants:
 
     def get(self, who: str | None, path: str, **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(who)}"} if who else {}
-        return httpx.get(f"{self.api}{path}", params=params, headers=headers, timeout=10)
+        return self.http.get(f"{self.api}{path}", params=params, headers=headers, timeout=10)
 
     def ok(self, who: str, path: str, **params: Any) -> Any:
         r = self.get(who, path, **params)
@@ -169,6 +171,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
                 t.keys["root"] = (t.root.access_key, t.root.secret)
                 yield t
         finally:
+            t.http.close()
             running.cancel()
 
 
@@ -221,7 +224,7 @@ def test_every_read_is_refused_without_a_live_token(tenants: Tenants) -> None:
         url = f"{tenants.api}{path.format(sid=sid, rid=tenants.run)}"
         for token in (None, "nonsense", expired, forged):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
-            r = httpx.get(url, headers=headers, timeout=10)
+            r = tenants.http.get(url, headers=headers, timeout=10)
             assert r.status_code == 401, (path, token, r.text)
             assert r.headers["www-authenticate"] == "Bearer"
             assert sid not in r.text

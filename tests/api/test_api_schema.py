@@ -126,7 +126,7 @@ TOKENS = st.one_of(_HEADER_BYTES, _SHAPED, _LONG).filter(bool)
 
 
 def _routes(w: World) -> list[tuple[str, str]]:
-    spec = httpx.get(f"{w.api}/openapi.json", timeout=10).json()
+    spec = w.http.get(f"{w.api}/openapi.json").json()
     found = []
     for route, ops in spec["paths"].items():
         for method in ops:
@@ -179,9 +179,7 @@ BAD: list[tuple[str, dict[str, Any], dict[str, bytes]]] = [
 def test_a_bad_value_gets_a_4xx_with_its_reason(
     w: World, path: str, params: dict[str, Any], headers: dict[str, bytes]
 ) -> None:
-    r = httpx.get(
-        f"{w.api}{path}", params=params, headers={**w.headers(USER), **headers}, timeout=30
-    )
+    r = w.http.get(f"{w.api}{path}", params=params, headers={**w.headers(USER), **headers})
     assert 400 <= r.status_code < 500, r.text
     assert r.json()["detail"]
 
@@ -210,7 +208,7 @@ def test_a_bad_folder_request_gets_a_4xx(
 ) -> None:
     folder = w.folders[USER]
     url = f"{w.api}/v1/vfolders/{folder}/{path.format(file=w.files[folder])}"
-    r = httpx.request(method, url, params=params, headers=w.headers(USER), content=b"x")
+    r = w.http.request(method, url, params=params, headers=w.headers(USER), content=b"x")
     if not 400 <= r.status_code < 500 or not r.json()["detail"]:
         # No traceback: after hypothesis' runs, pytest's parse of this file to show one
         # has failed on CPython 3.11 (SystemError: AST constructor recursion depth).

@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pyarrow.parquet as pq
 import pytest
 
@@ -74,7 +73,7 @@ def _calls(w: World) -> Iterator[Call]:
     """Every GET route of the schema: once with each choice of its required values, then
     with each value of each optional parameter besides."""
     values = _values(w)
-    spec = httpx.get(f"{w.api}/openapi.json", timeout=10).json()
+    spec = w.http.get(f"{w.api}/openapi.json").json()
     for route, ops in sorted(spec["paths"].items()):
         op = ops.get("get")
         if op is None or route in UNCALLED:
@@ -101,7 +100,7 @@ def _read(w: World, who: str, route: str, path: dict[str, str], query: dict[str,
     headers = w.headers(who)
     if route == "/v1/events/stream":
         return _streamed(w, who, url, query, headers)
-    r = httpx.get(url, params=query, headers=headers, timeout=30)
+    r = w.http.get(url, params=query, headers=headers)
     assert r.status_code < 500, (who, route, path, query, r.text)
     if r.headers.get("content-type", "").startswith("application/vnd.apache.parquet"):
         return json.dumps(pq.read_table(io.BytesIO(r.content)).to_pylist(), default=str)
@@ -113,7 +112,7 @@ def _streamed(w: World, who: str, url: str, query: dict[str, str], headers: dict
     assert seen, f"{who} reads no event: the stream would show nothing"
     lines: list[str] = []
     deadline = time.monotonic() + 60  # keep-alives would keep a stream that never gets there
-    with httpx.stream("GET", url, params=query, headers=headers, timeout=30) as r:
+    with w.http.stream("GET", url, params=query, headers=headers) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             lines.append(line)
@@ -181,7 +180,7 @@ def test_the_superadmin_reads_every_identifier(w: World) -> None:
 
 
 def test_every_route_is_called(w: World) -> None:
-    spec = httpx.get(f"{w.api}/openapi.json", timeout=10).json()
+    spec = w.http.get(f"{w.api}/openapi.json").json()
     gets = {route for route, ops in spec["paths"].items() if "get" in ops}
     called = {route for route, *_ in _calls(w)}
     assert gets - called == set(UNCALLED)

@@ -39,27 +39,43 @@ def until(check: Callable[[], T | None], what: str, deadline_s: float = DEADLINE
     raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
-def _haproxy_pids() -> set[int]:
-    pids = set()
+def _haproxy_pids(under: int | None = None) -> set[int]:
+    """The running haproxy processes; with ``under``, only that process's descendants
+    (other tests, on another worker or another stack, run haproxies of their own)."""
+    parents = {}
     for d in Path("/proc").iterdir():
         try:
-            if d.name.isdigit() and (d / "comm").read_text().strip() == "haproxy":
-                pids.add(int(d.name))
-        except OSError:
+            if d.name.isdigit():
+                stat = (d / "stat").read_text()
+                # comm may hold spaces: the fields after its closing parenthesis are fixed
+                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                parents[int(d.name)] = (comm, int(stat[stat.rindex(")") + 2 :].split()[1]))
+        except (OSError, ValueError):
             continue
-    return pids
+    pids = {pid for pid, (comm, _) in parents.items() if comm == "haproxy"}
+    if under is None:
+        return pids
+    return {pid for pid in pids if _descends(pid, under, parents)}
+
+
+def _descends(pid: int, ancestor: int, parents: dict[int, tuple[str, int]]) -> bool:
+    while pid in parents and pid > 1:
+        pid = parents[pid][1]
+        if pid == ancestor:
+            return True
+    return False
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
     require_docker()
     require_haproxy()
-    before = _haproxy_pids()
     home = tmp_path_factory.mktemp("serve-proxy")
     with fgpu_up(home, users=("alice", "bob")) as stack:
         up = json.loads((home / "up.json").read_text())
         assert up["serve_url"].startswith("http://127.0.0.1:")
-        ours = _haproxy_pids() - before
+        assert stack.process is not None
+        ours = _haproxy_pids(under=stack.process.pid)
         assert ours, "fgpu up started no haproxy"
         yield stack, up["serve_url"]
     assert not (_haproxy_pids() & ours), "fgpu up left its haproxy running"

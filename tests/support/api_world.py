@@ -57,6 +57,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.status import SessionStatus
 from tests.support.api_stack import read_api
 from tests.support.cluster import GIB, agent_config, running_cluster
+from tests.support.plain_http import cookieless
 
 __all__ = ["DOMAINS", "PEOPLE", "ROOT", "World", "world"]
 
@@ -96,14 +97,13 @@ class World:
     tokens: dict[str, str] = field(default_factory=dict)
     runs: dict[str, str] = field(default_factory=dict)  # user -> a pipeline run of theirs
     endpoints: dict[str, tuple[str, str]] = field(default_factory=dict)  # user -> id, name
+    http: httpx.Client = field(default_factory=cookieless)  # every request's (plain_http)
 
     def token(self, who: str) -> str:
         if who not in self.tokens:
             key, secret = self.keys[who]
-            r = httpx.post(
-                f"{self.api}/v1/auth/token",
-                json={"access_key": key, "secret_key": secret},
-                timeout=30,
+            r = self.http.post(
+                f"{self.api}/v1/auth/token", json={"access_key": key, "secret_key": secret}
             )
             assert r.status_code == 200, r.text
             self.tokens[who] = r.json()["token"]
@@ -113,7 +113,7 @@ class World:
         return {"Authorization": f"Bearer {self.token(who)}"}
 
     def get(self, who: str, path: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"{self.api}{path}", params=params, headers=self.headers(who), timeout=30)
+        return self.http.get(f"{self.api}{path}", params=params, headers=self.headers(who))
 
     def ok(self, who: str, path: str, **params: Any) -> Any:
         r = self.get(who, path, **params)
@@ -276,11 +276,10 @@ def _upload(w: World) -> None:
     """A file into each folder, by its owner (carol: her project's)."""
     for user, folder in w.folders.items():
         path = f"docs/r{folder}.txt"
-        r = httpx.put(
+        r = w.http.put(
             f"{w.api}/v1/vfolders/{folder}/files/{path}",
             content=f"what {user} keeps".encode(),
             headers=w.headers(user),
-            timeout=30,
         )
         assert r.status_code == 200, r.text
         w.files[folder] = path
@@ -313,4 +312,5 @@ def world(tmp: Path) -> Iterator[World]:
                 _caught_up(w)
                 yield w
         finally:
+            w.http.close()
             running.cancel()
