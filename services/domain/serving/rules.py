@@ -257,29 +257,7 @@ def decide(s: ServingState, t: Tenancy, r: ServeRequested, prov: Provenance) -> 
     c = r.command
     who = r.requester
     if isinstance(c, CreateEndpoint):
-        domain, project = _home(t, who, c.project)
-        return [
-            stamp(
-                EndpointCreated,
-                prov,
-                endpoint_id=c.endpoint_id,
-                name=c.name,
-                owner=who,
-                domain=domain,
-                project=project or DEFAULT,
-                group=c.group or DEFAULT_GROUP,
-                public=c.public,
-            ),
-            stamp(
-                RevisionAdded,
-                prov,
-                endpoint_id=c.endpoint_id,
-                revision=1,
-                spec=c.revision,
-                requester=who,
-            ),
-            _targets(prov, c.endpoint_id, who, 1, c.replicas),
-        ]
+        return _created(t, who, c, prov)
     ep = s.endpoints[c.endpoint_id]
     match c:
         case AddRevision():
@@ -333,6 +311,33 @@ def decide(s: ServingState, t: Tenancy, r: ServeRequested, prov: Provenance) -> 
                 )
             ]
     raise AssertionError(f"no decision for {type(c).__name__}")
+
+
+def _created(t: Tenancy, who: str, c: CreateEndpoint, prov: Provenance) -> list[AnyEvent]:
+    """An endpoint, its first revision and its targets."""
+    domain, project = _home(t, who, c.project)
+    return [
+        stamp(
+            EndpointCreated,
+            prov,
+            endpoint_id=c.endpoint_id,
+            name=c.name,
+            owner=who,
+            domain=domain,
+            project=project or DEFAULT,
+            group=c.group or DEFAULT_GROUP,
+            public=c.public,
+        ),
+        stamp(
+            RevisionAdded,
+            prov,
+            endpoint_id=c.endpoint_id,
+            revision=1,
+            spec=c.revision,
+            requester=who,
+        ),
+        _targets(prov, c.endpoint_id, who, 1, c.replicas),
+    ]
 
 
 def _targets(
