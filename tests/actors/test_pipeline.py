@@ -140,7 +140,9 @@ async def test_stopped_between_a_tasks_end_and_its_dependents_nothing_is_lost_or
                 log, lambda s: run_id in s.runs and s.runs[run_id].tasks["a"].session_id is not None
             )
         sid = s.runs[run_id].tasks["a"].session_id
-        s = await until(log, lambda s: s.runs[run_id].tasks["a"].session_end is not None)
+        s = await until(
+            log, lambda s: run_id in s.runs and s.runs[run_id].tasks["a"].session_end is not None
+        )
         assert statuses(s.runs[run_id]) == {"a": "requested", "b": "waiting", "c": "waiting"}
         async with actor(log):
             s = await until(log, ended(run_id))
@@ -213,7 +215,8 @@ async def test_each_attempt_is_asked_for_once_up_to_max_attempts(log: JetStreamL
         await until(
             log,
             lambda s: (
-                s.runs[run_id].tasks["x"].attempt == 2
+                run_id in s.runs
+                and s.runs[run_id].tasks["x"].attempt == 2
                 and s.runs[run_id].tasks["x"].status == "retry"
             ),
         )
@@ -320,7 +323,9 @@ async def test_rerun_from_a_task_runs_it_and_what_follows_again(log: JetStreamLo
         )
         await until(log, ended(run_id))
         await alice.pipeline_rerun(run_id, "b")
-        s = await until(log, lambda s: s.runs[run_id].round == 1 and s.runs[run_id].ended)
+        s = await until(
+            log, lambda s: run_id in s.runs and s.runs[run_id].round == 1 and s.runs[run_id].ended
+        )
     assert s.runs[run_id].status == "succeeded"
     tasks, _ = await asked(log, run_id)
     assert tasks == {("a", 0, 1): 1, ("b", 0, 1): 1, ("c", 0, 1): 1, ("b", 1, 1): 1, ("c", 1, 1): 1}

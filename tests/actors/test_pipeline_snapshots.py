@@ -71,7 +71,9 @@ async def test_restarted_from_a_snapshot_between_a_tasks_end_and_its_dependents(
                 lambda s: run_id in s.runs and s.runs[run_id].tasks["a"].status == "requested",
             )
         assert statuses(snap.runs[run_id]) == {"a": "requested", "b": "waiting", "c": "waiting"}
-        s = await until(log, lambda s: s.runs[run_id].tasks["a"].session_end is not None)
+        s = await until(
+            log, lambda s: run_id in s.runs and s.runs[run_id].tasks["a"].session_end is not None
+        )
         second = kept(store)
         async with actor(log, snapshots=second):
             s = await until(log, ended(run_id))

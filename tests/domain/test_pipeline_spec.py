@@ -8,7 +8,7 @@ from events import GroupSettings, PipelineTask, ResourcePolicy, Slots
 from services.domain.pipelines.check import check_text, run_problems
 from services.domain.pipelines.dag import descendants, find_cycle, graph_problems
 from services.domain.pipelines.document import document_schema
-from services.domain.pipelines.limits import Limits
+from services.domain.pipelines.limits import Limits, groups_seen
 
 GOOD = """
 version: 1
@@ -193,6 +193,28 @@ def test_a_group_closed_to_the_project_is_refused() -> None:
     assert run_problems(spec, "alice", limits) == [
         "tasks.train: no resource group gpu open to project d/p"
     ]
+
+
+def test_the_limits_show_a_project_only_the_groups_it_may_see_and_judge_alike() -> None:
+    """The read API hands these to the user: a group closed to the project, and the other
+    projects a group is open to, are not the user's to learn; the verdicts stay the same."""
+    groups = {
+        "default": GroupSettings(projects=("d/other",)),
+        "open": GroupSettings(),
+        "ours": GroupSettings(projects=("d/p", "e/theirs")),
+        "theirs": GroupSettings(projects=("e/theirs",)),
+    }
+    seen = groups_seen(groups, "d/p")
+    assert seen == {
+        "default": GroupSettings(projects=()),
+        "open": GroupSettings(),
+        "ours": GroupSettings(projects=("d/p",)),
+    }
+    for group in (*groups, "none"):
+        spec, _ = check_text(GOOD.replace("timeout: 1h", f"timeout: 1h\n    group: {group}"), "a")
+        assert spec is not None
+        full, shown = Limits(project="d/p", groups=groups), Limits(project="d/p", groups=seen)
+        assert run_problems(spec, "a", shown) == run_problems(spec, "a", full), group
 
 
 def test_the_schema_is_published() -> None:

@@ -6,6 +6,8 @@ when its turn comes, stays the quota actor's (rights may change while a run goes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from events import GroupSettings, PipelineSpec, PipelineTask, PolicyLevel, ResourcePolicy, Slots
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.validation import invalid_request
@@ -15,7 +17,7 @@ from services.domain.scheduling.quota import keypair_policy
 from services.domain.tenancy.admin import DEFAULT, project_key
 from services.domain.tenancy.groups import DEFAULT_GROUP, admission_problem
 
-__all__ = ["Limits", "limits_of", "spec_problems"]
+__all__ = ["Limits", "groups_seen", "limits_of", "spec_problems"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,30 @@ def limits_of(s: ClusterState, owner: str, project: str | None) -> Limits:
         ]
     levels.insert(0, ("keypair policy", keypair_policy(s, owner)))
     levels.append((f"project policy ({chosen})", t.policies.get((PolicyLevel.PROJECT, chosen))))
+    groups = groups_seen(t.groups, chosen)
+    # Agents of the groups open to the project only (the default group has no settings
+    # until given some: open).
+    open_ = {n for n, g in groups.items() if g.projects != ()}
+    if DEFAULT_GROUP not in groups:
+        open_.add(DEFAULT_GROUP)
     agents: dict[str, list[Slots]] = {}
     for a in s.agents.values():
-        if not a.lost:
+        if not a.lost and a.group in open_:
             agents.setdefault(a.group, []).append(a.capacity)
-    return Limits(chosen, levels, dict(t.groups), agents)
+    return Limits(chosen, levels, groups, agents)
+
+
+def groups_seen(groups: Mapping[str, GroupSettings], project: str) -> dict[str, GroupSettings]:
+    """The groups as ``project`` may know them (``visibility.sees_group``): a group closed
+    to it is left out (judged as one that does not exist, in the same words), and one
+    open to a list of projects shows only this one. The default group stays, closed to
+    every project where it is closed to this one (absent, it would read as open)."""
+    seen: dict[str, GroupSettings] = {}
+    for name, g in groups.items():
+        if g.projects is None:
+            seen[name] = g
+        elif project in g.projects:
+            seen[name] = msgspec.structs.replace(g, projects=(project,))
+        elif name == DEFAULT_GROUP:
+            seen[name] = msgspec.structs.replace(g, projects=())
+    return seen
