@@ -16,6 +16,8 @@ import pytest
 from gpu_shim import open_region
 from tests.support.shim_kit import FakeDevice, Kit, read_line, running
 
+pytestmark = pytest.mark.solo  # shares of the machine's time: alone (scripts/test)
+
 KERNEL_NS = 3_000_000
 RUN_S = 3.0
 WINDOW = (0.3, 2.5)  # seconds after both containers started

@@ -16,11 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import pytest
+
 from gpu_shim import open_region
 from gpu_shim.pace import PaceFile, pace_path
 from services.adapters.gpu_pacer import GpuPacer, PacedContainer
 from services.domain.gpu_pacing import Counters
 from tests.support.shim_kit import FakeDevice, Kit, read_line, running
+
+pytestmark = pytest.mark.solo  # shares of the machine's time: alone (scripts/test)
 
 KERNEL_NS = 2_000_000
 SWITCH_NS = 400_000
