@@ -34,7 +34,7 @@ function shares(ep) {
 function replicaCount(ep) {
   const serving = ep.replicas.filter((r) => r.in_rotation && r.phase === "healthy").length;
   const wanted = ep.targets.reduce((n, t) => n + t.replicas, 0);
-  return `${serving} serving of ${wanted} wanted (${ep.replicas.length} running)`;
+  return `${serving} serving of ${wanted} wanted (${ep.replicas.length} replicas in all)`;
 }
 
 function autoscale(rule) {
