@@ -18,6 +18,7 @@ ASSETS = {
     "console.css": "text/css; charset=utf-8",
     "pipelines.js": "text/javascript; charset=utf-8",
     "endpoints.js": "text/javascript; charset=utf-8",
+    "read.js": "text/javascript; charset=utf-8",
 }
 
 

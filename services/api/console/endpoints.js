@@ -4,16 +4,9 @@
 // progress, the autoscaling rule and its tokens (id and expiry; no secret is ever held).
 // Read only, with the console's token; read again on "read again".
 
-const $ = (selector) => document.querySelector(selector);
-const TOKEN = "fgpu-token"; // as console.js keeps it
+import { get, whenSignedIn } from "/console/read.js";
 
-async function get(path) {
-  const token = sessionStorage.getItem(TOKEN);
-  const response = await fetch(path, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.detail || response.statusText);
-  return body;
-}
+const $ = (selector) => document.querySelector(selector);
 
 function cell(cls, text) {
   const td = document.createElement("td");
@@ -65,9 +58,4 @@ function said(error) {
 }
 
 $("#endpoints-again").addEventListener("click", () => listEndpoints().catch(said));
-// Once console.js has signed in (its page is ready), the list is read.
-new MutationObserver((_, observer) => {
-  if (document.body.dataset.ready !== "true") return;
-  observer.disconnect();
-  listEndpoints().catch(said);
-}).observe(document.body, { attributes: true, attributeFilter: ["data-ready"] });
+whenSignedIn(() => listEndpoints().catch(said));
