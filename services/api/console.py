@@ -17,6 +17,8 @@ ASSETS = {
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
     "pipelines.js": "text/javascript; charset=utf-8",
+    "endpoints.js": "text/javascript; charset=utf-8",
+    "read.js": "text/javascript; charset=utf-8",
 }
 
 

@@ -81,6 +81,7 @@ ASSETS = {
     "apps.js": _JS,
     "folders.js": _JS,
     "pipelines.js": _JS,
+    "serving.js": _JS,
     "dag.js": _JS,
     "dag.css": _CSS,
     "upload.js": _JS,

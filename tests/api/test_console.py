@@ -21,10 +21,12 @@ import pytest
 from events import (
     AdminCommand,
     AnyEvent,
+    CreateEndpoint,
     CreateKeypair,
     CreateUser,
     PipelineSpec,
     PipelineTask,
+    RevisionSpec,
     Slots,
 )
 from services.actors.bootstrap import bootstrap
@@ -33,6 +35,7 @@ from services.adapters.system_clock import SystemClock
 from services.api import ReadApi, console, serve_read_api
 from services.client import Client
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
+from services.wiring.parts import run_serving
 from tests.support.browser import browser_or_skip, chrome
 from tests.support.scenario import Scenario, run_scenario
 
@@ -163,8 +166,9 @@ async def test_the_console_shows_the_past_the_present_and_a_story(
 
 
 def _sign_in(console: str, alice: tuple[str, str], mine: str, run: str, tmp: Path) -> None:
-    """A person signs in (once with a wrong secret) and sees its own session only, and
-    its own pipeline run only, whose DAG it draws: tasks as boxes, states as colours."""
+    """A person signs in (once with a wrong secret) and sees its own session only, its
+    own pipeline run only, whose DAG it draws: tasks as boxes, states as colours, and its
+    own endpoint only."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -204,6 +208,13 @@ def _sign_in(console: str, alice: tuple[str, str], mine: str, run: str, tmp: Pat
         [first, second] = [t.find_element(By.TAG_NAME, "rect") for t in tasks]
         assert first.location["x"] < second.location["x"]  # train after prepare
         driver.save_screenshot(str(tmp / "console-pipeline.png"))
+
+        endpoints = "#endpoint-table tbody tr"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, endpoints), message="endpoints")
+        [row] = driver.find_elements(By.CSS_SELECTOR, endpoints)  # not bob's
+        assert row.get_attribute("data-endpoint") == "alice-model"
+        path = row.find_element(By.CSS_SELECTOR, "td.path").text
+        assert path == "/e/alice-model/ (token)"
     finally:
         driver.quit()
 
@@ -222,12 +233,21 @@ async def test_the_console_asks_who_reads_on_a_cluster_with_tenancy(
         people.append(CreateKeypair(access_key=key, user=user, secret_hash=hash_secret(secret)))
     assert await bootstrap(log, SystemClock(), extra=tuple(people)) is not None
     sessions, runs = {}, {}
-    for user, (key, secret) in keys.items():
-        client = Client(log, SystemClock(), key, secret=secret)
-        [sessions[user]] = await client.create(image="x:1", slots=Slots(cpu=1000, fgpu=10))
-        runs[user] = await client.pipeline_run(_PIPELINE)  # no actor: its tasks wait
+    spec = RevisionSpec(image="x:1", slots=Slots(cpu=100, mem=1 << 26, fgpu=25))
     async with anyio.create_task_group() as tg:
+        await tg.start(run_serving, log)  # endpoints at 0 replicas: nothing is scheduled
+        for user, (key, secret) in keys.items():
+            client = Client(log, SystemClock(), key, secret=secret)
+            [sessions[user]] = await client.create(image="x:1", slots=Slots(cpu=1000, fgpu=10))
+            runs[user] = await client.pipeline_run(_PIPELINE)  # no actor: its tasks wait
+            ask = CreateEndpoint(
+                endpoint_id=f"ep-{user}", name=f"{user}-model", revision=spec, replicas=0
+            )
+            await client.serve(ask)
+        with anyio.fail_after(30):
+            await client.wait_until(lambda s: len(s.serving.endpoints) == 2)
         api: ReadApi = await tg.start(serve_read_api, log, tmp_path / "p.duckdb")
+        await api.projector.wait_beyond(await log.last_seq() - 1)
         with anyio.fail_after(90):
             await anyio.to_thread.run_sync(
                 _sign_in, api.console, keys["alice"], sessions["alice"], runs["alice"], tmp_path

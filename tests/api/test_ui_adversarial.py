@@ -8,10 +8,13 @@ Each is refused (those at the door: 401, or a refused handshake; the others: 404
 session not even said to exist, or a list without it), and nothing changed: the log holds
 nothing after the attempts but the access audit's records, and the victim's session runs.
 
-``TABLE`` names every route the app serves under ``/ui`` and at ``/``, and every route
-with a session in its path, with how it is tried: a route served but missing from it
-fails ``test_every_route_is_in_the_table``. Adding a route is one line there (and one in
-``FILL`` for a new kind of path parameter).
+The victim has an endpoint too (0 replicas): the Serving page's reads of endpoints
+(``/v1/endpoints``) neither list it nor name it to another.
+
+``TABLE`` names every route the app serves under ``/ui``, at ``/`` and under
+``/v1/endpoints``, and every route with a session in its path, with how it is tried: a
+route served but missing from it fails ``test_every_route_is_in_the_table``. Adding a
+route is one line there (and one in ``FILL`` for a new kind of path parameter).
 """
 
 import re
@@ -24,13 +27,19 @@ import pytest
 import websocket
 from fastapi.routing import APIRoute, APIWebSocketRoute
 
-from events import RevokeKeypair, SessionRunning
+from events import (
+    CreateEndpoint,
+    EndpointCreated,
+    RevisionSpec,
+    RevokeKeypair,
+    SessionRunning,
+)
 from services.api import create_app
 from services.api.browser import COOKIE
 from services.domain.access.keys import new_access_key, new_secret
 from tests.support.attack_roles import AT_THE_DOOR, PEOPLE, PERSON_ROLES, VICTIM, tenancy
 from tests.support.no_source import NoSource
-from tests.support.ui_world import RUNNING_SERVICES, SLIVER, UiWorld, ui_world
+from tests.support.ui_world import IMAGE, RUNNING_SERVICES, SLIVER, UiWorld, ui_world
 
 ROLES = {**PERSON_ROLES, "agent-key": "agent:a1"}
 WS = "WEBSOCKET"
@@ -75,12 +84,17 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/v1/sessions/{session_id}"): VICTIMS,
     ("GET", "/v1/sessions/{session_id}/history"): VICTIMS,
     ("GET", "/v1/events?session={session_id}"): LIST,
+    # The Serving page's reads (the victim's endpoint, by its name and by its id).
+    ("GET", "/v1/endpoints"): LIST,
+    ("GET", "/v1/endpoints/{ref}"): VICTIMS,
+    ("GET", "/v1/endpoints/{ref}#by-id"): VICTIMS,
 }
 FILL = {
     "{name:path}": "ui.js",
     "{session_id}": "",
     "{service}": "web",
 }  # the victim's session, once it runs
+ENDPOINT_ID, ENDPOINT = "ep-the-victims", "the-victims-model"  # the victim's endpoint
 
 
 @dataclass
@@ -93,13 +107,18 @@ class Arena:
 
 @pytest.fixture(scope="module")
 def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
-    with ui_world(tmp_path_factory.mktemp("ui-adversarial"), RUNNING_SERVICES) as w:
+    services = (*RUNNING_SERVICES, "serving")
+    with ui_world(tmp_path_factory.mktemp("ui-adversarial"), services) as w:
         keys = {name: (new_access_key(), new_secret()) for name in PEOPLE}
         for command in tenancy(keys):
             w.apply(command)
         w.keys.update(keys)
         victim = w.create(VICTIM, name="the-victims", slots=SLIVER, project="a")
         w.wait_until(victim, SessionRunning)
+        # At 0 replicas: the serving actor appends nothing more while the roles try.
+        spec = RevisionSpec(image=IMAGE, slots=SLIVER)
+        ask = CreateEndpoint(endpoint_id=ENDPOINT_ID, name=ENDPOINT, revision=spec, replicas=0)
+        assert isinstance(w.serve(VICTIM, ask), EndpointCreated)
         revoked, csrf = w.sign_in("rv")
         w.apply(RevokeKeypair(access_key=keys["rv"][0]))
         yield Arena(w, victim, revoked, csrf)
@@ -111,14 +130,14 @@ def _served() -> set[tuple[str, str]]:
     for r in create_app(NoSource()).routes:
         if not isinstance(r, APIRoute | APIWebSocketRoute):
             continue
-        if r.path == "/" or r.path.startswith("/ui") or "{session_id}" in r.path:
+        if r.path == "/" or r.path.startswith(("/ui", "/v1/endpoints")) or "{session_id}" in r.path:
             methods = r.methods if isinstance(r, APIRoute) else {WS}
             found |= {(m, r.path) for m in methods}
     return found
 
 
 def test_every_route_is_in_the_table() -> None:
-    listed = {(m, p.partition("?")[0]) for m, p in TABLE}
+    listed = {(m, re.split(r"[?#]", p)[0]) for m, p in TABLE}
     assert _served() <= listed, sorted(_served() - listed)
 
 
@@ -141,7 +160,14 @@ def _as(a: Arena, role: str) -> tuple[httpx.Client, str]:
 
 
 def _url(path: str, victim: str) -> str:
-    return re.sub(r"\{[a-z_:]+\}", lambda m: FILL[m.group(0)] or victim, path)
+    """``path`` naming the victim's session, or its endpoint (by name; ``#by-id``: by id)."""
+    path, _, how = path.partition("#")
+    endpoint = ENDPOINT_ID if how == "by-id" else ENDPOINT
+    return re.sub(
+        r"\{[a-z_:]+\}",
+        lambda m: endpoint if m.group(0) == "{ref}" else FILL[m.group(0)] or victim,
+        path,
+    )
 
 
 def _http(http: httpx.Client, method: str, url: str, headers: dict[str, str]) -> int:
@@ -169,9 +195,9 @@ def _socket(a: Arena, http: httpx.Client, url: str) -> int:
 
 
 def _listed(http: httpx.Client, url: str, victim: str) -> tuple[int, bool]:
-    """The list's status, and whether the victim's session is in it."""
+    """The list's status, and whether the victim's session or endpoint is in it."""
     r = http.get(url)
-    return r.status_code, victim in r.text
+    return r.status_code, any(v in r.text for v in (victim, ENDPOINT_ID, ENDPOINT))
 
 
 def _refusal(method: str, how: str, at_door: bool) -> object:

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-__all__ = ["AdminPage", "FoldersPage", "PipelinesPage", "SessionPage", "SessionsPage"]
+__all__ = [
+    "AdminPage",
+    "FoldersPage",
+    "PipelinesPage",
+    "ServingPage",
+    "SessionPage",
+    "SessionsPage",
+]
 
 
 class SessionsPage:
@@ -365,3 +372,45 @@ class PipelinesPage(SessionsPage):
             (b.get_attribute("data-task") or "", b.get_attribute("data-status") or "")
             for b in boxes
         ]
+
+
+class ServingPage(SessionsPage):
+    """The Serving page (``#/serving``) and one endpoint (``#/serving/NAME``), as a user
+    sees them."""
+
+    def open_list(self) -> list[str]:
+        """The endpoints listed, by name."""
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.ID, "nav-serving").click()
+        self.until(lambda d: d.find_element(By.ID, "endpoint-list").is_displayed(), "the list")
+        self.until(
+            lambda d: d.execute_script("return document.body.dataset.endpointsListed"),
+            "the endpoints read",
+        )
+        return self.attr("#endpoint-table tbody tr", "data-endpoint")
+
+    def open_endpoint(self, name: str) -> dict[str, list[str]]:
+        """Endpoint ``name`` from its row's link: its summary, revisions and tokens, as
+        shown."""
+        from selenium.webdriver.common.by import By
+
+        self.d.find_element(By.CSS_SELECTOR, f'tr[data-endpoint="{name}"] td.name a').click()
+        self.until(
+            lambda d: d.execute_script("return document.body.dataset.endpointShown") == name,
+            f"endpoint {name} shown",
+        )
+        return {
+            "summary": self.css("#endpoint-summary"),
+            "revisions": self.css("#endpoint-revisions tbody tr"),
+            "tokens": self.css("#endpoint-tokens tbody tr"),
+        }
+
+    def go_to(self, name: str) -> str:
+        """Endpoint ``name`` asked for by its address (``#/serving/NAME``): the problem
+        said, once one is."""
+        from selenium.webdriver.common.by import By
+
+        self.d.execute_script("location.hash = arguments[0]", f"#/serving/{name}")
+        self.until(lambda d: d.find_element(By.ID, "serving-problem").text, "a problem said")
+        return self.css("#serving-problem")[0]

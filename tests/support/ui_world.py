@@ -26,6 +26,7 @@ from events import (
     PipelineSpec,
     RevokeKeypair,
     Role,
+    ServeCommand,
     Slots,
 )
 from events import subjects as subj
@@ -43,7 +44,16 @@ from services.wiring.identity import Identity
 from services.wiring.parts import connected
 from tests.support.tenancy_env import Secured, secured_cluster, start_actors
 
-__all__ = ["CLUSTER", "FOLDERS", "PEOPLE", "RUNNING_SERVICES", "SLIVER", "UiWorld", "ui_world"]
+__all__ = [
+    "CLUSTER",
+    "FOLDERS",
+    "IMAGE",
+    "PEOPLE",
+    "RUNNING_SERVICES",
+    "SLIVER",
+    "UiWorld",
+    "ui_world",
+]
 
 PEOPLE = ("alice", "bob", "mallory")
 # The actors of a whole cluster: agent a1 has one mock GPU worth 2 fGPU (agent_config's).
@@ -107,6 +117,25 @@ class UiWorld:
                 seq = await _seq_of_run(self.c.setup, run_id)
                 await self.api.projector.wait_beyond(seq - 1)
             return run_id
+
+        return self.portal.call(asked)
+
+    def serve(self, who: str, command: ServeCommand) -> AnyEvent:
+        """``command`` asked of the serving actor as ``who`` (its own connection, as the
+        CLI asks); the actor's answer (its first event caused by the request, a
+        ``ServeRefused`` if refused), once the read API has folded it."""
+
+        async def asked() -> AnyEvent:
+            key, secret = self.keys[who]
+            after = await self.c.setup.last_seq()
+            options = Identity(key, secret).options()
+            async with nats_connection(self.c.url, name="test-user", **options) as conn:
+                client = Client(conn.log, SystemClock(), key, sender=conn.sender(key))
+                rid = await client.serve(command)
+            with anyio.fail_after(30):
+                seq, answer = await _answer_to(self.c.setup, after, rid)
+                await self.api.projector.wait_beyond(seq - 1)
+            return answer
 
         return self.portal.call(asked)
 
@@ -224,6 +253,16 @@ class UiWorld:
             raise AssertionError("the log ended")
 
         self.portal.call(projected)
+
+
+async def _answer_to(log: EventLog, after: int, request_id: str) -> tuple[int, AnyEvent]:
+    """The first record after ``after`` caused by request ``request_id`` (seq, event)."""
+    async with aclosing(log.tail(after)) as batches:
+        async for batch in batches:
+            for r in batch:
+                if r.event.causation_id == request_id:
+                    return r.seq, r.event
+    raise AssertionError("the log ended")
 
 
 async def _seq_of_run(log: EventLog, run_id: str) -> int:

@@ -3,17 +3,9 @@
 // drawn as the web UI draws it (/ui/assets/dag.js). Read with the console's token.
 
 import { dagPicture } from "/ui/assets/dag.js";
+import { get, whenSignedIn } from "/console/read.js";
 
 const $ = (selector) => document.querySelector(selector);
-const TOKEN = "fgpu-token"; // as console.js keeps it
-
-async function get(path) {
-  const token = sessionStorage.getItem(TOKEN);
-  const response = await fetch(path, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.detail || response.statusText);
-  return body;
-}
 
 async function listRuns() {
   const page = await get("/v1/pipelines");
@@ -49,9 +41,4 @@ $("#pipeline-form").addEventListener("submit", (ev) => {
   if (id) showRun(id).catch(said);
 });
 $("#pipeline-run").addEventListener("focus", () => listRuns().catch(said));
-// Once console.js has signed in (its page is ready), the list is read.
-new MutationObserver((_, observer) => {
-  if (document.body.dataset.ready !== "true") return;
-  observer.disconnect();
-  listRuns().catch(said);
-}).observe(document.body, { attributes: true, attributeFilter: ["data-ready"] });
+whenSignedIn(() => listRuns().catch(said));

@@ -8,6 +8,7 @@
 import * as adminPage from "./admin.js";
 import * as folderPage from "./folders.js";
 import * as pipelinePage from "./pipelines.js";
+import * as servingPage from "./serving.js";
 import * as sessionPage from "./session.js";
 import { USAGE_EVENT, devices, sampled } from "./usage.js";
 
@@ -77,6 +78,8 @@ function signedOut(why) {
   sessionPage.hide();
   adminPage.hide();
   folderPage.hide();
+  pipelinePage.hide();
+  servingPage.hide();
   $("#sessions").hidden = true;
   $("#nav").hidden = true;
   $("#sign-out").hidden = true;
@@ -104,7 +107,8 @@ function signedIn(session) {
 }
 
 // ---- which page: the list, one session (#/sessions/ID), the folders (#/folders, one
-// folder's directory: #/folders/ID/DIR...), or administration (#/admin) ----------------
+// folder's directory: #/folders/ID/DIR...), the pipeline runs (#/pipelines[/ID]), the
+// endpoints (#/serving[/NAME]), or administration (#/admin) ----------------------------
 
 const CTX = {
   call, el, Unauthorized, signedOut: (why) => signedOut(why), csrf: () => state.csrf,
@@ -116,15 +120,18 @@ function route() {
   const folders = location.hash.match(/^#\/folders(?:\/([A-Za-z0-9_-]+)((?:\/[^/]+)*))?\/?$/);
   const admin = location.hash.match(/^#\/admin(?:\/([a-z]+))?$/);
   const pipelines = location.hash.match(/^#\/pipelines(?:\/([A-Za-z0-9_-]+))?\/?$/);
+  const serving = location.hash.match(/^#\/serving(?:\/([A-Za-z0-9_.-]+))?\/?$/);
   const page = session ? "session" : folders ? "folders" : admin ? "admin"
-    : pipelines ? "pipelines" : "sessions";
+    : pipelines ? "pipelines" : serving ? "serving" : "sessions";
   document.body.dataset.page = page;
   $("#sessions").hidden = page !== "sessions";
   if (!session) sessionPage.hide();
   if (!folders) folderPage.hide();
   if (!admin) adminPage.hide();
   if (!pipelines) pipelinePage.hide();
+  if (!serving) servingPage.hide();
   if (pipelines) pipelinePage.show(pipelines[1] || null, CTX);
+  if (serving) servingPage.show(serving[1] || null, CTX);
   if (session) sessionPage.show(session[1], CTX);
   if (folders) {
     const dir = (folders[2] || "").split("/").filter(Boolean).map(decodeURIComponent).join("/");
@@ -237,10 +244,14 @@ function follow() {
   for (const type of SESSION_EVENTS) {
     stream.addEventListener(type, () => {
       load(); sessionPage.refresh(); adminPage.refresh(); pipelinePage.refresh();
+      servingPage.refresh(); // an endpoint's replicas are sessions
     });
   }
   for (const type of pipelinePage.PIPELINE_EVENTS) {
     stream.addEventListener(type, () => pipelinePage.refresh());
+  }
+  for (const type of servingPage.SERVING_EVENTS) {
+    stream.addEventListener(type, () => servingPage.refresh());
   }
   // A usage sample changes one cell: it is set in place (samples come every few seconds
   // for every running session; the page is not read again for them).

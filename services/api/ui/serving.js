@@ -1,0 +1,138 @@
+// The Serving page: the viewer's endpoints (GET /v1/endpoints, as `fgpu serve ls`: a user
+// its own, a domain admin its domain's) and one endpoint (#/serving/NAME, GET
+// /v1/endpoints/{name}, as `fgpu serve info`): its path through the proxy, revisions with
+// their traffic share, replicas with phase and rotation, the rolling update's progress,
+// the autoscaling rule and the tokens (id and expiry: the read API never holds a secret).
+// Read only; read again when the event stream brings news of endpoints or their replicas.
+
+const $ = (selector) => document.querySelector(selector);
+const page = { ctx: null, name: null, shown: false };
+
+// The events after which the page is read again (beside the sessions', its replicas').
+export const SERVING_EVENTS = [
+  "endpoint.created.v1", "endpoint.revision-added.v1", "endpoint.replicas-set.v1",
+  "endpoint.removed.v1", "endpoint.token-created.v1", "endpoint.token-revoked.v1",
+  "endpoint.rollout-started.v1", "endpoint.rollout-ended.v1", "endpoint.autoscale-set.v1",
+  "replica.changed.v1", "replica.rotation.v1",
+];
+
+function time(iso) {
+  return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace(/(Z|\+00:00)$/, "") : "";
+}
+
+function problem(e) {
+  const ctx = page.ctx;
+  if (e instanceof ctx.Unauthorized) ctx.signedOut(e.message);
+  else $("#serving-problem").textContent = e.message;
+}
+
+function shares(ep) {
+  return ep.revisions.filter((r) => r.traffic > 0).map((r) => `r${r.revision} ${r.traffic} %`)
+    .join(", ");
+}
+
+function replicaCount(ep) {
+  const serving = ep.replicas.filter((r) => r.in_rotation && r.phase === "healthy").length;
+  const wanted = ep.targets.reduce((n, t) => n + t.replicas, 0);
+  return `${serving} serving of ${wanted} wanted (${ep.replicas.length} replicas in all)`;
+}
+
+function autoscale(rule) {
+  if (!rule) return "off";
+  return `${rule.metric} up > ${rule.up}, down < ${rule.down}, ±${rule.step}, ` +
+    `${rule.min_replicas}–${rule.max_replicas} replicas, cooldown ${rule.cooldown_s} s`;
+}
+
+function endpointRow(ep) {
+  const { el } = page.ctx;
+  return el("tr", { "data-endpoint": ep.name },
+    el("td", { class: "name" }, el("a", { href: `#/serving/${encodeURIComponent(ep.name)}` }, ep.name)),
+    el("td", { class: "path" }, ep.path),
+    el("td", { class: "access" }, ep.public ? "public" : "token"),
+    el("td", { class: "traffic" }, shares(ep)),
+    el("td", { class: "replicas" }, replicaCount(ep)),
+    el("td", { class: "autoscale" }, autoscale(ep.autoscale)));
+}
+
+async function loadList() {
+  const found = await page.ctx.call("GET", "/v1/endpoints");
+  $("#endpoint-table tbody").replaceChildren(...found.endpoints.map(endpointRow));
+  $("#serving-empty").hidden = found.endpoints.length > 0;
+  document.body.dataset.endpointsListed = String(found.last_seq);
+}
+
+function revisionRow(r, wanted) {
+  const { el } = page.ctx;
+  return el("tr", { "data-revision": String(r.revision) },
+    el("td", {}, `r${r.revision}`), el("td", { class: "image" }, r.image),
+    el("td", {}, r.slots.fgpu), el("td", {}, r.slots.cpu), el("td", {}, r.health_path || ""),
+    el("td", { class: "traffic" }, `${r.traffic} %`), el("td", {}, String(wanted.get(r.revision) || 0)));
+}
+
+function replicaRow(r) {
+  const { el } = page.ctx;
+  return el("tr", { "data-replica": r.session_id, "data-phase": r.phase },
+    el("td", { class: "sid" }, el("a", { href: `#/sessions/${encodeURIComponent(r.session_id)}` }, r.session_id)),
+    el("td", {}, `r${r.revision}`), el("td", { class: "phase" }, r.phase),
+    el("td", { class: "rotation" }, r.in_rotation ? "yes" : "no"), el("td", {}, r.reason || ""));
+}
+
+function tokenRow(t) {
+  const { el } = page.ctx;
+  return el("tr", { "data-token": t.token_id },
+    el("td", { class: "id" }, t.token_id), el("td", {}, time(t.expires_at)),
+    el("td", { class: "state" }, t.revoked ? "revoked" : "valid"));
+}
+
+async function loadOne() {
+  const ep = await page.ctx.call("GET", `/v1/endpoints/${encodeURIComponent(page.name)}`);
+  $("#endpoint-title-name").textContent = `${ep.name} (${ep.endpoint_id})`;
+  $("#endpoint-summary").textContent =
+    `${ep.path} through the proxy, ${ep.public ? "public" : "with a token"}; ` +
+    `project ${ep.project}, group ${ep.group}, owner ${ep.owner}; ${replicaCount(ep)}`;
+  const ro = ep.rollout;
+  $("#endpoint-rollout").textContent = ro
+    ? `rolling update to r${ro.revision}: ${ro.healthy} of ${ro.replicas} healthy ` +
+      `(max surge ${ro.max_surge}, max unavailable ${ro.max_unavailable}, since ${time(ro.started_at)})`
+    : "no rolling update under way";
+  $("#endpoint-autoscale").textContent = `autoscaling: ${autoscale(ep.autoscale)}`;
+  const wanted = new Map(ep.targets.map((t) => [t.revision, t.replicas]));
+  $("#endpoint-revisions tbody").replaceChildren(...ep.revisions.map((r) => revisionRow(r, wanted)));
+  $("#endpoint-replicas tbody").replaceChildren(...ep.replicas.map(replicaRow));
+  $("#endpoint-tokens tbody").replaceChildren(...ep.tokens.map(tokenRow));
+  $("#endpoint-tokens-none").hidden = ep.tokens.length > 0;
+  document.body.dataset.endpointShown = ep.name;
+}
+
+// Show the endpoints (`name` null) or endpoint `name`; `ctx` holds the page's helpers.
+export async function show(name, ctx) {
+  page.ctx = ctx;
+  page.name = name;
+  page.shown = true;
+  $("#serving").hidden = false;
+  $("#endpoint-list").hidden = name !== null;
+  $("#endpoint").hidden = name === null;
+  $("#serving-problem").textContent = "";
+  if (name !== null) { // nothing of the endpoint shown before stays while this one is read
+    delete document.body.dataset.endpointShown;
+    for (const id of ["#endpoint-title-name", "#endpoint-summary", "#endpoint-rollout", "#endpoint-autoscale"]) {
+      $(id).textContent = "";
+    }
+    for (const t of ["revisions", "replicas", "tokens"]) $(`#endpoint-${t} tbody`).replaceChildren();
+  }
+  await refresh();
+}
+
+export async function refresh() {
+  if (!page.shown) return;
+  try {
+    if (page.name === null) await loadList();
+    else await loadOne();
+  } catch (e) { problem(e); }
+}
+
+export function hide() {
+  $("#serving").hidden = true;
+  page.shown = false;
+  page.name = null;
+}

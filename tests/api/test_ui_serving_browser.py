@@ -1,0 +1,59 @@
+"""The Serving page in a real headless browser: a user lists its own endpoints only (not
+another user's), opens one (its path through the proxy, its revision and traffic share,
+its token by id), and another user's endpoint asked for by its address is answered as
+one that does not exist, nothing of it shown; nothing the page's Content-Security-Policy
+refuses. A screenshot is saved and its path printed."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from events import CreateEndpoint, CreateToken, EndpointCreated, RevisionSpec, Slots, TokenCreated
+from tests.support.browser import browser_or_skip, chrome
+from tests.support.ui_pages import ServingPage
+from tests.support.ui_world import UiWorld, ui_world
+
+SPEC = RevisionSpec(image="fgpu/busybox:latest", slots=Slots(cpu=100, mem=1 << 26, fgpu=25))
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiWorld]:
+    with ui_world(tmp_path_factory.mktemp("ui-serving-browser"), ("intake", "serving")) as world:
+        for who in ("alice", "bob"):  # at 0 replicas: nothing is scheduled
+            ask = CreateEndpoint(
+                endpoint_id=f"ep-{who}", name=f"{who}-model", revision=SPEC, replicas=0
+            )
+            assert isinstance(world.serve(who, ask), EndpointCreated)
+        expires = datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC)
+        token = CreateToken(
+            endpoint_id="ep-alice", token_id="tk-1", sha256="ab" * 32, expires_at=expires
+        )
+        assert isinstance(world.serve("alice", token), TokenCreated)
+        yield world
+
+
+def test_a_user_sees_its_own_endpoints_and_not_anothers(w: UiWorld, tmp_path: Path) -> None:
+    browser_or_skip()
+    driver = chrome(tmp_path, 1200, 800)
+    try:
+        page = ServingPage(driver, f"{w.url}/")
+        page.sign_in(*w.keys["alice"], "alice")
+        page.watch_csp()
+        assert page.open_list() == ["alice-model"]  # not bob's
+        shown = page.open_endpoint("alice-model")
+        assert shown["summary"][0].startswith("/e/alice-model/ through the proxy, with a token")
+        assert shown["revisions"] == ["r1 fgpu/busybox:latest 0.25 0.1 /health 100 % 0"]
+        assert shown["tokens"] == ["tk-1 2031-01-02 03:04:05 valid"]
+        assert not page.shown("#launch")
+        shot = tmp_path / "ui-serving.png"
+        driver.save_screenshot(str(shot))
+        said = page.go_to("bob-model")
+        assert said == "no endpoint bob-model"
+        assert page.css("#endpoint-title-name") == [""] and page.css("#endpoint-summary") == [""]
+        assert page.csp_refusals() == []
+        page.sign_out()
+    finally:
+        driver.quit()
+    print(f"\nui screenshot: {shot}")
