@@ -121,7 +121,7 @@ class ServingActor(LogActor):
         items = self.answers(s)
         prov = Provenance(NAME, now)
         items += self._tick(s, prov)
-        items += self.rollouts(s)
+        items += self._rollouts(s, prov)
         for step in autoscale(s.serving, now, prov):
             apply_decision(s, step[1])
             items.append(step)
@@ -161,10 +161,10 @@ class ServingActor(LogActor):
         apply_decision(s, tick)
         return [(subj.SERVING, tick)]
 
-    def rollouts(self, s: ClusterState) -> list[tuple[str, AnyEvent]]:
+    def _rollouts(self, s: ClusterState, prov: Provenance) -> list[tuple[str, AnyEvent]]:
         """Each rollout's next step (``services.domain.serving.rollout``), applied to
-        ``s`` so that reconcile fills (or drains) its slots in the same round."""
-        prov = Provenance(NAME, self.clock.now())
+        ``s`` so that reconcile fills (or drains) its slots in the same round (whose
+        time is ``prov``'s: one reading of the clock a round)."""
         out: list[tuple[str, AnyEvent]] = []
         for ep in list(s.serving.endpoints.values()):
             for e in advance(ep, prov):

@@ -86,14 +86,10 @@ def limits_of(s: ClusterState, owner: str, project: str | None) -> Limits:
     levels.insert(0, ("keypair policy", keypair_policy(s, owner)))
     levels.append((f"project policy ({chosen})", t.policies.get((PolicyLevel.PROJECT, chosen))))
     groups = groups_seen(t.groups, chosen)
-    # Agents of the groups open to the project only (the default group has no settings
-    # until given some: open).
-    open_ = {n for n, g in groups.items() if g.projects != ()}
-    if DEFAULT_GROUP not in groups:
-        open_.add(DEFAULT_GROUP)
     agents: dict[str, list[Slots]] = {}
     for a in s.agents.values():
-        if not a.lost and a.group in open_:
+        # Agents of the groups open to the project only, as the quota actor judges it.
+        if not a.lost and admission_problem(groups, a.group, chosen, None) is None:
             agents.setdefault(a.group, []).append(a.capacity)
     return Limits(chosen, levels, groups, agents)
 
