@@ -6,6 +6,10 @@ It folds the log and writes each record that belongs to a domain
 domain reads it there, through a consumer whose filter is its domain's (made by the
 gatekeeper: the reader cannot change it). It is a view, made again from the log at will.
 
+A pipeline's records after its request (the actor's tasks asked for and ended, its
+retries, its end) name only the run: the feed places them in the domain of the key that
+asked for the run first (``runs``), as the pipeline actor lets the first request stand.
+
 Where it stopped is the last record the domains' stream holds (the feed writes each
 with the log's sequence); a feed that starts folds the log up to there and goes on from
 the record after. A record written again after a crash is kept once (each is written
@@ -19,12 +23,13 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from events import AnyEvent, Malformed, Record, SessionRequested
+from events import AnyEvent, Malformed, PipelineRunRequested, Record, SessionRequested
 from services.domain.access.event_domains import domains_of
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.id_set import IdSet
 from services.domain.fold.state import clear_changes, evolve, forget_ended
 from services.domain.status import ENDED
+from services.domain.tenancy.admin import key_domain
 from services.ports import DomainFeed, EventLog, LogError
 
 __all__ = ["DomainFeedActor"]
@@ -44,6 +49,9 @@ class DomainFeedActor:
         # the feed's memory follows live sessions, not history.
         self.ended: dict[str, IdSet] = {}
         self.ended_requests = IdSet()
+        # The domain of each pipeline run (domain -> its runs' ids; "" for a run asked for
+        # by a key of no domain, so that its first request still stands).
+        self.runs: dict[str, IdSet] = {}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write the domains' records for ever; started once it has caught up with where
@@ -72,11 +80,13 @@ class DomainFeedActor:
         self.state = ClusterState()
         self.ended = {}
         self.ended_requests = IdSet()
+        self.runs = {}
         if last == 0:
             return
         async with aclosing(self.events.read(0, until=last)) as batches:
             async for batch in batches:
                 for r in batch:
+                    self._note_run(r.event)
                     evolve(self.state, r)
                 self._let_go()
 
@@ -89,6 +99,7 @@ class DomainFeedActor:
             if isinstance(r.event, Malformed):
                 evolve(self.state, r)
                 continue
+            self._note_run(r.event)
             before = self._domains(r.event)
             evolve(self.state, r)
             if r.seq in self.state.malformed:
@@ -99,9 +110,25 @@ class DomainFeedActor:
         if out:
             await self.feed.feed(out)
 
+    def _note_run(self, e: object) -> None:
+        """Keep the domain of a run's first request (before the record is placed, so the
+        request and the records after it go to the same domain)."""
+        if isinstance(e, PipelineRunRequested) and self._run_domain(e.run_id) is None:
+            domain = key_domain(self.state.tenancy, e.requester) or ""
+            self.runs.setdefault(domain, IdSet()).add(e.run_id)
+
+    def _run_domain(self, run_id: str) -> str | None:
+        return next((d for d, ids in self.runs.items() if run_id in ids), None)
+
     def _domains(self, e: AnyEvent) -> frozenset[str]:
-        """``domains_of`` as if the state still held every session it let go of."""
+        """``domains_of`` as if the state still held every session it let go of, and with
+        the domain of the pipeline run a record names."""
         found = domains_of(self.state, e)
+        run = getattr(e, "run_id", None)
+        if isinstance(run, str) and not isinstance(e, PipelineRunRequested):
+            domain = self._run_domain(run)
+            if domain:
+                found = found | {domain}
         sid = getattr(e, "session_id", None)
         if not isinstance(sid, str) or sid in self.state.sessions:
             return found  # live, or never let go of: domains_of knows

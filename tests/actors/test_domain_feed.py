@@ -18,10 +18,15 @@ from events import (
     CreateServiceKey,
     CreateUser,
     DestroyRejected,
+    PipelineRunRequested,
+    PipelineSpec,
+    PipelineTask,
+    PipelineTasksEnded,
     RevokeKeypair,
     SessionRejected,
     SessionRequested,
     Slots,
+    TaskEnd,
     encode,
 )
 from events import subjects as subj
@@ -152,6 +157,44 @@ async def test_the_feed_lets_go_of_ended_sessions_and_still_places_their_records
     async with feeding(log, feed):
         await _fed_through(feed, log, more_seq)
     assert [(d, r.seq) for d, r in feed.written[fed:]] == [("lab", more_seq)]
+
+
+def _run(key: str, run_id: str) -> PipelineRunRequested:
+    task = PipelineTask(name="a", image="fgpu/busybox:latest", command=("true",), slots=SMALL)
+    return stamp(
+        PipelineRunRequested,
+        Provenance(key, datetime(2026, 1, 1, tzinfo=UTC)),
+        run_id=run_id,
+        requester=key,
+        spec=PipelineSpec(name="p", tasks=(task,)),
+    )
+
+
+async def test_a_pipeline_runs_records_go_to_the_domain_of_its_first_request() -> None:
+    log, feed = MemoryLog(), MemoryDomainFeed()
+    await _two_domains(log)
+    actor = Provenance("SKpipeline", datetime(2026, 1, 1, tzinfo=UTC))
+
+    def ended(attempt: int) -> PipelineTasksEnded:
+        one = TaskEnd(task="a", attempt=attempt, outcome="succeeded")
+        return stamp(PipelineTasksEnded, actor, run_id="r1", round=1, ends=(one,))
+
+    async with feeding(log, feed):
+        asked = await log.append(subj.request("AKana", "r1"), _run("AKana", "r1"))
+        # olga asks for ana's run id: hers alone, and it takes nothing of ana's run.
+        taken = await log.append(subj.request("AKolga", "r1"), _run("AKolga", "r1"))
+        # The actor's record names the run only.
+        end = await log.append(SUBJECT_OF[PipelineTasksEnded](ended(1)), ended(1))
+        await _fed_through(feed, log, end)
+    assert [r.seq for r in feed.of("lab")][-2:] == [asked, end]
+    assert taken in [r.seq for r in feed.of("other")]
+    assert end not in [r.seq for r in feed.of("other")]
+    # Started again, it folds the log up to there as it went: the same placement.
+    fed = len(feed.written)
+    again = await log.append(SUBJECT_OF[PipelineTasksEnded](ended(2)), ended(2))
+    async with feeding(log, feed):
+        await _fed_through(feed, log, again)
+    assert [(d, r.seq) for d, r in feed.written[fed:]] == [("lab", again)]
 
 
 async def test_readers_consumers_follow_the_tenancy() -> None:
