@@ -11,7 +11,8 @@ import time
 from importlib.machinery import SourceFileLoader
 from importlib.util import module_from_spec, spec_from_loader
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,106 @@ def test_the_pacer_ticks_while_a_pair_runs(gpu_check: ModuleType) -> None:
     with gpu_check._ticking(None) as none:
         time.sleep(2 * gpu_check.PACE_TICK_S)
     assert none == []
+
+
+def _served(b1: float, b32: float, **own: Any) -> dict[str, Any]:
+    """A process's line after serving both batch sizes in turn."""
+    phases = {"infer_b1": {"rate": b1}, "infer_b32": {"rate": b32}}
+    return {"phases": phases, **own}
+
+
+def test_inference_replicas_are_figured_against_the_whole_gpu(gpu_check: ModuleType) -> None:
+    whole = _served(1000.0, 8000.0, sm_mhz=1200)
+    solo = {"0.5": _served(990.0, 4600.0), "0.25": {"error": ["CUDA out of memory"]}}
+    groups = {
+        ("0.5", "0.5"): [_served(600.0, 3600.0), _served(400.0, 3400.0)],
+        ("0.25",) * 4: [_served(250.0, 1800.0, slept_s=0.4)] * 4,
+    }
+    fig = gpu_check.infer_figures(whole, solo, groups)
+    b1, b32 = fig["infer_b1"], fig["infer_b32"]
+    assert b1["whole"] == {"rate": 1000.0} and b32["solo_0.5"]["of_whole"] == 0.575
+    assert b1["solo_0.5"]["of_whole"] == 0.99
+    assert b1["solo_0.25"] == {"error": ["CUDA out of memory"], "of_whole": 0.0}
+    # Equal shares should split a group's aggregate equally (within 5 %, as the pairs).
+    assert b1["2x0.5"]["of_solo"] == [0.6, 0.4] and b1["2x0.5"]["pass"] is False
+    assert b32["2x0.5"]["aggregate"] == 0.875 and b32["2x0.5"]["pass"] is True
+    assert b32["4x0.25"]["parts"] == [0.25] * 4 and b32["4x0.25"]["aggregate"] == 0.9
+    assert fig["processes"]["whole"] == {"sm_mhz": 1200}
+    assert fig["processes"]["4x0.25"] == [{"slept_s": 0.4}] * 4
+    line = gpu_check.table({"infer": fig})
+    assert line.startswith("info  infer") and "b32: solo_0.5=0.575" in line
+    assert "4x0.25=0.9" in line
+
+
+def test_processes_serving_in_turn_start_each_window_together(
+    gpu_check: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A child speaking gpu-check's barrier: ready, then go, once per kind of "a+b". The
+    # parent must send each window's go only when every process is ready for it; one
+    # child is slow to get ready for each.
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import json, os, sys, time\n"
+        "got = {}\n"
+        "for k in sys.argv[3].split(':')[0].split('+'):\n"
+        "    time.sleep(float(os.environ.get('SETUP_S', '0')))\n"
+        "    ready = time.time()\n"
+        "    print(json.dumps({'ready': True}), flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "    got[k] = {'ready_at': ready, 'go_at': time.time()}\n"
+        "print(json.dumps({'phases': got}))\n"
+    )
+    monkeypatch.setattr(gpu_check, "__file__", str(child))
+    c = gpu_check.Checker(tmp_path, ("libcuda", "libnvml"), tmp_path, 1 << 30, 0.1)
+    slow = c.env(shim=False, extra={"SETUP_S": "0.3"})
+    got = c.pair("infer_b1+infer_b32", [c.env(shim=False), slow, c.env(shim=False)])
+    for kind in gpu_check.INFER_KINDS:
+        phase = [g["phases"][kind] for g in got]
+        assert min(p["go_at"] for p in phase) >= max(p["ready_at"] for p in phase)
+
+
+def test_a_child_measures_each_kind_in_turn(
+    gpu_check: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    windows: list[tuple[str, float, bool]] = []
+
+    def rate(torch: Any, dev: Any, kind: str, seconds: float, barrier: bool) -> dict[str, Any]:
+        windows.append((kind, seconds, barrier))
+        return {"rate": float(len(windows))}
+
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(device=lambda *a: a))
+    monkeypatch.setattr(gpu_check, "_rate", rate)
+    got = gpu_check._child("rate", "infer_b1+infer_b32:2.5:1")
+    assert got == {"phases": {"infer_b1": {"rate": 1.0}, "infer_b32": {"rate": 2.0}}}
+    assert windows == [("infer_b1", 2.5, True), ("infer_b32", 2.5, True)]
+    assert gpu_check._child("rate", "matmul:2:0") == {"rate": 3.0}  # one kind: as before
+
+
+def test_the_infer_step_runs_whole_solo_and_paced_groups(gpu_check: ModuleType) -> None:
+    class Checker:
+        def __init__(self) -> None:
+            self.runs: list[tuple[str, str, Any]] = []
+
+        def env(self, **kw: Any) -> dict[str, Any]:
+            return kw
+
+        def rate(self, kind: str, **kw: Any) -> dict[str, Any]:
+            self.runs.append(("rate", kind, kw))
+            return _served(100.0, 800.0)
+
+        def pair(self, kind: str, envs: list[dict[str, Any]], paced: bool) -> list[Any]:
+            self.runs.append(("pair", kind, ([e["share"] for e in envs], paced)))
+            return [_served(100.0 / len(envs), 800.0 / len(envs))] * len(envs)
+
+    c = Checker()
+    fig = gpu_check._infer(c)
+    both = "infer_b1+infer_b32"
+    assert c.runs == [
+        ("rate", both, {"shim": False}),
+        ("rate", both, {"share": "0.5"}),
+        ("rate", both, {"share": "0.25"}),
+        ("pair", both, (["0.5", "0.5"], True)),
+        ("pair", both, (["0.25"] * 4, True)),
+    ]
+    assert fig["infer_b32"]["solo_0.25"]["of_whole"] == 1.0
+    assert fig["infer_b1"]["4x0.25"]["of_solo"] == [0.25] * 4
