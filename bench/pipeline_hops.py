@@ -1,0 +1,164 @@
+"""Where the pipeline benchmark's latency goes: a task's last dependency's end to its
+request, hop by hop, from the events' own stamps and one process's monotonic clock.
+
+- ``stamp``: the end event's own ``at`` (the agent wrote it), on the monotonic clock;
+- ``got``: the pipeline actor's ``follow`` handed it the batch holding that end;
+- ``sent``: the actor began appending the decision holding the task's request;
+- ``acked``: JetStream acknowledged that append;
+- ``seen``: the observer saw the request.
+
+``TimedLog`` wraps the actor's log to note ``got``, ``sent`` and ``acked``; it changes
+nothing the actor does.
+"""
+
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from events import AnyEvent, Record, SessionRequested, SessionTerminated
+from events import subjects as subj
+from services.ports import EventLog
+
+__all__ = ["HOPS", "Hops", "Notes", "TimedLog", "hop_quantiles", "monotonic_of", "quantile_ms"]
+
+HOPS = ("stamp_to_got", "got_to_sent", "sent_to_acked", "acked_to_seen")
+
+# Wall clock minus monotonic clock, read once: the events' stamps (wall clock, written by
+# processes on this host) put on the monotonic clock the hops are timed with.
+_WALL_MINUS_MONO = time.time() - time.monotonic()
+
+
+def monotonic_of(at: datetime) -> float:
+    """``at``, a stamp of this host's wall clock, on the monotonic clock
+    (``time.monotonic``: the same in every process of the host)."""
+    return at.timestamp() - _WALL_MINUS_MONO
+
+
+@dataclass
+class Notes:
+    """When (``time.monotonic``) each session's end reached the pipeline actor, and each
+    session's request was sent and acknowledged."""
+
+    got: dict[str, float] = field(default_factory=dict)
+    sent: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"got": self.got, "sent": self.sent}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Notes":
+        return cls(data["got"], {k: (v[0], v[1]) for k, v in data["sent"].items()})
+
+
+class TimedLog:
+    """``inner`` as the pipeline actor's log, taking ``Notes``."""
+
+    def __init__(self, inner: EventLog) -> None:
+        self.inner = inner
+        self.notes = Notes()
+
+    async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
+        async with aclosing(self.inner.follow(durable, after)) as batches:
+            async for batch in batches:
+                now = time.monotonic()
+                for r in batch:
+                    if isinstance(r.event, SessionTerminated):
+                        self.notes.got.setdefault(r.event.session_id, now)
+                yield batch
+
+    async def append_batch(
+        self,
+        items: Sequence[tuple[str, AnyEvent]],
+        *,
+        expect_subject: str,
+        expected_last_subject_seq: int,
+    ) -> int:
+        sent = time.monotonic()
+        last = await self.inner.append_batch(
+            items,
+            expect_subject=expect_subject,
+            expected_last_subject_seq=expected_last_subject_seq,
+        )
+        self._note(items, sent)
+        return last
+
+    async def append_many(self, items: Sequence[tuple[str, AnyEvent]]) -> list[int]:
+        sent = time.monotonic()
+        seqs = await self.inner.append_many(items)
+        self._note(items, sent)
+        return seqs
+
+    def _note(self, items: Sequence[tuple[str, AnyEvent]], sent: float) -> None:
+        acked = time.monotonic()
+        for _, e in items:
+            if isinstance(e, SessionRequested):
+                self.notes.sent.setdefault(e.session_id, (sent, acked))
+
+    async def append(
+        self, subject: str, event: AnyEvent, *, expected_last_subject_seq: int | None = None
+    ) -> int:
+        return await self.inner.append(
+            subject, event, expected_last_subject_seq=expected_last_subject_seq
+        )
+
+    async def last_seq(self) -> int:
+        return await self.inner.last_seq()
+
+    async def count(self, subject: str) -> int:
+        return await self.inner.count(subject)
+
+    async def identity(self) -> str:
+        return await self.inner.identity()
+
+    def read(
+        self, after: int = 0, *, until: int | None = None
+    ) -> AsyncGenerator[list[Record], None]:
+        return self.inner.read(after, until=until)
+
+    def tail(
+        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
+    ) -> AsyncGenerator[list[Record], None]:
+        return self.inner.tail(after, subject=subject)
+
+
+@dataclass
+class Hops:
+    """Each dependent task's hops (seconds), in ``HOPS`` order, and its latency two ways:
+    the observer's (end seen to request seen) and the stamps' (the request event's own
+    ``at`` minus its last dependency's end event's own ``at``)."""
+
+    hops: dict[str, list[float]] = field(default_factory=lambda: {h: [] for h in HOPS})
+    stamped: list[float] = field(default_factory=list)
+
+    def add(
+        self,
+        stamps: tuple[datetime, datetime],
+        got: float,
+        sent: tuple[float, float],
+        seen: float,
+    ) -> None:
+        """One task's: its last dependency's end's and its request's own stamps, and when
+        that end reached the actor, the request was sent and acknowledged, and seen."""
+        end_stamp, request_stamp = stamps
+        points = (monotonic_of(end_stamp), got, *sent, seen)
+        for name, a, b in zip(HOPS, points, points[1:], strict=False):
+            self.hops[name].append(b - a)
+        self.stamped.append((request_stamp - end_stamp).total_seconds())
+
+
+def quantile_ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+
+def hop_quantiles(hops: Hops) -> dict[str, float]:
+    """Each hop's p50 and p99 and the stamps' latency, in ms, named for the JSON line."""
+    out: dict[str, float] = {}
+    for name, values in [*hops.hops.items(), ("stamp_end_to_request", hops.stamped)]:
+        if values:
+            out[f"{name}_p50_ms"] = quantile_ms(values, 0.5)
+            out[f"{name}_p99_ms"] = quantile_ms(values, 0.99)
+    return out
