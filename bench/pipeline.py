@@ -1,11 +1,12 @@
 """Pipeline benchmark: a 1,000-task DAG (layers of fan-out and fan-in) on dummy agents.
 
-A real nats-server. ``--layout processes`` (the default) runs the cluster as in
-production (``pipeline_parts``): registrar, quota, scheduler, serving and the pipeline
-actor in one process, each on its own connection, as ``fgpu up`` runs them; the dummy
-agents in another, each on its own connection; the script, the client and the observer in
-this one. ``--layout one``: everything in this process on one connection (the layout
-before). Figures, from one observer tailing the log:
+A real nats-server; the cluster laid out as ``--layout`` says (``pipeline_parts``), each
+part on its own connection: ``up`` (the default) registrar, quota, scheduler, serving and
+the pipeline actor in one process, as ``fgpu up`` runs them; ``split`` each actor in a
+process of its own, as ``fgpu scheduler``, ``fgpu quota``... run them; in both, the
+dummy agents in one more process (an agent is a process on its host). ``one``: all of it
+in this process on one connection (the layout before). The script, the client and the
+observer are in this process, in every layout. Figures, from one observer tailing the log:
 
 - the latency from a task's end (its session's ``session.terminated`` seen) to its
   dependents' requests (their ``session.requested`` seen), p50 and p99 over every task
@@ -23,7 +24,7 @@ before). Figures, from one observer tailing the log:
   every follower of the log reads, a figure the host's load does not move.
 
 Prints one JSON line. Usage: python bench/pipeline.py [--width 249] [--layers 4]
-[--agents 4] [--layout processes|one]
+[--agents 4] [--layout up|split|one]
 """
 
 import argparse
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -206,10 +207,12 @@ async def _observed(log: JetStreamLog, run: Awaitable[float], n: int) -> tuple[f
 
 
 @asynccontextmanager
-async def _in_one_process(log: JetStreamLog, url: str, agents: int) -> AsyncIterator[Notes]:
+async def _in_one_process(
+    log: JetStreamLog, url: str, agents: int, layout: str
+) -> AsyncIterator[Notes]:
     """The cluster's actors, its agents and the pipeline actor in this process, all on
     ``log``'s one connection (the layout before ``pipeline_parts``); ``url`` unused."""
-    del url
+    del url, layout
     cluster: list[tuple[AgentConfig, ContainerRuntime]] = [
         (agent_config(f"a{i}"), DummyRuntime()) for i in range(agents)
     ]
@@ -220,15 +223,30 @@ async def _in_one_process(log: JetStreamLog, url: str, agents: int) -> AsyncIter
         tg.cancel_scope.cancel()
 
 
+_ACTORS = ["registrar", "quota", "scheduler", "serving", "pipeline"]
+
+
+def _processes(layout: str, agents: int) -> list[list[str]]:
+    """The parts of each process (``pipeline_parts``) of ``layout``: the actors in one
+    (``up``: as ``fgpu up`` runs them) or each in its own (``split``: as ``fgpu
+    scheduler``, ``fgpu quota``... run them); the agents in one more."""
+    actors = [_ACTORS] if layout == "up" else [[a] for a in _ACTORS]
+    return [*actors, [f"agent:a{i}" for i in range(agents)]]
+
+
 @asynccontextmanager
-async def _in_processes(log: JetStreamLog, url: str, agents: int) -> AsyncIterator[Notes]:
-    """The actors in one process and the agents in another (``pipeline_parts``), each on
-    its own connection; the pipeline actor's notes, filled once the block is left."""
+async def _in_processes(
+    log: JetStreamLog, url: str, agents: int, layout: str
+) -> AsyncIterator[Notes]:
+    """The cluster in processes of its own (``_processes``), each part on its own
+    connection; the pipeline actor's notes, filled once the block is left."""
     del log
     notes = Notes()
     with tempfile.TemporaryDirectory(prefix="fgpu-bench-pipeline-") as tmp:
         hops_file = anyio.Path(tmp) / "hops.json"
-        async with _part("actors", url, str(hops_file)), _part("agents", url, str(agents)):
+        async with AsyncExitStack() as stack:
+            for parts in _processes(layout, agents):
+                await stack.enter_async_context(_part(url, str(hops_file), *parts))
             yield notes
         kept = Notes.from_json(json.loads(await hops_file.read_text()))
         notes.got, notes.sent = kept.got, kept.sent
@@ -256,7 +274,7 @@ async def _part(*args: str) -> AsyncIterator[None]:
                 proc.kill()
 
 
-LAYOUTS = {"processes": _in_processes, "one": _in_one_process}
+LAYOUTS = {"up": _in_processes, "split": _in_processes, "one": _in_one_process}
 
 
 async def main(width: int, layers: int, agents: int, layout: str) -> dict[str, object]:
@@ -265,7 +283,7 @@ async def main(width: int, layers: int, agents: int, layout: str) -> dict[str, o
         log = await connect(server.url)
         try:
             await log.create_or_update_stream()
-            async with LAYOUTS[layout](log, server.url, agents) as notes:
+            async with LAYOUTS[layout](log, server.url, agents, layout) as notes:
                 asked: dict[str, str] = {}
                 run = directly(log, tasks, 0, asked)
                 direct_s, direct_seen = await _observed(log, run, len(tasks))
@@ -300,6 +318,6 @@ if __name__ == "__main__":
     parser.add_argument("--width", type=int, default=249)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--agents", type=int, default=4)
-    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="processes")
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="up")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(main(args.width, args.layers, args.agents, args.layout))))
