@@ -40,6 +40,7 @@ from datetime import datetime
 from pathlib import Path
 
 import anyio
+import structlog
 from pipeline_hops import Hops, Notes, TimedLog, hop_quantiles, quantile_ms  # beside this file
 
 from events import (
@@ -320,4 +321,6 @@ if __name__ == "__main__":
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="up")
     args = parser.parse_args()
+    # Standard output is for what the bench reads (its JSON line, a part's ``ready``).
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     print(json.dumps(asyncio.run(main(args.width, args.layers, args.agents, args.layout))))

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import structlog
 from anyio.abc import TaskGroup
 from pipeline_hops import TimedLog  # bench/pipeline_hops.py, beside this file
 
@@ -99,4 +100,6 @@ if __name__ == "__main__":
     parser.add_argument("hops_file")
     parser.add_argument("parts", nargs="+")
     args = parser.parse_args()
+    # Standard output is for what the bench reads (its JSON line, a part's ``ready``).
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     anyio.run(run_parts, args.url, args.hops_file, args.parts)
