@@ -136,13 +136,16 @@ def waits(seen: Observer, tasks: list[PipelineTask], session_of: dict[str, str])
 
 def hops(seen: Observer, notes: Notes, tasks: list[PipelineTask]) -> Hops:
     """Each dependent task's hops from its last dependency's end to its request
-    (``notes``: the pipeline actor's)."""
+    (``notes``: the pipeline actor's); those the notes lack are counted as left out."""
     by_name = {seen.names[s]: s for s in seen.asked}
     out = Hops()
     for t in tasks:
         if t.dependencies:
             last = max((by_name[d] for d in t.dependencies), key=lambda s: seen.ended[s])
             session = by_name[t.name]
+            if last not in notes.got or session not in notes.sent:
+                out.left_out += 1
+                continue
             stamps = (seen.stamps[f"ended {last}"], seen.stamps[f"asked {session}"])
             out.add(stamps, notes.got[last], notes.sent[session], seen.asked[session])
     return out

@@ -63,11 +63,23 @@ class TimedLog:
     async def follow(self, durable: str, after: int = 0) -> AsyncGenerator[list[Record], None]:
         async with aclosing(self.inner.follow(durable, after)) as batches:
             async for batch in batches:
-                now = time.monotonic()
-                for r in batch:
-                    if isinstance(r.event, SessionTerminated):
-                        self.notes.got.setdefault(r.event.session_id, now)
+                self._got(batch)
                 yield batch
+
+    async def read(
+        self, after: int = 0, *, until: int | None = None
+    ) -> AsyncGenerator[list[Record], None]:
+        # The actor's rebuild (after a failure of the log) reads ends too.
+        async with aclosing(self.inner.read(after, until=until)) as batches:
+            async for batch in batches:
+                self._got(batch)
+                yield batch
+
+    def _got(self, batch: list[Record]) -> None:
+        now = time.monotonic()
+        for r in batch:
+            if isinstance(r.event, SessionTerminated):
+                self.notes.got.setdefault(r.event.session_id, now)
 
     async def append_batch(
         self,
@@ -92,6 +104,8 @@ class TimedLog:
         return seqs
 
     def _note(self, items: Sequence[tuple[str, AnyEvent]], sent: float) -> None:
+        """Requests acknowledged now. One whose append failed is not noted, though the
+        log may hold it (no answer in time): its task is left out of the hops."""
         acked = time.monotonic()
         for _, e in items:
             if isinstance(e, SessionRequested):
@@ -113,11 +127,6 @@ class TimedLog:
     async def identity(self) -> str:
         return await self.inner.identity()
 
-    def read(
-        self, after: int = 0, *, until: int | None = None
-    ) -> AsyncGenerator[list[Record], None]:
-        return self.inner.read(after, until=until)
-
     def tail(
         self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
     ) -> AsyncGenerator[list[Record], None]:
@@ -132,6 +141,7 @@ class Hops:
 
     hops: dict[str, list[float]] = field(default_factory=lambda: {h: [] for h in HOPS})
     stamped: list[float] = field(default_factory=list)
+    left_out: int = 0  # tasks whose request's append failed (``TimedLog._note``)
 
     def add(
         self,
@@ -156,7 +166,7 @@ def quantile_ms(values: list[float], q: float) -> float:
 
 def hop_quantiles(hops: Hops) -> dict[str, float]:
     """Each hop's p50 and p99 and the stamps' latency, in ms, named for the JSON line."""
-    out: dict[str, float] = {}
+    out: dict[str, float] = {"hops_left_out": hops.left_out}
     for name, values in [*hops.hops.items(), ("stamp_end_to_request", hops.stamped)]:
         if values:
             out[f"{name}_p50_ms"] = quantile_ms(values, 0.5)
