@@ -41,7 +41,14 @@ from pathlib import Path
 
 import anyio
 import structlog
-from pipeline_hops import Hops, Notes, TimedLog, hop_quantiles, quantile_ms  # beside this file
+from pipeline_hops import (  # beside this file
+    Hops,
+    Notes,
+    TimedLog,
+    hop_quantiles,
+    quantile_ms,
+    stored_at,
+)
 
 from events import (
     PipelineSpec,
@@ -90,10 +97,13 @@ class Observer:
         self.asked: dict[str, float] = {}
         self.ended: dict[str, float] = {}
         self.names: dict[str, str] = {}  # session -> its name (the run's task)
-        self.stamps: dict[str, datetime] = {}  # a session's request's and end's own ``at``
+        self.asked_at: dict[str, datetime] = {}  # a session's request's own ``at``
+        self.ended_at: dict[str, datetime] = {}  # its end's own ``at``
         self.records = 0  # seen, up to the last end
+        self.start = 0  # the log's last record when it began
 
     async def watch(self, log: JetStreamLog, after: int, done: Callable[[], bool]) -> None:
+        self.start = after
         async with aclosing(log.tail(after)) as batches:
             async for batch in batches:
                 now = time.monotonic()
@@ -103,10 +113,10 @@ class Observer:
                     if isinstance(e, SessionRequested):
                         self.asked.setdefault(e.session_id, now)
                         self.names[e.session_id] = (e.name or "").rpartition("/")[2]
-                        self.stamps.setdefault(f"asked {e.session_id}", e.at)
+                        self.asked_at.setdefault(e.session_id, e.at)
                     elif isinstance(e, SessionTerminated):
                         self.ended.setdefault(e.session_id, now)
-                        self.stamps.setdefault(f"ended {e.session_id}", e.at)
+                        self.ended_at.setdefault(e.session_id, e.at)
                 if done():
                     return
 
@@ -134,9 +144,10 @@ def waits(seen: Observer, tasks: list[PipelineTask], session_of: dict[str, str])
     return out
 
 
-def hops(seen: Observer, notes: Notes, tasks: list[PipelineTask]) -> Hops:
+def hops(seen: Observer, notes: Notes, stored: dict[str, float], tasks: list[PipelineTask]) -> Hops:
     """Each dependent task's hops from its last dependency's end to its request
-    (``notes``: the pipeline actor's); those the notes lack are counted as left out."""
+    (``notes``: the pipeline actor's; ``stored``: when each request was stored); those
+    the notes lack are counted as left out."""
     by_name = {seen.names[s]: s for s in seen.asked}
     out = Hops()
     for t in tasks:
@@ -146,8 +157,9 @@ def hops(seen: Observer, notes: Notes, tasks: list[PipelineTask]) -> Hops:
             if last not in notes.got or session not in notes.sent:
                 out.left_out += 1
                 continue
-            stamps = (seen.stamps[f"ended {last}"], seen.stamps[f"asked {session}"])
-            out.add(stamps, notes.got[last], notes.sent[session], seen.asked[session])
+            stamps = (seen.ended_at[last], seen.asked_at[session])
+            at = (notes.got[last], notes.sent[session], stored[session], seen.asked[session])
+            out.add(stamps, *at)
     return out
 
 
@@ -292,6 +304,7 @@ async def main(width: int, layers: int, agents: int, layout: str) -> dict[str, o
                 run = directly(log, tasks, 0, asked)
                 direct_s, direct_seen = await _observed(log, run, len(tasks))
                 pipeline_s, seen = await by_pipeline(log, tasks)
+            stored = await stored_at(log, seen.start)
         finally:
             await log.close()
     by_name = {seen.names[s]: s for s in seen.asked}
@@ -313,7 +326,7 @@ async def main(width: int, layers: int, agents: int, layout: str) -> dict[str, o
         "ratio_pipeline_to_direct": round(pipeline_s / direct_s, 3),
         "records_pipeline": seen.records,
         "records_direct": direct_seen.records,
-        **hop_quantiles(hops(seen, notes, tasks)),
+        **hop_quantiles(hops(seen, notes, stored, tasks)),
     }
 
 

@@ -4,11 +4,14 @@ request, hop by hop, from the events' own stamps and one process's monotonic clo
 - ``stamp``: the end event's own ``at`` (the agent wrote it), on the monotonic clock;
 - ``got``: the pipeline actor's ``follow`` handed it the batch holding that end;
 - ``sent``: the actor began appending the decision holding the task's request;
-- ``acked``: JetStream acknowledged that append;
-- ``seen``: the observer saw the request.
+- ``stored``: the server stored the request (its own stamp of the message, by this
+  host's clock);
+- ``seen``: the observer saw the request;
+
+and beside them ``acked``: the append's acknowledgement back at the actor.
 
 ``TimedLog`` wraps the actor's log to note ``got``, ``sent`` and ``acked``; it changes
-nothing the actor does.
+nothing the actor does. ``stored_at`` reads the server's stamps after the run.
 """
 
 import time
@@ -20,11 +23,24 @@ from typing import Any
 
 from events import AnyEvent, Record, SessionRequested, SessionTerminated
 from events import subjects as subj
+from events.records import record_of
+from services.adapters.jetstream import JetStreamLog
+from services.adapters.jetstream_pull import ack_seqs, ack_time
+from services.adapters.jetstream_readers import deliveries, read_consumer
 from services.ports import EventLog
 
-__all__ = ["HOPS", "Hops", "Notes", "TimedLog", "hop_quantiles", "monotonic_of", "quantile_ms"]
+__all__ = [
+    "HOPS",
+    "Hops",
+    "Notes",
+    "TimedLog",
+    "hop_quantiles",
+    "monotonic_of",
+    "quantile_ms",
+    "stored_at",
+]
 
-HOPS = ("stamp_to_got", "got_to_sent", "sent_to_acked", "acked_to_seen")
+HOPS = ("stamp_to_got", "got_to_sent", "sent_to_stored", "stored_to_seen")
 
 # Wall clock minus monotonic clock, read once: the events' stamps (wall clock, written by
 # processes on this host) put on the monotonic clock the hops are timed with.
@@ -135,11 +151,13 @@ class TimedLog:
 
 @dataclass
 class Hops:
-    """Each dependent task's hops (seconds), in ``HOPS`` order, and its latency two ways:
-    the observer's (end seen to request seen) and the stamps' (the request event's own
-    ``at`` minus its last dependency's end event's own ``at``)."""
+    """Each dependent task's hops (seconds), in ``HOPS`` order; the append's acknowledgement
+    back at the actor (``sent_to_acked``); and the latency from the stamps (the request
+    event's own ``at`` minus its last dependency's end event's own ``at``)."""
 
-    hops: dict[str, list[float]] = field(default_factory=lambda: {h: [] for h in HOPS})
+    hops: dict[str, list[float]] = field(
+        default_factory=lambda: {h: [] for h in (*HOPS, "sent_to_acked")}
+    )
     stamped: list[float] = field(default_factory=list)
     left_out: int = 0  # tasks whose request's append failed (``TimedLog._note``)
 
@@ -148,15 +166,41 @@ class Hops:
         stamps: tuple[datetime, datetime],
         got: float,
         sent: tuple[float, float],
+        stored: float,
         seen: float,
     ) -> None:
-        """One task's: its last dependency's end's and its request's own stamps, and when
-        that end reached the actor, the request was sent and acknowledged, and seen."""
+        """One task's: its last dependency's end's and its request's own stamps; when that
+        end reached the actor, the request was sent and acknowledged, stored (the server's
+        stamp) and seen (monotonic clock)."""
         end_stamp, request_stamp = stamps
-        points = (monotonic_of(end_stamp), got, *sent, seen)
+        points = (monotonic_of(end_stamp), got, sent[0], stored, seen)
         for name, a, b in zip(HOPS, points, points[1:], strict=False):
             self.hops[name].append(b - a)
+        self.hops["sent_to_acked"].append(sent[1] - sent[0])
         self.stamped.append((request_stamp - end_stamp).total_seconds())
+
+
+async def stored_at(log: JetStreamLog, after: int) -> dict[str, float]:
+    """When the server stored each session request after ``after`` (up to the log's last
+    record now), by session, on the monotonic clock: the server's own stamp of the
+    message (it runs on this host)."""
+    end = await log.last_seq()
+    out: dict[str, float] = {}
+    client = log.client
+    what = "read the stored times"
+    async with (
+        read_consumer(client, subj.STREAM, subj.STREAM_WILDCARD, after, what) as name,
+        aclosing(deliveries(client, subj.STREAM, name, what, wait_s=10)) as batches,
+    ):
+        async for msgs in batches:
+            for msg in msgs:
+                seq = ack_seqs(msg.reply)[0]
+                e = record_of(seq, msg.subject, msg.data).event
+                if isinstance(e, SessionRequested):
+                    out[e.session_id] = ack_time(msg.reply) / 1e9 - _WALL_MINUS_MONO
+            if seq >= end:
+                return out
+    return out
 
 
 def quantile_ms(values: list[float], q: float) -> float:
