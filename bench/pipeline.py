@@ -13,10 +13,12 @@ observer are in this process, in every layout. Figures, from one observer tailin
   that has dependencies, taken from its last dependency's end; the same for the direct
   script's requests (``direct_end_to_dependents``): what any client that reacts to the
   log pays on this host and layout;
-- the same latency from the events' own stamps (``stamp_end_to_request``: the request's
-  ``at``, when the actor decided, minus the end's ``at``, when the agent wrote it), and
-  its hops (``pipeline_hops``): the end's stamp to the actor's receipt, to the decision's
-  append, to its acknowledgement, to the observer's sight of the request;
+- the same latency from the events' own stamps: to the request's ``at`` (when the actor
+  decided: ``stamp_end_to_request``) and to the server's stamp of the stored request
+  (when it was on the log: ``stamp_end_to_stored``), from the end's ``at`` (when the
+  agent wrote it); and its hops (``pipeline_hops``): the end's stamp to the actor's
+  receipt, to the decision's append, to the request stored, to the observer's sight of
+  it, with the append's acknowledgement back at the actor beside them;
 - the run's total time, request to the last task's end, against the same sessions asked
   for directly by a script in dependency order (each as soon as its dependencies have
   ended, in one batch per wave), same run, same layout: ``ratio_pipeline_to_direct``;

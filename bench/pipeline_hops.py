@@ -152,13 +152,15 @@ class TimedLog:
 @dataclass
 class Hops:
     """Each dependent task's hops (seconds), in ``HOPS`` order; the append's acknowledgement
-    back at the actor (``sent_to_acked``); and the latency from the stamps (the request
-    event's own ``at`` minus its last dependency's end event's own ``at``)."""
+    back at the actor (``sent_to_acked``); and its latency from the stamps alone, to the
+    request's own ``at`` (when the actor decided) and to the server's stamp of the stored
+    request (when it was on the log), from its last dependency's end event's own ``at``."""
 
     hops: dict[str, list[float]] = field(
         default_factory=lambda: {h: [] for h in (*HOPS, "sent_to_acked")}
     )
     stamped: list[float] = field(default_factory=list)
+    on_log: list[float] = field(default_factory=list)  # the end's stamp to the request stored
     left_out: int = 0  # tasks whose request's append failed (``TimedLog._note``)
 
     def add(
@@ -178,6 +180,7 @@ class Hops:
             self.hops[name].append(b - a)
         self.hops["sent_to_acked"].append(sent[1] - sent[0])
         self.stamped.append((request_stamp - end_stamp).total_seconds())
+        self.on_log.append(stored - points[0])
 
 
 async def stored_at(log: JetStreamLog, after: int) -> dict[str, float]:
@@ -211,7 +214,8 @@ def quantile_ms(values: list[float], q: float) -> float:
 def hop_quantiles(hops: Hops) -> dict[str, float]:
     """Each hop's p50 and p99 and the stamps' latency, in ms, named for the JSON line."""
     out: dict[str, float] = {"hops_left_out": hops.left_out}
-    for name, values in [*hops.hops.items(), ("stamp_end_to_request", hops.stamped)]:
+    latencies = [("stamp_end_to_request", hops.stamped), ("stamp_end_to_stored", hops.on_log)]
+    for name, values in [*hops.hops.items(), *latencies]:
         if values:
             out[f"{name}_p50_ms"] = quantile_ms(values, 0.5)
             out[f"{name}_p99_ms"] = quantile_ms(values, 0.99)
