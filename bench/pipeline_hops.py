@@ -70,7 +70,8 @@ class Notes:
 
 
 class TimedLog:
-    """``inner`` as the pipeline actor's log, taking ``Notes``."""
+    """``inner`` as the pipeline actor's log, taking ``Notes`` of what it reads and
+    appends; every other call is ``inner``'s."""
 
     def __init__(self, inner: EventLog) -> None:
         self.inner = inner
@@ -127,26 +128,8 @@ class TimedLog:
             if isinstance(e, SessionRequested):
                 self.notes.sent.setdefault(e.session_id, (sent, acked))
 
-    async def append(
-        self, subject: str, event: AnyEvent, *, expected_last_subject_seq: int | None = None
-    ) -> int:
-        return await self.inner.append(
-            subject, event, expected_last_subject_seq=expected_last_subject_seq
-        )
-
-    async def last_seq(self) -> int:
-        return await self.inner.last_seq()
-
-    async def count(self, subject: str) -> int:
-        return await self.inner.count(subject)
-
-    async def identity(self) -> str:
-        return await self.inner.identity()
-
-    def tail(
-        self, after: int = 0, *, subject: str = subj.STREAM_WILDCARD
-    ) -> AsyncGenerator[list[Record], None]:
-        return self.inner.tail(after, subject=subject)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # the rest of the port, untimed
 
 
 @dataclass
