@@ -16,7 +16,7 @@ from nats.aio.subscription import Subscription
 from events import subjects as subj
 from services.ports import LogError
 
-__all__ = ["ConsumerGone", "Puller", "ack_pending", "ack_seqs"]
+__all__ = ["ConsumerGone", "Puller", "ack_pending", "ack_seqs", "ack_time"]
 
 
 def _ack_tokens(reply: str | None) -> tuple[list[str], int]:
@@ -41,6 +41,13 @@ def ack_seqs(reply: str | None) -> tuple[int, int]:
     Raises LogError."""
     tokens, at = _ack_tokens(reply)
     return int(tokens[at]), int(tokens[at + 1])
+
+
+def ack_time(reply: str | None) -> int:
+    """When the server stored the delivered message: nanoseconds since the epoch, by the
+    server's clock. Raises LogError."""
+    tokens, at = _ack_tokens(reply)
+    return int(tokens[at + 2])
 
 
 def ack_pending(reply: str | None) -> int:

@@ -18,7 +18,7 @@ from events import AnyEvent, RawBatch, SessionCancelled, encode
 from events import subjects as subj
 from services.adapters import jetstream_stream, nats_server, raw_reader
 from services.adapters.jetstream import JetStreamLog, StreamChange, connect
-from services.adapters.jetstream_pull import ack_seqs
+from services.adapters.jetstream_pull import ack_seqs, ack_time
 from services.ports import BulkReadUnavailable, LogError
 from tests.support.log_contract import EventLogContract, PublishRaw, admitted
 from tests.support.nats_env import fresh_stream
@@ -358,6 +358,7 @@ def test_a_deliverys_sequences_are_read_from_either_ack_form(
     reply: str, seqs: tuple[int, int]
 ) -> None:
     assert ack_seqs(reply) == seqs
+    assert ack_time(reply) == 1_700_000_000_000_000_000  # when the server stored it
 
 
 @pytest.mark.parametrize(
