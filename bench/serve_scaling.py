@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from events import (
     Slots,
 )
 from services.actors.router_service import RouterService
+from services.adapters import haproxy_admin as admin
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.haproxy_proxy import HaproxyProxy
@@ -172,8 +174,10 @@ class _Load:
         self.stop = anyio.Event()
         self.answered = anyio.Event()  # set at a replica's first answer
         self.failed = 0
+        self.began: float | None = None  # its first request sent
 
     async def run(self) -> None:
+        self.began = time.perf_counter()
         async with aiohttp.ClientSession() as session, anyio.create_task_group() as tg:
             for _ in range(LOAD_CLIENTS):
                 tg.start_soon(self._client, session)
@@ -191,48 +195,99 @@ class _Load:
                 self.answered = anyio.Event()
 
 
-async def _scale_up(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:
+async def _scale_up(
+    client: Client, runtime: LocalReplicas, url: str, proxy: HaproxyProxy
+) -> tuple[float, float]:
     """One step of load from 1 replica: until the new one answers, and its own start."""
     await _until(client, lambda s: _replicas(s) == (1, 1))
+    ready = time.perf_counter()
     await anyio.sleep(UP.cooldown_s)  # the rule may act: the last change is a cooldown old
     before = set(runtime.replicas)
     load = _Load(url)
     async with anyio.create_task_group() as tg:
-        step = time.perf_counter()
+        step, step_at = time.perf_counter(), datetime.now(UTC)
         tg.start_soon(load.run)
         with anyio.move_on_after(60) as waited:
             while not (new := (set(load.first) - before)):
                 await load.answered.wait()
         load.stop.set()
     if waited.cancelled_caught:
-        raise TimeoutError(await _stuck(client, load, runtime))
+        raise TimeoutError(await _stuck(client, load, runtime, proxy, step_at, ready, step))
     [host] = new
     r = runtime.replicas[host]
     assert r.healthy is not None
     return load.first[host] - step, r.healthy - r.spawned
 
 
-async def _stuck(client: Client, load: _Load, runtime: LocalReplicas) -> str:
-    """What the endpoint, the load and the replicas were at when no new replica came."""
-    ep = (await client.state()).serving.endpoints["ep-scale"]
-    replicas = [(r.session_id, r.phase.value, r.in_rotation, r.host) for r in ep.replicas.values()]
+async def _stuck(
+    client: Client,
+    load: _Load,
+    runtime: LocalReplicas,
+    proxy: HaproxyProxy,
+    step: datetime,
+    ready: float,
+    step_perf: float,
+) -> str:
+    """What the load saw when no new replica came, and the ``_diagnosis``."""
     return (
-        f"no new replica answered in 60 s: targets {ep.targets}, scaled at {ep.scaled_at}, "
-        f"traffic {ep.traffic[-3:]}, replicas {replicas}, answered by {sorted(load.first)}, "
-        f"{load.failed} failed, spawned {sorted(runtime.replicas)}"
+        f"no new replica answered in 60 s: answered by {sorted(load.first)}, "
+        f"{load.failed} failed, load began {load.began}, ready {ready}, step {step_perf}; "
+        + await _diagnosis(client, runtime, proxy, step)
     )
 
 
-async def _cold_start(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:
+async def _diagnosis(
+    client: Client, runtime: LocalReplicas, proxy: HaproxyProxy, step: datetime
+) -> str:
+    """The endpoint as folded, the replicas spawned and when (seconds from ``step``),
+    HAProxy's servers, and the endpoint's events from 20 s before ``step``."""
+    ep = (await client.state()).serving.endpoints["ep-scale"]
+    replicas = [(r.session_id, r.phase.value, r.in_rotation, r.host) for r in ep.replicas.values()]
+    zero = time.perf_counter() - (datetime.now(UTC) - step).total_seconds()
+    spawned = {
+        h: (round(r.spawned - zero, 2), r.healthy and round(r.healthy - zero, 2))
+        for h, r in sorted(runtime.replicas.items())
+    }
+    servers = await admin.command(str(proxy.directory / "admin.sock"), "show servers state")
+    return (
+        f"targets {ep.targets}, scaled at {ep.scaled_at}, replicas {replicas}, "
+        f"spawned and healthy (s from the step) {spawned}; haproxy: {servers!r}; events: "
+        + "; ".join(await _timeline(client, step))
+    )
+
+
+_NOISE = {"id", "at", "actor", "causation_id", "correlation_id", "endpoint_id", "type"}
+
+
+async def _timeline(client: Client, step: datetime) -> list[str]:
+    """The bench endpoint's events from 20 s before ``step``: seconds from it, type, data."""
+    out = []
+    async for batch in client.events.read():
+        for record in batch:
+            e = record.event
+            if getattr(e, "endpoint_id", None) != "ep-scale" or e.at < step - timedelta(seconds=20):
+                continue
+            said = {k: v for k, v in msgspec.structs.asdict(e).items() if k not in _NOISE}
+            out.append(f"{(e.at - step).total_seconds():+.2f} {type(e).__name__} {said}")
+    return out
+
+
+async def _cold_start(
+    client: Client, runtime: LocalReplicas, url: str, proxy: HaproxyProxy
+) -> tuple[float, float]:
     """From zero: one request until its answer, and the replica's own start."""
     await _until(client, _at_zero)
     before = set(runtime.replicas)
     async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), datetime.now(UTC)
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as response:
             text = await response.text()
             took = time.perf_counter() - started
-            assert response.status == 200, (response.status, text[:200], took)
+            if response.status != 200:
+                raise RuntimeError(
+                    f"cold start answered {response.status} after {took:.2f} s: {text[:80]!r}; "
+                    + await _diagnosis(client, runtime, proxy, started_at)
+                )
             body = json.loads(text)
         took = time.perf_counter() - started
     [host] = set(runtime.replicas) - before
@@ -261,11 +316,11 @@ async def scaling(proxy: HaproxyProxy, tries: int) -> dict[str, float]:
                 await _ask(client, SetAutoscale(endpoint_id="ep-scale", rule=UP))
                 ups = []
                 for _ in range(tries):
-                    ups.append(await _scale_up(client, runtime, url))
+                    ups.append(await _scale_up(client, runtime, url, proxy))
                 colds = []
                 await _ask(client, SetAutoscale(endpoint_id="ep-scale", rule=ZERO))
                 for _ in range(tries):
-                    colds.append(await _cold_start(client, runtime, url))
+                    colds.append(await _cold_start(client, runtime, url, proxy))
                 tg.cancel_scope.cancel()
         finally:
             await log.close()
