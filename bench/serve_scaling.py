@@ -89,6 +89,7 @@ class LocalReplicas:
     inner: DummyRuntime = field(default_factory=DummyRuntime)
     replicas: dict[str, _Replica] = field(default_factory=dict)  # by host
     hosts: dict[str, str] = field(default_factory=dict)  # container id -> host
+    restarts: int = 0  # scale-up tries begun again: the endpoint scaled before the step
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -159,9 +160,35 @@ def _replicas(s: ClusterState) -> tuple[int, int]:
 
 def _at_zero(s: ClusterState) -> bool:
     """No replica wanted and none left at all (a drained one, out of rotation, may still
-    answer until the proxy hears of it)."""
+    answer until the proxy hears of it: see ``_settled``)."""
     ep = s.serving.endpoints.get("ep-scale")
     return ep is not None and not ep.replicas and _replicas(s)[0] == 0
+
+
+async def _settled(proxy: HaproxyProxy, runtime: LocalReplicas, replicas: int) -> None:
+    """Until HAProxy sends new requests to exactly ``replicas`` servers and as many
+    replica processes live: what the log says is not yet what the proxy does (the router
+    applies the table after it reads it) nor what runs (a replica drained with no grace
+    is stopped as its draining reaches the log). A try begun before would meet the last
+    try's replica: taking its requests (a cold start answered by no new replica) or
+    refusing them (HAProxy retries a refused connection three times a second apart,
+    then answers 503)."""
+    with anyio.fail_after(60):  # polls processes we do not control, bounded
+        while True:
+            if await _serving(proxy, runtime) == (replicas, replicas):
+                return
+            await anyio.sleep(0.05)
+
+
+async def _serving(proxy: HaproxyProxy, runtime: LocalReplicas) -> tuple[int, int]:
+    """(servers HAProxy sends new requests to, replica processes alive)."""
+    rows = admin.stat_rows(await admin.command(_socket(proxy), "show stat -1 4 -1"))
+    usable = sum(r["status"] == "UP" and int(r["weight"] or 0) > 0 for r in rows)
+    return usable, sum(r.process.poll() is None for r in runtime.replicas.values())
+
+
+def _socket(proxy: HaproxyProxy) -> str:
+    return str(proxy.directory / "admin.sock")
 
 
 class _Load:
@@ -199,10 +226,16 @@ async def _scale_up(
     client: Client, runtime: LocalReplicas, url: str, proxy: HaproxyProxy
 ) -> tuple[float, float]:
     """One step of load from 1 replica: until the new one answers, and its own start."""
-    await _until(client, lambda s: _replicas(s) == (1, 1))
-    ready = time.perf_counter()
-    await anyio.sleep(UP.cooldown_s)  # the rule may act: the last change is a cooldown old
-    before = set(runtime.replicas)
+    while True:
+        await _until(client, lambda s: _replicas(s) == (1, 1))
+        await _settled(proxy, runtime, 1)
+        ready = time.perf_counter()
+        await anyio.sleep(UP.cooldown_s)  # the rule may act: the last change is a cooldown old
+        before = set(runtime.replicas)
+        if await _serving(proxy, runtime) == (1, 1):
+            break
+        runtime.restarts += 1  # scaled with no load of ours: a try from there would wait for
+        # a replica already come (and, at the rule's maximum, for ever)
     load = _Load(url)
     async with anyio.create_task_group() as tg:
         step, step_at = time.perf_counter(), datetime.now(UTC)
@@ -248,10 +281,13 @@ async def _diagnosis(
         h: (round(r.spawned - zero, 2), r.healthy and round(r.healthy - zero, 2))
         for h, r in sorted(runtime.replicas.items())
     }
-    servers = await admin.command(str(proxy.directory / "admin.sock"), "show servers state")
+    servers = await admin.command(_socket(proxy), "show servers state")
+    port = proxy.address[1]
+    listening = await anyio.run_process(["ss", "-Htlnp", f"sport = :{port}"], check=False)
     return (
         f"targets {ep.targets}, scaled at {ep.scaled_at}, replicas {replicas}, "
-        f"spawned and healthy (s from the step) {spawned}; haproxy: {servers!r}; events: "
+        f"spawned and healthy (s from the step) {spawned}; haproxy: {servers!r}; "
+        f"listening on {port}: {listening.stdout.decode()!r}; events: "
         + "; ".join(await _timeline(client, step))
     )
 
@@ -277,6 +313,7 @@ async def _cold_start(
 ) -> tuple[float, float]:
     """From zero: one request until its answer, and the replica's own start."""
     await _until(client, _at_zero)
+    await _settled(proxy, runtime, 0)
     before = set(runtime.replicas)
     async with aiohttp.ClientSession() as session:
         started, started_at = time.perf_counter(), datetime.now(UTC)
@@ -328,6 +365,7 @@ async def scaling(proxy: HaproxyProxy, tries: int) -> dict[str, float]:
     return {
         **_figures("scale_up", ups),
         **_figures("cold_start_loop", colds),
+        "scale_up_restarted": runtime.restarts,
     }
 
 
