@@ -21,6 +21,7 @@ Medians over ``tries`` of each.
 """
 
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -90,6 +91,9 @@ class LocalReplicas:
     replicas: dict[str, _Replica] = field(default_factory=dict)  # by host
     hosts: dict[str, str] = field(default_factory=dict)  # container id -> host
     restarts: int = 0  # scale-up tries begun again: the endpoint scaled before the step
+    # A loopback /16 of this run's own (all of 127/8 is loopback): two runs at once on one
+    # host must not answer each other's health checks on one fixed address.
+    net: int = field(default_factory=lambda: random.randrange(1, 255))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -97,7 +101,8 @@ class LocalReplicas:
     async def run(self, spec: ContainerSpec) -> ContainerInfo:
         info = await self.inner.run(spec)
         if info.id not in self.hosts:
-            host = f"127.0.0.{len(self.hosts) + 2}"
+            n = len(self.hosts)
+            host = f"127.{self.net}.{n // 250}.{n % 250 + 2}"
             self.hosts[info.id] = host
             self.replicas[host] = self._spawn(host)
         return msgspec.structs.replace(info, host=self.hosts[info.id])
