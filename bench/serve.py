@@ -1,20 +1,26 @@
 """Serving benchmark: requests through the proxy (HAProxy, as the router drives it) against
 the same requests straight to the replica, in the same run.
 
-The replica is a local process of the tiny model server (``services/model_server.py``,
-``GET /predict?x=...``), not a container: the engine here has no network to reach one
-from the host (``"replicas"`` in the line says so). The route is token-only, so each
-request through the proxy is hashed and looked up as in production. The load generator
-is aiohttp on loopback, keep-alive connections both ways.
+The replicas are local processes of the tiny model server (``services/model_server.py``,
+``GET /predict?x=...``), not containers: the engine here has no network to reach one
+from the host (``"replicas"`` in the line says so). The issue's baseline is "directly to
+a replica's container": so ``proxy`` is a token-only route to that one replica, and
+``proxy_n`` (a route to it and a second one) is an extra figure, never the ratio's.
+``answered_by`` says which replicas each way's answers came from. Each request through
+the proxy is hashed and looked up as in production. The load generator is
+``bench/serve_load.py`` (keep-alive connections, one request encoded once); its own
+ceiling against a server that does nothing (``generator_ceiling_rps``) is measured in
+the same run: a direct rate near it says the generator, not the path, is the limit.
 
-- **Closed loop**: ``--concurrency`` workers each send a request as soon as the last one
-  answered, for ``--seconds``, in rounds alternating direct and proxied (which goes
-  first alternates): requests per second each way, ``ratio_proxy_to_direct`` of the
-  medians (goal >= 0.9).
-- **Fixed rate**: ``--rate`` requests a second each way (open loop, each timed from when
-  it was due, so a stall counts), the two ways interleaved request by request so the
-  host's load falls on both alike: p50 and p99 each way, ``added_p99_ms`` (goal <= 2 ms
-  at a rate the direct path holds: ``rate_held`` says whether the generator kept up).
+- **Closed loop**: ``--concurrency`` connections, each sending a request as soon as the
+  last one answered, for ``--seconds``; ``--rounds`` rounds of direct and proxy back to
+  back, which goes first by turns, then ``proxy_n``. Each round's ratio is in
+  ``closed_loop.pairs``; ``ratio_proxy_to_direct`` is their median (goal >= 0.9).
+- **Fixed rate**: ``--rate`` requests a second (open loop, each timed from when it was
+  due, so a stall counts), in rounds of direct and proxy back to back as above; each
+  round's p99 each way in ``fixed_rate.p99_pairs``; ``added_p99_ms`` is the median of
+  their differences (goal <= 2 ms at a rate the direct path holds: ``rate_held`` says
+  the generator sent 99 % of the requests within ``HELD_MS`` of their time).
 
 - **Cold start** (scale from zero, the proxy's part): a request to a route with no
   replica and a cold start, and at the same moment a replica process spawned; once it
@@ -32,7 +38,7 @@ is aiohttp on loopback, keep-alive connections both ways.
 The host's load average is in the line: these are shared 2-core machines.
 
 Prints one JSON line. Usage: python bench/serve.py [--seconds 2] [--rounds 5]
-[--concurrency 8] [--rate 100] [--cold-starts 3] [--scale-tries 3]
+[--concurrency 8] [--rate 200] [--cold-starts 3] [--scale-tries 3]
 """
 
 import argparse
@@ -54,6 +60,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.serve_load import Segment, Target, ceiling, closed_loop, fixed_rate
 from bench.serve_scaling import scaling
 from services.adapters.haproxy_proxy import HaproxyProxy, find_haproxy, haproxy_proxy
 from services.domain.serving.route_table import Backend, Route, RouteTable
@@ -61,57 +68,7 @@ from tests.support.model_servers import model_servers
 
 TOKEN = "bench-token"
 PATH = "/predict?x=1,2,3,4"
-
-
-async def closed_loop(url: str, headers: dict[str, str], concurrency: int, seconds: float) -> float:
-    """Requests per second with ``concurrency`` workers for ``seconds``."""
-    done = 0
-    stop = time.perf_counter() + seconds
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
-
-        async def worker() -> None:
-            nonlocal done
-            while time.perf_counter() < stop:
-                async with session.get(url) as response:
-                    await response.read()
-                    assert response.status == 200, response.status
-                done += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return done / (time.perf_counter() - started)
-
-
-async def fixed_rate(
-    ways: dict[str, tuple[str, dict[str, str]]], rate: float, seconds: float
-) -> tuple[dict[str, list[float]], bool]:
-    """Requests to every way in turn, each way at ``rate`` a second (open loop): each
-    one's latency in ms from when it was due, by way, and whether the rate was held (99 %
-    of the requests started within 10 ms of their time). Interleaved request by request,
-    so the host's load falls on both ways alike."""
-    latencies: dict[str, list[float]] = {way: [] for way in ways}
-    late = 0
-    n = int(rate * seconds) * len(ways)
-    order = list(ways)
-    connector = aiohttp.TCPConnector(limit=256)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def one(i: int, due: float) -> None:
-            nonlocal late
-            way = order[i % len(order)]
-            url, headers = ways[way]
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
-            late += time.perf_counter() - due > 0.010
-            async with session.get(url, headers=headers) as response:
-                await response.read()
-                assert response.status == 200, response.status
-            latencies[way].append((time.perf_counter() - due) * 1000)
-
-        start = time.perf_counter() + 0.05
-        step = 1 / (rate * len(ways))
-        await asyncio.gather(*(one(i, start + i * step) for i in range(n)))
-    return latencies, late <= n * 0.01
+HELD_MS = 5.0  # the generator kept the rate: 99 % of requests sent within this of their time
 
 
 async def cold_start(proxy: HaproxyProxy, tries: int) -> dict[str, float]:
@@ -169,54 +126,118 @@ def quantile(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
+def _route(name: str, replicas: list[tuple[str, int]]) -> Route:
+    """A token-only route to ``replicas``, as the router would apply it."""
+    backends = tuple(Backend(session_id=f"{name}-{p}", host=h, port=p) for h, p in replicas)
+    return Route(
+        endpoint_id=f"ep-{name}",
+        name=name,
+        path_prefix=f"/e/{name}/",
+        token_sha256=frozenset({hashlib.sha256(TOKEN.encode()).hexdigest()}),
+        backends=backends,
+    )
+
+
+async def _answered_by(url: str, headers: dict[str, str], n: int = 20) -> list[str]:
+    """Which replicas (their ``model`` name) answer ``n`` requests to ``url``."""
+    seen = set()
+    async with aiohttp.ClientSession(headers=headers) as session:
+        for _ in range(n):
+            async with session.get(url) as response:
+                seen.add((await response.json(content_type=None))["model"])
+    return sorted(seen)
+
+
+async def _closed_pairs(ways: dict[str, Target], args: argparse.Namespace) -> dict[str, object]:
+    """Closed-loop rounds: direct and proxy back to back (which goes first by turns), then
+    proxy to N replicas; each round's ratios, and their medians."""
+    rounds = []
+    for i in range(args.rounds):
+        order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
+        rps = {}
+        for way in (*order, "proxy_n"):
+            rps[way] = await closed_loop(ways[way], args.concurrency, args.seconds)
+        rounds.append(rps)
+    ratio = [r["proxy"] / r["direct"] for r in rounds]
+    ratio_n = [r["proxy_n"] / r["direct"] for r in rounds]
+    return {
+        "rps": {w: round(statistics.median(r[w] for r in rounds)) for w in rounds[0]},
+        "pairs": [
+            [round(r["direct"]), round(r["proxy"]), round(q, 3)]
+            for r, q in zip(rounds, ratio, strict=True)
+        ],
+        "ratio_proxy_to_direct": round(statistics.median(ratio), 3),
+        "ratio_proxy_n_to_direct": round(statistics.median(ratio_n), 3),
+    }
+
+
+async def _fixed_pairs(ways: dict[str, Target], args: argparse.Namespace) -> dict[str, object]:
+    """Fixed-rate rounds, direct and proxy back to back (which goes first by turns): each
+    round's p99 each way and their difference; the median difference, the pooled p50 and
+    p99, and how late the generator sent (its own part of every latency)."""
+    pooled: dict[str, Segment] = {"direct": Segment(), "proxy": Segment()}
+    pairs = []
+    for i in range(args.rounds):
+        order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
+        p99 = {}
+        for way in order:
+            seg = await fixed_rate(ways[way], args.rate, args.seconds)
+            p99[way] = quantile(seg.latency_ms, 0.99)
+            pooled[way].latency_ms.extend(seg.latency_ms)
+            pooled[way].late_ms.extend(seg.late_ms)
+        pairs.append([p99["direct"], p99["proxy"], round(p99["proxy"] - p99["direct"], 3)])
+    late = {w: quantile(s.late_ms, 0.99) for w, s in pooled.items()}
+    return {
+        "rate": args.rate,
+        "p99_pairs": pairs,
+        "added_p99_ms": round(statistics.median(p[2] for p in pairs), 3),
+        "p50_ms": {w: quantile(s.latency_ms, 0.5) for w, s in pooled.items()},
+        "p99_ms": {w: quantile(s.latency_ms, 0.99) for w, s in pooled.items()},
+        "generator_late_p99_ms": late,
+        "rate_held": max(late.values()) <= HELD_MS,
+    }
+
+
 async def main(args: argparse.Namespace) -> dict[str, object]:
-    with model_servers(1) as (replica,):
+    generator = await ceiling(args.concurrency, args.seconds)
+    with model_servers(1, MODEL_NAME="r1") as (one,), model_servers(1, MODEL_NAME="r2") as (two,):
         async with haproxy_proxy() as proxy:
-            route = Route(
-                endpoint_id="ep-bench",
-                name="bench",
-                path_prefix="/e/bench/",
-                token_sha256=frozenset({hashlib.sha256(TOKEN.encode()).hexdigest()}),
-                backends=(Backend(session_id="r1", host=replica[0], port=replica[1]),),
-            )
-            await proxy.apply(RouteTable(routes=(route,)))
+            await proxy.apply(RouteTable(routes=(_route("bench", [one]), _route("n", [one, two]))))
             host, port = proxy.address
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
             ways = {
-                "direct": (f"http://{replica[0]}:{replica[1]}{PATH}", {}),
-                "proxy": (
-                    f"http://{host}:{port}/e/bench{PATH}",
-                    {"Authorization": f"Bearer {TOKEN}"},
-                ),
+                "direct": Target.get(*one, PATH, {}),
+                "proxy": Target.get(host, port, f"/e/bench{PATH}", bearer),
+                "proxy_n": Target.get(host, port, f"/e/n{PATH}", bearer),
             }
-            await closed_loop(*ways["proxy"], args.concurrency, 0.5)  # warm both paths
-            await closed_loop(*ways["direct"], args.concurrency, 0.5)
-            rps: dict[str, list[float]] = {"direct": [], "proxy": []}
-            for i in range(args.rounds):
-                order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
-                for way in order:
-                    rps[way].append(await closed_loop(*ways[way], args.concurrency, args.seconds))
-            lat, held = await fixed_rate(ways, args.rate, args.seconds * args.rounds)
+            seen = {
+                w: await _answered_by(
+                    f"http://{t.host}:{t.port}{t.request.split()[1].decode()}", bearer
+                )
+                for w, t in ways.items()
+            }
+            for target in ways.values():  # warm every path
+                await closed_loop(target, args.concurrency, 0.5)
+            closed = await _closed_pairs(ways, args)
+            fixed = await _fixed_pairs(ways, args)
             served = (await proxy.stats())["ep-bench"].requests_total
             cold = await cold_start(proxy, args.cold_starts)
     async with haproxy_proxy() as proxy:
         scaled = await scaling(proxy, args.scale_tries)
     said = await asyncio.to_thread(subprocess.run, [find_haproxy(), "-v"], capture_output=True)
-    version = said.stdout.decode().split("\n")[0]
-    direct_rps, proxy_rps = statistics.median(rps["direct"]), statistics.median(rps["proxy"])
-    p99 = {way: quantile(lat[way], 0.99) for way in lat}
     return {
         "bench": "serve",
-        "replicas": "1 local process of services/model_server.py (not a container: the"
+        "replicas": "local processes of services/model_server.py (not containers: the"
         " engine here has no network the host reaches)",
-        "proxy": version,
+        "answered_by": seen,
+        "proxy": said.stdout.decode().split("\n")[0],
         "concurrency": args.concurrency,
-        "closed_loop_rps": {"direct": round(direct_rps), "proxy": round(proxy_rps)},
-        "ratio_proxy_to_direct": round(proxy_rps / direct_rps, 3),
-        "rate": args.rate,
-        "rate_held": held,
-        "p50_ms": {way: quantile(lat[way], 0.5) for way in lat},
-        "p99_ms": p99,
-        "added_p99_ms": round(p99["proxy"] - p99["direct"], 3),
+        "generator_ceiling_rps": round(generator),
+        "direct_share_of_ceiling": round(closed["rps"]["direct"] / generator, 3),  # type: ignore[index]
+        "ratio_proxy_to_direct": closed["ratio_proxy_to_direct"],
+        "added_p99_ms": fixed["added_p99_ms"],
+        "closed_loop": closed,
+        "fixed_rate": fixed,
         "requests_through_proxy": served,
         **cold,
         **scaled,
@@ -236,7 +257,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--cold-starts", type=int, default=3)
     parser.add_argument("--scale-tries", type=int, default=3)
     print(json.dumps(asyncio.run(main(parser.parse_args()))))

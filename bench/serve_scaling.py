@@ -21,6 +21,7 @@ Medians over ``tries`` of each.
 """
 
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ from events import (
     Slots,
 )
 from services.actors.router_service import RouterService
+from services.adapters import haproxy_admin as admin
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.haproxy_proxy import HaproxyProxy
@@ -87,6 +90,10 @@ class LocalReplicas:
     inner: DummyRuntime = field(default_factory=DummyRuntime)
     replicas: dict[str, _Replica] = field(default_factory=dict)  # by host
     hosts: dict[str, str] = field(default_factory=dict)  # container id -> host
+    restarts: int = 0  # scale-up tries begun again: the endpoint scaled before the step
+    # A loopback /16 of this run's own (all of 127/8 is loopback): two runs at once on one
+    # host must not answer each other's health checks on one fixed address.
+    net: int = field(default_factory=lambda: random.randrange(1, 255))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -94,7 +101,8 @@ class LocalReplicas:
     async def run(self, spec: ContainerSpec) -> ContainerInfo:
         info = await self.inner.run(spec)
         if info.id not in self.hosts:
-            host = f"127.0.0.{len(self.hosts) + 2}"
+            n = len(self.hosts)
+            host = f"127.{self.net}.{n // 250}.{n % 250 + 2}"
             self.hosts[info.id] = host
             self.replicas[host] = self._spawn(host)
         return msgspec.structs.replace(info, host=self.hosts[info.id])
@@ -157,9 +165,35 @@ def _replicas(s: ClusterState) -> tuple[int, int]:
 
 def _at_zero(s: ClusterState) -> bool:
     """No replica wanted and none left at all (a drained one, out of rotation, may still
-    answer until the proxy hears of it)."""
+    answer until the proxy hears of it: see ``_settled``)."""
     ep = s.serving.endpoints.get("ep-scale")
     return ep is not None and not ep.replicas and _replicas(s)[0] == 0
+
+
+async def _settled(proxy: HaproxyProxy, runtime: LocalReplicas, replicas: int) -> None:
+    """Until HAProxy sends new requests to exactly ``replicas`` servers and as many
+    replica processes live: what the log says is not yet what the proxy does (the router
+    applies the table after it reads it) nor what runs (a replica drained with no grace
+    is stopped as its draining reaches the log). A try begun before would meet the last
+    try's replica: taking its requests (a cold start answered by no new replica) or
+    refusing them (HAProxy retries a refused connection three times a second apart,
+    then answers 503)."""
+    with anyio.fail_after(60):  # polls processes we do not control, bounded
+        while True:
+            if await _serving(proxy, runtime) == (replicas, replicas):
+                return
+            await anyio.sleep(0.05)
+
+
+async def _serving(proxy: HaproxyProxy, runtime: LocalReplicas) -> tuple[int, int]:
+    """(servers HAProxy sends new requests to, replica processes alive)."""
+    rows = admin.stat_rows(await admin.command(_socket(proxy), "show stat -1 4 -1"))
+    usable = sum(r["status"] == "UP" and int(r["weight"] or 0) > 0 for r in rows)
+    return usable, sum(r.process.poll() is None for r in runtime.replicas.values())
+
+
+def _socket(proxy: HaproxyProxy) -> str:
+    return str(proxy.directory / "admin.sock")
 
 
 class _Load:
@@ -172,8 +206,10 @@ class _Load:
         self.stop = anyio.Event()
         self.answered = anyio.Event()  # set at a replica's first answer
         self.failed = 0
+        self.began: float | None = None  # its first request sent
 
     async def run(self) -> None:
+        self.began = time.perf_counter()
         async with aiohttp.ClientSession() as session, anyio.create_task_group() as tg:
             for _ in range(LOAD_CLIENTS):
                 tg.start_soon(self._client, session)
@@ -191,48 +227,109 @@ class _Load:
                 self.answered = anyio.Event()
 
 
-async def _scale_up(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:
+async def _scale_up(
+    client: Client, runtime: LocalReplicas, url: str, proxy: HaproxyProxy
+) -> tuple[float, float]:
     """One step of load from 1 replica: until the new one answers, and its own start."""
-    await _until(client, lambda s: _replicas(s) == (1, 1))
-    await anyio.sleep(UP.cooldown_s)  # the rule may act: the last change is a cooldown old
-    before = set(runtime.replicas)
+    while True:
+        await _until(client, lambda s: _replicas(s) == (1, 1))
+        await _settled(proxy, runtime, 1)
+        ready = time.perf_counter()
+        await anyio.sleep(UP.cooldown_s)  # the rule may act: the last change is a cooldown old
+        before = set(runtime.replicas)
+        if await _serving(proxy, runtime) == (1, 1):
+            break
+        runtime.restarts += 1  # scaled with no load of ours: a try from there would wait for
+        # a replica already come (and, at the rule's maximum, for ever)
     load = _Load(url)
     async with anyio.create_task_group() as tg:
-        step = time.perf_counter()
+        step, step_at = time.perf_counter(), datetime.now(UTC)
         tg.start_soon(load.run)
         with anyio.move_on_after(60) as waited:
             while not (new := (set(load.first) - before)):
                 await load.answered.wait()
         load.stop.set()
     if waited.cancelled_caught:
-        raise TimeoutError(await _stuck(client, load, runtime))
+        raise TimeoutError(await _stuck(client, load, runtime, proxy, step_at, ready, step))
     [host] = new
     r = runtime.replicas[host]
     assert r.healthy is not None
     return load.first[host] - step, r.healthy - r.spawned
 
 
-async def _stuck(client: Client, load: _Load, runtime: LocalReplicas) -> str:
-    """What the endpoint, the load and the replicas were at when no new replica came."""
-    ep = (await client.state()).serving.endpoints["ep-scale"]
-    replicas = [(r.session_id, r.phase.value, r.in_rotation, r.host) for r in ep.replicas.values()]
+async def _stuck(
+    client: Client,
+    load: _Load,
+    runtime: LocalReplicas,
+    proxy: HaproxyProxy,
+    step: datetime,
+    ready: float,
+    step_perf: float,
+) -> str:
+    """What the load saw when no new replica came, and the ``_diagnosis``."""
     return (
-        f"no new replica answered in 60 s: targets {ep.targets}, scaled at {ep.scaled_at}, "
-        f"traffic {ep.traffic[-3:]}, replicas {replicas}, answered by {sorted(load.first)}, "
-        f"{load.failed} failed, spawned {sorted(runtime.replicas)}"
+        f"no new replica answered in 60 s: answered by {sorted(load.first)}, "
+        f"{load.failed} failed, load began {load.began}, ready {ready}, step {step_perf}; "
+        + await _diagnosis(client, runtime, proxy, step)
     )
 
 
-async def _cold_start(client: Client, runtime: LocalReplicas, url: str) -> tuple[float, float]:
+async def _diagnosis(
+    client: Client, runtime: LocalReplicas, proxy: HaproxyProxy, step: datetime
+) -> str:
+    """The endpoint as folded, the replicas spawned and when (seconds from ``step``),
+    HAProxy's servers, and the endpoint's events from 20 s before ``step``."""
+    ep = (await client.state()).serving.endpoints["ep-scale"]
+    replicas = [(r.session_id, r.phase.value, r.in_rotation, r.host) for r in ep.replicas.values()]
+    zero = time.perf_counter() - (datetime.now(UTC) - step).total_seconds()
+    spawned = {
+        h: (round(r.spawned - zero, 2), r.healthy and round(r.healthy - zero, 2))
+        for h, r in sorted(runtime.replicas.items())
+    }
+    servers = await admin.command(_socket(proxy), "show servers state")
+    port = proxy.address[1]
+    listening = await anyio.run_process(["ss", "-Htlnp", f"sport = :{port}"], check=False)
+    return (
+        f"targets {ep.targets}, scaled at {ep.scaled_at}, replicas {replicas}, "
+        f"spawned and healthy (s from the step) {spawned}; haproxy: {servers!r}; "
+        f"listening on {port}: {listening.stdout.decode()!r}; events: "
+        + "; ".join(await _timeline(client, step))
+    )
+
+
+_NOISE = {"id", "at", "actor", "causation_id", "correlation_id", "endpoint_id", "type"}
+
+
+async def _timeline(client: Client, step: datetime) -> list[str]:
+    """The bench endpoint's events from 20 s before ``step``: seconds from it, type, data."""
+    out = []
+    async for batch in client.events.read():
+        for record in batch:
+            e = record.event
+            if getattr(e, "endpoint_id", None) != "ep-scale" or e.at < step - timedelta(seconds=20):
+                continue
+            said = {k: v for k, v in msgspec.structs.asdict(e).items() if k not in _NOISE}
+            out.append(f"{(e.at - step).total_seconds():+.2f} {type(e).__name__} {said}")
+    return out
+
+
+async def _cold_start(
+    client: Client, runtime: LocalReplicas, url: str, proxy: HaproxyProxy
+) -> tuple[float, float]:
     """From zero: one request until its answer, and the replica's own start."""
     await _until(client, _at_zero)
+    await _settled(proxy, runtime, 0)
     before = set(runtime.replicas)
     async with aiohttp.ClientSession() as session:
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), datetime.now(UTC)
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as response:
             text = await response.text()
             took = time.perf_counter() - started
-            assert response.status == 200, (response.status, text[:200], took)
+            if response.status != 200:
+                raise RuntimeError(
+                    f"cold start answered {response.status} after {took:.2f} s: {text[:80]!r}; "
+                    + await _diagnosis(client, runtime, proxy, started_at)
+                )
             body = json.loads(text)
         took = time.perf_counter() - started
     [host] = set(runtime.replicas) - before
@@ -261,11 +358,11 @@ async def scaling(proxy: HaproxyProxy, tries: int) -> dict[str, float]:
                 await _ask(client, SetAutoscale(endpoint_id="ep-scale", rule=UP))
                 ups = []
                 for _ in range(tries):
-                    ups.append(await _scale_up(client, runtime, url))
+                    ups.append(await _scale_up(client, runtime, url, proxy))
                 colds = []
                 await _ask(client, SetAutoscale(endpoint_id="ep-scale", rule=ZERO))
                 for _ in range(tries):
-                    colds.append(await _cold_start(client, runtime, url))
+                    colds.append(await _cold_start(client, runtime, url, proxy))
                 tg.cancel_scope.cancel()
         finally:
             await log.close()
@@ -273,6 +370,7 @@ async def scaling(proxy: HaproxyProxy, tries: int) -> dict[str, float]:
     return {
         **_figures("scale_up", ups),
         **_figures("cold_start_loop", colds),
+        "scale_up_restarted": runtime.restarts,
     }
 
 

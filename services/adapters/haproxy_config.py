@@ -10,7 +10,12 @@ restarted HAProxy serves the table at once.
 Each route is one backend with a fixed number of server *slots* (a power of two); a
 replica takes a free slot (address and weight set at run time) and keeps it while it is in
 the table, so replicas coming and going never reload HAProxy until the slots are full.
-A slot with no replica is in maintenance. Tokens live in one map file, keyed by
+A slot with no replica is in maintenance. A connection a server refuses is retried on
+another (``option redispatch 1``: every retry may change server, and a retry to another
+server waits for nothing): a replica is stopped once its draining is on the log, and a
+proxy may still send it a request until it applies the table without it or its checks
+fail; on the same server, HAProxy would wait a second a retry, then answer 503.
+Tokens live in one map file, keyed by
 ``<sha256 hex>@<backend>``, replaced atomically at run time (``prepare``/``commit map``).
 """
 
@@ -142,6 +147,8 @@ global
 
 defaults
   mode http
+  retries 3
+  option redispatch 1
   timeout connect 2s
   timeout client 300s
   timeout server 300s

@@ -12,7 +12,7 @@ import pytest
 
 from services.adapters.haproxy_proxy import HaproxyProxy, haproxy_proxy
 from services.adapters.nats_server import free_port
-from services.domain.serving.route_table import Backend, RouteTable
+from services.domain.serving.route_table import Backend, HealthCheck, RouteTable
 from services.ports.proxy import ProxyUnavailable
 from tests.support.haproxy_env import require_haproxy
 from tests.support.proxy_contract import (
@@ -176,3 +176,22 @@ async def test_a_slot_given_to_a_new_replica_is_not_healthy_before_its_own_check
 async def _healthy(proxy: HaproxyProxy, session_id: str) -> bool:
     seen = (await proxy.health()).get(session_id)
     return seen is not None and seen.healthy
+
+
+@pytest.mark.anyio
+async def test_a_replica_stopped_before_the_proxy_hears_costs_no_request(
+    haproxy: HaproxyProxy,
+) -> None:
+    """A replica drained with no grace is stopped as its draining reaches the log, before
+    every proxy has applied the table without it, and its checks take a while to fail:
+    a request sent to it meanwhile is refused, and must be retried on another replica
+    (else HAProxy retries the same address three times a second apart, then says 503)."""
+    slow = HealthCheck(interval_s=60.0, unhealthy_after=2)  # it stays UP all the test long
+    host, port = haproxy.address
+    gone = Backend(session_id="s-gone", host="127.0.0.1", port=free_port())
+    with replicas("a") as [a]:
+        await haproxy.apply(RouteTable(routes=(route("r", backend(a), gone, health=slow),)))
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30) as client:
+            answers = [await client.get("/e/r/who") for _ in range(4)]  # round robin: 2 each
+    assert [r.status_code for r in answers] == [200] * 4
+    assert {r.json()["name"] for r in answers} == {"a"}
