@@ -48,9 +48,10 @@ _CATCH_UP_BATCH = 10_000
 REBUILD_BATCH = 40_960
 REBUILD_BATCHES_PER_TRANSACTION = 3
 # DuckDB's threads in a rebuild. The reader's process, the folding thread and nats-server
-# keep two cores busy already: a second DuckDB thread only takes turns with them (one
-# writes a batch with less CPU, and the rebuild ran faster against the same run's raw
-# replay, in 5 pairs of 6 back to back on a shared 2-core host: bench/rebuild.py).
+# keep two cores busy already: a second DuckDB thread only takes turns with them. One
+# writes a batch with a tenth less CPU; against the same run's raw replay the rebuild was
+# faster in 6 pairs of 9 on a shared 2-core host, a small gain in that noise
+# (docs/benchmarks.md, rebuild).
 REBUILD_THREADS = 1
 log = structlog.get_logger()
 
