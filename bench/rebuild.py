@@ -50,7 +50,11 @@ from events import (
 )
 from events import subjects as subj
 from projections import rebuild
-from projections.projector import REBUILD_BATCH, REBUILD_BATCHES_PER_TRANSACTION
+from projections.projector import (
+    REBUILD_BATCH,
+    REBUILD_BATCHES_PER_TRANSACTION,
+    REBUILD_THREADS,
+)
 from projections.store import ProjectionStore
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
@@ -295,7 +299,7 @@ async def stage_costs(events: JetStreamLog, work: Path, n: int) -> dict[str, flo
     events, into a throwaway store. DuckDB checkpoints along the way, within
     ``duckdb_write``; ``final_checkpoint`` is what is left at the end."""
     batches = [b async for b in events.read_raw(0, until=n, batch=REBUILD_BATCH)]
-    store = ProjectionStore(work / "stages.duckdb")
+    store = ProjectionStore(work / "stages.duckdb", threads=REBUILD_THREADS)
     spent = dict.fromkeys(("decode", "fold_and_rows", "duckdb_write", "final_checkpoint"), 0.0)
     try:
         for i, raw in enumerate(batches, 1):

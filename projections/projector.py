@@ -31,6 +31,7 @@ from services.ports import BulkLog, BulkReadUnavailable, EventLog, LogError
 __all__ = [
     "REBUILD_BATCH",
     "REBUILD_BATCHES_PER_TRANSACTION",
+    "REBUILD_THREADS",
     "Projector",
     "RebuildResult",
     "rebuild",
@@ -46,6 +47,12 @@ _CATCH_UP_BATCH = 10_000
 # reading, folding and writing overlap (bench/rebuild.py, cpu_us_per_event).
 REBUILD_BATCH = 40_960
 REBUILD_BATCHES_PER_TRANSACTION = 3
+# DuckDB's threads in a rebuild. The reader's process, the folding thread and nats-server
+# keep two cores busy already: a second DuckDB thread only takes turns with them. One
+# writes a batch with a tenth less CPU; against the same run's raw replay the rebuild was
+# faster in 6 pairs of 9 on a shared 2-core host, a small gain in that noise
+# (docs/benchmarks.md, rebuild).
+REBUILD_THREADS = 1
 log = structlog.get_logger()
 
 
@@ -272,7 +279,9 @@ async def rebuild(
     await anyio.to_thread.run_sync(_prepare, target, tmp)
     kwargs = {} if snapshot_every is None else {"snapshot_every": snapshot_every}
     identity = await events.identity()
-    store = await anyio.to_thread.run_sync(lambda: ProjectionStore(tmp, **kwargs))
+    store = await anyio.to_thread.run_sync(
+        lambda: ProjectionStore(tmp, threads=REBUILD_THREADS, **kwargs)
+    )
     # DuckDB's own checkpoints, every 16 MB of write-ahead log, are kept: letting the log
     # grow and compressing everything once at the end writes each byte twice, the second
     # time after the fold has finished.

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import structlog
 from anyio.abc import TaskGroup
@@ -35,13 +35,10 @@ from services.domain.fold.state_codec import (
     encode_actor_state,
     snapshot_seq,
 )
-from services.domain.pipelines.runs import PipelineState
-from services.domain.pipelines.snapshot import (
-    decode_pipeline_state,
-    encode_pipeline_state,
-    pipeline_snapshot_seq,
-)
 from services.ports import EventLog, LogError, SnapshotCorrupt, SnapshotStore
+
+if TYPE_CHECKING:
+    from services.domain.pipelines.runs import PipelineState
 
 __all__ = [
     "CLUSTER",
@@ -94,27 +91,38 @@ class _Cluster:
 
 
 class _Pipeline:
-    def encode(self, state: PipelineState, log: str) -> bytes:
+    # The pipeline fold (YAML documents, cron schedules) is imported by the one actor
+    # that keeps its snapshots, and by whoever reads one: every other actor's start
+    # would pay for it (a tenth of a second of CPU, bench/history.py).
+    def encode(self, state: "PipelineState", log: str) -> bytes:
+        from services.domain.pipelines.snapshot import encode_pipeline_state
+
         return encode_pipeline_state(state, log)
 
-    def decode(self, data: bytes, log: str) -> PipelineState:
+    def decode(self, data: bytes, log: str) -> "PipelineState":
+        from services.domain.pipelines.snapshot import decode_pipeline_state
+
         return decode_pipeline_state(data, log)
 
     def seq_of(self, data: bytes, log: str) -> int:
+        from services.domain.pipelines.snapshot import pipeline_snapshot_seq
+
         return pipeline_snapshot_seq(data, log)
 
-    def empty(self) -> PipelineState:
+    def empty(self) -> "PipelineState":
+        from services.domain.pipelines.runs import PipelineState
+
         return PipelineState()
 
-    def seq(self, state: PipelineState) -> int:
+    def seq(self, state: "PipelineState") -> int:
         return state.last_seq
 
-    def settled(self, state: PipelineState) -> bool:
+    def settled(self, state: "PipelineState") -> bool:
         return state.settled
 
 
 CLUSTER: SnapshotCodec[ClusterState] = _Cluster()
-PIPELINE: SnapshotCodec[PipelineState] = _Pipeline()
+PIPELINE: "SnapshotCodec[PipelineState]" = _Pipeline()
 # Each kind's codec (events.subjects.SNAPSHOT_KINDS).
 CODECS: Mapping[str, SnapshotCodec[Any]] = {
     "scheduler": CLUSTER,

@@ -139,9 +139,13 @@ class Puller:
     async def _status(self, msg: Msg) -> None:
         """A status the server sent to the request instead of a message: 100 an idle
         heartbeat, 408 the request expired, 409 it ended otherwise (its bytes, a leader
-        change), each but the first followed by a new one; 409 ``Consumer Deleted`` ends
-        the pulls, and 503 (no responders: no consumer of the name, or none elected yet)
-        once pulls have gone untaken for ``_NOBODY_S``."""
+        change), each but the first followed by a new one; 409 ``Batch Completed`` ends a
+        request that delivered its whole batch, whose last message asked for the next
+        already (another request then would leave two outstanding, and each of them,
+        completed, two more: the server delivers ahead of the reader until it cuts it
+        off as a slow consumer); 409 ``Consumer Deleted`` ends the pulls, and 503 (no
+        responders: no consumer of the name, or none elected yet) once pulls have gone
+        untaken for ``_NOBODY_S``."""
         assert msg.headers is not None
         status = msg.headers["Status"]
         said = msg.headers.get("Description", "")
@@ -156,6 +160,8 @@ class Puller:
         self._nobody_since = None
         if status == "409" and "consumer deleted" in said.lower():
             raise ConsumerGone(f"consumer {self.name} is gone ({status} {said.strip()})")
+        if status == "409" and "batch completed" in said.lower():
+            return
         if status == "408" and self.on_idle is not None:
             await self.on_idle()
         if status != "100":

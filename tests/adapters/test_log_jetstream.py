@@ -640,3 +640,35 @@ async def test_a_cursor_changed_behind_its_readers_back_is_noticed_and_made_anew
         with anyio.fail_after(10):
             got = await anext(batches)
     assert [r.seq for r in got] == [second]
+
+
+@pytest.mark.anyio
+async def test_a_long_read_keeps_one_pull_request_outstanding(
+    log: JetStreamLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read asks for the next batch once it has the last message of this one, and for
+    nothing more when the server then says the batch is complete: a second request there
+    doubled the requests outstanding at each batch, the server delivered the whole log
+    ahead of the reader, and cut a replay of a long log off as a slow consumer."""
+    from services.adapters.jetstream_pull import Puller
+
+    monkeypatch.setattr(Puller, "_BATCH", 50)
+    asked = 0
+    request = Puller._request
+
+    async def counted(self: Puller) -> None:
+        nonlocal asked
+        asked += 1
+        await request(self)
+
+    monkeypatch.setattr(Puller, "_request", counted)
+    payload = encode(admitted())
+    for _ in range(1000):
+        await log.nc.publish(subj.LEDGER, payload)
+    await log.nc.flush()
+    with anyio.fail_after(10):
+        while await log.last_seq() < 1000:  # noqa: ASYNC110 - the server's count is all there is
+            await anyio.sleep(0.01)
+    read = [r.seq for b in [x async for x in log.read(0)] for r in b]
+    assert read == list(range(1, 1001))
+    assert asked <= 1000 // 50 + 1

@@ -531,8 +531,10 @@ def test_an_actor_imports_neither_websockets_nor_what_other_services_use(tmp_pat
     """``fgpu scheduler`` and ``fgpu quota`` import nats-py without aiohttp (websockets
     only) and none of the agent's, the gatekeeper's or the read API's modules; a dummy
     agent none of the Docker client's or the read API's: what an actor imports is most of
-    its start."""
+    its start. None imports the pipeline fold (YAML, cron schedules): the pipeline actor's
+    alone."""
     web = ("aiohttp", "aiodocker", "duckdb", "pyarrow", "fastapi", "uvicorn", "nacl")
+    web += ("yaml", "croniter")
     others = {
         "services.actors.agent",
         "services.actors.agent_channels",
