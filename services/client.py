@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import aclosing, suppress
 from datetime import datetime
-from typing import Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 from msgspec.structs import replace
 
@@ -25,6 +25,8 @@ from events import (
     PipelineScheduleSet,
     PipelineSpec,
     PolicySet,
+    SecretRemoved,
+    SecretSet,
     ServeCommand,
     ServeRequested,
     SessionDestroyRequested,
@@ -38,6 +40,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import fold
 from services.domain.provenance import Provenance, stamp
 from services.domain.request_ids import RequestIds, new_request_id
+from services.domain.secrets import name_problem
 from services.ports import Clock, ConcurrencyConflict, EventLog, RequestSender
 
 __all__ = ["Client", "SessionAsk", "new_session_id", "session_requests"]
@@ -63,6 +66,7 @@ class SessionAsk(TypedDict, total=False):
     lifetime_s: int | None
     session_type: SessionType | None
     mounts: Iterable[VfolderMount]
+    secret_env: Iterable[tuple[str, str]]
 
 
 def session_requests(
@@ -78,6 +82,7 @@ def session_requests(
         "command": tuple(ask.get("command", ())),
         "gpu_models": tuple(ask.get("gpu_models", ())),
         "mounts": tuple(ask.get("mounts", ())),
+        "secret_env": tuple(ask.get("secret_env", ())),
     }
     out = []
     for n in range(count):
@@ -318,6 +323,36 @@ class Client:
         await self._ask(subj.request(self.access_key, e.id), e)
         return e.id
 
+    async def secret_set(self, name: str, sealed: bytes, *, request_id: str | None = None) -> str:
+        """Set this key's secret ``name`` to ``sealed`` (its value sealed to the
+        cluster's secrets key: the clear value never reaches here); the request's id.
+        Raises ValueError for a bad name, else as ``create``."""
+        e = SecretSet(**self._secret_fields(SecretSet, name, request_id), sealed=sealed)
+        await self._ask(subj.request(self.access_key, e.id), e)
+        return e.id
+
+    async def secret_remove(self, name: str, *, request_id: str | None = None) -> str:
+        """Remove this key's secret ``name``; the request's id. Raises as ``secret_set``."""
+        e = SecretRemoved(**self._secret_fields(SecretRemoved, name, request_id))
+        await self._ask(subj.request(self.access_key, e.id), e)
+        return e.id
+
+    def _secret_fields(
+        self, kind: type[SecretSet | SecretRemoved], name: str, request_id: str | None
+    ) -> dict[str, Any]:
+        """The fields of a request of ``kind`` about this key's secret ``name``."""
+        problem = name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        tag = kind.__struct_config__.tag
+        return {
+            "id": self._ids(request_id).event(f"{tag}\0{name}"),
+            "at": self.clock.now(),
+            "actor": self.access_key,
+            "owner": self.access_key,
+            "name": name,
+        }
+
     async def _ask(
         self,
         subject: str,
@@ -328,7 +363,9 @@ class Client:
         | PipelineCancelRequested
         | PipelineRerunRequested
         | PipelineScheduleSet
-        | PipelineScheduleRemoved,
+        | PipelineScheduleRemoved
+        | SecretSet
+        | SecretRemoved,
     ) -> None:
         if self.sender is not None:
             await self.sender.send([e])

@@ -75,6 +75,7 @@ from services.ports.log import (
 from services.ports.mps import MpsControl, MpsUnavailable
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
+from services.ports.secrets import SecretOpener, SecretUnreadable
 from services.ports.snapshots import SnapshotStore
 from services.ports.store import DiskUsage, LogServer, StoreDisk
 from services.ports.vfolders import Entry, FileState, FolderError, FolderStore, OpenFile, Upload
@@ -147,6 +148,8 @@ __all__ = [
     "RetainingLog",
     "Retention",
     "RuntimeUnavailable",
+    "SecretOpener",
+    "SecretUnreadable",
     "ServerUnavailable",
     "ServicesReply",
     "ServicesRequest",
