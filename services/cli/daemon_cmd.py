@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from services.actors.bootstrap import FirstAdmin
     from services.adapters.nats_auth import ServerAuth
     from services.adapters.nats_server import NatsServer
+    from services.adapters.sealed_box import SealedBoxKey
     from services.adapters.store_lock import StoreLock
     from services.cli.stack import StackInfo
     from services.domain.log_space import Watermark
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
     from services.wiring.identity import Identity
     from services.wiring.stack import OwnServer, ServePart, StackConfig
 
-__all__ = ["AgentOptions", "app", "sim_agents"]
+__all__ = ["SECRETS_KEY_FILE", "AgentOptions", "app", "sim_agents"]
+
+SECRETS_KEY_FILE = "secrets.key"  # in the store: the cluster's secrets key (0600)
 
 
 class ServeProxy(enum.StrEnum):
@@ -546,7 +549,19 @@ def _own_server(
         watermark=watermark,
         retention=retention,
         first_admin=_keep_first_admin,
+        secrets_key=_secrets_key(store / SECRETS_KEY_FILE, make=True),
     )
+
+
+def _secrets_key(path: Path, *, make: bool = False) -> "SealedBoxKey":
+    """The cluster's secrets key in ``path`` (made there, 0600, if ``make`` and there is
+    none); exits 1 with one line if it cannot be read."""
+    from services.adapters.sealed_box import KeyFileInvalid, SealedBoxKey
+
+    try:
+        return SealedBoxKey.load_or_create(path) if make else SealedBoxKey.load(path)
+    except (KeyFileInvalid, OSError) as e:
+        fail(f"the secrets key: {e}", code=1)
 
 
 def _up_stack(
@@ -575,7 +590,12 @@ def _up_stack(
         archive_dir=store / "archive",  # the archive lives with its log
         own=own,
         agent=AgentPart(
-            cfg, runtime, regions, output_root=state_file().parent / "output", mps=mps_daemons(cfg)
+            cfg,
+            runtime,
+            regions,
+            output_root=state_file().parent / "output",
+            mps=mps_daemons(cfg),
+            secrets=own.secrets_key,
         ),
         api=api,
     )
@@ -667,7 +687,17 @@ def _keep_first_admin(first: "FirstAdmin") -> None:
 
 
 @_with_agent_options
-def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
+def agent_cmd(
+    ctx: typer.Context,
+    agent: AgentOptions,
+    secrets_key: Annotated[
+        Path | None,
+        typer.Option(
+            help="The cluster's secrets key (the store's secrets.key, copied here, 0600): "
+            "without it, a session that refers to a secret ends in error here."
+        ),
+    ] = None,
+) -> None:
     """Run one agent against --nats URL: it runs the sessions placed on this node."""
 
     from services.cli.agent_setup import container_runtime, mps_daemons
@@ -681,7 +711,10 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     cfg, regions = agent.setup()
     runtime = functools.partial(container_runtime, cfg.runtime_name)
     output = state_file().parent / "output"
-    part = AgentPart(cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg))
+    opener = None if secrets_key is None else _secrets_key(secrets_key)
+    part = AgentPart(
+        cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg), secrets=opener
+    )
 
     async def main() -> None:
         config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)
