@@ -17,6 +17,7 @@ from msgspec.structs import replace
 from events import (
     AdminCommand,
     AdminRequested,
+    AnyEvent,
     CreateVfolder,
     PipelineCancelRequested,
     PipelineRerunRequested,
@@ -228,14 +229,22 @@ class Client:
         )
         if self.sender is not None:
             await self.sender.send(asked)
-        else:
-            for e in asked:
-                subject = (
-                    subj.admin(self.access_key, e.id)
-                    if isinstance(e, AdminRequested)
-                    else subj.request(self.access_key, run_id)
-                )
-                await self.events.append(subject, e)
+            return run_id
+        items: list[tuple[str, AnyEvent]] = [
+            (
+                subj.admin(self.access_key, e.id)
+                if isinstance(e, AdminRequested)
+                else subj.request(self.access_key, run_id),
+                e,
+            )
+            for e in asked
+        ]
+        # One batch, as the intake writes them: appended one by one, the registrar could
+        # make the folder before the run that waits for it were on the log.
+        with suppress(ConcurrencyConflict):  # the log holds this request already
+            await self.events.append_batch(
+                items, expect_subject=items[0][0], expected_last_subject_seq=0
+            )
         return run_id
 
     async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:

@@ -99,6 +99,14 @@ MpsOpt = Annotated[
         "cannot run; a session on one such GPU alone is its client, held to its slice.",
     ),
 ]
+SecretsKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="The cluster's secrets key file, which opens the secrets sessions refer to "
+        "(fgpu up: default <store>/secrets.key, made once; fgpu agent: a copy of it, 0600; "
+        "none: a session that refers to a secret ends in error here).",
+    ),
+]
 
 VfolderRootOpt = Annotated[
     str | None,
@@ -167,6 +175,7 @@ class AgentOptions:
     vfolder_root: VfolderRootOpt = None
     storage_host: StorageHostOpt = None
     mps: MpsOpt = None
+    secrets_key: SecretsKeyOpt = None
 
     @property
     def vfolders(self) -> str:
@@ -391,7 +400,8 @@ def up(
     info.save()
     history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
     _say_up(server.url, f"{server.store_dir}: {history}", cfg)
-    own = _own_server(server, auth, watermark, retention_of(retain_events, retain_days))
+    retention = retention_of(retain_events, retain_days)
+    own = _own_server(server, auth, watermark, retention, agent.secrets_key)
     stack = _up_stack(own, cfg, regions, vfolder_owner, None if no_api else api_port, apps_port)
     stack = dataclasses.replace(
         stack,
@@ -534,10 +544,15 @@ def _say_up(url: str, store: str, cfg: "AgentConfig") -> None:
 
 
 def _own_server(
-    server: "NatsServer", auth: "ServerAuth", watermark: "Watermark", retention: "Retention | None"
+    server: "NatsServer",
+    auth: "ServerAuth",
+    watermark: "Watermark",
+    retention: "Retention | None",
+    key: Path | None = None,
 ) -> "OwnServer":
     """``server`` as ``fgpu up`` administers it: the services' keypairs kept in its store,
-    a new cluster's superadmin's as this host's CLI's credentials."""
+    a new cluster's superadmin's as this host's CLI's credentials, the secrets key in
+    ``key`` (None: the store's, made there once)."""
     from services.cli.identities import service_keys
     from services.wiring.stack import OwnServer
 
@@ -549,7 +564,7 @@ def _own_server(
         watermark=watermark,
         retention=retention,
         first_admin=_keep_first_admin,
-        secrets_key=_secrets_key(store / SECRETS_KEY_FILE, make=True),
+        secrets_key=_secrets_key(key or store / SECRETS_KEY_FILE, make=key is None),
     )
 
 
@@ -687,17 +702,7 @@ def _keep_first_admin(first: "FirstAdmin") -> None:
 
 
 @_with_agent_options
-def agent_cmd(
-    ctx: typer.Context,
-    agent: AgentOptions,
-    secrets_key: Annotated[
-        Path | None,
-        typer.Option(
-            help="The cluster's secrets key (the store's secrets.key, copied here, 0600): "
-            "without it, a session that refers to a secret ends in error here."
-        ),
-    ] = None,
-) -> None:
+def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     """Run one agent against --nats URL: it runs the sessions placed on this node."""
 
     from services.cli.agent_setup import container_runtime, mps_daemons
@@ -711,7 +716,7 @@ def agent_cmd(
     cfg, regions = agent.setup()
     runtime = functools.partial(container_runtime, cfg.runtime_name)
     output = state_file().parent / "output"
-    opener = None if secrets_key is None else _secrets_key(secrets_key)
+    opener = None if agent.secrets_key is None else _secrets_key(agent.secrets_key)
     part = AgentPart(
         cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg), secrets=opener
     )

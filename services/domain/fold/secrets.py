@@ -11,6 +11,10 @@ __all__ = ["HANDLERS"]
 
 
 def _secret(s: ClusterState, seq: int, e: SecretSet | SecretRemoved | SecretsKeySet) -> None:
+    # With tenancy, only a live person's key holds secrets: one set by a key revoked (or
+    # of no user) before the servers cut it off counts for nothing.
+    if isinstance(e, SecretSet) and s.tenancy.on and s.tenancy.user_of(e.owner) is None:
+        return
     s.secrets.evolve(e)
 
 
