@@ -235,6 +235,11 @@ def test_the_schema_is_published() -> None:
     assert {"dependencies", "retry", "continue_on_failure", "skip", "timeout", "serve"} <= set(
         task["properties"]
     )
+    # A value in clear or a reference to a secret, in the run's environment and a task's.
+    ref = {"$ref": "#/$defs/SecretRef"}
+    for where in (schema["$defs"]["PipelineDocument"], task):
+        assert ref in where["properties"]["environment"]["additionalProperties"]["anyOf"]
+    assert schema["$defs"]["SecretRef"]["required"] == ["secret"]
 
 
 def test_a_secret_reference_travels_by_name_and_the_tasks_own_environment_wins() -> None:
