@@ -152,3 +152,23 @@ def _log(cluster: Tenanted) -> bytes:
             await events.close()
 
     return anyio.run(read)
+
+
+def test_a_session_refers_to_a_secret_by_name_and_one_its_owner_lacks_is_rejected(
+    cluster: Tenanted,
+) -> None:
+    ana = _user(cluster, "ana4")
+    create = ("session", "create", "--image", "fgpu/busybox:latest", "--cpu-only")
+    bad = cluster.run(*create, "--secret", "HF", "--", "true", key=ana)
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --secret 'HF': give VARIABLE=NAME")
+    [sid] = cluster.ok(*create, "--secret", "HF=hf", "--", "true", key=ana)["sessions"]
+    api = _api(cluster, ana)
+    for _ in api.stream(0, deadline=time.monotonic() + 30):
+        try:
+            shown: dict[str, Any] = api.get(f"/v1/sessions/{sid}")
+        except ApiError:
+            continue
+        if shown["status"] == "REJECTED":
+            assert shown["reason"] == f"no secret hf of {ana}'s (fgpu secret set hf)"
+            return
+    raise AssertionError(f"session {sid} was not rejected")
