@@ -5,7 +5,8 @@ and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the
 ``containers``, ``regions`` (the shim's shared regions), ``gpu_watch`` (what the GPU
 driver counts of each process, and whose container it is), ``host`` (GPUs, the clock),
 ``snapshots`` (where an actor keeps the state it starts from), ``store`` (the disk under
-a log's server, and the server, for the watcher beside it).
+a log's server, and the server, for the watcher beside it), ``secrets`` (what opens a
+secret's sealed value: the agents' side of the cluster's secrets key).
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
 
