@@ -1,60 +1,65 @@
-"""A pipeline task refers to its owner's secret and its container, on the real engine,
-has the value in its environment: the agent opened it at the start. Real Docker,
-in-process actors on a memory log."""
+"""Secrets through `fgpu up` on a real NATS server and Docker engine: the store's secrets
+key made once (0600) and its public half on the log; a value handed in on standard
+input, through the intake; a container has it in its environment, compared inside; the
+other user lists nothing and its reference to it is rejected; the value is in no message
+of the log, no file of the store's projections, no line of fgpu up's output."""
 
-from collections.abc import AsyncIterator
+import hashlib
+import json
+import stat
+import subprocess
+from pathlib import Path
 
-import anyio
 import pytest
 
-from events import EnvVar, PipelineSpec, PipelineTask, Slots
-from services.actors.bootstrap import publish_secrets_key
-from services.actors.pipeline import PipelineActor
-from services.adapters.docker_runtime import DockerRuntime
-from services.adapters.memory_log import MemoryLog
-from services.adapters.sealed_box import SealedBoxKey, seal
-from services.adapters.system_clock import SystemClock
-from services.client import Client
-from tests.actors.test_pipeline import ended, until
-from tests.support.cluster import agent_config, running_cluster
-from tests.support.vfolder_env import engine
+from tests.support.cli_stack import FGPU, fgpu_up
+from tests.support.docker_env import require_docker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
-AGENT = "secrets-e2e"
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
 VALUE = "s3cr3t with spaces & $igns"
+CREATE = ("session", "create", "--image", "fgpu/busybox:latest", "--cpu-only", "--cpu", "0.1")
 
 
-@pytest.fixture
-async def runtime() -> AsyncIterator[DockerRuntime]:
-    async with engine(AGENT) as rt:
-        yield rt
-
-
-async def test_a_tasks_container_has_its_owners_secret_in_its_environment(
-    runtime: DockerRuntime,
-) -> None:
-    log, key = MemoryLog(), SealedBoxKey.generate()
-    await publish_secrets_key(log, SystemClock(), key.public_key)
-    alice = Client(log, SystemClock(), "alice")
-    await alice.secret_set("hf", seal(key.public_key, VALUE))
-    check = f"test \"$HF_TOKEN\" = '{VALUE}'"
-    task = PipelineTask(
-        name="check",
-        image="fgpu/busybox:latest",
-        command=("sh", "-c", check),
-        slots=Slots(cpu=100, mem=64 << 20),
-    )
-    spec = PipelineSpec(
-        name="p", environment=(EnvVar(name="HF_TOKEN", value="", secret="hf"),), tasks=(task,)
-    )
-    config = agent_config(AGENT)
-    async with (
-        running_cluster(log, [(config, runtime)], secrets=key),
-        anyio.create_task_group() as tg,
-    ):
-        await tg.start(PipelineActor(log, SystemClock()).run)
-        run_id = await alice.pipeline_run(spec)
-        s = await until(log, ended(run_id), limit=120)
-        tg.cancel_scope.cancel()
-    run = s.runs[run_id]
-    assert (run.status, run.tasks["check"].exit_code) == ("succeeded", 0), run.tasks["check"]
+def test_a_session_gets_its_owners_secret_through_fgpu_up(tmp_path: Path) -> None:
+    require_docker()
+    home = tmp_path / "home"
+    with fgpu_up(home, "--no-serve", users=("researcher", "mallory")) as stack:
+        given = subprocess.run(
+            [FGPU, "secret", "set", "hf"],
+            input=VALUE,
+            env=stack.command_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert given.returncode == 0, given.stderr
+        # Compared by its digest: the command is on the log, the value must not be.
+        digest = hashlib.sha256(VALUE.encode()).hexdigest()
+        check = f'test "$(printf %s "$T" | sha256sum | cut -d" " -f1)" = {digest} && sleep 3600'
+        [mine] = stack.json(
+            *CREATE, "--mem", "64m", "--secret", "T=hf", "--wait", "--", "sh", "-c", check
+        )["sessions"]
+        assert mine["status"] == "RUNNING", mine  # else its test failed: it exited
+        assert stack.json("secret", "ls", key="mallory") == {"secrets": []}
+        theirs = stack.run(
+            *CREATE,
+            "--mem",
+            "64m",
+            "--secret",
+            "T=hf",
+            "--wait",
+            "--json",
+            "--",
+            "true",
+            key="mallory",
+        )
+        assert theirs.returncode == 1, theirs.stderr
+        [refused] = json.loads(theirs.stdout)["sessions"]
+        assert refused["status"] == "REJECTED" and refused["reason"].startswith("no secret hf of")
+        stack.fgpu("session", "rm", mine["id"])
+    key = next(home.rglob("secrets.key"))
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    for path in home.rglob("*"):
+        if path.is_file() and path != key:
+            assert VALUE.encode() not in path.read_bytes(), path
