@@ -50,6 +50,7 @@ from events.pipeline import (
     TaskOutcome,
 )
 from events.records import Malformed, RawBatch, Record, record_of, records_of
+from events.secret import SecretRemoved, SecretSet, SecretsKeySet
 from events.serving import (
     AddRevision,
     AutoscaleRule,
@@ -264,6 +265,9 @@ __all__ = [
     "RouteStatsReported",
     "RunOutcome",
     "ScaleEndpoint",
+    "SecretRemoved",
+    "SecretSet",
+    "SecretsKeySet",
     "ServeCommand",
     "ServeRefused",
     "ServeRequested",

@@ -51,11 +51,13 @@ RunOutcome = Literal["succeeded", "failed", "cancelled", "refused"]
 
 
 class EnvVar(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
-    """One environment variable of every task of a run, in clear (secrets never stand
-    on the log; a spec naming one is refused before it is sent)."""
+    """One environment variable of a run's tasks: ``value`` in clear, or, with ``secret``,
+    the name of the run owner's secret whose value the agent puts there at the start
+    (``value`` then empty: a value never stands on the log)."""
 
     name: str
     value: str
+    secret: str | None = None
 
 
 class ServeTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
@@ -77,7 +79,8 @@ class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """One task as the run asked for it, amounts exact. ``slots.fgpu`` 0: a CPU-only
     session. ``retry_max_attempts``: attempts in all (1: no retry), each
     ``retry_delay_s`` after the last one's failure. ``timeout_s``: the session's
-    lifetime (None: its group's default). ``kind`` ``serve``: the task deploys ``serve``
+    lifetime (None: its group's default), and for a serve task how long it waits for its
+    replicas to be healthy. ``kind`` ``serve``: the task deploys ``serve``
     (its image, command and slots each replica's), and succeeds once its replicas are
     healthy."""
 
@@ -95,6 +98,7 @@ class PipelineTask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     skip: bool = False
     timeout_s: int | None = None
     serve: ServeTask | None = None
+    environment: tuple[EnvVar, ...] = ()  # its own, over the run's (same name: this one)
 
 
 class PipelineSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):

@@ -64,6 +64,9 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     (none in every request from before the field).
     ``env``: environment variables of its container, by name (none in older requests);
     fgpu's own (``FGPU_*``, CUDA's) are set over them.
+    ``secret_env``: environment variables whose values are the owner's secrets, as
+    (variable, secret name): the name travels, never the value; admission refuses a
+    secret the owner does not have, and the agent opens the latest at the start.
     """
 
     session_id: str
@@ -81,6 +84,7 @@ class SessionRequested(Event, frozen=True, kw_only=True, tag="session.requested.
     session_type: SessionType | None = None
     mounts: tuple[VfolderMount, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[tuple[str, str], ...] = ()
 
 
 class SessionDestroyRequested(Event, frozen=True, kw_only=True, tag="session.destroy-requested.v1"):

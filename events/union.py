@@ -32,6 +32,7 @@ from events.pipeline import (
     PipelineTasksEnded,
     PipelineTasksRequested,
 )
+from events.secret import SecretRemoved, SecretSet, SecretsKeySet
 from events.serving import (
     AutoscaleSet,
     EndpointCreated,
@@ -163,6 +164,9 @@ AnyEvent = (
     | RolloutStarted
     | RolloutEnded
     | ServingTicked
+    | SecretSet
+    | SecretRemoved
+    | SecretsKeySet
 )
 
 EVENT_TYPES: tuple[type[msgspec.Struct], ...] = typing.get_args(AnyEvent)

@@ -10,13 +10,14 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import aclosing, suppress
 from datetime import datetime
-from typing import Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 from msgspec.structs import replace
 
 from events import (
     AdminCommand,
     AdminRequested,
+    AnyEvent,
     CreateVfolder,
     PipelineCancelRequested,
     PipelineRerunRequested,
@@ -25,6 +26,8 @@ from events import (
     PipelineScheduleSet,
     PipelineSpec,
     PolicySet,
+    SecretRemoved,
+    SecretSet,
     ServeCommand,
     ServeRequested,
     SessionDestroyRequested,
@@ -38,6 +41,7 @@ from services.domain.fold.cluster import ClusterState
 from services.domain.fold.state import fold
 from services.domain.provenance import Provenance, stamp
 from services.domain.request_ids import RequestIds, new_request_id
+from services.domain.secrets import name_problem
 from services.ports import Clock, ConcurrencyConflict, EventLog, RequestSender
 
 __all__ = ["Client", "SessionAsk", "new_session_id", "session_requests"]
@@ -63,6 +67,7 @@ class SessionAsk(TypedDict, total=False):
     lifetime_s: int | None
     session_type: SessionType | None
     mounts: Iterable[VfolderMount]
+    secret_env: Iterable[tuple[str, str]]
 
 
 def session_requests(
@@ -78,6 +83,7 @@ def session_requests(
         "command": tuple(ask.get("command", ())),
         "gpu_models": tuple(ask.get("gpu_models", ())),
         "mounts": tuple(ask.get("mounts", ())),
+        "secret_env": tuple(ask.get("secret_env", ())),
     }
     out = []
     for n in range(count):
@@ -223,14 +229,22 @@ class Client:
         )
         if self.sender is not None:
             await self.sender.send(asked)
-        else:
-            for e in asked:
-                subject = (
-                    subj.admin(self.access_key, e.id)
-                    if isinstance(e, AdminRequested)
-                    else subj.request(self.access_key, run_id)
-                )
-                await self.events.append(subject, e)
+            return run_id
+        items: list[tuple[str, AnyEvent]] = [
+            (
+                subj.admin(self.access_key, e.id)
+                if isinstance(e, AdminRequested)
+                else subj.request(self.access_key, run_id),
+                e,
+            )
+            for e in asked
+        ]
+        # One batch, as the intake writes them: appended one by one, the registrar could
+        # make the folder before the run that waits for it were on the log.
+        with suppress(ConcurrencyConflict):  # the log holds this request already
+            await self.events.append_batch(
+                items, expect_subject=items[0][0], expected_last_subject_seq=0
+            )
         return run_id
 
     async def pipeline_cancel(self, run_id: str, *, request_id: str | None = None) -> str:
@@ -318,6 +332,36 @@ class Client:
         await self._ask(subj.request(self.access_key, e.id), e)
         return e.id
 
+    async def secret_set(self, name: str, sealed: bytes, *, request_id: str | None = None) -> str:
+        """Set this key's secret ``name`` to ``sealed`` (its value sealed to the
+        cluster's secrets key: the clear value never reaches here); the request's id.
+        Raises ValueError for a bad name, else as ``create``."""
+        e = SecretSet(**self._secret_fields(SecretSet, name, request_id), sealed=sealed)
+        await self._ask(subj.request(self.access_key, e.id), e)
+        return e.id
+
+    async def secret_remove(self, name: str, *, request_id: str | None = None) -> str:
+        """Remove this key's secret ``name``; the request's id. Raises as ``secret_set``."""
+        e = SecretRemoved(**self._secret_fields(SecretRemoved, name, request_id))
+        await self._ask(subj.request(self.access_key, e.id), e)
+        return e.id
+
+    def _secret_fields(
+        self, kind: type[SecretSet | SecretRemoved], name: str, request_id: str | None
+    ) -> dict[str, Any]:
+        """The fields of a request of ``kind`` about this key's secret ``name``."""
+        problem = name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        tag = kind.__struct_config__.tag
+        return {
+            "id": self._ids(request_id).event(f"{tag}\0{name}"),
+            "at": self.clock.now(),
+            "actor": self.access_key,
+            "owner": self.access_key,
+            "name": name,
+        }
+
     async def _ask(
         self,
         subject: str,
@@ -328,7 +372,9 @@ class Client:
         | PipelineCancelRequested
         | PipelineRerunRequested
         | PipelineScheduleSet
-        | PipelineScheduleRemoved,
+        | PipelineScheduleRemoved
+        | SecretSet
+        | SecretRemoved,
     ) -> None:
         if self.sender is not None:
             await self.sender.send([e])

@@ -70,6 +70,7 @@ from services.domain.container_spec import (
     ContainerSpec,
     Mount,
     session_spec,
+    with_secrets,
 )
 from services.domain.fold.cluster import ClusterState
 from services.domain.gpu_slice import DeviceSlice, slices
@@ -92,6 +93,8 @@ from services.ports import (
     OutputStore,
     ProcessContainers,
     RuntimeUnavailable,
+    SecretOpener,
+    SecretUnreadable,
     SliceRegions,
 )
 
@@ -155,10 +158,13 @@ class AgentActor:
         on_tenancy: Callable[[ClusterState], Awaitable[None]] | None = None,
         gpu_watch: GpuProcessWatch | None = None,
         containers: ProcessContainers | None = None,
+        secrets: SecretOpener | None = None,
     ) -> None:
         """``gpu_watch`` and ``containers`` (both, or neither): the driver's figures of the
         host's processes and their containers, with which the agent holds each session to
-        its slice whatever happens inside (``agent_watch.GpuWatch``)."""
+        its slice whatever happens inside (``agent_watch.GpuWatch``). ``secrets``: the
+        cluster's secrets key, which opens the secrets sessions refer to (None: a session
+        that refers to one ends in ERROR here)."""
         if not subj.is_token(config.agent_id):
             raise ValueError(f"agent id {config.agent_id!r} must be letters, digits, - or _")
         self.events = events
@@ -166,6 +172,7 @@ class AgentActor:
         self.clock = clock
         self.config = config
         self.regions = regions
+        self.secrets = secrets
         self.snapshots = snapshots  # where it starts from (the scheduler's: read only)
         self.output = output  # where an ended session's last output lines are kept
         # Told the fold once rebuilt and whenever its tenancy changed (a key revoked: its
@@ -455,14 +462,17 @@ class AgentActor:
             if v.status is S.SCHEDULED:
                 await self._report(session_id, SessionPreparing)
             folders = await self._vfolders(v)
-            if isinstance(folders, str):
-                await self._end(session_id, SessionErrored, reason=folders)
+            opened = self._opened_secrets(v)
+            if isinstance(folders, str) or isinstance(opened, str):
+                reason = folders if isinstance(folders, str) else opened
+                await self._end(session_id, SessionErrored, reason=str(reason))
                 return
             parts = self._slice(v)
             mps = mps_client(parts, dict(self.config.mps_pipes))
             # One slice, as the shim enforces it, for the region and the environment alike.
             parts = shim_slice(parts, mps)
             spec = self._spec(v, parts, self._create_region(v, parts), folders, mps)
+            spec = with_secrets(spec, opened)
             try:
                 c = await self._run_pulling(session_id, spec, sup)
             except ImageNotFound as e:
@@ -621,6 +631,27 @@ class AgentActor:
         except OSError as e:
             return f"cannot mount: {e}"
         return mounts
+
+    def _opened_secrets(self, v: SessionView) -> dict[str, str] | str:
+        """The values of ``v``'s secret variables, each its owner's latest as the log
+        stands now; or why it cannot have them (the reason names no value)."""
+        if not v.secret_env:
+            return {}
+        mine = self.state.secrets.of(v.owner)  # the owner's own: nobody else's is looked up
+        if self.secrets is None:
+            return f"agent {self.config.agent_id} holds no secrets key"
+        if self.state.secrets.public_key not in (None, self.secrets.public_key):
+            return f"agent {self.config.agent_id} holds another secrets key than the cluster's"
+        values = {}
+        for variable, name in v.secret_env:
+            held = mine.get(name)
+            if held is None:
+                return f"no secret {name} of {v.owner}'s any more"
+            try:
+                values[variable] = self.secrets.open(held.sealed)
+            except SecretUnreadable:
+                return f"secret {name} cannot be opened with this agent's key"
+        return values
 
     def _spec(
         self,

@@ -6,6 +6,7 @@ whose role a registrar could check. Only on a log whose tenancy ledger is empty:
 start finds it written and changes nothing.
 """
 
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from events import (
@@ -17,6 +18,7 @@ from events import (
     CreateProject,
     CreateUser,
     Role,
+    SecretsKeySet,
 )
 from events import subjects as subj
 from services.domain.access.keys import hash_secret, new_access_key, new_secret
@@ -24,7 +26,7 @@ from services.domain.provenance import Provenance, new_id, stamp
 from services.domain.tenancy.admin import DEFAULT
 from services.ports import Clock, ConcurrencyConflict, EventLog
 
-__all__ = ["FirstAdmin", "bootstrap", "system_applied"]
+__all__ = ["FirstAdmin", "bootstrap", "publish_secrets_key", "system_applied"]
 
 SYSTEM = "system"
 
@@ -81,3 +83,28 @@ def system_applied(
     """``command`` as a change the system made (an administrator's step, not a request)."""
     prov = Provenance(SYSTEM, clock.now(), None, correlation_id)
     return stamp(AdminApplied, prov, requester=SYSTEM, command=command)
+
+
+async def publish_secrets_key(events: EventLog, clock: Clock, public_key: bytes) -> bool:
+    """Say on the tenancy ledger that secrets are sealed to ``public_key``, unless the
+    latest key it holds is that one already; whether it wrote. Expects the ledger's last
+    sequence, so a change by another writer meanwhile is a ConcurrencyConflict (the
+    caller starts again). Raises LogError."""
+    target = await events.count(subj.TENANCY)
+    latest: bytes | None = None
+    last_seq, seen = 0, 0
+    if target:
+        async with aclosing(events.tail(0, subject=subj.TENANCY)) as batches:
+            async for batch in batches:
+                for r in batch:
+                    last_seq = r.seq
+                    if isinstance(r.event, SecretsKeySet):
+                        latest = r.event.public_key
+                seen += len(batch)
+                if seen >= target:
+                    break
+    if latest == public_key:
+        return False
+    e = stamp(SecretsKeySet, Provenance(SYSTEM, clock.now()), public_key=public_key)
+    await events.append(subj.TENANCY, e, expected_last_subject_seq=last_seq)
+    return True

@@ -35,6 +35,8 @@ from events import (
     AdminRequested,
     AnyEvent,
     RequestsDropped,
+    SecretRemoved,
+    SecretSet,
     ServeRequested,
     SessionRequested,
     decode_many,
@@ -162,9 +164,14 @@ class IntakeActor:
                 raise
 
 
+# A request applied again would change again (a secret's set: one more version): written
+# expecting its own subject to be new, so one handed in twice is stored once, however late.
+_ONCE = (AdminRequested, ServeRequested, SecretSet, SecretRemoved)
+
+
 def _first_new(route: list[tuple[str, AnyEvent]]) -> str | None:
     """The subject of the first request of ``route`` if it stands on a subject of its own
-    (a session asked for, an administrator's or a serve request: its batch expects it to
+    (a session asked for, an administrator's, serve or secret's request: its batch expects it to
     hold nothing, and stays in the order handed in) and ``route`` is several requests one
     atomic batch may hold, or one administrator's or serve request (the registrar or the
     serving actor would apply it again); else None (written pipelined)."""
@@ -172,7 +179,7 @@ def _first_new(route: list[tuple[str, AnyEvent]]) -> str | None:
         return None
     subject, first = route[0]
     if len(route) == 1:
-        return subject if isinstance(first, AdminRequested | ServeRequested) else None
+        return subject if isinstance(first, _ONCE) else None
     return subject if isinstance(first, SessionRequested | AdminRequested) else None
 
 

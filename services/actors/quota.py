@@ -3,7 +3,8 @@ user, project and domain (``services.domain.scheduling.quota``), and against its
 allow-list, an alias of the domain resolved first (``services.domain.scheduling.images``): the
 image a session runs is recorded on its admission (``SessionAdmitted.image``). While the
 log's disk is low (its latest ``log.health``, ``services.domain.log_space``), it admits
-no new session: each is rejected with code ``disk`` and the reason.
+no new session: each is rejected with code ``disk`` and the reason. A session that refers
+to a secret its owner does not have is rejected with code ``secret``.
 
 It also answers payloads that are not valid events with ``PayloadRejected``, so bad
 input leaves a trace on the log instead of vanishing or crashing a reader.
@@ -26,6 +27,7 @@ from services.domain.fold.state import apply_decision
 from services.domain.log_space import refusal as space_refusal
 from services.domain.scheduling.images import image_refusal, resolve_image
 from services.domain.scheduling.quota import admission_refusal, mounted_hosts
+from services.domain.secrets import missing_secret
 from services.domain.tenancy.groups import admission_problem
 from services.ports import Clock, EventLog
 
@@ -72,6 +74,9 @@ class QuotaActor(LogActor):
             if why is None:
                 why = admission_refusal(s, v)
                 code = "quota"
+            if why is None and v.secret_env:
+                why = missing_secret(s.secrets, v.owner, v.secret_env)
+                code = "secret"
             if why is None:
                 mounted = mounted_hosts(s.tenancy, v)
                 if isinstance(mounted, str):

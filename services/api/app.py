@@ -32,6 +32,7 @@ from services.api import (
     launch_routes,
     models,
     pipeline_routes,
+    secret_routes,
     session_routes,
     state_routes,
     stream_routes,
@@ -119,6 +120,7 @@ def create_app(
     image_routes.mount(app, query, source.tenancy)
     launch_routes.mount(app, query, source.tenancy)
     pipeline_routes.mount(app, query, source.tenancy)
+    secret_routes.mount(app, query)
     if storage is not None:
         vfolder_routes.mount(app, storage, source.tenancy)
     export_routes.mount(app, query, utc)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from services.actors.bootstrap import FirstAdmin
     from services.adapters.nats_auth import ServerAuth
     from services.adapters.nats_server import NatsServer
+    from services.adapters.sealed_box import SealedBoxKey
     from services.adapters.store_lock import StoreLock
     from services.cli.stack import StackInfo
     from services.domain.log_space import Watermark
@@ -47,7 +48,9 @@ if TYPE_CHECKING:
     from services.wiring.identity import Identity
     from services.wiring.stack import OwnServer, ServePart, StackConfig
 
-__all__ = ["AgentOptions", "app", "sim_agents"]
+__all__ = ["SECRETS_KEY_FILE", "AgentOptions", "app", "sim_agents"]
+
+SECRETS_KEY_FILE = "secrets.key"  # in the store: the cluster's secrets key (0600)
 
 
 class ServeProxy(enum.StrEnum):
@@ -94,6 +97,14 @@ MpsOpt = Annotated[
         help="Run NVIDIA MPS on these GPUs: 'all' or indexes, 0,1 (default: none, "
         "time-slicing). The agent runs a control daemon per GPU and will not start if one "
         "cannot run; a session on one such GPU alone is its client, held to its slice.",
+    ),
+]
+SecretsKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="The cluster's secrets key file, which opens the secrets sessions refer to "
+        "(fgpu up: default <store>/secrets.key, made once; fgpu agent: a copy of it, 0600; "
+        "none: a session that refers to a secret ends in error here).",
     ),
 ]
 
@@ -164,6 +175,7 @@ class AgentOptions:
     vfolder_root: VfolderRootOpt = None
     storage_host: StorageHostOpt = None
     mps: MpsOpt = None
+    secrets_key: SecretsKeyOpt = None
 
     @property
     def vfolders(self) -> str:
@@ -388,7 +400,8 @@ def up(
     info.save()
     history = "throwaway, removed at stop" if ephemeral else "resumed" if kept else "new, kept"
     _say_up(server.url, f"{server.store_dir}: {history}", cfg)
-    own = _own_server(server, auth, watermark, retention_of(retain_events, retain_days))
+    retention = retention_of(retain_events, retain_days)
+    own = _own_server(server, auth, watermark, retention, agent.secrets_key)
     stack = _up_stack(own, cfg, regions, vfolder_owner, None if no_api else api_port, apps_port)
     stack = dataclasses.replace(
         stack,
@@ -531,10 +544,15 @@ def _say_up(url: str, store: str, cfg: "AgentConfig") -> None:
 
 
 def _own_server(
-    server: "NatsServer", auth: "ServerAuth", watermark: "Watermark", retention: "Retention | None"
+    server: "NatsServer",
+    auth: "ServerAuth",
+    watermark: "Watermark",
+    retention: "Retention | None",
+    key: Path | None = None,
 ) -> "OwnServer":
     """``server`` as ``fgpu up`` administers it: the services' keypairs kept in its store,
-    a new cluster's superadmin's as this host's CLI's credentials."""
+    a new cluster's superadmin's as this host's CLI's credentials, the secrets key in
+    ``key`` (None: the store's, made there once)."""
     from services.cli.identities import service_keys
     from services.wiring.stack import OwnServer
 
@@ -546,7 +564,19 @@ def _own_server(
         watermark=watermark,
         retention=retention,
         first_admin=_keep_first_admin,
+        secrets_key=_secrets_key(key or store / SECRETS_KEY_FILE, make=key is None),
     )
+
+
+def _secrets_key(path: Path, *, make: bool = False) -> "SealedBoxKey":
+    """The cluster's secrets key in ``path`` (made there, 0600, if ``make`` and there is
+    none); exits 1 with one line if it cannot be read."""
+    from services.adapters.sealed_box import KeyFileInvalid, SealedBoxKey
+
+    try:
+        return SealedBoxKey.load_or_create(path) if make else SealedBoxKey.load(path)
+    except (KeyFileInvalid, OSError) as e:
+        fail(f"the secrets key: {e}", code=1)
 
 
 def _up_stack(
@@ -575,7 +605,12 @@ def _up_stack(
         archive_dir=store / "archive",  # the archive lives with its log
         own=own,
         agent=AgentPart(
-            cfg, runtime, regions, output_root=state_file().parent / "output", mps=mps_daemons(cfg)
+            cfg,
+            runtime,
+            regions,
+            output_root=state_file().parent / "output",
+            mps=mps_daemons(cfg),
+            secrets=own.secrets_key,
         ),
         api=api,
     )
@@ -681,7 +716,10 @@ def agent_cmd(ctx: typer.Context, agent: AgentOptions) -> None:
     cfg, regions = agent.setup()
     runtime = functools.partial(container_runtime, cfg.runtime_name)
     output = state_file().parent / "output"
-    part = AgentPart(cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg))
+    opener = None if agent.secrets_key is None else _secrets_key(agent.secrets_key)
+    part = AgentPart(
+        cfg, runtime, regions, output_root=output, mps=mps_daemons(cfg), secrets=opener
+    )
 
     async def main() -> None:
         config = StackConfig(url, identities={part.kind: _me(ctx, part.kind)}, agent=part)

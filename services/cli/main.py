@@ -27,6 +27,7 @@ from services.cli import (
     log_cmd,
     login_cmd,
     pipeline_cmd,
+    secret_cmd,
     serve_cmd,
     serve_rollout_cmd,  # noqa: F401  (its update, rollback, traffic join serve_cmd.app)
     session_cmd,
@@ -110,3 +111,4 @@ app.add_typer(admin_cmd.app, name="admin")
 app.add_typer(images_cmd.app, name="images")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(pipeline_cmd.app, name="pipeline")
+app.add_typer(secret_cmd.app, name="secret")

@@ -82,7 +82,14 @@ def _rights_problems(ctx: typer.Context, spec: "PipelineSpec", project: str | No
         limits = msgspec.convert(body, Limits)
     except msgspec.ValidationError as e:
         fail(f"the read API's limits are of no known form: {e}", code=1)
-    return spec_problems(spec, settings.access_key, limits)
+    problems = spec_problems(spec, settings.access_key, limits)
+    if any(v.secret for v in spec.environment) or any(t.environment for t in spec.tasks):
+        from services.domain.pipelines.check import secret_problems
+
+        with api_errors():
+            mine = settings.read_api().get("/v1/secrets")["secrets"]
+        problems += secret_problems(spec, {s["name"] for s in mine})
+    return problems
 
 
 @app.command("validate")
@@ -92,8 +99,8 @@ def validate(
     """Check a pipeline: its fields, its graph (a cycle is named with its tasks), each
     task as the quota actor reads a request, and (through the read API, when one is
     known) each task against your rights: your policies, the resource groups open to
-    your project, the largest agent of each group. Exits 2 with every problem, one a
-    line."""
+    your project, the largest agent of each group, and the secrets it refers to, each
+    one of yours. Exits 2 with every problem, one a line."""
     spec = _checked(ctx, path)
     problems = _rights_problems(ctx, spec, project)
     if problems:

@@ -88,6 +88,7 @@ def _checked_request(
     project: str | None,
     mounts: "list[VfolderMount]",
     request_id: str,
+    secret_env: tuple[tuple[str, str], ...] = (),
 ) -> "list[SessionRequested]":
     """The requests to send, as they will be sent; exits 2 with one line for anything that
     could never be run: what the door says in words, then every rule the quota actor would
@@ -133,6 +134,7 @@ def _checked_request(
         lifetime_s=lifetime_s,
         session_type=_session_type(kind),
         mounts=mounts,
+        secret_env=secret_env,
     )
     why = invalid_request(drafts[0])
     if why is not None:
@@ -159,6 +161,17 @@ def _session_type(kind: str | None) -> "SessionType | None":
         return SessionType(kind)
     except ValueError:
         fail(f"--type is batch or interactive, got {kind!r}")
+
+
+def _secret_refs(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--secret VAR=NAME`` as asked (the rules are ``invalid_request``'s)."""
+    refs = []
+    for g in given:
+        var, eq, name = g.partition("=")
+        if not eq or not var or not name:
+            fail(f"--secret {g!r}: give VARIABLE=NAME, NAME one of your secrets (fgpu secret ls)")
+        refs.append((var, name))
+    return tuple(refs)
 
 
 def _mounts(given: list[str]) -> "list[VfolderMount]":
@@ -239,6 +252,13 @@ _MountOpt = Annotated[
         "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
     ),
 ]
+_SecretOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="VARIABLE=NAME: the variable holds your secret NAME's value (fgpu secret set "
+        "NAME), put there by the agent at the start; only the name is sent. Again for more."
+    ),
+]
 _WaitOpt = Annotated[
     bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
 ]
@@ -262,6 +282,7 @@ def create(
     lifetime: _LifetimeOpt = None,
     session_type: _SessionTypeOpt = None,
     mount: _MountOpt = None,
+    secret: _SecretOpt = None,
     wait: _WaitOpt = False,
     timeout: _TimeoutOpt = 120.0,
     request_id: RequestIdOpt = None,
@@ -292,7 +313,13 @@ def create(
     )
     mounts = _mounts(mount or [])
     drafts = _checked_request(
-        settings, shape, count=count, project=project, mounts=mounts, request_id=rid
+        settings,
+        shape,
+        count=count,
+        project=project,
+        mounts=mounts,
+        request_id=rid,
+        secret_env=_secret_refs(secret or []),
     )
     api = _reachable_api(settings) if wait else None
 

@@ -1,7 +1,7 @@
 """The container a session gets: limits, labels, and the fGPU shim's configuration."""
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -30,6 +30,7 @@ __all__ = [
     "env_problem",
     "serving_network",
     "session_spec",
+    "with_secrets",
 ]
 
 LABEL_SESSION = "fgpu.session"
@@ -85,6 +86,14 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 MAX_ENV = 64  # variables a session may set
+
+
+def with_secrets(spec: ContainerSpec, values: Mapping[str, str]) -> ContainerSpec:
+    """``spec`` with a session's opened secrets in its environment, under its own clear
+    variables (none shares a name with them: validation refuses it) and fgpu's."""
+    if not values:
+        return spec
+    return msgspec.structs.replace(spec, env={**values, **spec.env})
 
 
 def env_problem(env: Sequence[tuple[str, str]]) -> str | None:

@@ -21,6 +21,8 @@ from events import (
     PipelineRunRequested,
     PipelineScheduleRemoved,
     PipelineScheduleSet,
+    SecretRemoved,
+    SecretSet,
     ServeRequested,
     SessionDestroyRequested,
     SessionRequested,
@@ -51,9 +53,12 @@ _REQUESTS = (
     PipelineRerunRequested,
     PipelineScheduleSet,
     PipelineScheduleRemoved,
+    SecretSet,
+    SecretRemoved,
 )
 # Requests that stand on a subject named by their own id, not by a session's.
-_BY_ID = (AdminRequested, ServeRequested)
+_BY_ID = (AdminRequested, ServeRequested, SecretSet, SecretRemoved)
+_OWNED = (SessionRequested, SecretSet, SecretRemoved)  # their key is ``owner``
 _PIPELINE = (PipelineRunRequested, PipelineCancelRequested, PipelineRerunRequested)
 _SCHEDULE = (PipelineScheduleSet, PipelineScheduleRemoved)
 
@@ -72,7 +77,7 @@ def routed(key: str, events: Sequence[AnyEvent]) -> list[tuple[str, AnyEvent]] |
     for e in events:
         if not isinstance(e, _REQUESTS):
             return f"{e.__struct_config__.tag} is not a request"
-        named = e.owner if isinstance(e, SessionRequested) else e.requester
+        named = e.owner if isinstance(e, _OWNED) else e.requester
         if named != key or e.actor != key:
             return f"a request of {key} in the name of {named if named != key else e.actor}"
         subject: str = SUBJECT_OF[type(e)](e)

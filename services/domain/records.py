@@ -85,6 +85,8 @@ class SessionView:
     storage_hosts: tuple[str, ...] = ()  # of those folders, as admitted: agents must mount them
     host: str | None = None  # an inference session's address on the serving network
     env: tuple[tuple[str, str], ...] = ()  # its own environment variables, as asked
+    # Variables whose values are the owner's secrets: (variable, secret name), never a value.
+    secret_env: tuple[tuple[str, str], ...] = ()
 
 
 class _Shares:

@@ -160,6 +160,10 @@ SUBJECT_OF: dict[type[ev.Event], Callable[[Any], str]] = dict(
         _rule(ev.ServingTicked, _serving),
         _rule(ev.AutoscaleSet, _serving),
         _rule(ev.RouteStatsReported, lambda e: subj.route(e.router)),
+        # A secret's request stands on its owner's own subject: nobody sets another's.
+        _rule(ev.SecretSet, lambda e: subj.request(e.owner, e.id)),
+        _rule(ev.SecretRemoved, lambda e: subj.request(e.owner, e.id)),
+        _rule(ev.SecretsKeySet, lambda e: subj.TENANCY),
     ]
 )
 

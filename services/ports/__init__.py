@@ -5,7 +5,8 @@ and its optional bulk read), ``bus`` (heartbeats and requests to agents, off the
 ``containers``, ``regions`` (the shim's shared regions), ``gpu_watch`` (what the GPU
 driver counts of each process, and whose container it is), ``host`` (GPUs, the clock),
 ``snapshots`` (where an actor keeps the state it starts from), ``store`` (the disk under
-a log's server, and the server, for the watcher beside it).
+a log's server, and the server, for the watcher beside it), ``secrets`` (what opens a
+secret's sealed value: the agents' side of the cluster's secrets key).
 Nothing here imports an adapter library (nats, aiodocker, duckdb, pynvml).
 """
 
@@ -75,6 +76,7 @@ from services.ports.log import (
 from services.ports.mps import MpsControl, MpsUnavailable
 from services.ports.output import KeptOutput, OutputStore
 from services.ports.regions import DeviceUsageSample, OomRefusal, SliceRegions
+from services.ports.secrets import SecretOpener, SecretUnreadable
 from services.ports.snapshots import SnapshotStore
 from services.ports.store import DiskUsage, LogServer, StoreDisk
 from services.ports.vfolders import Entry, FileState, FolderError, FolderStore, OpenFile, Upload
@@ -147,6 +149,8 @@ __all__ = [
     "RetainingLog",
     "Retention",
     "RuntimeUnavailable",
+    "SecretOpener",
+    "SecretUnreadable",
     "ServerUnavailable",
     "ServicesReply",
     "ServicesRequest",

@@ -25,7 +25,14 @@ from services.adapters.nats_connection import NatsConnection, nats_connection
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.intake import DEFAULT_BURST, DEFAULT_RATE, DEFAULT_WINDOW_S
-from services.ports import ContainerRuntime, EventLog, Heartbeats, SliceRegions, SnapshotStore
+from services.ports import (
+    ContainerRuntime,
+    EventLog,
+    Heartbeats,
+    SecretOpener,
+    SliceRegions,
+    SnapshotStore,
+)
 from services.wiring.identity import Identity
 
 if TYPE_CHECKING:
@@ -283,10 +290,12 @@ async def run_agent(
     regions: SliceRegions | None = None,
     *,
     output_root: Path | None = None,
+    secrets: SecretOpener | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The agent, its heartbeat, its answers to requests (``fgpu session logs|exec``) and the
-    channels they open (``fgpu session shell|app``).
+    """The agent (opening its sessions' secrets with ``secrets``), its heartbeat, its
+    answers to requests (``fgpu session logs|exec``) and the channels they open (``fgpu
+    session shell|app``).
     Ended sessions' output is kept in ``output_root/<agent>`` (None: not kept). With real GPUs, the
     agent watches what their driver counts of its sessions' processes (NVML, and their
     cgroups under ``/proc``: the agent must see the host's pids)."""
@@ -314,6 +323,7 @@ async def run_agent(
         on_tenancy=channels.cut_refused,
         gpu_watch=driver,
         containers=CgroupContainers() if real_gpus else None,
+        secrets=secrets,
     )
     answer = answering(
         config.agent_id,

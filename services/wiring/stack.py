@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from services.actors.bootstrap import FirstAdmin, bootstrap
+from services.actors.bootstrap import FirstAdmin, bootstrap, publish_secrets_key
 from services.adapters.nats_connection import NatsConnection
 from services.adapters.system_clock import SystemClock
 from services.ports import (
@@ -42,6 +42,7 @@ from services.ports import (
     LogError,
     MpsControl,
     Retention,
+    SecretOpener,
     SliceRegions,
 )
 from services.wiring.identity import Identity
@@ -114,7 +115,8 @@ class OwnServer:
     """The server this process started, which the stack administers: it makes the stream
     (with ``retention``), gives a new cluster its superadmin (handed to ``first_admin``,
     whose secret is nowhere else), keypairs to its services (kept by ``service_keys``),
-    runs the gatekeeper, and watches the room on the store's disk under ``watermark``."""
+    runs the gatekeeper, and watches the room on the store's disk under ``watermark``;
+    says ``secrets_key``'s public half on the log."""
 
     server: NatsServer
     auth: ServerAuth
@@ -122,6 +124,9 @@ class OwnServer:
     watermark: Watermark
     retention: Retention | None = None
     first_admin: Callable[[FirstAdmin], None] = lambda _: None
+    # The cluster's secrets key: its public half said on the log at each start (if the log
+    # says another), so people seal their secrets to it.
+    secrets_key: SecretOpener | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ class AgentPart:
     regions: SliceRegions | None = None
     output_root: Path | None = None
     mps: MpsControl | None = None
+    secrets: SecretOpener | None = None  # opens the secrets its sessions refer to
 
     @property
     def kind(self) -> str:
@@ -275,7 +281,7 @@ class Stack:
         if c.own is not None:
             await self._actors(tg, conns, logs)
         if c.agent is not None and runtime is not None:
-            agent = partial(run_agent, output_root=c.agent.output_root)
+            agent = partial(run_agent, output_root=c.agent.output_root, secrets=c.agent.secrets)
             await tg.start(agent, conns[c.agent.kind], runtime, c.agent.config, c.agent.regions)
         if c.serve is not None and proxy is not None:
             kind = c.serve.kind
@@ -305,6 +311,8 @@ class Stack:
         first = await bootstrap(setup.log, SystemClock())
         if first is not None:
             own.first_admin(first)
+        if own.secrets_key is not None:
+            await publish_secrets_key(setup.log, SystemClock(), own.secrets_key.public_key)
         return await own.service_keys(setup.log, self.config.kinds())
 
     async def _connect(

@@ -16,6 +16,8 @@ from events import (
     ServeTask,
 )
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.system_clock import SystemClock
+from services.adapters.virtual_clock import VirtualClock
 from services.domain.fold.cluster import ClusterState
 from services.domain.pipelines.runs import PipelineState
 from tests.actors.test_pipeline import actor, ended, task, until
@@ -25,8 +27,8 @@ from tests.support.routers import report_health
 pytestmark = pytest.mark.anyio
 
 
-def deploying(name: str, replicas: int = 1) -> PipelineSpec:
-    deploy = task("deploy", "sleep 3600", "prepare", kind="serve")
+def deploying(name: str, replicas: int = 1, timeout_s: int | None = None) -> PipelineSpec:
+    deploy = task("deploy", "sleep 3600", "prepare", kind="serve", timeout_s=timeout_s)
     deploy = type(deploy)(
         **{f: getattr(deploy, f) for f in deploy.__struct_fields__ if f != "serve"},
         serve=ServeTask(endpoint=name, replicas=replicas),
@@ -114,3 +116,29 @@ async def test_a_cancel_while_a_serve_task_awaits_health_ends_it(log: JetStreamL
     run = runs.runs[run_id]
     assert run.status == "cancelled"
     assert run.tasks["deploy"].status == "cancelled"
+
+
+async def test_a_serve_tasks_timeout_bounds_its_wait_for_health_across_a_restart(
+    log: JetStreamLog,
+) -> None:
+    """Its replicas never healthy: the task fails with the reason ``timeout`` once its
+    timeout has passed since its attempt's time on the log, decided by an actor started
+    after the deadline as by the one that asked (the clock the actors read is virtual)."""
+    clock = VirtualClock(start=SystemClock().now())
+    async with world(log) as w, serving(log):
+        uma = w.client("AKuma")
+        async with actor(log, clock):
+            run_id = await uma.pipeline_run(deploying("sentiment", timeout_s=600))
+            await w.until(uma, warm("sentiment", 1))
+            clock.advance(599)
+            runs = await until(log, lambda p: run_id in p.runs)
+        assert runs.runs[run_id].tasks["deploy"].status == "requested"  # not over yet
+        clock.advance(2)
+        async with actor(log, clock):
+            runs = await until(log, ended(run_id))
+    deploy = runs.runs[run_id].tasks["deploy"]
+    assert (runs.runs[run_id].status, deploy.status, deploy.reason) == (
+        "failed",
+        "failed",
+        "timeout",
+    )

@@ -2,6 +2,7 @@
 own scope only (sessions, events, the event stream, the state at an instant, agents'
 shares, usage, the tenancy), and refused with 401 without a live keypair's token."""
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -29,10 +30,11 @@ from events import (
     Slots,
 )
 from events import subjects as subj
-from services.actors.bootstrap import FirstAdmin, bootstrap, system_applied
+from services.actors.bootstrap import FirstAdmin, bootstrap, publish_secrets_key, system_applied
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog, connect
+from services.adapters.sealed_box import SealedBoxKey, seal
 from services.adapters.system_clock import SystemClock
 from services.api.auth import TokenSigner
 from services.client import Client
@@ -46,6 +48,8 @@ from tests.support.plain_http import cookieless
 IMAGE = "fgpu/busybox:latest"
 SIGNER = TokenSigner(b"k" * 32)
 # Who is who: (user, domain, role, project); each gets one keypair.
+SECRETS = SealedBoxKey.generate()
+SECRET_VALUE = "s3cret-of-alice-0042"
 PEOPLE = (
     ("alice", "lab", Role.USER, "a"),
     ("bob", "lab", Role.USER, "b"),
@@ -66,6 +70,7 @@ class Tenants:
     run: str = ""  # a pipeline run of alice's
     schedule: str = ""  # a schedule of alice's
     nats: str = ""
+    api_db: Any = None  # the read API (its projector), once it runs
     tokens: dict[str, str] = field(default_factory=dict)
     http: httpx.Client = field(default_factory=cookieless)  # every request's (plain_http)
 
@@ -134,6 +139,8 @@ async def _cluster(url: str, *, task_status: TaskStatus[tuple[FirstAdmin, Tenant
                 )
             await _running(events, list(sessions.values()))
             alice = Client(events, SystemClock(), keys["alice"][0], secret=keys["alice"][1])
+            await publish_secrets_key(events, SystemClock(), SECRETS.public_key)
+            await alice.secret_set("hf", seal(SECRETS.public_key, SECRET_VALUE))
             run = await alice.pipeline_run(_PIPELINE)
             schedule = await alice.pipeline_schedule(_PIPELINE, "0 3 * * *")
             tenants = Tenants("", root, keys, sessions, service, run=run, schedule=schedule)
@@ -167,7 +174,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
         running, (_, t) = portal.start_task(_cluster, server.url)
         try:
             with read_api(server.url, db, SIGNER) as api:
-                t.api, t.nats = api.url, server.url
+                t.api, t.nats, t.api_db = api.url, server.url, api
                 t.keys["root"] = (t.root.access_key, t.root.secret)
                 yield t
         finally:
@@ -206,6 +213,8 @@ GETS = (
     "/v1/pipelines/{rid}",
     "/v1/endpoints",
     "/v1/endpoints/ep1",
+    "/v1/secrets",
+    "/v1/secrets/key",
 )
 
 
@@ -484,3 +493,33 @@ def test_wrong_secrets_are_throttled_before_they_cost_a_check(tenants: Tenants) 
     assert said[5].startswith(f"too many wrong secrets for access key {key}: try again in")
     # Until the window moves on, even the right secret is not checked.
     assert sign_in(secret).startswith("too many wrong secrets")
+
+
+def test_a_secret_is_listed_to_its_owner_alone_and_its_value_is_in_no_answer(
+    tenants: Tenants,
+) -> None:
+    """Alice lists her secret (name, version; no value, not even sealed); her domain's
+    admin, a superadmin, another user list none; everyone signed in reads the key. No
+    answer of any read, nor any table of the projection, holds the value."""
+    [shown] = tenants.ok("alice", "/v1/secrets")["secrets"]
+    assert (shown["name"], shown["version"]) == ("hf", 1) and set(shown) == {
+        "name",
+        "version",
+        "set_at",
+    }
+    for who in ("bob", "dan", "carol", "root"):
+        assert tenants.ok(who, "/v1/secrets") == {"secrets": []}
+    public = base64.b64encode(SECRETS.public_key).decode()
+    assert tenants.ok("bob", "/v1/secrets/key") == {"public_key": public}
+    forms = (SECRET_VALUE, base64.b64encode(SECRET_VALUE.encode()).decode())
+    sid = tenants.sessions["alice"]
+    for who in ("alice", "dan", "root"):
+        for path in GETS:
+            if path.endswith("/stream"):
+                continue  # never ends; the same records as /v1/events
+            text = tenants.get(who, path.format(sid=sid, rid=tenants.run)).text
+            assert not any(f in text for f in forms), (who, path)
+    con = tenants.api_db.projector.cursor()
+    for (table,) in con.execute("SHOW TABLES").fetchall():
+        rows = repr(con.execute(f'SELECT * FROM "{table}"').fetchall())
+        assert not any(f in rows for f in forms), table

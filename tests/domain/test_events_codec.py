@@ -85,6 +85,9 @@ from events import (
     RolloutPolicy,
     RolloutStarted,
     RouteStatsReported,
+    SecretRemoved,
+    SecretSet,
+    SecretsKeySet,
     ServeRefused,
     ServeRequested,
     ServingTicked,
@@ -870,6 +873,16 @@ DECODED_V1: dict[str, AnyEvent] = {
             p95_ms=None,
             **ENVELOPE,
         ),
+        SecretSet(
+            id="e-secret-set",
+            actor="alice",
+            owner="alice",
+            name="hf",
+            sealed=bytes(range(64)),
+            **ENVELOPE,
+        ),
+        SecretRemoved(id="e-secret-removed", actor="alice", owner="alice", name="hf", **ENVELOPE),
+        SecretsKeySet(id="e-secrets-key", actor="system", public_key=bytes(32), **ENVELOPE),
     ]
 }
 

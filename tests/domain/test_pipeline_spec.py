@@ -9,6 +9,7 @@ from services.domain.pipelines.check import check_text, run_problems
 from services.domain.pipelines.dag import descendants, find_cycle, graph_problems
 from services.domain.pipelines.document import document_schema
 from services.domain.pipelines.limits import Limits, groups_seen
+from services.domain.pipelines.requests import draft_request
 
 GOOD = """
 version: 1
@@ -73,8 +74,17 @@ def _task(body: str) -> str:
         ),
         (_task("    command: x\n    mounts: ['d:rx']\n"), "tasks.a.mounts: NAME, NAME:ro"),
         (
-            "environment: {T: {secret: hf}}\n" + _task("    command: x\n"),
-            "environment.T: secret references are not supported yet",
+            "environment: {T: {secret: 'h f'}}\n" + _task("    command: x\n"),
+            "environment.T.secret: a secret's name is 1-63",
+        ),
+        (
+            _task("    command: x\n    environment: {T: {secret: hf, x: 1}}\n"),
+            "tasks[0].environment[...]: Object contains unknown field `x`",
+        ),
+        (
+            "environment: {T: {secret: hf}}\n"
+            + _task("    kind: serve\n    serve: {endpoint: e}\n"),
+            "tasks.a: a serve task's replicas get no secrets yet",
         ),
         (_task("    command: x\n    dependencies: [nope]\n"), "no task is called 'nope'"),
         (_task("    command: x\n    dependencies: [a]\n"), "cannot depend on itself"),
@@ -225,3 +235,22 @@ def test_the_schema_is_published() -> None:
     assert {"dependencies", "retry", "continue_on_failure", "skip", "timeout", "serve"} <= set(
         task["properties"]
     )
+    # A value in clear or a reference to a secret, in the run's environment and a task's.
+    ref = {"$ref": "#/$defs/SecretRef"}
+    for where in (schema["$defs"]["PipelineDocument"], task):
+        assert ref in where["properties"]["environment"]["additionalProperties"]["anyOf"]
+    assert schema["$defs"]["SecretRef"]["required"] == ["secret"]
+
+
+def test_a_secret_reference_travels_by_name_and_the_tasks_own_environment_wins() -> None:
+    """The run's ``{secret: hf}`` and a task's own clear value of another variable reach
+    the task's session request: the secret by name (never a value, none known here), the
+    clear one in its command; a task's own variable of a run's name replaces it."""
+    text = "environment: {HF: {secret: hf}, MODE: run, KEY: {secret: old}}\n" + _task(
+        "    command: x\n    environment: {MODE: task, KEY: {secret: new}}\n"
+    )
+    spec, problems = check_text(text, "alice")
+    assert spec is not None and problems == []
+    e = draft_request(spec, spec.tasks[0], "alice")
+    assert e.secret_env == (("HF", "hf"), ("KEY", "new"))
+    assert "MODE=task" in e.command and not any("HF=" in a or "KEY=" in a for a in e.command)

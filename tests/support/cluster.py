@@ -13,7 +13,7 @@ from services.actors.scheduler import SchedulerActor
 from services.actors.serving import ServingActor
 from services.adapters.system_clock import SystemClock
 from services.domain.fold.cluster import ClusterState
-from services.ports import ContainerRuntime, EventLog
+from services.ports import ContainerRuntime, EventLog, SecretOpener
 
 GIB = 1 << 30
 
@@ -41,8 +41,10 @@ async def running_cluster(
     agents: list[tuple[AgentConfig, ContainerRuntime]],
     *,
     serving: bool = True,
+    secrets: SecretOpener | None = None,
 ) -> AsyncIterator[None]:
-    """Registrar, quota, scheduler, serving and the agents running until the block ends."""
+    """Registrar, quota, scheduler, serving and the agents running until the block ends;
+    the agents open secrets with ``secrets``."""
     clock = SystemClock()
     async with anyio.create_task_group() as tg:
         await tg.start(RegistrarActor(events, clock).run)
@@ -51,7 +53,7 @@ async def running_cluster(
         if serving:  # else the caller runs its own (one per durable)
             await tg.start(ServingActor(events, clock).run)
         for config, runtime in agents:
-            await tg.start(AgentActor(events, runtime, clock, config).run)
+            await tg.start(AgentActor(events, runtime, clock, config, secrets=secrets).run)
         yield
         tg.cancel_scope.cancel()
 

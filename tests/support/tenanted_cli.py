@@ -1,6 +1,7 @@
 """A cluster with tenancy (real NATS, in-process actors, the read API) and the ``fgpu``
 command run against it in-process, for the CLI's tests."""
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,10 +14,12 @@ from anyio.abc import TaskStatus
 from anyio.from_thread import start_blocking_portal
 from typer.testing import CliRunner
 
-from services.actors.bootstrap import FirstAdmin, bootstrap
+from services.actors.bootstrap import FirstAdmin, bootstrap, publish_secrets_key
+from services.actors.pipeline import PipelineActor
 from services.adapters import nats_server
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import connect
+from services.adapters.sealed_box import SealedBoxKey
 from services.adapters.system_clock import SystemClock
 from services.cli.main import app
 from tests.support.api_stack import read_api
@@ -51,13 +54,27 @@ class Tenanted:
         return out
 
 
-async def _actors(url: str, *, task_status: TaskStatus[FirstAdmin]) -> None:
+async def _actors(
+    url: str,
+    secrets: SealedBoxKey | None,
+    folders: Path,
+    *,
+    task_status: TaskStatus[FirstAdmin],
+) -> None:
     events = await connect(url, name="test-tenancy")
     try:
         await events.create_or_update_stream()
         first = await bootstrap(events, SystemClock())
         assert first is not None
-        async with running_cluster(events, [(agent_config("a1"), DummyRuntime())]):
+        if secrets is not None:
+            await publish_secrets_key(events, SystemClock(), secrets.public_key)
+        config = dataclasses.replace(agent_config("a1"), vfolder_root=str(folders))
+        agents = [(config, DummyRuntime())]
+        async with (
+            running_cluster(events, agents, secrets=secrets),
+            anyio.create_task_group() as tg,
+        ):
+            await tg.start(PipelineActor(events, SystemClock()).run)
             task_status.started(first)
             await anyio.sleep_forever()
     finally:
@@ -66,10 +83,12 @@ async def _actors(url: str, *, task_status: TaskStatus[FirstAdmin]) -> None:
 
 
 @contextmanager
-def tenanted(directory: Path) -> Iterator[Tenanted]:
-    """The cluster, its projections in ``directory``, until the block ends."""
+def tenanted(directory: Path, secrets: SealedBoxKey | None = None) -> Iterator[Tenanted]:
+    """The cluster (the pipeline actor among its actors; its secrets key ``secrets``, said
+    on the log and held by its agent), its projections and its virtual folders in
+    ``directory``, until the block ends."""
     with nats_server.nats_server() as server, start_blocking_portal("asyncio") as portal:
-        running, first = portal.start_task(_actors, server.url)
+        running, first = portal.start_task(_actors, server.url, secrets, directory / "folders")
         try:
             with read_api(server.url, directory / "p.duckdb") as api:
                 yield Tenanted(server.url, api.url, first)

@@ -364,6 +364,7 @@ const CATALOGUE = [
   "endpoint.token-revoked.v1", "replica.changed.v1", "replica.rotation.v1",
   "replica.health-reported.v1", "endpoint.rollout-started.v1", "endpoint.rollout-ended.v1",
   "serving.ticked.v1", "endpoint.autoscale-set.v1", "route.stats-reported.v1",
+  "secret.set.v1", "secret.removed.v1", "secret.key-set.v1",
   "pipeline.run-requested.v1", "pipeline.cancel-requested.v1",
   "pipeline.rerun-requested.v1", "pipeline.request-refused.v1", "pipeline.task-requested.v1",
   "pipeline.task-ended.v1", "pipeline.tasks-requested.v1",

@@ -22,6 +22,7 @@ from services.domain.fold.pending import PendingQueue
 from services.domain.fold.running_index import RunningIndex
 from services.domain.fold.workload import Workload
 from services.domain.records import AgentView, OwnerUsage, SessionView
+from services.domain.secrets import SecretBook
 from services.domain.serving.state import ServingState
 from services.domain.tenancy.model import Tenancy
 
@@ -83,6 +84,8 @@ class ClusterState:
     log_space: dict[str, LogHealth] = field(default_factory=dict)
     # Endpoints, their replicas and undecided serve requests (services.domain.serving).
     serving: ServingState = field(default_factory=ServingState)
+    # Each owner's secrets, sealed, and the key they are sealed to (services.domain.secrets).
+    secrets: SecretBook = field(default_factory=SecretBook)
     # Sessions and agents whose state changed since the owner last cleared these; lets an
     # actor look at what a batch changed instead of everything it knows. Invariant: every
     # change to a session's fields marks it (the projection store rewrites the rows of

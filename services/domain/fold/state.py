@@ -34,7 +34,7 @@ from events import (
     SessionExecStarted,
 )
 from events import subjects as subj
-from services.domain.fold import admin, agents, serving, sessions
+from services.domain.fold import admin, agents, secrets, serving, sessions
 from services.domain.fold.cluster import ClusterState
 from services.domain.fold.sessions import running_at
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView, Transition
@@ -149,6 +149,7 @@ _HANDLERS: dict[type[Event], Callable[[ClusterState, int, Any], None]] = {
     **agents.HANDLERS,
     **admin.HANDLERS,
     **serving.HANDLERS,
+    **secrets.HANDLERS,
     DestroyRejected: _nothing,
     GpuOomRefused: _nothing,
     GpuOverSlice: _nothing,  # the agent stops the session: its end report ends it

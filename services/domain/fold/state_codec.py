@@ -34,6 +34,7 @@ from services.domain.fold.id_set import Answers, IdSet
 from services.domain.fold.state import own_subjects, running_at
 from services.domain.fold.workload import Shape, Workload
 from services.domain.records import AgentView, GpuView, OwnerUsage, SessionView
+from services.domain.secrets import HeldSecret
 from services.domain.serving.state import ServingState
 from services.domain.status import ENDED, SessionStatus
 from services.domain.tenancy.model import Keypair, Tenancy, User, Vfolder
@@ -57,8 +58,9 @@ __all__ = [
 # allow-lists and aliases; 5: virtual folders (the tenancy's, and a session's mounts);
 # 6: the storage hosts agents mount and admitted sessions need; 7: resource presets;
 # 8: serving (endpoints, replicas, serve requests; an inference session's address);
-# 9: ended sessions and answered destroy requests as ``IdSet`` digests
-FOLD_VERSION = 9
+# 9: ended sessions and answered destroy requests as ``IdSet`` digests; 10: secrets
+# (sealed) and the key they are sealed to, a session's references to them
+FOLD_VERSION = 10
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):
@@ -183,6 +185,9 @@ class _Snapshot(msgspec.Struct, array_like=True, frozen=True):
     # each server's at its start).
     log_space: list[LogHealth] = []
     serving: ServingState = msgspec.field(default_factory=ServingState)  # since fold version 8
+    # Since fold version 10: (owner, name, sealed value, version, set at), sorted; the key.
+    secrets: list[tuple[str, str, bytes, int, datetime]] = []
+    secrets_key: bytes | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -219,6 +224,12 @@ def encode_state(s: ClusterState) -> bytes:
             # What changed is the owner's note, not state: a snapshot taken mid-batch
             # must not depend on how the log was cut into batches.
             serving=msgspec.structs.replace(s.serving, changed=False),
+            secrets=[
+                (owner, name, h.sealed, h.version, h.set_at)
+                for owner, mine in sorted(s.secrets.owners.items())
+                for name, h in sorted(mine.items())
+            ],
+            secrets_key=s.secrets.public_key,
         )
     )
 
@@ -264,6 +275,9 @@ def decode_state(data: bytes, ended: IdSet | None = None) -> ClusterState:
     s.last_placed = snap.last_placed
     s.log_space = {h.server: h for h in snap.log_space}
     s.serving = snap.serving
+    for owner, name, sealed, version, set_at in snap.secrets:
+        s.secrets.owners.setdefault(owner, {})[name] = HeldSecret(sealed, version, set_at)
+    s.secrets.public_key = snap.secrets_key
     return s
 
 

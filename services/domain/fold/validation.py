@@ -8,6 +8,7 @@ from services.domain.container_spec import env_problem
 from services.domain.durations import LONGEST_S
 from services.domain.image_ref import image_reference_problem
 from services.domain.resources import MAX_AMOUNT
+from services.domain.secrets import references_problem
 from services.domain.tenancy.vfolders import MAX_MOUNTS
 
 __all__ = ["MAX_PRIORITY", "invalid_request", "session_type_of", "valid_image"]
@@ -78,4 +79,8 @@ def invalid_request(e: SessionRequested) -> str | None:
         return "a batch session runs a command: give one"
     if len(e.mounts) > MAX_MOUNTS or any(not 0 < len(m.name) <= 128 for m in e.mounts):
         return f"mounts must be at most {MAX_MOUNTS} folder names of 1-128 characters"
+    if e.secret_env:
+        problem = references_problem(e.secret_env, e.env)
+        if problem is not None:
+            return problem
     return env_problem(e.env) if e.env else None

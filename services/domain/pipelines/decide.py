@@ -111,8 +111,9 @@ def refuse_orphan(s: PipelineState, r: Orphan, salt: str, now: datetime) -> Pipe
 
 
 def next_due(run: Run) -> datetime | None:
-    """The earliest time a retry of ``run`` is due, if any waits."""
-    dues = [run.tasks[n].due for n in run.retrying]
+    """The earliest time a retry of ``run`` is due, or a serve task's wait for health
+    ends, if any waits."""
+    dues = [run.tasks[n].due for n in (*run.retrying, *run.awaiting)]
     return min((d for d in dues if d is not None), default=None)
 
 
@@ -292,6 +293,7 @@ class _Decider:
         run = self.run
         specs = run.specs
         run.dirty.update(n for n in run.retrying if _due_now(run.tasks[n], self.now))
+        self._timed_out()
         while run.dirty:
             for name in _in_order(run):
                 self._step(name, run.tasks[name], specs)
@@ -299,6 +301,17 @@ class _Decider:
             failed = [n for n in run.order if self._blocks(n, specs)]
             why = f"task {failed[0]} {run.tasks[failed[0]].status}" if failed else ""
             self.end("failed" if failed else "succeeded", why)
+
+    def _timed_out(self) -> None:
+        """Each serve task whose wait for healthy replicas is over ends as failed, with
+        the reason ``timeout`` (retried if it may): decided on the deadline the log's
+        time gave it, so an actor started again decides the same."""
+        run = self.run
+        for name in sorted(run.awaiting):
+            t = run.tasks[name]
+            if t.session_end is None and t.due is not None and t.due <= self.now:
+                t.session_end = ("failed", None, "timeout")
+                run.dirty.add(name)
 
     def _step(self, name: str, t: TaskState, specs: dict[str, PipelineTask]) -> None:
         if t.status == "requested" and t.session_end is not None:
@@ -364,7 +377,7 @@ class _Decider:
         sid = self.ids.session(name, self.run.round, attempt)
         asked = TaskAttempt(task=name, attempt=attempt, session_id=sid)
         g = self._group(PipelineTasksRequested, name, attempt)
-        note_attempt(self.s, self.run.run_id, self.run.round, asked)
+        note_attempt(self.s, self.run.run_id, self.run.round, asked, self.now)
         g.attempts.append(asked)
         request = task_request(
             self.run.spec,
@@ -388,7 +401,7 @@ class _Decider:
         rid = self.ids.event("serve", name, run.round, attempt)
         asked = TaskAttempt(task=name, attempt=attempt, session_id=rid, kind="serve")
         g = self._group(PipelineTasksRequested, name, attempt)
-        note_attempt(self.s, run.run_id, run.round, asked)
+        note_attempt(self.s, run.run_id, run.round, asked, self.now)
         g.attempts.append(asked)
         endpoint_id = "e" + self.ids.event("endpoint", name, run.round, attempt)[:20]
         command = serve_command(run.spec, spec, self.s.endpoints, run, endpoint_id)

@@ -16,6 +16,7 @@ import yaml
 from events import EnvVar, PipelineSpec, PipelineTask, ServeTask, Slots, VfolderMount
 from services.domain.durations import LONGEST_S
 from services.domain.resources import InvalidAmount, parse_cpu, parse_fgpu, parse_mem
+from services.domain.secrets import name_problem
 
 __all__ = [
     "MAX_TASKS",
@@ -39,7 +40,8 @@ class SpecError(ValueError):
 
 
 class SecretRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``{secret: NAME}``: a value kept off the log (reserved: not supported yet)."""
+    """``{secret: NAME}``: the value of the run owner's secret NAME (``fgpu secret set``),
+    put in the task's environment by its agent at the start; only the name travels."""
 
     secret: str
 
@@ -96,11 +98,13 @@ class TaskDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     continue_on_failure: bool = False
     skip: bool = False
     timeout: str | int | None = None
+    environment: dict[str, str | int | float | bool | SecretRef] = {}
 
 
 class PipelineDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The whole file: ``version`` (1), a ``name``, the ``environment`` every task gets
-    (a value in clear, or ``{secret: NAME}``), and ``tasks``."""
+    (a value in clear, or ``{secret: NAME}``: the owner's secret), and ``tasks`` (each
+    with an ``environment`` of its own too, over the run's)."""
 
     name: str
     tasks: list[TaskDocument]
@@ -108,6 +112,8 @@ class PipelineDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     environment: dict[str, str | int | float | bool | SecretRef] = {}
 
 
+# A serve task's replicas are the serving actor's sessions: no reference reaches them yet.
+_NO_SERVE_SECRETS = "{}: a serve task's replicas get no secrets yet (leave them to session tasks)"
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -170,18 +176,22 @@ def to_spec(doc: PipelineDocument) -> PipelineSpec:
         raise SpecError(f"tasks: at most {MAX_TASKS}, got {len(doc.tasks)}")
     env = tuple(_env_var(k, v) for k, v in sorted(doc.environment.items()))
     tasks = tuple(_task(t, f"tasks[{i}]") for i, t in enumerate(doc.tasks))
+    if any(v.secret is not None for v in env):
+        for t in tasks:
+            if t.kind == "serve":
+                raise SpecError(_NO_SERVE_SECRETS.format(f"tasks.{t.name}"))
     return PipelineSpec(version=doc.version, name=doc.name, environment=env, tasks=tasks)
 
 
-def _env_var(name: str, value: Any) -> EnvVar:
-    where = f"environment.{name}"
+def _env_var(name: str, value: Any, within: str = "") -> EnvVar:
+    where = f"{within}environment.{name}"
     if not _ENV_NAME.fullmatch(name):
         raise SpecError(f"{where}: a variable's name is letters, digits and '_'")
     if isinstance(value, SecretRef):
-        raise SpecError(
-            f"{where}: secret references are not supported yet (a secret never goes on "
-            "the log in clear, and fgpu has no secret store): leave it out"
-        )
+        problem = name_problem(value.secret)
+        if problem is not None:
+            raise SpecError(f"{where}.secret: {problem}")
+        return EnvVar(name=name, value="", secret=value.secret)
     text = str(value).lower() if isinstance(value, bool) else str(value)
     if len(text) > 8192:
         raise SpecError(f"{where}: at most 8192 characters")
@@ -199,6 +209,9 @@ def _task(t: TaskDocument, where: str) -> PipelineTask:
     if not 1 <= t.retry.max_attempts <= 100:
         raise SpecError(f"{where}.retry.max_attempts: 1 to 100, got {t.retry.max_attempts}")
     timeout = None if t.timeout is None else parse_duration(t.timeout, f"{where}.timeout")
+    env = tuple(_env_var(k, v, f"{where}.") for k, v in sorted(t.environment.items()))
+    if serve is not None and any(v.secret is not None for v in env):
+        raise SpecError(_NO_SERVE_SECRETS.format(where))
     if timeout == 0:
         raise SpecError(f"{where}.timeout: must be above 0 s")
     return PipelineTask(
@@ -216,6 +229,7 @@ def _task(t: TaskDocument, where: str) -> PipelineTask:
         skip=t.skip,
         timeout_s=timeout,
         serve=serve,
+        environment=env,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 from events import (
     AddRevision,
     CreateEndpoint,
+    EnvVar,
     HealthSpec,
     PipelineSpec,
     PipelineTask,
@@ -63,10 +64,18 @@ class RunIds:
         return self._digest("event", what, *parts)[:32]
 
 
+def _environment(spec: PipelineSpec, task: PipelineTask) -> list[EnvVar]:
+    """The task's environment: the run's, the task's own over it (by name)."""
+    merged = {v.name: v for v in spec.environment}
+    merged.update((v.name, v) for v in task.environment)
+    return list(merged.values())
+
+
 def _command(spec: PipelineSpec, task: PipelineTask, run_id: str) -> tuple[str, ...]:
-    # A session request carries no environment: ``env`` (POSIX, in every image with a
-    # shell's tools) sets it for the task's command.
-    env = [f"{v.name}={v.value}" for v in spec.environment]
+    # A session request carries no environment in clear: ``env`` (POSIX, in every image
+    # with a shell's tools) sets it for the task's command. Secrets are references the
+    # agent resolves into the container's environment, which ``env`` keeps.
+    env = [f"{v.name}={v.value}" for v in _environment(spec, task) if v.secret is None]
     env += [f"{RUN_ENV}={run_id}", f"{TASK_ENV}={task.name}", f"{DIR_ENV}={PIPELINE_MOUNT}"]
     return ("env", *env, *task.command)
 
@@ -108,6 +117,9 @@ def task_request(
         lifetime_s=task.timeout_s,
         session_type=SessionType.BATCH,
         mounts=mounts,
+        secret_env=tuple(
+            (v.name, v.secret) for v in _environment(spec, task) if v.secret is not None
+        ),
     )
 
 
@@ -145,7 +157,7 @@ def serve_command(
     else a new endpoint ``endpoint_id``. Each replica gets the run's environment."""
     serve = task.serve
     assert serve is not None
-    env = [(v.name, v.value) for v in spec.environment]
+    env = [(v.name, v.value) for v in _environment(spec, task) if v.secret is None]
     env += [(RUN_ENV, run.run_id), (TASK_ENV, task.name)]
     revision = RevisionSpec(
         image=task.image,

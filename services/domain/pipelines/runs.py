@@ -54,6 +54,7 @@ from events import (
     TaskAttempt,
     TaskEnd,
 )
+from services.domain.durations import after
 from services.domain.pipelines.check import run_problems
 from services.domain.pipelines.schedules import Keys, Schedule, cron_problem, schedule_of
 from services.domain.subject_rules import SUBJECT_OF, mismatch
@@ -88,6 +89,8 @@ class TaskState:
     attempt: int = 0
     session_id: str | None = None
     running: bool = False  # its session runs (for those who look)
+    # A retry's due time; a serve task's, asked for with a timeout: when its wait for
+    # healthy replicas ends (its attempt's time on the log, plus the timeout).
     due: datetime | None = None
     exit_code: int | None = None
     reason: str = ""
@@ -126,6 +129,7 @@ class Run:
     specs: dict[str, PipelineTask] = field(default_factory=dict)  # each task's, by name
     dirty: set[str] = field(default_factory=set)
     retrying: set[str] = field(default_factory=set)
+    awaiting: set[str] = field(default_factory=set)  # serve tasks waiting with a deadline
     final: int = 0
 
     @property
@@ -282,6 +286,8 @@ def set_status(run: Run, name: str, t: TaskState, status: str) -> None:
         run.retrying.add(name)
     else:
         run.retrying.discard(name)
+    if status != "requested":
+        run.awaiting.discard(name)
     if ends:
         run.dirty.update(run.after.get(name, ()))
 
@@ -314,19 +320,19 @@ def _task(s: PipelineState, run_id: str, task: str, round_: int) -> tuple[Run, T
 
 
 def _task_requested(s: PipelineState, e: PipelineTaskRequested) -> None:
-    note_attempt(
-        s, e.run_id, e.round, TaskAttempt(task=e.task, attempt=e.attempt, session_id=e.session_id)
-    )
+    attempt = TaskAttempt(task=e.task, attempt=e.attempt, session_id=e.session_id)
+    note_attempt(s, e.run_id, e.round, attempt, e.at)
 
 
 def _tasks_requested(s: PipelineState, e: PipelineTasksRequested) -> None:
     for a in e.tasks:
-        note_attempt(s, e.run_id, e.round, a)
+        note_attempt(s, e.run_id, e.round, a, e.at)
 
 
-def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt) -> None:
-    """Attempt ``a`` of round ``round_`` was asked for (one event's or one item's of a
-    plural one: the same)."""
+def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt, at: datetime) -> None:
+    """Attempt ``a`` of round ``round_`` was asked for at ``at`` (one event's or one item's
+    of a plural one: the same). A serve task's with a timeout waits for health until
+    ``at`` plus it: a time on the log, so every fold of it knows the same deadline."""
     found = _task(s, run_id, a.task, round_)
     if found is None:
         return
@@ -338,6 +344,10 @@ def note_attempt(s: PipelineState, run_id: str, round_: int, a: TaskAttempt) -> 
     t.running, t.due, t.session_end = False, None, None
     t.endpoint_id, t.revision, t.healthy = None, None, set()
     (s.by_serve if a.kind == "serve" else s.by_session)[a.session_id] = (run_id, a.task)
+    timeout = run.specs[a.task].timeout_s
+    if a.kind == "serve" and timeout is not None:
+        t.due = after(at, timeout)
+        run.awaiting.add(a.task)
 
 
 def _task_ended(s: PipelineState, e: PipelineTaskEnded) -> None:

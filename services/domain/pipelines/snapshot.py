@@ -27,7 +27,7 @@ __all__ = [
 
 # The pipeline fold's schema: a change to what it keeps or how it folds bumps it, and a
 # snapshot of another version is ignored (full replay).
-PIPELINE_FOLD_VERSION = 1
+PIPELINE_FOLD_VERSION = 2  # 2: serve tasks' deadlines (Run.awaiting)
 _RUN_PREFIX = subj.pipeline_run("")
 
 
