@@ -7,6 +7,7 @@ import pytest
 
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from tests.support.leak_hunt import leak_hunt  # noqa: F401 (an autouse fixture, off by default)
 from tests.support.nats_env import Cert, make_cert
 
 

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from services.adapters.nats_auth import AUTH_USER, SYS_USER, ServerAuth
+from services.adapters.nats_client import connect_or_close
 from services.adapters.nats_jwt import (
     AuthRequest,
     JwtError,
@@ -46,9 +47,11 @@ _KICKS_AT_ONCE = 64
 async def _connect(url: str, user: str, password: str, name: str) -> Client:
     """A connection as a static user; ``url`` may name several servers, comma-separated."""
     servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
-    return await nats.connect(
-        servers, user=user, password=password, name=name, max_reconnect_attempts=-1
+    nc = Client()
+    await connect_or_close(
+        nc, servers, user=user, password=password, name=name, max_reconnect_attempts=-1
     )
+    return nc
 
 
 async def serve_callout(

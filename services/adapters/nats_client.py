@@ -57,6 +57,7 @@ __all__ = [
     "NoResponders",
     "Reconnects",
     "TimedOut",
+    "connect_or_close",
     "js_error",
     "open_client",
 ]
@@ -316,7 +317,8 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
     # it moves to another when one goes (it learns of the others from the first, too).
     servers: str | list[str] = [u.strip() for u in url.split(",")] if "," in url else url
     try:
-        await client.nc.connect(
+        await connect_or_close(
+            client.nc,
             servers,
             name=name,
             connect_timeout=_CONNECT_TIMEOUT_S,
@@ -340,6 +342,20 @@ async def open_client(url: str, *, name: str, **options: Unpack[ConnectOptions])
     client.nc.options["max_reconnect_attempts"] = -1
     client.on_connected()
     return client
+
+
+async def connect_or_close(nc: Client, servers: str | list[str], **options: Any) -> None:
+    """``nc.connect(servers, **options)``, with ``nc`` closed if the connect does not
+    finish, however it ends: nats-py closes its socket on the errors it handles, not on
+    a cancellation (a task group cancelled while a service connects), which left the
+    socket open to be found by the garbage collector after its event loop had closed
+    ("unclosed transport", in whichever later test the collector ran)."""
+    try:
+        await nc.connect(servers, **options)
+    except BaseException:
+        with anyio.CancelScope(shield=True), contextlib.suppress(*_FOREIGN):
+            await nc.close()
+        raise
 
 
 def _redacted(url: str) -> str:

@@ -333,7 +333,8 @@ async def test_only_a_kind_writes_its_snapshots_and_agents_read_the_schedulers()
     """Each identity on its own keypair through the gatekeeper: a scheduler writes and
     reads the scheduler's, quota its own; an agent and the registrar read the scheduler's
     and write none; a person reads and writes none. (A refused call waits for its
-    timeout: a denied request is never answered, so only a few refusals are tried.)"""
+    timeout: a denied request is never answered, so only a few refusals are tried, all at
+    once, each on its own connection.)"""
     kinds = ("scheduler", "quota", "registrar", "agent:a1")
     async with secured_cluster(services=kinds) as c:
         keys = {**c.services, "admin": (c.root.access_key, c.root.secret)}
@@ -348,12 +349,17 @@ async def test_only_a_kind_writes_its_snapshots_and_agents_read_the_schedulers()
             ("agent:a1", "quota", "load"): False,
             ("admin", "scheduler", "load"): False,
         }
-        got = {}
-        for who, kind, op in tried:
+        got: dict[tuple[str, str, str], bool] = {}
+
+        async def attempt(who: str, kind: str, op: str) -> None:
             async with nats_connection(c.url, name=who, **_as(keys[who])) as conn:
                 store = conn.snapshots(kind)
                 call = store.save(f"{who} was here".encode()) if op == "save" else store.load()
                 got[who, kind, op] = await _works(call)
+
+        async with anyio.create_task_group() as tg:
+            for who, kind, op in tried:
+                tg.start_soon(attempt, who, kind, op)
         assert got == tried
         async with nats_connection(c.url, name="check", **_as(keys["agent:a1"])) as conn:
             assert await conn.snapshots("scheduler").load() == b"scheduler was here"

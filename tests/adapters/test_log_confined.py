@@ -15,12 +15,12 @@ import anyio
 import pytest
 
 from events import subjects as subj
-from services.adapters import nats_server
+from services.adapters import jetstream, nats_server
 from services.adapters.jetstream import JetStreamLog, connect
 from services.adapters.jetstream_pull import Puller
 from services.adapters.jetstream_readers import reader_names_of
 from services.domain.access.permissions import READS_AT_ONCE, inbox, log_reads, reader_names
-from services.ports import LogError
+from services.ports import EventLog, LogError
 from tests.support.log_contract import (
     DEADLINE_S,
     EventLogContract,
@@ -90,6 +90,14 @@ class TestConfinedLog(EventLogContract):
     @pytest.fixture
     def events(self, logs: Logs) -> JetStreamLog:
         return logs.confined
+
+    async def test_a_subject_outside_the_stream_is_refused(
+        self, events: EventLog, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The contract's test, on a request timeout of a second: the server answers no
+        request it denies, so the refusal is the timeout (10 s otherwise)."""
+        monkeypatch.setattr(jetstream, "TIMEOUT_S", 1.0)
+        await super().test_a_subject_outside_the_stream_is_refused(events)
 
     @pytest.fixture
     def publish_raw(self, logs: Logs) -> PublishRaw:

@@ -7,12 +7,14 @@ JetStream raise, what comes out is LogError (StreamMissing where the stream is m
 and every wait is bounded by ``anyio.fail_after``: nothing hangs.
 """
 
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 from events import AnyEvent, RawBatch
@@ -203,6 +205,34 @@ async def test_connecting_to_no_server_raises_log_error() -> None:
     port = nats_server.free_port()  # nobody listens on it
     with anyio.fail_after(DEADLINE_S), pytest.raises(LogError, match="cannot connect to NATS"):
         await connect(f"nats://127.0.0.1:{port}")
+
+
+async def test_a_connect_cancelled_midway_leaves_no_socket_open() -> None:
+    """A task group cancelled while a service connects (the shutdown path) closes the
+    socket nats-py had opened: left open, the garbage collector found it after the event
+    loop had closed, and its ResourceWarning failed whichever later test was running. The
+    listener answers nothing, so the connect is held between its socket and the server's
+    INFO until cancelled; the listener then sees the client's end of the socket."""
+    accepted, hung_up = anyio.Event(), anyio.Event()
+
+    async def silent(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            accepted.set()
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                await stream.receive()  # the client says nothing before the server's INFO
+            hung_up.set()
+
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, silent)
+            with anyio.fail_after(DEADLINE_S):
+                async with anyio.create_task_group() as connecting:
+                    connecting.start_soon(connect, f"nats://127.0.0.1:{port}")
+                    await accepted.wait()
+                    connecting.cancel_scope.cancel()
+                await hung_up.wait()
+            tg.cancel_scope.cancel()
 
 
 # ---- no stream --------------------------------------------------------------------------
