@@ -459,28 +459,8 @@ class AgentActor:
                     reason="stopped before it started",
                 )
                 return
-            if v.status is S.SCHEDULED:
-                await self._report(session_id, SessionPreparing)
-            folders = await self._vfolders(v)
-            opened = self._opened_secrets(v)
-            if isinstance(folders, str) or isinstance(opened, str):
-                reason = folders if isinstance(folders, str) else opened
-                await self._end(session_id, SessionErrored, reason=str(reason))
-                return
-            parts = self._slice(v)
-            mps = mps_client(parts, dict(self.config.mps_pipes))
-            # One slice, as the shim enforces it, for the region and the environment alike.
-            parts = shim_slice(parts, mps)
-            spec = self._spec(v, parts, self._create_region(v, parts), folders, mps)
-            spec = with_secrets(spec, opened)
-            try:
-                c = await self._run_pulling(session_id, spec, sup)
-            except ImageNotFound as e:
-                await self._end(session_id, SessionErrored, reason=str(e))
-                return
+            c = await self._start(session_id, v, sup)
             if c is None:
-                reason = "stopped while its image was being pulled"
-                await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
                 return
         sup.container_id = c.id
         v = self._session(session_id)
@@ -510,6 +490,35 @@ class AgentActor:
             log.warning("agent.usage_not_published", session=session_id, error=str(e))
         reason = sup.stop_reason or ("stopped on request" if sup.stop_requested else "exited")
         await self._end(session_id, SessionTerminated, exit_code=code, reason=reason)
+
+    async def _start(
+        self, session_id: str, v: SessionView, sup: _Supervised
+    ) -> ContainerInfo | None:
+        """Prepare session ``v``'s container (its folders, secrets, slice and region) and
+        run it. None: the session was ended here instead (the reason on the log)."""
+        if v.status is S.SCHEDULED:
+            await self._report(session_id, SessionPreparing)
+        folders = await self._vfolders(v)
+        opened = self._opened_secrets(v)
+        if isinstance(folders, str) or isinstance(opened, str):
+            reason = folders if isinstance(folders, str) else opened
+            await self._end(session_id, SessionErrored, reason=str(reason))
+            return None
+        parts = self._slice(v)
+        mps = mps_client(parts, dict(self.config.mps_pipes))
+        # One slice, as the shim enforces it, for the region and the environment alike.
+        parts = shim_slice(parts, mps)
+        spec = self._spec(v, parts, self._create_region(v, parts), folders, mps)
+        spec = with_secrets(spec, opened)
+        try:
+            c = await self._run_pulling(session_id, spec, sup)
+        except ImageNotFound as e:
+            await self._end(session_id, SessionErrored, reason=str(e))
+            return None
+        if c is None:
+            reason = "stopped while its image was being pulled"
+            await self._end(session_id, SessionTerminated, exit_code=None, reason=reason)
+        return c
 
     async def _run_pulling(
         self, session_id: str, spec: ContainerSpec, sup: _Supervised

@@ -36,6 +36,7 @@ __all__ = [
     "print_json",
     "resolve_nats",
     "run_async",
+    "said",
     "state_file",
     "user_client",
     "warn",
@@ -215,6 +216,14 @@ def out() -> "Console":
 
 def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def said(as_json: bool, value: dict[str, str], line: str) -> None:
+    """What a command did: ``value`` as JSON, or ``line`` for a person."""
+    if as_json:
+        print_json(value)
+    else:
+        out().print(line, highlight=False)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from services.cli.options import Settings, api_errors, fail, out, print_json
+from services.cli.options import Settings, api_errors, fail, out, print_json, said
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def cancel(
     settings = _settings(ctx)
     run_id = _run_id(run_id)
     asked = _sent(settings, request_id, lambda c, rid: c.pipeline_cancel(run_id, request_id=rid))
-    _said(as_json, {"run_id": run_id, "request": asked}, f"cancel of {run_id} asked")
+    said(as_json, {"run_id": run_id, "request": asked}, f"cancel of {run_id} asked")
 
 
 @app.command("rerun")
@@ -214,16 +214,7 @@ def rerun(
     asked = _sent(
         settings, request_id, lambda c, rid: c.pipeline_rerun(run_id, from_task, request_id=rid)
     )
-    _said(
-        as_json, {"run_id": run_id, "request": asked}, f"rerun of {run_id} from {from_task} asked"
-    )
-
-
-def _said(as_json: bool, value: dict[str, str], line: str) -> None:
-    if as_json:
-        print_json(value)
-    else:
-        out().print(line, highlight=False)
+    said(as_json, {"run_id": run_id, "request": asked}, f"rerun of {run_id} from {from_task} asked")
 
 
 @app.command("ls")
@@ -279,7 +270,7 @@ def schedule(
         request_id,
         lambda c, rid: c.pipeline_schedule(spec, cron, project=project, request_id=rid),
     )
-    _said(as_json, {"schedule_id": schedule_id, "cron": cron}, schedule_id)
+    said(as_json, {"schedule_id": schedule_id, "cron": cron}, schedule_id)
 
 
 @app.command("unschedule")
@@ -295,4 +286,4 @@ def unschedule(
     asked = _sent(
         settings, request_id, lambda c, rid: c.pipeline_unschedule(schedule_id, request_id=rid)
     )
-    _said(as_json, {"schedule_id": schedule_id, "request": asked}, f"{schedule_id} unscheduled")
+    said(as_json, {"schedule_id": schedule_id, "request": asked}, f"{schedule_id} unscheduled")

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from services.cli.options import Settings, api_errors, fail, out, print_json
+from services.cli.options import Settings, api_errors, fail, out, print_json, said
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
 __all__ = ["app"]
@@ -106,7 +106,7 @@ def set_secret(
     settings = _settings(ctx)
     sealed = seal(_public_key(settings), _value())
     asked = _sent(settings, request_id, name, sealed)
-    _said(as_json, {"name": name, "request": asked}, f"secret {name} set")
+    said(as_json, {"name": name, "request": asked}, f"secret {name} set")
 
 
 @app.command("rm")
@@ -116,7 +116,7 @@ def rm(
     """Remove a secret of yours: no session may refer to it any more."""
     name = _name(name)
     asked = _sent(_settings(ctx), request_id, name, None)
-    _said(as_json, {"name": name, "request": asked}, f"secret {name} removed")
+    said(as_json, {"name": name, "request": asked}, f"secret {name} removed")
 
 
 @app.command("ls")
@@ -129,10 +129,3 @@ def ls(ctx: typer.Context, as_json: JsonOpt = False) -> None:
         return
     for s in body["secrets"]:
         out().print(f"{s['name']}  version {s['version']}  set {s['set_at']}", highlight=False)
-
-
-def _said(as_json: bool, value: dict[str, str], line: str) -> None:
-    if as_json:
-        print_json(value)
-    else:
-        out().print(line, highlight=False)
