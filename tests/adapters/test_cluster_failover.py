@@ -13,8 +13,10 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.abc
 import pytest
+from nats.errors import Error as NatsError
 
 from events import SessionScheduled, Slots
+from events import subjects as subj
 from services.actors.agent import AgentActor
 from services.actors.agent_host import AgentHost
 from services.actors.quota import QuotaActor
@@ -136,7 +138,7 @@ async def test_elections_in_a_row_lose_and_double_nothing_and_placements_resume(
                 client = Client(admin, SystemClock(), "alice")
                 acked: list[str] = []
                 todo = deque(SEQUENCES[sequence])
-                with anyio.fail_after(150):
+                with anyio.fail_after(240):
                     while len(acked) < sessions:
                         while todo and len(acked) >= todo[0][0] * sessions:
                             await faults.do(todo.popleft()[1])
@@ -176,16 +178,65 @@ def _none_lost_or_doubled(final: ClusterState, acked: list[str], scheduled: Coun
 
 
 async def _all_running(client: Client, ids: list[str]) -> ClusterState:
-    """The state once every session of ``ids`` runs (the fold of the whole log)."""
+    """The state once every session of ``ids`` runs (the fold of the whole log).
+
+    Each look is a read of its own, bounded: the test's reader (a consumer of one
+    replica, made while elections may still go on) is not what is under test, the
+    actors are. Once the whole wait has run out, what the log says is printed: which
+    sessions stand where, and how far each actor's consumer has got."""
     wanted = set(ids)
+    seen = ClusterState()
 
     def done(s: ClusterState) -> bool:
+        nonlocal seen
+        seen = s
         return all(
             i in s.sessions and s.sessions[i].status is SessionStatus.RUNNING for i in wanted
         )
 
-    while True:
-        try:
-            return await client.wait_until(done)
-        except LogError:
-            await anyio.sleep(0.2)  # the reader's server went: read again
+    try:
+        while True:
+            with anyio.move_on_after(_LOOK_S):
+                try:
+                    return await client.wait_until(done)
+                except LogError:
+                    await anyio.sleep(0.2)  # the reader's server went: read again
+    except BaseException:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(20):
+            print("sessions by status:", Counter(_status(seen, i) for i in wanted))
+            await _print_consumers(client)
+        raise
+
+
+_LOOK_S = 40.0
+
+
+def _status(state: ClusterState, session_id: str) -> str:
+    v = state.sessions.get(session_id)
+    return "unseen" if v is None else v.status.value
+
+
+async def _print_consumers(client: Client) -> None:
+    """The stream's leader and replicas, and each actor's consumer: what it has yet to
+    deliver and to have acknowledged (for a failure's report)."""
+    log = client.events
+    assert isinstance(log, JetStreamLog)
+    try:
+        info = await log.stream_info()
+        print("stream leader:", info.leader, "last seq:", info.last_seq)
+        for durable in ("quota", "scheduler-1", "scheduler-2", "agent-host"):
+            c = await log.js.consumer_info(subj.STREAM, durable)
+            where = c.cluster.leader if c.cluster else None
+            print(
+                durable,
+                "pending:",
+                c.num_pending,
+                "ack pending:",
+                c.num_ack_pending,
+                "delivered:",
+                c.delivered.stream_seq,
+                "leader:",
+                where,
+            )
+    except (LogError, NatsError) as e:
+        print("no answer:", e)
