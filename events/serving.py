@@ -84,7 +84,9 @@ class RevisionSpec(_Part, frozen=True, kw_only=True):
     image's own), answering HTTP on ``port`` in its container; ``model`` a virtual folder
     of the owner's mounted read-only at ``/home/work/<model>`` (None: none); ``slots``
     each replica holds (``cpu_only``: no fGPU, as for sessions); ``env`` its environment,
-    sorted by name."""
+    sorted by name; ``secret_env`` variables whose values are the owner's secrets, as
+    (variable, secret name), sorted: each replica's session carries them, the names and
+    never the values (none in every revision from before the field)."""
 
     image: str
     command: tuple[str, ...] = ()
@@ -93,6 +95,7 @@ class RevisionSpec(_Part, frozen=True, kw_only=True):
     slots: Slots
     cpu_only: bool = False
     env: tuple[tuple[str, str], ...] = ()
+    secret_env: tuple[tuple[str, str], ...] = ()
     health: HealthSpec = HealthSpec()
     # Seconds a draining replica keeps its session (requests in flight finish) before it
     # is stopped; 0: stopped once its draining is on the log.

@@ -179,7 +179,7 @@ class ServingActor(LogActor):
         out: list[tuple[str, AnyEvent]] = []
         for r in list(s.serving.requests.values())[:MAX_BATCH]:
             prov = Provenance(NAME, now, r.id, r.correlation_id or r.id)
-            why = refusal(s.serving, s.tenancy, r, now)
+            why = refusal(s.serving, s.tenancy, r, now, s.secrets)
             answers: list[AnyEvent]
             if why is None:
                 answers = decide(s.serving, s.tenancy, r, prov)

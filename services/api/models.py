@@ -573,6 +573,11 @@ class Status(BaseModel):
     )
 
 
+class SecretReference(BaseModel):
+    variable: str = Field(description="the environment variable a replica finds it in")
+    secret: str = Field(description="the name of the owner's secret (never its value)")
+
+
 class EndpointRevision(BaseModel):
     revision: int
     image: str
@@ -581,6 +586,9 @@ class EndpointRevision(BaseModel):
     model: str | None = Field(description="the folder mounted read-only, if any")
     slots: Amounts = Field(description="each replica's")
     env: list[str] = Field(description="the names of its environment variables")
+    secrets: list[SecretReference] = Field(
+        default_factory=list, description="variables that hold the owner's secrets"
+    )
     health_path: str
     drain_s: float = Field(0.0, description="a draining replica's grace for requests in flight")
     warmup_s: float = Field(0.0, description="its deadline to become healthy (0: none)")

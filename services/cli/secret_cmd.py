@@ -17,13 +17,34 @@ import typer
 from services.cli.options import Settings, api_errors, fail, out, print_json, said
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 
-__all__ = ["app"]
+__all__ = ["SecretRefsOpt", "app", "secret_refs"]
 
 app = typer.Typer(help="Your secrets: named values kept off the log.", no_args_is_help=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 NameArg = Annotated[str, typer.Argument(help="The secret's name (letters, digits, . - _).")]
 MAX_VALUE = 4096  # bytes
+# What a session or a revision of an endpoint refers to (``session create``, ``serve
+# create|update``): the agent opens the value in the container, only the name travels.
+SecretRefsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--secret",
+        help="VARIABLE=NAME: the variable holds your secret NAME's value (fgpu secret set "
+        "NAME), put there by the agent at the start; only the name is sent. Again for more.",
+    ),
+]
+
+
+def secret_refs(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """``--secret VAR=NAME`` as asked, sorted (the rules are the request's judge's)."""
+    refs = []
+    for g in given:
+        var, eq, name = g.partition("=")
+        if not eq or not var or not name:
+            fail(f"--secret {g!r}: give VARIABLE=NAME, NAME one of your secrets (fgpu secret ls)")
+        refs.append((var, name))
+    return tuple(sorted(refs))
 
 
 def _settings(ctx: typer.Context) -> Settings:

@@ -16,6 +16,7 @@ import typer
 
 from services.cli.options import Settings, api_errors, fail, out, print_json
 from services.cli.outcome import RequestIdOpt
+from services.cli.secret_cmd import SecretRefsOpt, secret_refs
 from services.cli.tenancy_cmd import JsonOpt, TimeoutOpt, ask, listed
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def _spec(
     port: int,
     amounts: tuple[str | None, str, str, bool],
     model: str | None,
-    env: list[str] | None,
+    env: tuple[list[str] | None, list[str] | None],
     health: str,
     timing: tuple[float, float] = (0.0, 0.0),
 ) -> "RevisionSpec":
@@ -87,8 +88,9 @@ def _spec(
         slots = Slots(cpu=parse_cpu(cpu), mem=parse_mem(mem), fgpu=quanta)
     except InvalidAmount as e:
         fail(str(e))
+    clear, secret = env
     pairs = []
-    for item in env or []:
+    for item in clear or []:
         name, eq, value = item.partition("=")
         if not eq:
             fail(f"--env {item!r}: NAME=VALUE")
@@ -101,6 +103,7 @@ def _spec(
         slots=slots,
         cpu_only=cpu_only,
         env=tuple(sorted(pairs)),
+        secret_env=secret_refs(secret or []),
         health=HealthSpec(path=health),
         drain_s=timing[0],
         warmup_s=timing[1],
@@ -161,6 +164,7 @@ def create(
     cpu_only: CpuOnlyOpt = False,
     model: ModelOpt = None,
     env: EnvOpt = None,
+    secret: SecretRefsOpt = None,
     health: HealthOpt = "/health",
     drain: DrainOpt = 10.0,
     warmup: WarmupOpt = 600.0,
@@ -175,7 +179,7 @@ def create(
     from events import CreateEndpoint
 
     amounts = (fgpu, cpu, mem, cpu_only)
-    spec = _spec(image, command, port, amounts, model, env, health, (drain, warmup))
+    spec = _spec(image, command, port, amounts, model, (env, secret), health, (drain, warmup))
     endpoint_id = f"ep-{secrets.token_hex(8)}"
     c = CreateEndpoint(
         endpoint_id=endpoint_id,
@@ -226,7 +230,12 @@ def info(ctx: typer.Context, endpoint: str, as_json: JsonOpt = False) -> None:
     say = out().print
     say(f"{ep['name']} ({ep['endpoint_id']}) of {ep['owner']}, {ep['path']}", highlight=False)
     for r in ep["revisions"]:
-        say(f"  revision {r['revision']}: {r['image']} port {r['port']}", highlight=False)
+        held = ", ".join(f"{s['variable']}={s['secret']}" for s in r.get("secrets", ()))
+        secrets_said = f", secrets {held}" if held else ""
+        say(
+            f"  revision {r['revision']}: {r['image']} port {r['port']}{secrets_said}",
+            highlight=False,
+        )
     for t in ep["targets"]:
         say(f"  wants {t['replicas']} of revision {t['revision']}", highlight=False)
     for r in ep["replicas"]:

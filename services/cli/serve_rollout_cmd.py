@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from services.cli.options import api_errors, fail
+from services.cli.secret_cmd import SecretRefsOpt
 from services.cli.serve_cmd import (
     CommandArg,
     CpuOnlyOpt,
@@ -70,6 +71,7 @@ def update(
     cpu_only: CpuOnlyOpt = False,
     model: ModelOpt = None,
     env: EnvOpt = None,
+    secret: SecretRefsOpt = None,
     health: HealthOpt = "/health",
     drain: DrainOpt = 10.0,
     warmup: WarmupOpt = 600.0,
@@ -90,7 +92,7 @@ def update(
     with api_errors():
         ep = _endpoint(ctx, endpoint)
     amounts = (fgpu, cpu, mem, cpu_only)
-    spec = _spec(image, command, port, amounts, model, env, health, (drain, warmup))
+    spec = _spec(image, command, port, amounts, model, (env, secret), health, (drain, warmup))
     policy = None if traffic is not None else _policy(at_once, max_surge, max_unavailable)
     c = AddRevision(endpoint_id=ep["endpoint_id"], revision=spec, rollout=policy, traffic=traffic)
     answer = ask(ctx, c, timeout)

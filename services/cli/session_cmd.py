@@ -26,6 +26,7 @@ from services.cli.options import (
 )
 from services.cli.outcome import RequestIdOpt, chosen_request_id, sent
 from services.cli.render import session_lines, sessions_table
+from services.cli.secret_cmd import SecretRefsOpt, secret_refs
 from services.cli.watch import Session, answers, position, read_sessions, wait_for
 from services.domain.channels import MAX_TAIL, OUTPUT_ENDED
 from services.domain.status import ENDED as _ENDED
@@ -163,17 +164,6 @@ def _session_type(kind: str | None) -> "SessionType | None":
         fail(f"--type is batch or interactive, got {kind!r}")
 
 
-def _secret_refs(given: list[str]) -> tuple[tuple[str, str], ...]:
-    """``--secret VAR=NAME`` as asked (the rules are ``invalid_request``'s)."""
-    refs = []
-    for g in given:
-        var, eq, name = g.partition("=")
-        if not eq or not var or not name:
-            fail(f"--secret {g!r}: give VARIABLE=NAME, NAME one of your secrets (fgpu secret ls)")
-        refs.append((var, name))
-    return tuple(refs)
-
-
 def _mounts(given: list[str]) -> "list[VfolderMount]":
     """``--mount NAME[:ro|:rw]`` as asked; exits 2 with one line for one that is not."""
     from events import VfolderMount
@@ -252,13 +242,6 @@ _MountOpt = Annotated[
         "/home/work/NAME; NAME:ro mounts it read-only. Again for more."
     ),
 ]
-_SecretOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        help="VARIABLE=NAME: the variable holds your secret NAME's value (fgpu secret set "
-        "NAME), put there by the agent at the start; only the name is sent. Again for more."
-    ),
-]
 _WaitOpt = Annotated[
     bool, typer.Option(help="Wait until each is RUNNING, queued (PENDING) or has ended.")
 ]
@@ -282,7 +265,7 @@ def create(
     lifetime: _LifetimeOpt = None,
     session_type: _SessionTypeOpt = None,
     mount: _MountOpt = None,
-    secret: _SecretOpt = None,
+    secret: SecretRefsOpt = None,
     wait: _WaitOpt = False,
     timeout: _TimeoutOpt = 120.0,
     request_id: RequestIdOpt = None,
@@ -319,7 +302,7 @@ def create(
         project=project,
         mounts=mounts,
         request_id=rid,
-        secret_env=_secret_refs(secret or []),
+        secret_env=secret_refs(secret or []),
     )
     api = _reachable_api(settings) if wait else None
 

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import msgspec
 import pytest
 
 from events import (
+    AddRevision,
     AnyEvent,
     CreateDomain,
     CreateEndpoint,
@@ -29,15 +31,18 @@ from events import (
     ServeRefused,
     SessionRequested,
     Slots,
+    encode,
 )
 from events import subjects as subj
-from services.actors.bootstrap import bootstrap
+from services.actors.bootstrap import bootstrap, publish_secrets_key
 from services.actors.serving import ServingActor
 from services.adapters.dummy_runtime import DummyRuntime
 from services.adapters.jetstream import JetStreamLog
+from services.adapters.sealed_box import SealedBoxKey, seal
 from services.adapters.system_clock import SystemClock
 from services.client import Client
 from services.domain.access.keys import hash_secret
+from services.domain.container_spec import LABEL_SESSION
 from services.domain.fold.cluster import ClusterState
 from services.domain.serving.routes import route_table
 from services.domain.serving.state import EndpointView
@@ -58,6 +63,7 @@ HASH = hash_secret("not used here")
 class World:
     log: JetStreamLog
     root: Client
+    runtime: DummyRuntime
 
     def client(self, key: str) -> Client:
         return Client(self.log, SystemClock(), key)
@@ -80,12 +86,17 @@ class World:
 
 
 @asynccontextmanager
-async def world(log: JetStreamLog) -> AsyncIterator[World]:
+async def world(log: JetStreamLog, secrets: SealedBoxKey | None = None) -> AsyncIterator[World]:
+    """The tenancy below; with ``secrets``, its public half on the log and the agent
+    opening sealed values with it."""
     first = await bootstrap(log, SystemClock())
     assert first is not None
+    if secrets is not None:
+        await publish_secrets_key(log, SystemClock(), secrets.public_key)
     config = agent_config("a1", gpus=2, fgpu_per_gpu=100)
-    async with running_cluster(log, [(config, DummyRuntime())], serving=False):
-        w = World(log, Client(log, SystemClock(), first.access_key))
+    runtime = DummyRuntime()
+    async with running_cluster(log, [(config, runtime)], serving=False, secrets=secrets):
+        w = World(log, Client(log, SystemClock(), first.access_key), runtime)
         for c in (
             CreateDomain(domain="research"),
             CreateProject(domain="research", project="nlp"),
@@ -258,3 +269,51 @@ async def test_an_unhealthy_replica_is_drained_and_replaced_and_a_removed_endpoi
             ),
         )
         assert route_table(s.serving, datetime.now(UTC)).routes == ()
+
+
+HF = "hf_serving-s3cr3t-42"
+
+
+async def test_a_revisions_replicas_get_the_owners_secret_and_only_the_owner_names_it(
+    log: JetStreamLog,
+) -> None:
+    """The owner's revision naming its secret: each replica's session carries the name,
+    the agent puts the value in its environment, and no record holds the value. A
+    revision naming a secret the owner lacks, or one named both in clear and as a
+    secret, is invalid; one naming the owner's secrets asked by an administrator of its
+    domain (who may otherwise change the endpoint) is refused."""
+    key = SealedBoxKey.generate()
+    async with world(log, secrets=key) as w, serving(log):
+        uma, dora = w.client("AKuma"), w.client("AKdora")
+        await uma.secret_set("hf", seal(key.public_key, HF))
+        await w.until(uma, lambda s: "hf" in s.secrets.of("AKuma"))
+        spec = msgspec.structs.replace(
+            SPEC,
+            command=("sh", "-c", "echo token=$HF_TOKEN; sleep 3600"),
+            secret_env=(("HF_TOKEN", "hf"),),
+        )
+        c = CreateEndpoint(endpoint_id="ep-sec", name="sec", revision=spec, replicas=2)
+        answer = await w.answer(uma, c)
+        assert not isinstance(answer, ServeRefused), answer
+        s = await w.until(uma, lambda s: phases(s, "sec") == [ReplicaPhase.WARMING] * 2)
+        for sid in endpoint(s, "sec").replicas:
+            assert s.sessions[sid].secret_env == (("HF_TOKEN", "hf"),)
+            [box] = await w.runtime.list({LABEL_SESSION: sid})
+            assert f"token={HF}" in await w.runtime.logs(box.id)
+        on_log = b"".join([encode(r.event) async for b in log.read(0) for r in b])
+        assert HF.encode() not in on_log
+
+        missing = msgspec.structs.replace(spec, secret_env=(("DB", "db"),))
+        both = msgspec.structs.replace(spec, env=(("HF_TOKEN", "x"),))
+        for bad, said in (
+            (missing, "no secret db of AKuma's (fgpu secret set db)"),
+            (both, "HF_TOKEN is given both in clear and as a secret"),
+        ):
+            refused = await w.answer(uma, AddRevision(endpoint_id="ep-sec", revision=bad))
+            assert isinstance(refused, ServeRefused) and refused.code == "invalid"
+            assert refused.reason == said
+        refused = await w.answer(dora, AddRevision(endpoint_id="ep-sec", revision=spec))
+        assert isinstance(refused, ServeRefused) and refused.code == "forbidden"
+        assert "its owner's to add" in refused.reason
+        plain = AddRevision(endpoint_id="ep-sec", revision=SPEC)
+        assert not isinstance(await w.answer(dora, plain), ServeRefused)

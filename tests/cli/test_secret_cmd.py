@@ -2,7 +2,8 @@
 with tenancy, the actors (the pipeline actor among them, the agent holding the cluster's
 secrets key) and the read API: the value goes in through standard input only, sealed;
 its owner alone lists it; another's reference, removal or listing reaches nothing of
-it; a revoked key sets nothing; a task gets the value in its environment."""
+it; a revoked key sets nothing; a task gets the value in its environment; an endpoint
+names its owner's secret, and another user's naming it is refused."""
 
 import base64
 import time
@@ -172,3 +173,24 @@ def test_a_session_refers_to_a_secret_by_name_and_one_its_owner_lacks_is_rejecte
             assert shown["reason"] == f"no secret hf of {ana}'s (fgpu secret set hf)"
             return
     raise AssertionError(f"session {sid} was not rejected")
+
+
+def test_an_endpoint_names_its_owners_secret_and_another_users_is_refused(
+    cluster: Tenanted,
+) -> None:
+    """``fgpu serve create --secret``: the owner's secret by name, shown by name; another
+    user naming it (a secret that user lacks) is refused with the reason."""
+    ana, ben = _user(cluster, "ana9"), _user(cluster, "ben9")
+    assert cluster.run("secret", "set", "hf", key=ana, stdin=VALUE).exit_code == 0
+    _until(cluster, ana, [("hf", 1)])
+    serve = ("serve", "create", "--image", "fgpu/busybox:latest", "--cpu-only", "--cpu", "0.1")
+    made = cluster.ok(*serve, "hfed", "--secret", "HF_TOKEN=hf", "--", "sleep", "1", key=ana)
+    [revision] = cluster.ok("serve", "info", made["id"], key=ana)["revisions"]
+    assert revision["secrets"] == [{"variable": "HF_TOKEN", "secret": "hf"}]
+    assert revision["env"] == []
+    theirs = cluster.run(*serve, "bens", "--secret", "HF_TOKEN=hf", key=ben)
+    assert theirs.exit_code == 1
+    assert f"no secret hf of {ben}'s (fgpu secret set hf)" in theirs.stderr
+    bad = cluster.run(*serve, "anas", "--secret", "HF_TOKEN", key=ana)
+    assert bad.exit_code == 2 and "--secret 'HF_TOKEN': give VARIABLE=NAME" in bad.stderr
+    assert VALUE.encode() not in _log(cluster)

@@ -1,15 +1,17 @@
 """A pipeline document: decoded, checked, each problem one line naming where it is."""
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events import GroupSettings, PipelineTask, ResourcePolicy, Slots
-from services.domain.pipelines.check import check_text, run_problems
+from events import CreateEndpoint, GroupSettings, PipelineTask, ResourcePolicy, Slots
+from services.domain.pipelines.check import check_text, run_problems, secret_problems
 from services.domain.pipelines.dag import descendants, find_cycle, graph_problems
 from services.domain.pipelines.document import document_schema
 from services.domain.pipelines.limits import Limits, groups_seen
-from services.domain.pipelines.requests import draft_request
+from services.domain.pipelines.requests import draft_request, serve_command
 
 GOOD = """
 version: 1
@@ -80,11 +82,6 @@ def _task(body: str) -> str:
         (
             _task("    command: x\n    environment: {T: {secret: hf, x: 1}}\n"),
             "tasks[0].environment[...]: Object contains unknown field `x`",
-        ),
-        (
-            "environment: {T: {secret: hf}}\n"
-            + _task("    kind: serve\n    serve: {endpoint: e}\n"),
-            "tasks.a: a serve task's replicas get no secrets yet",
         ),
         (_task("    command: x\n    dependencies: [nope]\n"), "no task is called 'nope'"),
         (_task("    command: x\n    dependencies: [a]\n"), "cannot depend on itself"),
@@ -254,3 +251,22 @@ def test_a_secret_reference_travels_by_name_and_the_tasks_own_environment_wins()
     e = draft_request(spec, spec.tasks[0], "alice")
     assert e.secret_env == (("HF", "hf"), ("KEY", "new"))
     assert "MODE=task" in e.command and not any("HF=" in a or "KEY=" in a for a in e.command)
+
+
+def test_a_serve_tasks_replicas_get_the_runs_secrets_by_name() -> None:
+    """The run's ``{secret: hf}`` and a serve task's own reach the revision the task asks
+    for, by name and sorted; its clear variables stay clear, none of them a secret's."""
+    text = "environment: {HF: {secret: hf}, MODE: run}\n" + _task(
+        "    kind: serve\n    serve: {endpoint: e}\n    environment: {DB: {secret: db}}\n"
+    )
+    spec, problems = check_text(text, "alice")
+    assert spec is not None and problems == []
+    run = SimpleNamespace(owner="alice", run_id="r1", project=None)
+    c = serve_command(spec, spec.tasks[0], {}, run, "ep-1")
+    assert isinstance(c, CreateEndpoint)
+    assert c.revision.secret_env == (("DB", "db"), ("HF", "hf"))
+    assert ("MODE", "run") in c.revision.env
+    assert not {k for k, _ in c.revision.env} & {"DB", "HF"}
+    assert secret_problems(spec, {"hf"}) == [
+        "tasks.a.environment.DB: no secret db of yours (fgpu secret set db)"
+    ]

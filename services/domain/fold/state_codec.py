@@ -59,8 +59,9 @@ __all__ = [
 # 6: the storage hosts agents mount and admitted sessions need; 7: resource presets;
 # 8: serving (endpoints, replicas, serve requests; an inference session's address);
 # 9: ended sessions and answered destroy requests as ``IdSet`` digests; 10: secrets
-# (sealed) and the key they are sealed to, a session's references to them
-FOLD_VERSION = 10
+# (sealed) and the key they are sealed to, a session's references to them; 11: an
+# endpoint revision's references to its owner's secrets
+FOLD_VERSION = 11
 
 
 class _Agent(msgspec.Struct, array_like=True, frozen=True):

@@ -112,8 +112,6 @@ class PipelineDocument(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     environment: dict[str, str | int | float | bool | SecretRef] = {}
 
 
-# A serve task's replicas are the serving actor's sessions: no reference reaches them yet.
-_NO_SERVE_SECRETS = "{}: a serve task's replicas get no secrets yet (leave them to session tasks)"
 _DURATION = re.compile(r"(\d+)\s*(s|m|h|d)?")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -176,10 +174,6 @@ def to_spec(doc: PipelineDocument) -> PipelineSpec:
         raise SpecError(f"tasks: at most {MAX_TASKS}, got {len(doc.tasks)}")
     env = tuple(_env_var(k, v) for k, v in sorted(doc.environment.items()))
     tasks = tuple(_task(t, f"tasks[{i}]") for i, t in enumerate(doc.tasks))
-    if any(v.secret is not None for v in env):
-        for t in tasks:
-            if t.kind == "serve":
-                raise SpecError(_NO_SERVE_SECRETS.format(f"tasks.{t.name}"))
     return PipelineSpec(version=doc.version, name=doc.name, environment=env, tasks=tasks)
 
 
@@ -210,8 +204,6 @@ def _task(t: TaskDocument, where: str) -> PipelineTask:
         raise SpecError(f"{where}.retry.max_attempts: 1 to 100, got {t.retry.max_attempts}")
     timeout = None if t.timeout is None else parse_duration(t.timeout, f"{where}.timeout")
     env = tuple(_env_var(k, v, f"{where}.") for k, v in sorted(t.environment.items()))
-    if serve is not None and any(v.secret is not None for v in env):
-        raise SpecError(_NO_SERVE_SECRETS.format(where))
     if timeout == 0:
         raise SpecError(f"{where}.timeout: must be above 0 s")
     return PipelineTask(

@@ -154,11 +154,14 @@ def serve_command(
 ) -> ServeCommand:
     """What serve ``task`` of ``run`` asks the serving actor: a new revision of the
     owner's live endpoint of its name (``endpoints``: each live one's owner and name),
-    else a new endpoint ``endpoint_id``. Each replica gets the run's environment."""
+    else a new endpoint ``endpoint_id``. Each replica gets the run's environment, its
+    secrets by name."""
     serve = task.serve
     assert serve is not None
-    env = [(v.name, v.value) for v in _environment(spec, task) if v.secret is None]
+    variables = _environment(spec, task)
+    env = [(v.name, v.value) for v in variables if v.secret is None]
     env += [(RUN_ENV, run.run_id), (TASK_ENV, task.name)]
+    secret_env = sorted((v.name, v.secret) for v in variables if v.secret is not None)
     revision = RevisionSpec(
         image=task.image,
         command=task.command,
@@ -167,6 +170,7 @@ def serve_command(
         slots=task.slots,
         cpu_only=task.slots.fgpu == 0,
         env=tuple(sorted(env)),
+        secret_env=tuple(secret_env),
         health=HealthSpec(path=serve.health_path),
     )
     mine = [

@@ -256,6 +256,7 @@ def _request(
         session_type=SessionType.INFERENCE,
         mounts=mounts,
         env=spec.env,
+        secret_env=spec.secret_env,
     )
     provisioning = _record(ep, (sid, revision, ordinal, generation), P.PROVISIONING, prov)
     return [(subj.request(ep.owner, sid), asked), provisioning]

@@ -45,6 +45,7 @@ from services.domain.image_ref import image_reference_problem
 from services.domain.provenance import Provenance, stamp
 from services.domain.refusal import Refusal
 from services.domain.resources import MAX_AMOUNT
+from services.domain.secrets import SecretBook, missing_secret, references_problem
 from services.domain.serving.state import EndpointView, ServingState
 from services.domain.tenancy.admin import DEFAULT, project_key
 from services.domain.tenancy.groups import DEFAULT_GROUP, admission_problem
@@ -73,17 +74,43 @@ def may_see(s: ServingState, t: Tenancy, key: str, endpoint_id: str) -> Endpoint
     return ep if who.role is Role.DOMAIN_ADMIN and who.domain == ep.domain else None
 
 
-def refusal(s: ServingState, t: Tenancy, r: ServeRequested, now: datetime) -> Refusal | None:
-    """Why request ``r`` may not be applied now; None if it may."""
+def refusal(
+    s: ServingState, t: Tenancy, r: ServeRequested, now: datetime, secrets: SecretBook
+) -> Refusal | None:
+    """Why request ``r`` may not be applied now; None if it may. ``secrets``: every
+    owner's, for a new revision's references to them."""
     c = r.command
     if t.on and t.user_of(r.requester) is None:
         return Refusal("forbidden", f"access key {r.requester} may not serve models")
     if isinstance(c, CreateEndpoint):
-        return _create_refusal(s, t, r.requester, c)
+        return _create_refusal(s, t, r.requester, c) or _secrets_refusal(
+            secrets, r.requester, r.requester, c.revision
+        )
     ep = may_see(s, t, r.requester, c.endpoint_id)
     if ep is None:
         return Refusal("forbidden", f"no endpoint {c.endpoint_id} of yours")
-    return _change_refusal(ep, c, now)
+    why = _change_refusal(ep, c, now)
+    if why is None and isinstance(c, AddRevision):
+        return _secrets_refusal(secrets, r.requester, ep.owner, c.revision)
+    return why
+
+
+def _secrets_refusal(
+    secrets: SecretBook, requester: str, owner: str, spec: RevisionSpec
+) -> Refusal | None:
+    """A revision's replicas are ``owner``'s sessions and open ``owner``'s secrets: only
+    the owner names them (an administrator who may change the endpoint could otherwise
+    run a command of its choosing with them), and only ones it has."""
+    if not spec.secret_env:
+        return None
+    if requester != owner:
+        return Refusal(
+            "forbidden",
+            "a revision naming secrets is its owner's to add: the owner's secrets are "
+            "opened in each replica",
+        )
+    missing = missing_secret(secrets, owner, spec.secret_env)
+    return None if missing is None else _bad(missing)
 
 
 def _create_refusal(
@@ -234,7 +261,7 @@ def _spec_refusal(spec: RevisionSpec) -> Refusal | None:
         return _bad("cpu and mem must be greater than zero, and no amount beyond a cluster's")
     if spec.model is not None and not spec.model:
         return _bad("a model folder needs a name")
-    problem = env_problem(spec.env)
+    problem = env_problem(spec.env) or references_problem(spec.secret_env, spec.env)
     if problem is not None:
         return _bad(problem)
     h = spec.health

@@ -37,6 +37,8 @@ def endpoint_detail(ep: EndpointView) -> dict[str, Any]:
                     "mem": spec.slots.mem,
                 },
                 "env": sorted(name for name, _ in spec.env),
+                # Which variable holds which of the owner's secrets: names, never values.
+                "secrets": [{"variable": k, "secret": n} for k, n in spec.secret_env],
                 "health_path": spec.health.path,
                 "drain_s": spec.drain_s,
                 "warmup_s": spec.warmup_s,
