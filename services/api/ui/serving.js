@@ -66,6 +66,8 @@ function revisionRow(r, wanted) {
   return el("tr", { "data-revision": String(r.revision) },
     el("td", {}, `r${r.revision}`), el("td", { class: "image" }, r.image),
     el("td", {}, r.slots.fgpu), el("td", {}, r.slots.cpu), el("td", {}, r.health_path || ""),
+    // Which variable holds which of the owner's secrets: names only, as the API has them.
+    el("td", { class: "secrets" }, (r.secrets || []).map((x) => `${x.variable}=${x.secret}`).join(", ")),
     el("td", { class: "traffic" }, `${r.traffic} %`), el("td", {}, String(wanted.get(r.revision) || 0)));
 }
 
