@@ -5,7 +5,8 @@ sessions, charged to it). Its owner, an administrator of its domain, and a super
 change it, scale it, mint and revoke its tokens, and remove it, as they may a session
 (``services.domain.access.session_access``); with no tenancy, only its owner. A revoked
 key, a removed user's and a service's may do nothing. A refusal about an endpoint the
-requester may not see reads as one about an endpoint that does not exist.
+requester may not see reads as one about an endpoint that does not exist. A revision
+naming secrets is the owner's alone to add: its replicas open the owner's secrets.
 """
 
 import re
