@@ -21,7 +21,7 @@ from typing import Protocol
 
 import anyio
 
-from events import AdminCommand, SessionType, Slots, VfolderMount
+from events import AdminCommand, ServeCommand, SessionType, Slots, VfolderMount
 from services.ports import LogsReply
 
 __all__ = [
@@ -124,6 +124,13 @@ class Acting(Protocol):
         """Ask the registrar to apply ``command``, as ``fgpu admin`` asks (an admin request
         in the user's name; the same ``request_id`` is the same request); the request's id.
         Raises BadRequestId (nothing sent), LogError (RequestsRefused, OutcomeUnknown)."""
+        ...
+
+    async def serve(self, command: ServeCommand, request_id: str | None = None) -> str:
+        """Ask the serving actor to apply ``command``, as ``fgpu serve`` asks (a serve
+        request in the user's name; the same ``request_id`` is the same request); the
+        request's id. Raises BadRequestId (nothing sent), LogError (RequestsRefused,
+        OutcomeUnknown)."""
         ...
 
     async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:

@@ -18,7 +18,7 @@ from services.api.guard import Who
 from services.api.params import NOT_FOUND, Ask
 from services.domain.access.visibility import Scope
 
-__all__ = ["mount"]
+__all__ = ["mount", "seen_endpoint"]
 
 _SELECT = "SELECT owner, domain, detail FROM endpoints"
 
@@ -29,6 +29,19 @@ def _seen(rows: list[tuple[str, str, str]], scope: Scope) -> list[models.Endpoin
         for owner, domain, detail in rows
         if scope.sees_session(owner, None, domain)
     ]
+
+
+async def seen_endpoint(query: Ask[Any], scope: Scope, ref: str) -> models.Endpoint:
+    """Endpoint ``ref`` (its id or name) as ``scope`` may see it; 404 (HTTPException) for
+    one out of scope, as for one that does not exist."""
+
+    def work(con: duckdb.DuckDBPyConnection) -> list[Any]:
+        return con.execute(f"{_SELECT} WHERE endpoint_id = ? OR name = ?", [ref, ref]).fetchall()
+
+    seen = _seen(await query(work), scope)
+    if not seen:
+        raise HTTPException(404, f"no endpoint {ref}")
+    return seen[0]
 
 
 def mount(app: FastAPI, query: Ask[Any]) -> None:
@@ -45,13 +58,4 @@ def mount(app: FastAPI, query: Ask[Any]) -> None:
     @app.get("/v1/endpoints/{ref}", tags=["serving"], responses=NOT_FOUND)
     async def get_endpoint(ref: str, viewer: Who) -> models.Endpoint:
         """One endpoint, by its id or its name."""
-
-        def work(con: duckdb.DuckDBPyConnection) -> list[Any]:
-            return con.execute(
-                f"{_SELECT} WHERE endpoint_id = ? OR name = ?", [ref, ref]
-            ).fetchall()
-
-        seen = _seen(await query(work), viewer.scope)
-        if not seen:
-            raise HTTPException(404, f"no endpoint {ref}")
-        return seen[0]
+        return await seen_endpoint(query, viewer.scope, ref)

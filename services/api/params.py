@@ -9,8 +9,9 @@ import duckdb
 from fastapi import HTTPException, Query
 
 from services.api import models
+from services.domain.request_ids import new_request_id, request_id_problem
 
-__all__ = ["MAX_SEQ", "NOT_FOUND", "Ask", "Limit", "utc"]
+__all__ = ["MAX_SEQ", "NOT_FOUND", "Ask", "Limit", "form_request_id", "utc"]
 
 T = TypeVar("T")
 # A read: ``fn`` run on a connection of its own in a worker thread, in one snapshot.
@@ -28,3 +29,13 @@ def utc(at: datetime | None, name: str) -> datetime | None:
         return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
     except (OverflowError, ValueError) as e:
         raise HTTPException(422, f"{name}: {at.isoformat()} is out of range in UTC") from e
+
+
+def form_request_id(given: str | None) -> str:
+    """A UI form's request id (a retry of the form sends the same, and is one request),
+    or a new one; 422 (HTTPException) for one that could never name a request."""
+    rid = given or new_request_id()
+    problem = request_id_problem(rid)
+    if problem is not None:
+        raise HTTPException(422, problem)
+    return rid

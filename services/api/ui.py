@@ -27,6 +27,8 @@ Who may use each route (``tests/api/test_ui.py`` enumerates them):
   registrar then judges each as it judges the CLI's.
 - a folder's creation and sharing: ``ui_folders.py`` (its files: the storage service's
   routes, ``vfolder_routes.py``, each write with the CSRF token as every cookie write).
+- an endpoint's scaling and tokens: ``ui_serving.py``, on an endpoint its viewer sees
+  (else 404); the serving actor then judges each as it judges the CLI's.
 
 The launch form reads ``/v1/launch-options`` (``launch_routes.py``), a read API route as
 any other: the CLI or a script may read the same.
@@ -50,6 +52,7 @@ from services.api import (
     ui_apps,
     ui_folders,
     ui_launch,
+    ui_serving,
     ui_session,
 )
 from services.api.auth import Refused
@@ -170,6 +173,7 @@ def mount(
     ui_session.mount(app, query, guard, stop)
     ui_apps.mount(app, query, guard)
     ui_folders.mount(app, query, guard, moved, tenancy)
+    ui_serving.mount(app, query, guard, moved)
 
 
 def _pages(app: FastAPI) -> None:

@@ -30,12 +30,11 @@ from events import AdminCommand, CreateVfolder, ShareVfolder
 from events import subjects as subj
 from services.api.browser import BrowserSession
 from services.api.guard import Browser, Guard
-from services.api.params import NOT_FOUND, Ask
+from services.api.params import NOT_FOUND, Ask, form_request_id
 from services.api.ui_admin import registrar_answer
 from services.api.ui_launch import acting_errors
 from services.api.vfolder_routes import seen_folder
 from services.domain.access.visibility import Viewer
-from services.domain.request_ids import new_request_id, request_id_problem
 from services.domain.resources import InvalidAmount, parse_mem
 from services.domain.tenancy.model import Tenancy
 
@@ -92,7 +91,7 @@ def mount(
         """Ask for a new folder, as the user's own request (what ``fgpu vfolder create``
         sends), and wait a little for the registrar's answer."""
         s, viewer = who
-        rid = _request_id(form.request_id)
+        rid = form_request_id(form.request_id)
         vid = _folder_id(s.access_key, rid)
         return await asked(s, _creation(form, viewer, vid), rid, vid)
 
@@ -103,15 +102,7 @@ def mount(
         s, viewer = who
         f = seen_folder(tenancy(), viewer, vfolder_id)  # else 404
         command = ShareVfolder(vfolder_id=f.vfolder_id, target=_target(form), access=form.access)
-        return await asked(s, command, _request_id(form.request_id), f.vfolder_id)
-
-
-def _request_id(given: str | None) -> str:
-    rid = given or new_request_id()
-    problem = request_id_problem(rid)
-    if problem is not None:
-        raise HTTPException(422, problem)
-    return rid
+        return await asked(s, command, form_request_id(form.request_id), f.vfolder_id)
 
 
 def _folder_id(access_key: str, request_id: str) -> str:

@@ -15,7 +15,7 @@ each channel's opening and closing on the log.
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 
-from events import AdminCommand
+from events import AdminCommand, ServeCommand
 from services.actors.user_channels import ChannelRefused
 from services.actors.user_channels import app as open_app
 from services.actors.user_channels import follow as follow_output
@@ -91,6 +91,13 @@ class _UserConnection:
         if problem is not None:
             raise BadRequestId(problem)
         return await self._client.admin(command, request_id=rid)
+
+    async def serve(self, command: ServeCommand, request_id: str | None = None) -> str:
+        rid = request_id or new_request_id()
+        problem = request_id_problem(rid)
+        if problem is not None:
+            raise BadRequestId(problem)
+        return await self._client.serve(command, request_id=rid)
 
     async def logs(self, agent_id: str, session_id: str, tail: int) -> LogsReply:
         try:

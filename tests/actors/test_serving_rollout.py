@@ -29,6 +29,7 @@ from services.client import Client
 from services.domain.fold.cluster import ClusterState
 from services.domain.serving.shape import endpoint_detail
 from tests.actors.test_serving import (
+    HANG_S,
     SPEC,
     World,
     create,
@@ -152,7 +153,7 @@ async def test_a_traffic_split_keeps_both_revisions_and_a_stranger_is_refused_ev
         for c in (split, update, back):
             refused = await w.answer(uma, c)
             assert isinstance(refused, ServeRefused) and refused.code == "forbidden"
-        with anyio.fail_after(1):
+        with anyio.fail_after(HANG_S):
             assert endpoint(await uma.state(), "split").rollout is None
 
 

@@ -214,6 +214,11 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/ui/sessions/{session_id}/apps/{service}/ticket"): "holder",
     ("POST", "/ui/vfolders"): "holder",  # a folder: the user's own (test_ui_folders.py)
     ("POST", "/ui/vfolders/{vfolder_id}/share"): "holder",  # a folder the viewer sees
+    # An endpoint the viewer sees (else 404), judged by the serving actor
+    # (test_ui_serving_writes.py; another's: test_ui_adversarial.py).
+    ("POST", "/ui/endpoints/{ref}/scale"): "holder",
+    ("POST", "/ui/endpoints/{ref}/tokens"): "holder",
+    ("POST", "/ui/endpoints/{ref}/tokens/{token_id}/revoke"): "holder",
 }
 # The UI's WebSockets: a browser session's, with a ticket of its own and from this origin
 # (tests/api/test_ui_session.py tries each refusal).
@@ -249,6 +254,8 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
         "{group}": "default",
         "{domain}": "default",
         "{alias:path}": "team/python",
+        "{ref}": "ep-of-nobody",
+        "{token_id}": "t0",
     }
     before = w.last_seq()
     with cookieless() as anyone:  # a client kept for the loop: one per request is slow
@@ -259,7 +266,7 @@ def test_every_ui_route_says_who_may_use_it_and_refuses_the_others(w: UiWorld) -
                 assert anonymous.status_code in (200, 422), (method, path, anonymous.text)
                 continue
             assert anonymous.status_code == 401, (method, path, anonymous.text)
-            if "{session_id}" in path or "{vfolder_id}" in path:  # alice's: not bob's
+            if "{session_id}" in path or "{vfolder_id}" in path or "{ref}" in path:  # not bob's
                 mine = {"Origin": w.url, "X-CSRF-Token": csrf}
                 foreign = bob.request(
                     method, url, headers=mine, json={} if method == "POST" else None

@@ -9,7 +9,8 @@ session not even said to exist, or a list without it), and nothing changed: the 
 nothing after the attempts but the access audit's records, and the victim's session runs.
 
 The victim has an endpoint too (0 replicas): the Serving page's reads of endpoints
-(``/v1/endpoints``) neither list it nor name it to another.
+(``/v1/endpoints``) neither list it nor name it to another, and its writes (scale, a
+token made or revoked) reach it for none of them.
 
 ``TABLE`` names every route the app serves under ``/ui``, at ``/`` and under
 ``/v1/endpoints``, and every route with a session in its path, with how it is tried: a
@@ -88,11 +89,18 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/v1/endpoints"): LIST,
     ("GET", "/v1/endpoints/{ref}"): VICTIMS,
     ("GET", "/v1/endpoints/{ref}#by-id"): VICTIMS,
+    # The Serving page's writes (ui_serving.py), each on the victim's endpoint: 404 before
+    # anything is sent (test_ui_serving_writes.py has its domain's admin allowed).
+    ("POST", "/ui/endpoints/{ref}/scale"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/tokens"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/tokens#by-id"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/tokens/{token_id}/revoke"): VICTIMS,
 }
 FILL = {
     "{name:path}": "ui.js",
     "{session_id}": "",
     "{service}": "web",
+    "{token_id}": "t0",
 }  # the victim's session, once it runs
 ENDPOINT_ID, ENDPOINT = "ep-the-victims", "the-victims-model"  # the victim's endpoint
 

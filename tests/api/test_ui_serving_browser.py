@@ -1,7 +1,8 @@
 """The Serving page in a real headless browser: a user lists its own endpoints only (not
 another user's), opens one (its path through the proxy, its revision and traffic share,
-its token by id), and another user's endpoint asked for by its address is answered as
-one that does not exist, nothing of it shown; nothing the page's Content-Security-Policy
+its token by id), scales it, makes a token (shown once) and revokes another with the
+page's forms, and another user's endpoint asked for by its address is answered as one
+that does not exist, nothing of it shown; nothing the page's Content-Security-Policy
 refuses. A screenshot is saved and its path printed."""
 
 from collections.abc import Iterator
@@ -45,8 +46,16 @@ def test_a_user_sees_its_own_endpoints_and_not_anothers(w: UiWorld, tmp_path: Pa
         shown = page.open_endpoint("alice-model")
         assert shown["summary"][0].startswith("/e/alice-model/ through the proxy, with a token")
         assert shown["revisions"] == ["r1 fgpu/busybox:latest 0.25 0.1 /health 100 % 0"]
-        assert shown["tokens"] == ["tk-1 2031-01-02 03:04:05 valid"]
+        assert shown["tokens"] == ["tk-1 2031-01-02 03:04:05 valid revoke"]
         assert not page.shown("#launch")
+        # The writes: each alice's own request, the serving actor's answer said.
+        assert page.scale(2) == "done"
+        page.until(lambda d: page.css("#endpoint-revisions tbody tr")[0].endswith(" 2"), "2 wanted")
+        said, token = page.make_token()
+        assert said == "done" and token.startswith("fgt_")
+        assert len(page.css("#endpoint-tokens tbody tr")) == 2
+        assert page.revoke("tk-1") == "done"
+        page.until(lambda d: "tk-1 2031-01-02 03:04:05 revoked" in page.css("tr"), "revoked")
         shot = tmp_path / "ui-serving.png"
         driver.save_screenshot(str(shot))
         said = page.go_to("bob-model")

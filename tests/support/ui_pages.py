@@ -406,6 +406,43 @@ class ServingPage(SessionsPage):
             "tokens": self.css("#endpoint-tokens tbody tr"),
         }
 
+    def _answered(self, result: str, click: Callable[[], None]) -> str:
+        """What ``result`` (an output's selector) says once ``click()`` is answered."""
+        from selenium.webdriver.common.by import By
+
+        self.d.execute_script("delete document.querySelector(arguments[0]).dataset.applied", result)
+        click()
+        self.until(
+            lambda d: d.find_element(By.CSS_SELECTOR, result).get_attribute("data-applied"),
+            f"{result} answered",
+        )
+        return self.css(result)[0]
+
+    def scale(self, replicas: int) -> str:
+        """The endpoint shown scaled with its form: what the page says of the answer."""
+        from selenium.webdriver.common.by import By
+
+        box = self.d.find_element(By.ID, "endpoint-replicas")
+        box.clear()
+        box.send_keys(str(replicas))
+        return self._answered(
+            "#endpoint-scale-result", self.d.find_element(By.ID, "endpoint-scale").click
+        )
+
+    def make_token(self) -> tuple[str, str]:
+        """A token made with its form: what the page says, and the token it shows."""
+        from selenium.webdriver.common.by import By
+
+        said = self._answered("#token-result", self.d.find_element(By.ID, "token-create").click)
+        return said, self.css("#token-value")[0]
+
+    def revoke(self, token_id: str) -> str:
+        """Token ``token_id`` revoked with its row's button: what the page says."""
+        from selenium.webdriver.common.by import By
+
+        button = self.d.find_element(By.CSS_SELECTOR, f'button[data-revoke="{token_id}"]')
+        return self._answered("#token-result", button.click)
+
     def go_to(self, name: str) -> str:
         """Endpoint ``name`` asked for by its address (``#/serving/NAME``): the problem
         said, once one is."""

@@ -3,7 +3,10 @@
 // /v1/endpoints/{name}, as `fgpu serve info`): its path through the proxy, revisions with
 // their traffic share, replicas with phase and rotation, the rolling update's progress,
 // the autoscaling rule and the tokens (id and expiry: the read API never holds a secret).
-// Read only; read again when the event stream brings news of endpoints or their replicas.
+// Read again when the event stream brings news of endpoints or their replicas.
+// Its writes (ui_serving.py) are the user's own serve requests, as `fgpu serve scale` and
+// `fgpu serve token create|revoke` send them, answered as the serving actor judged them:
+// a new token is shown once, from the answer, and is nowhere else.
 
 const $ = (selector) => document.querySelector(selector);
 const page = { ctx: null, name: null, shown: false };
@@ -81,10 +84,70 @@ function replicaRow(r) {
 
 function tokenRow(t) {
   const { el } = page.ctx;
+  const revoke = t.revoked ? null : el("button",
+    { type: "button", class: "revoke", "data-revoke": t.token_id, onclick: () => revokeToken(t.token_id) },
+    "revoke");
   return el("tr", { "data-token": t.token_id },
     el("td", { class: "id" }, t.token_id), el("td", {}, time(t.expires_at)),
-    el("td", { class: "state" }, t.revoked ? "revoked" : "valid"));
+    el("td", { class: "state" }, t.revoked ? "revoked" : "valid"), el("td", {}, revoke));
 }
+
+// ---- writing: each the user's own serve request; the serving actor's answer shown ------
+
+function here() {
+  return `/ui/endpoints/${encodeURIComponent(page.name)}`;
+}
+
+async function ask(path, body, result) {
+  const out = $(result);
+  out.className = "muted";
+  out.textContent = "asking…";
+  try {
+    const answer = await page.ctx.call("POST", path, body);
+    if (!answer.decided) {
+      out.textContent = `asked (request ${answer.request_id}); no answer yet`;
+    } else if (answer.applied) {
+      out.className = "ok";
+      out.textContent = "done";
+    } else {
+      out.className = "error";
+      out.textContent = `refused (${answer.code}): ${answer.refused}`;
+    }
+    out.dataset.applied = String(answer.applied);
+    refresh();
+    return answer;
+  } catch (e) {
+    if (e instanceof page.ctx.Unauthorized) page.ctx.signedOut(e.message);
+    out.className = "error";
+    out.textContent = e.message;
+    out.dataset.applied = "false";
+    return null;
+  }
+}
+
+async function scale(event) {
+  event.preventDefault();
+  const replicas = Number($("#endpoint-replicas").value);
+  await ask(`${here()}/scale`, { replicas }, "#endpoint-scale-result");
+}
+
+async function makeToken(event) {
+  event.preventDefault();
+  $("#token-new").hidden = true;
+  $("#token-value").textContent = "";
+  const answer = await ask(`${here()}/tokens`, { days: Number($("#token-days").value) }, "#token-result");
+  if (answer && answer.token) {
+    $("#token-value").textContent = answer.token;
+    $("#token-new").hidden = false;
+  }
+}
+
+async function revokeToken(tokenId) {
+  await ask(`${here()}/tokens/${encodeURIComponent(tokenId)}/revoke`, undefined, "#token-result");
+}
+
+$("#endpoint-scale-form").addEventListener("submit", scale);
+$("#token-form").addEventListener("submit", makeToken);
 
 async function loadOne() {
   const ep = await page.ctx.call("GET", `/v1/endpoints/${encodeURIComponent(page.name)}`);
@@ -99,6 +162,8 @@ async function loadOne() {
     : "no rolling update under way";
   $("#endpoint-autoscale").textContent = `autoscaling: ${autoscale(ep.autoscale)}`;
   const wanted = new Map(ep.targets.map((t) => [t.revision, t.replicas]));
+  const top = ep.targets.reduce((a, t) => (a === null || t.traffic > a.traffic ? t : a), null);
+  if ($("#endpoint-replicas").value === "") $("#endpoint-replicas").value = String(top ? top.replicas : 0);
   $("#endpoint-revisions tbody").replaceChildren(...ep.revisions.map((r) => revisionRow(r, wanted)));
   $("#endpoint-replicas tbody").replaceChildren(...ep.replicas.map(replicaRow));
   $("#endpoint-tokens tbody").replaceChildren(...ep.tokens.map(tokenRow));
@@ -117,9 +182,12 @@ export async function show(name, ctx) {
   $("#serving-problem").textContent = "";
   if (name !== null) { // nothing of the endpoint shown before stays while this one is read
     delete document.body.dataset.endpointShown;
-    for (const id of ["#endpoint-title-name", "#endpoint-summary", "#endpoint-rollout", "#endpoint-autoscale"]) {
+    for (const id of ["#endpoint-title-name", "#endpoint-summary", "#endpoint-rollout", "#endpoint-autoscale",
+      "#endpoint-scale-result", "#token-result", "#token-value"]) {
       $(id).textContent = "";
     }
+    $("#token-new").hidden = true;
+    $("#endpoint-replicas").value = "";
     for (const t of ["revisions", "replicas", "tokens"]) $(`#endpoint-${t} tbody`).replaceChildren();
   }
   await refresh();
