@@ -117,9 +117,10 @@ def mount(
             endpoint_id=ep.endpoint_id, token_id=token_id, sha256=digest, expires_at=until
         )
         answer = await asked(s, command, new_request_id())
-        if not answer.applied:  # refused or undecided: nothing to use
-            return answer
-        return answer.model_copy(update={"token": value, "token_id": token_id, "expires_at": until})
+        made = {"token_id": token_id, "expires_at": until}
+        if not answer.applied:  # refused, or undecided: its id alone, to revoke it by if made
+            return answer.model_copy(update=made)
+        return answer.model_copy(update={**made, "token": value})
 
     @app.post(
         "/ui/endpoints/{ref}/tokens/{token_id}/revoke",

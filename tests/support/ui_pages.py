@@ -422,7 +422,7 @@ class ServingPage(SessionsPage):
         """The endpoint shown scaled with its form: what the page says of the answer."""
         from selenium.webdriver.common.by import By
 
-        box = self.d.find_element(By.ID, "endpoint-replicas")
+        box = self.d.find_element(By.ID, "endpoint-scale-replicas")
         box.clear()
         box.send_keys(str(replicas))
         return self._answered(

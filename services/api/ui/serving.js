@@ -127,7 +127,7 @@ async function ask(path, body, result) {
 
 async function scale(event) {
   event.preventDefault();
-  const replicas = Number($("#endpoint-replicas").value);
+  const replicas = Number($("#endpoint-scale-replicas").value);
   await ask(`${here()}/scale`, { replicas }, "#endpoint-scale-result");
 }
 
@@ -163,7 +163,7 @@ async function loadOne() {
   $("#endpoint-autoscale").textContent = `autoscaling: ${autoscale(ep.autoscale)}`;
   const wanted = new Map(ep.targets.map((t) => [t.revision, t.replicas]));
   const top = ep.targets.reduce((a, t) => (a === null || t.traffic > a.traffic ? t : a), null);
-  if ($("#endpoint-replicas").value === "") $("#endpoint-replicas").value = String(top ? top.replicas : 0);
+  if ($("#endpoint-scale-replicas").value === "") $("#endpoint-scale-replicas").value = String(top ? top.replicas : 0);
   $("#endpoint-revisions tbody").replaceChildren(...ep.revisions.map((r) => revisionRow(r, wanted)));
   $("#endpoint-replicas tbody").replaceChildren(...ep.replicas.map(replicaRow));
   $("#endpoint-tokens tbody").replaceChildren(...ep.tokens.map(tokenRow));
@@ -187,7 +187,7 @@ export async function show(name, ctx) {
       $(id).textContent = "";
     }
     $("#token-new").hidden = true;
-    $("#endpoint-replicas").value = "";
+    $("#endpoint-scale-replicas").value = "";
     for (const t of ["revisions", "replicas", "tokens"]) $(`#endpoint-${t} tbody`).replaceChildren();
   }
   await refresh();
