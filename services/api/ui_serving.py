@@ -18,8 +18,6 @@ Who may use each route (``tests/api/test_ui_serving_writes.py``,
   404, before anything is sent); the serving actor then decides whether the user may.
 """
 
-import hashlib
-import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +34,7 @@ from services.api.ui_admin import registrar_answer
 from services.api.ui_launch import acting_errors
 from services.domain.request_ids import new_request_id
 from services.domain.serving.rules import MAX_REPLICAS
+from services.domain.serving.tokens import new_token
 
 __all__ = ["ScaleForm", "ServeAsked", "TokenForm", "mount"]
 
@@ -109,10 +108,8 @@ def mount(
         s, viewer = who
         ep = await seen_endpoint(query, viewer.scope, ref)
         days = (form or TokenForm()).days
-        value = "fgt_" + secrets.token_urlsafe(32)
-        token_id = f"t{secrets.token_hex(6)}"
+        value, token_id, digest = new_token()
         until = datetime.now(UTC) + timedelta(days=days)
-        digest = hashlib.sha256(value.encode()).hexdigest()
         command = CreateToken(
             endpoint_id=ep.endpoint_id, token_id=token_id, sha256=digest, expires_at=until
         )

@@ -7,7 +7,6 @@ API, which shows only the endpoints the user may see. A token is made here, show
 and only its SHA-256 is sent.
 """
 
-import hashlib
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
@@ -365,10 +364,10 @@ def token_create(
 
     with api_errors():
         ep = _endpoint(ctx, endpoint)
-    token = "fgt_" + secrets.token_urlsafe(32)
-    token_id = f"t{secrets.token_hex(6)}"
+    from services.domain.serving.tokens import new_token
+
+    token, token_id, digest = new_token()
     until = datetime.now(UTC) + timedelta(days=days)
-    digest = hashlib.sha256(token.encode()).hexdigest()
     c = CreateToken(
         endpoint_id=ep["endpoint_id"], token_id=token_id, sha256=digest, expires_at=until
     )
