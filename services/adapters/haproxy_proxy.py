@@ -205,6 +205,23 @@ class HaproxyProxy:
         await anyio.to_thread.run_sync(self._spawn, layout, text)
         self._counted.clear()
         await self._answering(lambda pid: True)
+        await self._listening()
+
+    async def _listening(self) -> None:
+        """Wait until the public port takes connections: a started proxy is one a
+        request reaches, not only one whose admin socket answers. Bounded by
+        ``READY_WITHIN_S``; raises ProxyUnavailable."""
+        deadline = time.monotonic() + READY_WITHIN_S
+        while True:
+            try:
+                with anyio.fail_after(max(0.05, deadline - time.monotonic())):
+                    stream = await anyio.connect_tcp("127.0.0.1", self._port)
+                await stream.aclose()
+                return
+            except (OSError, TimeoutError) as e:
+                if time.monotonic() >= deadline:
+                    raise ProxyUnavailable(f"haproxy's port {self._port}: {e!r}") from e
+            await anyio.sleep(0.02)
 
     def _spawn(self, layout: Layout, text: str) -> None:
         self._write(layout, text)

@@ -6,10 +6,12 @@ import signal
 import stat
 from collections.abc import AsyncIterator
 
+import anyio
 import httpx
 import msgspec
 import pytest
 
+from services.adapters import haproxy_admin as admin
 from services.adapters.haproxy_proxy import HaproxyProxy, haproxy_proxy
 from services.adapters.nats_server import free_port
 from services.domain.serving.route_table import Backend, HealthCheck, RouteTable
@@ -99,6 +101,20 @@ async def _unavailable(haproxy: HaproxyProxy) -> bool:
     return False
 
 
+async def _worker_pid(haproxy: HaproxyProxy) -> int:
+    info = await admin.command(str(haproxy.directory / "admin.sock"), "show info")
+    return next(int(x.split(":", 1)[1]) for x in info.splitlines() if x.startswith("Pid:"))
+
+
+async def _gone(pid: int) -> bool:
+    """The process has exited (a zombie nobody reaped holds no socket either)."""
+    try:
+        status = await anyio.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return status.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
 async def _counted(haproxy: HaproxyProxy, n: int) -> bool:
     return (await haproxy.stats())["ep-s"].requests_total == n
 
@@ -110,8 +126,10 @@ async def test_a_dead_haproxy_is_started_again_by_the_next_apply(haproxy: Haprox
         table = RouteTable(routes=(route("a", backend(a)),))
         await haproxy.apply(table)
         assert haproxy.pid is not None
+        worker = await _worker_pid(haproxy)
         os.kill(haproxy.pid, signal.SIGKILL)  # a crash: its worker sees the master go
-        await until(lambda: _unavailable(haproxy), "its worker gone with it")
+        await until(lambda: _gone(worker), "its worker gone with it")
+        assert await _unavailable(haproxy)
         await haproxy.apply(table)
         async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
             assert (await client.get("/e/a/who")).json()["name"] == "a"
