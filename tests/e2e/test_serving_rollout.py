@@ -7,6 +7,7 @@ One `fgpu up` for the module; what runs in another process has no event this tes
 await, so it polls the read API and the proxy, each bounded by a generous deadline."""
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -25,21 +26,33 @@ __all__ = ["served"]  # the module's fgpu up, shared with the proxy's test
 
 
 class Load:
-    """A closed loop of requests on one connection, until stopped (at most ``limit``):
-    every answer's status and model counted."""
+    """A closed loop of requests on one connection, until stopped (bounded by ``limit_s``
+    seconds, not a count: a fast host must not run out of requests mid-rollout): every
+    answer's status and model counted."""
 
-    def __init__(self, url: str, limit: int = 20_000) -> None:
+    def __init__(self, url: str, limit_s: float = 600.0) -> None:
         self.url = url
-        self.limit = limit
+        self.limit_s = limit_s
         self.statuses: Counter[int | str] = Counter()
         self.models: list[str] = []
+        self.ended: str | None = None  # why the loop ended, once it has
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # said by answers_after, not lost in a thread
+            self.ended = f"raised {e!r}"
+            raise
+        self.ended = self.ended or "stopped"
+
+    def _loop(self) -> None:
+        end = time.monotonic() + self.limit_s
         with httpx.Client(timeout=10) as client:
-            for _ in range(self.limit):
-                if self._stop.is_set():
+            while not self._stop.is_set():
+                if time.monotonic() > end:
+                    self.ended = f"ran {self.limit_s} s"
                     return
                 try:
                     r = client.get(self.url)
@@ -49,6 +62,14 @@ class Load:
                 self.statuses[r.status_code] += 1
                 if r.status_code == 200:
                     self.models.append(r.json()["model"])
+
+    def answers_after(self, seen: int, more: int = 20) -> bool | None:
+        """True once ``more`` answers came after the first ``seen``; fails at once if the
+        loop has ended (it would never answer again)."""
+        if len(self.models) > seen + more:
+            return True
+        assert self.ended is None, f"the load ended ({self.ended}): {dict(self.statuses)}"
+        return None
 
     def __enter__(self) -> "Load":
         self._thread.start()
@@ -95,12 +116,12 @@ def test_a_rolling_update_and_a_rollback_under_load_fail_no_request(
         stack.fgpu("serve", "update", NAME, *IMAGE, *SIZE, "--env", "MODEL_NAME=v2", key="alice")
         until(lambda: _settled(stack, 2), "revision 2 rolled out")
         seen = len(load.models)
-        until(lambda: True if len(load.models) > seen + 20 else None, "answers after the update")
+        until(lambda: load.answers_after(seen), "answers after the update")
         after_update = load.models[-10:]
         stack.fgpu("serve", "rollback", NAME, key="alice")
         until(lambda: _settled(stack, 1), "rolled back to revision 1")
         seen = len(load.models)
-        until(lambda: True if len(load.models) > seen + 20 else None, "answers after rollback")
+        until(lambda: load.answers_after(seen), "answers after rollback")
     assert set(after_update) == {"v2"} and set(load.models[-10:]) == {"v1"}
     assert {"v1", "v2"} <= set(load.models)
     failed = {k: n for k, n in load.statuses.items() if k != 200}
