@@ -71,6 +71,17 @@ def _with_own_ids(own: dict[str, str], case: schemathesis.Case) -> schemathesis.
     return case
 
 
+# HTTP's own framing: the HTTP server (uvicorn's h11) answers a malformed one with 400
+# before any route runs, so it is no input of the API's documented operations.
+_FRAMING = frozenset({"content-length", "transfer-encoding", "host", "connection"})
+
+
+def _without_framing(case: schemathesis.Case) -> None:
+    """Drop generated headers that would frame the request rather than reach the API."""
+    for name in [n for n in case.headers or {} if n.lower() in _FRAMING]:
+        del case.headers[name]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=lambda m: m.value)
 def test_the_api_never_fails_a_request(
     w: World, api_schema: schemathesis.BaseSchema, mode: schemathesis.GenerationMode
@@ -94,6 +105,7 @@ def test_the_api_never_fails_a_request(
         )
         @given(case=cases)
         def check(case: schemathesis.Case) -> None:
+            _without_framing(case)
             case.call_and_validate(headers=headers, checks=CHECKS)
 
         try:

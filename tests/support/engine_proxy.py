@@ -63,6 +63,10 @@ class EngineProxy:
         except OSError:
             writer.close()
             return
+        if self._server is None:  # cut while this connection was being made: none kept
+            writer.close()
+            engine_writer.close()
+            return
         self._open |= {writer, engine_writer}
         try:
             await asyncio.gather(
