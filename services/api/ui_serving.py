@@ -1,7 +1,9 @@
-"""The web UI's serving actions: scaling an endpoint, making and revoking its tokens, as
-the user's own requests.
+"""The web UI's serving actions: scaling an endpoint, moving it to one of its revisions
+(a rollback, or a roll forward), setting its autoscaling rule, making and revoking its
+tokens, as the user's own requests.
 
-Each publishes what ``fgpu serve scale`` and ``fgpu serve token create|revoke`` send, on
+Each publishes what ``fgpu serve scale|rollback --to|autoscale`` and ``fgpu serve token
+create|revoke`` send, on
 the user's own connection to the bus (``browser.Acting.serve``), in the user's name; the
 serving actor judges it as it judges the CLI's (an endpoint's owner, its domain's
 administrators, a superadmin may), and the answer waits a little (``DECIDED_WITHIN_S``)
@@ -12,7 +14,8 @@ SHA-256 goes on the log; nothing here keeps it.
 
 Who may use each route (``tests/api/test_ui_serving_writes.py``,
 ``tests/api/test_ui_adversarial.py``):
-- ``POST /ui/endpoints/{ref}/scale``, ``POST /ui/endpoints/{ref}/tokens`` and ``POST
+- ``POST /ui/endpoints/{ref}/scale``, ``POST /ui/endpoints/{ref}/point``, ``POST
+  /ui/endpoints/{ref}/autoscale``, ``POST /ui/endpoints/{ref}/tokens`` and ``POST
   /ui/endpoints/{ref}/tokens/{token_id}/revoke``: a browser session, with its CSRF token
   (``guard.py``), on an endpoint its viewer sees as ``/v1/endpoints/{ref}`` shows it (else
   404, before anything is sent); the serving actor then decides whether the user may.
@@ -20,12 +23,21 @@ Who may use each route (``tests/api/test_ui_serving_writes.py``,
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from events import CreateToken, RevokeToken, ScaleEndpoint, ServeCommand
+from events import (
+    AutoscaleRule,
+    CreateToken,
+    PointEndpoint,
+    RevokeToken,
+    RolloutPolicy,
+    ScaleEndpoint,
+    ServeCommand,
+    SetAutoscale,
+)
 from services.api.browser import BrowserSession
 from services.api.endpoint_routes import seen_endpoint
 from services.api.guard import Browser, Guard
@@ -33,10 +45,10 @@ from services.api.params import NOT_FOUND, Ask, form_request_id
 from services.api.ui_admin import registrar_answer
 from services.api.ui_launch import acting_errors
 from services.domain.request_ids import new_request_id
-from services.domain.serving.rules import MAX_REPLICAS
+from services.domain.serving.rules import MAX_REPLICAS, rule_problem
 from services.domain.serving.tokens import new_token
 
-__all__ = ["ScaleForm", "ServeAsked", "TokenForm", "mount"]
+__all__ = ["AutoscaleForm", "PointForm", "ScaleForm", "ServeAsked", "TokenForm", "mount"]
 
 MAX_TOKEN_DAYS = 3650.0  # as ``fgpu serve token create --days`` allows
 
@@ -48,6 +60,65 @@ class ScaleForm(BaseModel):
 
     replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
     request_id: str | None = Field(default=None, max_length=64)
+
+
+class PointForm(BaseModel):
+    """Move all traffic and replicas to ``revision``, as ``fgpu serve rollback --to``
+    (a rolling update unless ``at_once``; required fields are checked once the endpoint
+    is found, so another's endpoint is answered 404 whatever the form holds)."""
+
+    revision: int | None = Field(default=None, ge=1)
+    at_once: bool = False
+    max_surge: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max_unavailable: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    request_id: str | None = Field(default=None, max_length=64)
+
+    def policy(self) -> RolloutPolicy | None:
+        """The rollout's policy (None: at once). Raises HTTPException 422 when it could
+        not move, as the CLI refuses it."""
+        if self.at_once:
+            return None
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise HTTPException(422, "max surge and max unavailable cannot both be 0")
+        return RolloutPolicy(max_surge=self.max_surge, max_unavailable=self.max_unavailable)
+
+
+class AutoscaleForm(BaseModel):
+    """An autoscaling rule, as ``fgpu serve autoscale`` (or ``off``: none). Judged by the
+    serving rules' own ``rule_problem`` before anything is sent."""
+
+    off: bool = False
+    metric: Literal["rps_per_replica", "in_flight", "p95_ms"] | None = None
+    up: float | None = None
+    down: float | None = None
+    step: int = 1
+    cooldown_s: float = 60.0
+    min_replicas: int = 1
+    max_replicas: int | None = None
+    cold_start_s: float = 30.0
+    request_id: str | None = Field(default=None, max_length=64)
+
+    def rule(self) -> AutoscaleRule | None:
+        """The rule (None: off). Raises HTTPException 422 with the rule's problem."""
+        if self.off:
+            return None
+        metric, up, down, most = self.metric, self.up, self.down, self.max_replicas
+        if metric is None or up is None or down is None or most is None:
+            raise HTTPException(422, "give metric, up, down and max_replicas (or off)")
+        rule = AutoscaleRule(
+            metric=metric,
+            up=up,
+            down=down,
+            step=self.step,
+            cooldown_s=self.cooldown_s,
+            min_replicas=self.min_replicas,
+            max_replicas=most,
+            cold_start_s=self.cold_start_s,
+        )
+        problem = rule_problem(rule)
+        if problem is not None:
+            raise HTTPException(422, problem)
+        return rule
 
 
 class TokenForm(BaseModel):
@@ -70,6 +141,9 @@ class ServeAsked(BaseModel):
     expires_at: datetime | None = None
 
 
+Asked = Callable[[BrowserSession, ServeCommand, str], Awaitable[ServeAsked]]
+
+
 def mount(
     app: FastAPI, query: Ask[Any], guard: Guard, moved: Callable[[int], Awaitable[int]]
 ) -> None:
@@ -90,6 +164,13 @@ def mount(
             refused=None if row is None or applied else row["reason"],
         )
 
+    _mount_replicas(app, query, asked)
+    _mount_tokens(app, query, asked)
+
+
+def _mount_replicas(app: FastAPI, query: Ask[Any], asked: Asked) -> None:
+    """What runs: the replicas' count, the revision taking the traffic, the rule."""
+
     @app.post("/ui/endpoints/{ref}/scale", include_in_schema=False, responses=NOT_FOUND)
     async def scale(ref: str, who: Browser, form: ScaleForm | None = None) -> ServeAsked:
         """Run this many replicas of an endpoint the viewer sees (what ``fgpu serve
@@ -100,6 +181,34 @@ def mount(
             raise HTTPException(422, "give replicas: how many")
         command = ScaleEndpoint(endpoint_id=ep.endpoint_id, replicas=form.replicas)
         return await asked(s, command, form_request_id(form.request_id))
+
+    @app.post("/ui/endpoints/{ref}/point", include_in_schema=False, responses=NOT_FOUND)
+    async def point(ref: str, who: Browser, form: PointForm | None = None) -> ServeAsked:
+        """Move an endpoint the viewer sees to one of its revisions (what ``fgpu serve
+        rollback --to`` sends): a rollback, or a roll forward to a newer one."""
+        s, viewer = who
+        ep = await seen_endpoint(query, viewer.scope, ref)
+        if form is None or form.revision is None:
+            raise HTTPException(422, "give revision: which")
+        command = PointEndpoint(
+            endpoint_id=ep.endpoint_id, revision=form.revision, rollout=form.policy()
+        )
+        return await asked(s, command, form_request_id(form.request_id))
+
+    @app.post("/ui/endpoints/{ref}/autoscale", include_in_schema=False, responses=NOT_FOUND)
+    async def autoscale(ref: str, who: Browser, form: AutoscaleForm | None = None) -> ServeAsked:
+        """Set the autoscaling rule of an endpoint the viewer sees (what ``fgpu serve
+        autoscale`` sends), or turn it off."""
+        s, viewer = who
+        ep = await seen_endpoint(query, viewer.scope, ref)
+        if form is None:
+            raise HTTPException(422, "give a rule, or off")
+        command = SetAutoscale(endpoint_id=ep.endpoint_id, rule=form.rule())
+        return await asked(s, command, form_request_id(form.request_id))
+
+
+def _mount_tokens(app: FastAPI, query: Ask[Any], asked: Asked) -> None:
+    """Who may call it: tokens made and revoked."""
 
     @app.post("/ui/endpoints/{ref}/tokens", include_in_schema=False, responses=NOT_FOUND)
     async def token(ref: str, who: Browser, form: TokenForm | None = None) -> ServeAsked:

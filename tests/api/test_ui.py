@@ -217,6 +217,8 @@ ROUTES: dict[tuple[str, str], str] = {
     # An endpoint the viewer sees (else 404), judged by the serving actor
     # (test_ui_serving_writes.py; another's: test_ui_adversarial.py).
     ("POST", "/ui/endpoints/{ref}/scale"): "holder",
+    ("POST", "/ui/endpoints/{ref}/point"): "holder",
+    ("POST", "/ui/endpoints/{ref}/autoscale"): "holder",
     ("POST", "/ui/endpoints/{ref}/tokens"): "holder",
     ("POST", "/ui/endpoints/{ref}/tokens/{token_id}/revoke"): "holder",
 }

@@ -10,7 +10,8 @@ nothing after the attempts but the access audit's records, and the victim's sess
 
 The victim has an endpoint too (0 replicas): the Serving page's reads of endpoints
 (``/v1/endpoints``) neither list it nor name it to another, and its writes (scale, a
-token made or revoked) reach it for none of them.
+move to a revision, an autoscaling rule, a token made or revoked) reach it for none of
+them.
 
 ``TABLE`` names every route the app serves under ``/ui``, at ``/`` and under
 ``/v1/endpoints``, and every route with a session in its path, with how it is tried: a
@@ -92,6 +93,9 @@ TABLE: dict[tuple[str, str], str] = {
     # The Serving page's writes (ui_serving.py), each on the victim's endpoint: 404 before
     # anything is sent (test_ui_serving_writes.py has its domain's admin allowed).
     ("POST", "/ui/endpoints/{ref}/scale"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/point"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/point#by-id"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/autoscale"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/tokens"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/tokens#by-id"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/tokens/{token_id}/revoke"): VICTIMS,

@@ -1,9 +1,10 @@
 """The Serving page in a real headless browser: a user lists its own endpoints only (not
 another user's), opens one (its path through the proxy, its revision and traffic share,
-its token by id), scales it, makes a token (shown once) and revokes another with the
-page's forms, and another user's endpoint asked for by its address is answered as one
-that does not exist, nothing of it shown; nothing the page's Content-Security-Policy
-refuses. A screenshot is saved and its path printed."""
+its token by id), scales it, moves all traffic back to its first revision, sets and turns
+off its autoscaling, makes a token (shown once) and revokes another with the page's
+forms, and another user's endpoint asked for by its address is answered as one that does
+not exist, nothing of it shown; nothing the page's Content-Security-Policy refuses. A
+screenshot is saved and its path printed."""
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -11,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from events import CreateEndpoint, CreateToken, EndpointCreated, RevisionSpec, Slots, TokenCreated
+from events import (
+    AddRevision,
+    CreateEndpoint,
+    CreateToken,
+    EndpointCreated,
+    RevisionSpec,
+    ServeRefused,
+    Slots,
+    TokenCreated,
+)
 from tests.support.browser import browser_or_skip, chrome
 from tests.support.ui_pages import ServingPage
 from tests.support.ui_world import UiWorld, ui_world
@@ -51,6 +61,19 @@ def test_a_user_sees_its_own_endpoints_and_not_anothers(w: UiWorld, tmp_path: Pa
         # The writes: each alice's own request, the serving actor's answer said.
         assert page.scale(2) == "done"
         page.until(lambda d: page.css("#endpoint-revisions tbody tr")[0].endswith(" 2"), "2 wanted")
+        # A second revision takes all traffic (as fgpu serve update --at-once); the page,
+        # told by the stream, offers to move it back to r1, and does.
+        v2 = AddRevision(endpoint_id="ep-alice", revision=SPEC)
+        assert not isinstance(w.serve("alice", v2), ServeRefused)
+        page.until(lambda d: page.css('button[data-point="1"]'), "r1 offered")
+        assert page.point(1, at_once=True) == "done"
+        page.until(lambda d: page.css('button[data-point="2"]'), "r2 offered, r1 taking all")
+        assert page.css('tr[data-revision="1"] td.traffic') == ["100 %"]
+        rule = {"up": 4, "down": 1, "min": 0, "max": 3, "cooldown": 5}
+        assert page.autoscale("in_flight", rule) == "done"
+        page.until(lambda d: "in_flight up > 4" in page.css("#endpoint-autoscale")[0], "the rule")
+        assert page.autoscale_off() == "done"
+        page.until(lambda d: page.css("#endpoint-autoscale") == ["autoscaling: off"], "off")
         said, token = page.make_token()
         assert said == "done" and token.startswith("fgt_")
         assert len(page.css("#endpoint-tokens tbody tr")) == 2

@@ -1,8 +1,10 @@
 """The web UI's serving actions through its routes, with a browser session's cookie: an
-endpoint scaled, a token made (shown in the answer once, only its SHA-256 on the log) and
-revoked, each as the user's own serve request, judged by the serving actor; its domain's
-admin may too; another user is answered 404 and nothing is sent; a bad count is refused
-before anything is sent; every write needs its CSRF token."""
+endpoint scaled, moved to another of its revisions (a rollback, a roll forward), its
+autoscaling rule set and turned off, a token made (shown in the answer once, only its
+SHA-256 on the log) and revoked, each as the user's own serve request, judged by the
+serving actor; its domain's admin may too; another user is answered 404 and nothing is
+sent; a bad count, revision or rule is refused before anything is sent; every write
+needs its CSRF token."""
 
 import hashlib
 from collections.abc import Iterator
@@ -12,12 +14,20 @@ import httpx
 import pytest
 
 from events import (
+    AddRevision,
+    AutoscaleRule,
+    AutoscaleSet,
     CreateEndpoint,
     EndpointCreated,
+    PointEndpoint,
     ReplicasSet,
     RevisionSpec,
     Role,
+    RolloutPolicy,
+    RolloutStarted,
+    ServeRefused,
     ServeRequested,
+    SetAutoscale,
     Slots,
     TokenCreated,
     TokenRevoked,
@@ -78,6 +88,52 @@ def test_the_owner_scales_and_makes_and_revokes_a_token_as_its_own_requests(w: U
     assert again["refused"] == f"endpoint alices has no live token {made['token_id']}"
 
 
+def test_the_owner_moves_its_endpoint_between_revisions_as_its_own_requests(
+    w: UiWorld,
+) -> None:
+    ask = CreateEndpoint(endpoint_id="ep-r", name="revs", revision=SPEC, replicas=0)
+    assert isinstance(w.serve("alice", ask), EndpointCreated)
+    v2 = AddRevision(endpoint_id="ep-r", revision=SPEC)
+    assert not isinstance(w.serve("alice", v2), ServeRefused)
+    before = w.last_seq()
+    r = _write(w, "alice", "/ui/endpoints/revs/point", json={"revision": 1})
+    assert r.status_code == 200 and r.json()["applied"], r.text  # back to revision 1
+    stored = [e for _, e in w.stored_since(before)]
+    [asked] = [e for e in stored if isinstance(e, ServeRequested)]
+    assert asked.requester == w.keys["alice"][0]
+    assert asked.command == PointEndpoint(
+        endpoint_id="ep-r", revision=1, rollout=RolloutPolicy(max_surge=1, max_unavailable=0)
+    )
+    assert any(isinstance(e, RolloutStarted) and e.revision == 1 for e in stored)
+
+    r = _write(w, "alice", "/ui/endpoints/ep-r/point", json={"revision": 2, "at_once": True})
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [_, again] = [e for _, e in w.stored_since(before) if isinstance(e, ServeRequested)]
+    assert again.command == PointEndpoint(endpoint_id="ep-r", revision=2, rollout=None)
+
+    r = _write(w, "alice", "/ui/endpoints/revs/point", json={"revision": 9}).json()
+    assert r["decided"] and not r["applied"] and r["code"] == "invalid", r
+
+
+def test_the_owner_sets_and_turns_off_autoscaling_as_its_own_requests(w: UiWorld) -> None:
+    before = w.last_seq()
+    rule = {"metric": "in_flight", "up": 4, "down": 1, "min_replicas": 0, "max_replicas": 3}
+    r = _write(w, "alice", "/ui/endpoints/alices/autoscale", json={**rule, "cooldown_s": 5})
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [set_] = [e for _, e in w.stored_since(before) if isinstance(e, AutoscaleSet)]
+    assert set_.rule == AutoscaleRule(
+        metric="in_flight", up=4, down=1, min_replicas=0, max_replicas=3, cooldown_s=5
+    )
+    assert set_.requester == w.keys["alice"][0]
+    assert _endpoint(w)["autoscale"]["max_replicas"] == 3
+
+    r = _write(w, "alice", "/ui/endpoints/alices/autoscale", json={"off": True})
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [_, off] = [e for _, e in w.stored_since(before) if isinstance(e, ServeRequested)]
+    assert off.command == SetAutoscale(endpoint_id="ep-a", rule=None)
+    assert _endpoint(w)["autoscale"] is None
+
+
 def test_its_domains_admin_may_and_another_user_is_told_of_no_endpoint(w: UiWorld) -> None:
     r = _write(w, "dana", "/ui/endpoints/alices/scale", json={"replicas": 0})
     assert r.status_code == 200 and r.json()["applied"], r.text
@@ -86,6 +142,8 @@ def test_its_domains_admin_may_and_another_user_is_told_of_no_endpoint(w: UiWorl
         ("/ui/endpoints/alices/scale", {"replicas": 3}),
         ("/ui/endpoints/ep-a/tokens", {}),
         ("/ui/endpoints/alices/tokens/t1/revoke", None),
+        ("/ui/endpoints/alices/point", {"revision": 1}),
+        ("/ui/endpoints/ep-a/autoscale", {"off": True}),
     ):
         r = _write(w, "bob", url, json=body)
         assert r.status_code == 404, r.text
@@ -99,6 +157,23 @@ def test_a_bad_count_or_a_write_without_its_csrf_token_sends_nothing(w: UiWorld)
         r = _write(w, "alice", "/ui/endpoints/alices/scale", json=body)
         assert r.status_code == 422, r.text
     r = _write(w, "alice", "/ui/endpoints/alices/tokens", json={"days": 0})
+    assert r.status_code == 422, r.text
+    for body in (
+        {},
+        {"revision": 0},
+        {"revision": 1, "max_surge": 0, "max_unavailable": 0},
+    ):
+        r = _write(w, "alice", "/ui/endpoints/alices/point", json=body)
+        assert r.status_code == 422, r.text
+    rule = {"metric": "in_flight", "up": 4, "down": 1, "max_replicas": 3}
+    for body, said in (
+        ({**rule, "down": 4}, "autoscaling wants 0 <= down < up"),
+        ({**rule, "max_replicas": 65}, "autoscaling wants 0 <= min <= max <= 64 and max >= 1"),
+        ({"metric": "in_flight", "up": 4}, "give metric, up, down and max_replicas (or off)"),
+    ):
+        r = _write(w, "alice", "/ui/endpoints/alices/autoscale", json=body)
+        assert r.status_code == 422 and r.json()["detail"] == said, r.text
+    r = _write(w, "alice", "/ui/endpoints/alices/autoscale", json={**rule, "metric": "cpu"})
     assert r.status_code == 422, r.text
     r = _write(w, "alice", "/ui/endpoints/alices/tokens", headers={"X-CSRF-Token": "x" * 43})
     assert r.status_code == 403, r.text

@@ -436,6 +436,40 @@ class ServingPage(SessionsPage):
         said = self._answered("#token-result", self.d.find_element(By.ID, "token-create").click)
         return said, self.css("#token-value")[0]
 
+    def point(self, revision: int, *, at_once: bool) -> str:
+        """All traffic moved to ``revision`` with its row's button (``at_once``: the box
+        ticked, else a rolling update): what the page says of the answer."""
+        from selenium.webdriver.common.by import By
+
+        box = self.d.find_element(By.ID, "endpoint-point-at-once")
+        if box.is_selected() != at_once:
+            box.click()
+        button = self.d.find_element(By.CSS_SELECTOR, f'button[data-point="{revision}"]')
+        return self._answered("#endpoint-point-result", button.click)
+
+    def autoscale(self, metric: str, fields: dict[str, float]) -> str:
+        """The autoscaling form filled (``fields`` by input id suffix: up, down, min, max,
+        step, cooldown) and sent: what the page says of the answer."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        Select(self.d.find_element(By.ID, "autoscale-metric")).select_by_value(metric)
+        for name, value in fields.items():
+            box = self.d.find_element(By.ID, f"autoscale-{name}")
+            box.clear()
+            box.send_keys(f"{value:g}")
+        return self._answered(
+            "#autoscale-result", self.d.find_element(By.ID, "autoscale-set").click
+        )
+
+    def autoscale_off(self) -> str:
+        """Autoscaling turned off with its button: what the page says."""
+        from selenium.webdriver.common.by import By
+
+        return self._answered(
+            "#autoscale-result", self.d.find_element(By.ID, "autoscale-off").click
+        )
+
     def revoke(self, token_id: str) -> str:
         """Token ``token_id`` revoked with its row's button: what the page says."""
         from selenium.webdriver.common.by import By

@@ -4,8 +4,8 @@
 // their traffic share, replicas with phase and rotation, the rolling update's progress,
 // the autoscaling rule and the tokens (id and expiry: the read API never holds a secret).
 // Read again when the event stream brings news of endpoints or their replicas.
-// Its writes (ui_serving.py) are the user's own serve requests, as `fgpu serve scale` and
-// `fgpu serve token create|revoke` send them, answered as the serving actor judged them:
+// Its writes (ui_serving.py) are the user's own serve requests, as `fgpu serve scale`,
+// `rollback --to`, `autoscale` and `token create|revoke` send them, answered as the serving actor judged them:
 // a new token is shown once, from the answer, and is nowhere else.
 
 const $ = (selector) => document.querySelector(selector);
@@ -71,7 +71,11 @@ function revisionRow(r, wanted) {
     el("td", {}, r.slots.fgpu), el("td", {}, r.slots.cpu), el("td", {}, r.health_path || ""),
     // Which variable holds which of the owner's secrets: names only, as the API has them.
     el("td", { class: "secrets" }, (r.secrets || []).map((x) => `${x.variable}=${x.secret}`).join(", ")),
-    el("td", { class: "traffic" }, `${r.traffic} %`), el("td", {}, String(wanted.get(r.revision) || 0)));
+    el("td", { class: "traffic" }, `${r.traffic} %`), el("td", {}, String(wanted.get(r.revision) || 0)),
+    // Any revision not taking all the traffic may take it: a rollback, or a roll forward.
+    el("td", {}, r.traffic === 100 ? null : el("button",
+      { type: "button", class: "point", "data-point": String(r.revision), onclick: () => point(r.revision) },
+      `move all traffic to r${r.revision}`)));
 }
 
 function replicaRow(r) {
@@ -142,12 +146,34 @@ async function makeToken(event) {
   }
 }
 
+async function point(revision) {
+  const atOnce = $("#endpoint-point-at-once").checked;
+  await ask(`${here()}/point`, { revision, at_once: atOnce }, "#endpoint-point-result");
+}
+
+async function setAutoscale(event) {
+  event.preventDefault();
+  const n = (id) => Number($(id).value);
+  const rule = {
+    metric: $("#autoscale-metric").value, up: n("#autoscale-up"), down: n("#autoscale-down"),
+    min_replicas: n("#autoscale-min"), max_replicas: n("#autoscale-max"), step: n("#autoscale-step"),
+    cooldown_s: n("#autoscale-cooldown"),
+  };
+  await ask(`${here()}/autoscale`, rule, "#autoscale-result");
+}
+
+async function autoscaleOff() {
+  await ask(`${here()}/autoscale`, { off: true }, "#autoscale-result");
+}
+
 async function revokeToken(tokenId) {
   await ask(`${here()}/tokens/${encodeURIComponent(tokenId)}/revoke`, undefined, "#token-result");
 }
 
 $("#endpoint-scale-form").addEventListener("submit", scale);
 $("#token-form").addEventListener("submit", makeToken);
+$("#endpoint-autoscale-form").addEventListener("submit", setAutoscale);
+$("#autoscale-off").addEventListener("click", autoscaleOff);
 
 async function loadOne() {
   const ep = await page.ctx.call("GET", `/v1/endpoints/${encodeURIComponent(page.name)}`);
@@ -183,7 +209,7 @@ export async function show(name, ctx) {
   if (name !== null) { // nothing of the endpoint shown before stays while this one is read
     delete document.body.dataset.endpointShown;
     for (const id of ["#endpoint-title-name", "#endpoint-summary", "#endpoint-rollout", "#endpoint-autoscale",
-      "#endpoint-scale-result", "#token-result", "#token-value"]) {
+      "#endpoint-scale-result", "#endpoint-point-result", "#autoscale-result", "#token-result", "#token-value"]) {
       $(id).textContent = "";
     }
     $("#token-new").hidden = true;
