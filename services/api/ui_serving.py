@@ -1,24 +1,23 @@
 """The web UI's serving actions: scaling an endpoint, moving it to one of its revisions
-(a rollback, or a roll forward), setting its autoscaling rule, making and revoking its
-tokens, as the user's own requests.
+(a rollback, or a roll forward), splitting its traffic between revisions, setting its
+autoscaling rule, making and revoking its tokens, as the user's own requests.
 
-Each publishes what ``fgpu serve scale|rollback --to|autoscale`` and ``fgpu serve token
-create|revoke`` send, on
-the user's own connection to the bus (``browser.Acting.serve``), in the user's name; the
-serving actor judges it as it judges the CLI's (an endpoint's owner, its domain's
-administrators, a superadmin may), and the answer waits a little (``DECIDED_WITHIN_S``)
-for that judgement, which comes back as the log gave it.
+Each publishes what ``fgpu serve scale|rollback --to|traffic|autoscale`` and ``fgpu serve
+token create|revoke`` send, on the user's own connection to the bus
+(``browser.Acting.serve``), in the user's name; the serving actor judges it as it judges
+the CLI's (an endpoint's owner, its domain's administrators, a superadmin may), and the
+answer waits a little (``DECIDED_WITHIN_S``) for that judgement, which comes back as the
+log gave it.
 
 A token is made here, as the CLI makes it: the answer shows it once, and only its
 SHA-256 goes on the log; nothing here keeps it.
 
 Who may use each route (``tests/api/test_ui_serving_writes.py``,
-``tests/api/test_ui_adversarial.py``):
-- ``POST /ui/endpoints/{ref}/scale``, ``POST /ui/endpoints/{ref}/point``, ``POST
-  /ui/endpoints/{ref}/autoscale``, ``POST /ui/endpoints/{ref}/tokens`` and ``POST
-  /ui/endpoints/{ref}/tokens/{token_id}/revoke``: a browser session, with its CSRF token
-  (``guard.py``), on an endpoint its viewer sees as ``/v1/endpoints/{ref}`` shows it (else
-  404, before anything is sent); the serving actor then decides whether the user may.
+``tests/api/test_ui_adversarial.py``): ``POST /ui/endpoints/{ref}/scale``, ``.../point``,
+``.../traffic``, ``.../autoscale``, ``.../tokens`` and ``.../tokens/{token_id}/revoke``:
+a browser session, with its CSRF token (``guard.py``), on an endpoint its viewer sees as
+``/v1/endpoints/{ref}`` shows it (else 404, before anything is sent); the serving actor
+then decides whether the user may.
 """
 
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,8 @@ from events import (
     ScaleEndpoint,
     ServeCommand,
     SetAutoscale,
+    SetTraffic,
+    TrafficShare,
 )
 from services.api.browser import BrowserSession
 from services.api.endpoint_routes import seen_endpoint
@@ -48,7 +49,16 @@ from services.domain.request_ids import new_request_id
 from services.domain.serving.rules import MAX_REPLICAS, rule_problem
 from services.domain.serving.tokens import new_token
 
-__all__ = ["AutoscaleForm", "PointForm", "ScaleForm", "ServeAsked", "TokenForm", "mount"]
+__all__ = [
+    "AutoscaleForm",
+    "PointForm",
+    "ScaleForm",
+    "ServeAsked",
+    "ShareIn",
+    "TokenForm",
+    "TrafficForm",
+    "mount",
+]
 
 MAX_TOKEN_DAYS = 3650.0  # as ``fgpu serve token create --days`` allows
 
@@ -81,6 +91,21 @@ class PointForm(BaseModel):
         if self.max_surge == 0 and self.max_unavailable == 0:
             raise HTTPException(422, "max surge and max unavailable cannot both be 0")
         return RolloutPolicy(max_surge=self.max_surge, max_unavailable=self.max_unavailable)
+
+
+class ShareIn(BaseModel):
+    revision: int = Field(ge=1)
+    traffic: int = Field(ge=0, le=100)
+
+
+class TrafficForm(BaseModel):
+    """The traffic split, whole, as ``fgpu serve traffic`` (a revision not named runs no
+    replica; ``replicas`` for a named one that has none). Whether the shares make 100 and
+    name revisions the endpoint has is the serving actor's to judge, as the CLI's."""
+
+    shares: list[ShareIn] = Field(default_factory=list, max_length=MAX_REPLICAS)
+    replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
+    request_id: str | None = Field(default=None, max_length=64)
 
 
 class AutoscaleForm(BaseModel):
@@ -193,6 +218,18 @@ def _mount_replicas(app: FastAPI, query: Ask[Any], asked: Asked) -> None:
         command = PointEndpoint(
             endpoint_id=ep.endpoint_id, revision=form.revision, rollout=form.policy()
         )
+        return await asked(s, command, form_request_id(form.request_id))
+
+    @app.post("/ui/endpoints/{ref}/traffic", include_in_schema=False, responses=NOT_FOUND)
+    async def traffic(ref: str, who: Browser, form: TrafficForm | None = None) -> ServeAsked:
+        """Split the traffic of an endpoint the viewer sees between its revisions (what
+        ``fgpu serve traffic`` sends): blue/green."""
+        s, viewer = who
+        ep = await seen_endpoint(query, viewer.scope, ref)
+        if form is None or not form.shares:
+            raise HTTPException(422, "give shares: each revision's percent of the traffic")
+        split = tuple(TrafficShare(revision=x.revision, traffic=x.traffic) for x in form.shares)
+        command = SetTraffic(endpoint_id=ep.endpoint_id, shares=split, replicas=form.replicas)
         return await asked(s, command, form_request_id(form.request_id))
 
     @app.post("/ui/endpoints/{ref}/autoscale", include_in_schema=False, responses=NOT_FOUND)

@@ -218,6 +218,7 @@ ROUTES: dict[tuple[str, str], str] = {
     # (test_ui_serving_writes.py; another's: test_ui_adversarial.py).
     ("POST", "/ui/endpoints/{ref}/scale"): "holder",
     ("POST", "/ui/endpoints/{ref}/point"): "holder",
+    ("POST", "/ui/endpoints/{ref}/traffic"): "holder",
     ("POST", "/ui/endpoints/{ref}/autoscale"): "holder",
     ("POST", "/ui/endpoints/{ref}/tokens"): "holder",
     ("POST", "/ui/endpoints/{ref}/tokens/{token_id}/revoke"): "holder",

@@ -10,8 +10,8 @@ nothing after the attempts but the access audit's records, and the victim's sess
 
 The victim has an endpoint too (0 replicas): the Serving page's reads of endpoints
 (``/v1/endpoints``) neither list it nor name it to another, and its writes (scale, a
-move to a revision, an autoscaling rule, a token made or revoked) reach it for none of
-them.
+move to a revision, a traffic split, an autoscaling rule, a token made or revoked) reach
+it for none of them.
 
 ``TABLE`` names every route the app serves under ``/ui``, at ``/`` and under
 ``/v1/endpoints``, and every route with a session in its path, with how it is tried: a
@@ -95,6 +95,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("POST", "/ui/endpoints/{ref}/scale"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/point"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/point#by-id"): VICTIMS,
+    ("POST", "/ui/endpoints/{ref}/traffic"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/autoscale"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/tokens"): VICTIMS,
     ("POST", "/ui/endpoints/{ref}/tokens#by-id"): VICTIMS,

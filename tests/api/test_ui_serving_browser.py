@@ -1,6 +1,6 @@
 """The Serving page in a real headless browser: a user lists its own endpoints only (not
 another user's), opens one (its path through the proxy, its revision and traffic share,
-its token by id), scales it, moves all traffic back to its first revision, sets and turns
+its token by id), scales it, moves all traffic back to its first revision, splits it, sets and turns
 off its autoscaling, makes a token (shown once) and revokes another with the page's
 forms, and another user's endpoint asked for by its address is answered as one that does
 not exist, nothing of it shown; nothing the page's Content-Security-Policy refuses. A
@@ -69,6 +69,8 @@ def test_a_user_sees_its_own_endpoints_and_not_anothers(w: UiWorld, tmp_path: Pa
         assert page.point(1, at_once=True) == "done"
         page.until(lambda d: page.css('button[data-point="2"]'), "r2 offered, r1 taking all")
         assert page.css('tr[data-revision="1"] td.traffic') == ["100 %"]
+        assert page.split({1: 50, 2: 50}) == "done"  # blue/green, half each
+        page.until(lambda d: page.css("#endpoint-revisions td.traffic") == ["50 %", "50 %"], "half")
         rule = {"up": 4, "down": 1, "min": 0, "max": 3, "cooldown": 5}
         assert page.autoscale("in_flight", rule) == "done"
         page.until(lambda d: "in_flight up > 4" in page.css("#endpoint-autoscale")[0], "the rule")

@@ -1,10 +1,10 @@
 """The web UI's serving actions through its routes, with a browser session's cookie: an
 endpoint scaled, moved to another of its revisions (a rollback, a roll forward), its
-autoscaling rule set and turned off, a token made (shown in the answer once, only its
-SHA-256 on the log) and revoked, each as the user's own serve request, judged by the
-serving actor; its domain's admin may too; another user is answered 404 and nothing is
-sent; a bad count, revision or rule is refused before anything is sent; every write
-needs its CSRF token."""
+traffic split between two, its autoscaling rule set and turned off, a token made (shown
+in the answer once, only its SHA-256 on the log) and revoked, each as the user's own
+serve request, judged by the serving actor; its domain's admin may too; another user is
+answered 404 and nothing is sent; a bad count, revision or rule is refused before
+anything is sent; every write needs its CSRF token."""
 
 import hashlib
 from collections.abc import Iterator
@@ -28,9 +28,11 @@ from events import (
     ServeRefused,
     ServeRequested,
     SetAutoscale,
+    SetTraffic,
     Slots,
     TokenCreated,
     TokenRevoked,
+    TrafficShare,
 )
 from tests.support.ui_world import UiWorld, ui_world
 
@@ -115,6 +117,29 @@ def test_the_owner_moves_its_endpoint_between_revisions_as_its_own_requests(
     assert r["decided"] and not r["applied"] and r["code"] == "invalid", r
 
 
+def test_the_owner_splits_the_traffic_as_its_own_request(w: UiWorld) -> None:
+    ask = CreateEndpoint(endpoint_id="ep-s", name="split", revision=SPEC, replicas=0)
+    assert isinstance(w.serve("alice", ask), EndpointCreated)
+    v2 = AddRevision(endpoint_id="ep-s", revision=SPEC)
+    assert not isinstance(w.serve("alice", v2), ServeRefused)
+    before = w.last_seq()
+    halves = [{"revision": 1, "traffic": 50}, {"revision": 2, "traffic": 50}]
+    r = _write(w, "alice", "/ui/endpoints/split/traffic", json={"shares": halves})
+    assert r.status_code == 200 and r.json()["applied"], r.text
+    [asked] = [e for _, e in w.stored_since(before) if isinstance(e, ServeRequested)]
+    assert asked.requester == w.keys["alice"][0]
+    assert asked.command == SetTraffic(
+        endpoint_id="ep-s",
+        shares=(TrafficShare(revision=1, traffic=50), TrafficShare(revision=2, traffic=50)),
+    )
+    http, _ = w.sign_in("alice")
+    shown = http.get("/v1/endpoints/split").json()["revisions"]
+    assert [(x["revision"], x["traffic"]) for x in shown] == [(1, 50), (2, 50)]
+    short = [{"revision": 1, "traffic": 60}]  # not 100: the serving actor's to refuse
+    r = _write(w, "alice", "/ui/endpoints/ep-s/traffic", json={"shares": short}).json()
+    assert r["decided"] and not r["applied"] and r["code"] == "invalid", r
+
+
 def test_the_owner_sets_and_turns_off_autoscaling_as_its_own_requests(w: UiWorld) -> None:
     before = w.last_seq()
     rule = {"metric": "in_flight", "up": 4, "down": 1, "min_replicas": 0, "max_replicas": 3}
@@ -144,6 +169,7 @@ def test_its_domains_admin_may_and_another_user_is_told_of_no_endpoint(w: UiWorl
         ("/ui/endpoints/alices/tokens/t1/revoke", None),
         ("/ui/endpoints/alices/point", {"revision": 1}),
         ("/ui/endpoints/ep-a/autoscale", {"off": True}),
+        ("/ui/endpoints/alices/traffic", {"shares": [{"revision": 1, "traffic": 100}]}),
     ):
         r = _write(w, "bob", url, json=body)
         assert r.status_code == 404, r.text
@@ -164,6 +190,14 @@ def test_a_bad_count_or_a_write_without_its_csrf_token_sends_nothing(w: UiWorld)
         {"revision": 1, "max_surge": 0, "max_unavailable": 0},
     ):
         r = _write(w, "alice", "/ui/endpoints/alices/point", json=body)
+        assert r.status_code == 422, r.text
+    for body in (
+        {},
+        {"shares": []},
+        {"shares": [{"revision": 1, "traffic": 101}]},
+        {"shares": [{"revision": 0, "traffic": 100}]},
+    ):
+        r = _write(w, "alice", "/ui/endpoints/alices/traffic", json=body)
         assert r.status_code == 422, r.text
     rule = {"metric": "in_flight", "up": 4, "down": 1, "max_replicas": 3}
     for body, said in (

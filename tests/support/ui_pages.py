@@ -447,6 +447,18 @@ class ServingPage(SessionsPage):
         button = self.d.find_element(By.CSS_SELECTOR, f'button[data-point="{revision}"]')
         return self._answered("#endpoint-point-result", button.click)
 
+    def split(self, shares: dict[int, int]) -> str:
+        """The traffic split by typing each revision's new share and its button: what
+        the page says of the answer."""
+        from selenium.webdriver.common.by import By
+
+        for revision, share in shares.items():
+            box = self.d.find_element(By.CSS_SELECTOR, f'input[data-share="{revision}"]')
+            box.clear()
+            box.send_keys(str(share))
+        button = self.d.find_element(By.ID, "endpoint-traffic-set")
+        return self._answered("#endpoint-traffic-result", button.click)
+
     def autoscale(self, metric: str, fields: dict[str, float]) -> str:
         """The autoscaling form filled (``fields`` by input id suffix: up, down, min, max,
         step, cooldown) and sent: what the page says of the answer."""

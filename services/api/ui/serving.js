@@ -5,11 +5,12 @@
 // the autoscaling rule and the tokens (id and expiry: the read API never holds a secret).
 // Read again when the event stream brings news of endpoints or their replicas.
 // Its writes (ui_serving.py) are the user's own serve requests, as `fgpu serve scale`,
-// `rollback --to`, `autoscale` and `token create|revoke` send them, answered as the serving actor judged them:
+// `rollback --to`, `traffic`, `autoscale` and `token create|revoke` send them, answered as the serving actor judged them:
 // a new token is shown once, from the answer, and is nowhere else.
 
 const $ = (selector) => document.querySelector(selector);
-const page = { ctx: null, name: null, shown: false };
+// typed: the new traffic shares typed by revision, kept while the page is read again.
+const page = { ctx: null, name: null, shown: false, typed: new Map() };
 
 // The events after which the page is read again (beside the sessions', its replicas').
 export const SERVING_EVENTS = [
@@ -72,6 +73,11 @@ function revisionRow(r, wanted) {
     // Which variable holds which of the owner's secrets: names only, as the API has them.
     el("td", { class: "secrets" }, (r.secrets || []).map((x) => `${x.variable}=${x.secret}`).join(", ")),
     el("td", { class: "traffic" }, `${r.traffic} %`), el("td", {}, String(wanted.get(r.revision) || 0)),
+    el("td", {}, el("input", {
+      type: "number", min: "0", max: "100", step: "1", class: "share", "data-share": String(r.revision),
+      value: page.typed.get(r.revision) ?? String(r.traffic),
+      oninput: (e) => page.typed.set(r.revision, e.target.value),
+    })),
     // Any revision not taking all the traffic may take it: a rollback, or a roll forward.
     el("td", {}, r.traffic === 100 ? null : el("button",
       { type: "button", class: "point", "data-point": String(r.revision), onclick: () => point(r.revision) },
@@ -151,6 +157,14 @@ async function point(revision) {
   await ask(`${here()}/point`, { revision, at_once: atOnce }, "#endpoint-point-result");
 }
 
+async function split() {
+  const shares = [...document.querySelectorAll("#endpoint-revisions input.share")]
+    .map((box) => ({ revision: Number(box.dataset.share), traffic: Number(box.value) }))
+    .filter((share) => share.traffic > 0); // a revision not named runs no replica
+  const answer = await ask(`${here()}/traffic`, { shares }, "#endpoint-traffic-result");
+  if (answer && answer.applied) { page.typed.clear(); refresh(); }
+}
+
 async function setAutoscale(event) {
   event.preventDefault();
   const n = (id) => Number($(id).value);
@@ -174,6 +188,7 @@ $("#endpoint-scale-form").addEventListener("submit", scale);
 $("#token-form").addEventListener("submit", makeToken);
 $("#endpoint-autoscale-form").addEventListener("submit", setAutoscale);
 $("#autoscale-off").addEventListener("click", autoscaleOff);
+$("#endpoint-traffic-set").addEventListener("click", split);
 
 async function loadOne() {
   const ep = await page.ctx.call("GET", `/v1/endpoints/${encodeURIComponent(page.name)}`);
@@ -209,11 +224,13 @@ export async function show(name, ctx) {
   if (name !== null) { // nothing of the endpoint shown before stays while this one is read
     delete document.body.dataset.endpointShown;
     for (const id of ["#endpoint-title-name", "#endpoint-summary", "#endpoint-rollout", "#endpoint-autoscale",
-      "#endpoint-scale-result", "#endpoint-point-result", "#autoscale-result", "#token-result", "#token-value"]) {
+      "#endpoint-scale-result", "#endpoint-point-result", "#endpoint-traffic-result", "#autoscale-result",
+      "#token-result", "#token-value"]) {
       $(id).textContent = "";
     }
     $("#token-new").hidden = true;
     $("#endpoint-scale-replicas").value = "";
+    page.typed.clear();
     for (const t of ["revisions", "replicas", "tokens"]) $(`#endpoint-${t} tbody`).replaceChildren();
   }
   await refresh();
