@@ -34,6 +34,7 @@ import msgspec
 import structlog
 
 from services.adapters import haproxy_admin as admin
+from services.adapters.child_process import die_with_parent
 from services.adapters.haproxy_config import (
     LUA_WAIT,
     Layout,
@@ -202,7 +203,8 @@ class HaproxyProxy:
         self.reloads += 1
 
     async def _start(self, layout: Layout, text: str) -> None:
-        await anyio.to_thread.run_sync(self._spawn, layout, text)
+        await anyio.to_thread.run_sync(self._prepare, layout, text)
+        self._spawn()  # on this (the event loop's) thread: see _spawn
         self._counted.clear()
         await self._answering(lambda pid: True)
         await self._listening()
@@ -223,15 +225,22 @@ class HaproxyProxy:
                     raise ProxyUnavailable(f"haproxy's port {self._port}: {e!r}") from e
             await anyio.sleep(0.02)
 
-    def _spawn(self, layout: Layout, text: str) -> None:
+    def _prepare(self, layout: Layout, text: str) -> None:
         self._write(layout, text)
         _private_write(Path(self._paths.lua), LUA_WAIT)
+
+    def _spawn(self) -> None:
+        """Start the master from the calling thread, the event loop's, to which the kernel
+        ties it (``die_with_parent``): a process of ours killed outright leaves no HAProxy
+        on its port, serving a table nobody updates. A pool's worker thread would not do:
+        its end would stop HAProxy."""
         with open(self._dir / "haproxy.log", "ab") as out:  # the child keeps its own copy
             self._process = subprocess.Popen(
                 [self._binary, "-W", "-f", str(self._config)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
+                preexec_fn=die_with_parent(),
             )
 
     def _write(self, layout: Layout, text: str) -> None:

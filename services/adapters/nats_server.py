@@ -3,7 +3,6 @@
 import errno
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from services.adapters.child_process import die_with_parent
 
 __all__ = [
     "NatsServer",
@@ -149,8 +150,8 @@ def _listening(server: NatsServer) -> None:
     )
 
 
-def _spawn(command: list[str], log_path: str, die_with_parent: bool) -> subprocess.Popen[bytes]:
-    preexec = _die_with_parent if die_with_parent and sys.platform == "linux" else None
+def _spawn(command: list[str], log_path: str, with_parent: bool) -> subprocess.Popen[bytes]:
+    preexec = die_with_parent() if with_parent else None
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec)
 
@@ -186,14 +187,6 @@ def restart(server: NatsServer) -> None:
     one still runs or the new one does not start."""
     server.respawn()
     _listening(server)
-
-
-def _die_with_parent() -> None:
-    """In the child before it runs the server: SIGTERM when the parent ends."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """A default never loses data: `fgpu up` keeps its log in $FGPU_HOME, a restart resumes
 the same history and re-adopts the containers still running, one store has one `fgpu up`,
-and its nats-server never outlives it. Real processes, real Docker."""
+and neither its nats-server nor its serving proxy (HAProxy) outlives it. Real processes,
+real Docker."""
 
 import json
 import os
@@ -100,15 +101,31 @@ def test_fgpu_down_stops_it_and_an_ephemeral_store_goes_with_it(tmp_path: Path) 
     assert again.returncode == 1 and "not running here" in again.stderr
 
 
+def _children(pid: int, name: str) -> list[int]:
+    """The processes named ``name`` whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended while listed
+        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
+        if comm == name and int(rest.split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def test_its_server_dies_with_it_and_an_orphan_is_stopped(tmp_path: Path) -> None:
     require_docker()
     home = tmp_path / "home"
     with fgpu_up(home, users=()) as up:
         server_pid = int((home / "store" / "nats-server.pid").read_text())
         assert up.process is not None
+        [proxy_pid] = _children(up.process.pid, "haproxy")  # the serving proxy's master
         up.process.send_signal(signal.SIGKILL)
         up.process.wait(10)
         assert _gone(server_pid, 15), "nats-server outlived fgpu up"
+        assert _gone(proxy_pid, 15), "haproxy outlived fgpu up"
     # A server left on the store some other way (not one fgpu up started): stopped first.
     orphan = nats_server.start(str(home / "store"))
     try:
