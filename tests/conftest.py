@@ -7,8 +7,11 @@ import pytest
 
 from services.adapters import nats_server
 from services.adapters.jetstream import JetStreamLog, connect
+from tests.support import stream_origins
 from tests.support.leak_hunt import leak_hunt  # noqa: F401 (an autouse fixture, off by default)
 from tests.support.nats_env import Cert, make_cert
+
+stream_origins.on()  # an asyncio connection left open says where it was made
 
 
 @pytest.fixture(scope="session", autouse=True)

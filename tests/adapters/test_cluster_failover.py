@@ -6,7 +6,7 @@ is over-allocated, and every session runs. Then elections in a row, in the order
 operator meets (``SEQUENCES``, as ``bench/failover.py`` times them): the same holds, and
 placements resume after the last (requests acknowledged after it run too)."""
 
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -158,20 +158,26 @@ async def test_elections_in_a_row_lose_and_double_nothing_and_placements_resume(
     _none_lost_or_doubled(final, acked, scheduled)
 
 
-async def _placements(admin: JetStreamLog) -> Counter[str]:
-    """How many times each session was placed, by the ledger."""
-    scheduled: Counter[str] = Counter()
+async def _placements(admin: JetStreamLog) -> dict[str, list[str]]:
+    """Each session's placements in the ledger, each said as ``seq id actor agent``."""
+    scheduled: dict[str, list[str]] = defaultdict(list)
     async for batch in admin.read(0):
         for r in batch:
             if isinstance(r.event, SessionScheduled):
-                scheduled[r.event.session_id] += 1
+                e = r.event
+                scheduled[e.session_id].append(f"{r.seq} {e.id} {e.actor} {e.agent_id}")
     return scheduled
 
 
-def _none_lost_or_doubled(final: ClusterState, acked: list[str], scheduled: Counter[str]) -> None:
+def _none_lost_or_doubled(
+    final: ClusterState, acked: list[str], scheduled: dict[str, list[str]]
+) -> None:
     # Nothing lost: every acknowledged request runs. Nothing placed twice or over capacity.
     assert all(final.sessions[i].status is SessionStatus.RUNNING for i in acked)
-    assert max(scheduled.values()) == 1
+    doubled = {sid: seen for sid, seen in scheduled.items() if len(seen) > 1}
+    # Said whole when it fails: the stored records (one seq twice: the read; two seqs
+    # with one id: a stored duplicate; two ids: the scheduler decided twice).
+    assert not doubled, f"{len(doubled)} placed twice, e.g. {list(doubled.items())[:5]}"
     for a in final.agents.values():
         assert a.allocated.fgpu <= a.capacity.fgpu and a.allocated.cpu <= a.capacity.cpu
         assert sum(g.allocated for g in a.gpus.values()) == a.allocated.fgpu
