@@ -15,7 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -128,6 +128,12 @@ class MemoryProxy:
         return None
 
     async def _handle(self, client: SocketStream) -> None:
+        """One client's request. A client gone (closed, reset) ends its handling alone: an
+        error escaping here would end the listener, and every client's proxy with it."""
+        with suppress(*_CLIENT_GONE):
+            await self._handle_one(client)
+
+    async def _handle_one(self, client: SocketStream) -> None:
         async with client:
             reader = BufferedByteReceiveStream(client)
             try:
@@ -218,6 +224,10 @@ class MemoryProxy:
             c.healthy = False
         if c.healthy is not before:
             self._wake()
+
+
+# How a client's going away shows on its stream (a reset: BrokenResourceError, OSError).
+_CLIENT_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError)
 
 
 @asynccontextmanager
