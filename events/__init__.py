@@ -53,6 +53,7 @@ from events.records import Malformed, RawBatch, Record, record_of, records_of
 from events.secret import SecretRemoved, SecretSet, SecretsKeySet
 from events.serving import (
     AddRevision,
+    AutoscaleMetric,
     AutoscaleRule,
     AutoscaleSet,
     CreateEndpoint,
@@ -183,6 +184,7 @@ __all__ = [
     "AgentLost",
     "AgentRegistered",
     "AnyEvent",
+    "AutoscaleMetric",
     "AutoscaleRule",
     "AutoscaleSet",
     "CreateDomain",

@@ -204,6 +204,10 @@ class RevokeToken(_Part, frozen=True, kw_only=True, tag="revoke-token"):
     token_id: str
 
 
+# What an autoscaling rule's thresholds are about (``AutoscaleRule``).
+AutoscaleMetric = Literal["rps_per_replica", "in_flight", "p95_ms"]
+
+
 class AutoscaleRule(_Part, frozen=True, kw_only=True):
     """How the serving actor sets an endpoint's replicas from its traffic as the proxies
     count it: ``metric`` per replica above ``up`` adds ``step`` replicas, below ``down``
@@ -214,7 +218,7 @@ class AutoscaleRule(_Part, frozen=True, kw_only=True):
     ``min_replicas`` 0 the endpoint goes to zero when idle and a request wakes it: a proxy
     holds it up to ``cold_start_s`` for a replica."""
 
-    metric: Literal["rps_per_replica", "in_flight", "p95_ms"]
+    metric: AutoscaleMetric
     up: float
     down: float
     step: int = 1

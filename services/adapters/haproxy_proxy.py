@@ -46,6 +46,7 @@ from services.adapters.haproxy_config import (
     shape,
     token_map,
 )
+from services.adapters.loopback import accepts
 from services.adapters.nats_server import free_port
 from services.domain.serving.route_table import Backend, Route, RouteTable
 from services.ports.proxy import BackendHealth, ProxyUnavailable, RouteStats
@@ -213,17 +214,11 @@ class HaproxyProxy:
         """Wait until the public port takes connections: a started proxy is one a
         request reaches, not only one whose admin socket answers. Bounded by
         ``READY_WITHIN_S``; raises ProxyUnavailable."""
-        deadline = time.monotonic() + READY_WITHIN_S
-        while True:
-            try:
-                with anyio.fail_after(max(0.05, deadline - time.monotonic())):
-                    stream = await anyio.connect_tcp("127.0.0.1", self._port)
-                await stream.aclose()
-                return
-            except (OSError, TimeoutError) as e:
-                if time.monotonic() >= deadline:
-                    raise ProxyUnavailable(f"haproxy's port {self._port}: {e!r}") from e
-            await anyio.sleep(0.02)
+        with anyio.move_on_after(READY_WITHIN_S):
+            while not await accepts(self._port):  # noqa: ASYNC110 (another process's port)
+                await anyio.sleep(0.02)
+            return
+        raise ProxyUnavailable(f"haproxy took no connection on {self._port} in {READY_WITHIN_S} s")
 
     def _prepare(self, layout: Layout, text: str) -> None:
         self._write(layout, text)

@@ -19,6 +19,7 @@ import subprocess
 import anyio
 from anyio.abc import TaskStatus
 
+from services.adapters.loopback import accepts
 from services.adapters.nats_server import LISTEN_WITHIN_S, NatsServer, NatsServerError
 from services.adapters.nats_server_log import follow_lines, parse_write_failure
 from services.ports import DiskUsage, ServerUnavailable
@@ -98,13 +99,9 @@ class SupervisedServer:
                 exited = self.server.exited()
                 if exited is not None:
                     raise ServerUnavailable(str(exited))
-                try:
-                    stream = await anyio.connect_tcp("127.0.0.1", self.server.port)
-                except OSError:
-                    await anyio.sleep(_POLL_S)
-                    continue
-                await stream.aclose()
-                return
+                if await accepts(self.server.port):
+                    return
+                await anyio.sleep(_POLL_S)
         raise ServerUnavailable(
             f"nats-server did not listen on port {self.server.port} within {LISTEN_WITHIN_S} s"
         )

@@ -22,12 +22,13 @@ then decides whether the user may.
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from events import (
+    AutoscaleMetric,
     AutoscaleRule,
     CreateToken,
     PointEndpoint,
@@ -46,7 +47,7 @@ from services.api.params import NOT_FOUND, Ask, form_request_id
 from services.api.ui_admin import registrar_answer
 from services.api.ui_launch import acting_errors
 from services.domain.request_ids import new_request_id
-from services.domain.serving.rules import MAX_REPLICAS, rule_problem
+from services.domain.serving.rules import MAX_REPLICAS, policy_problem, rule_problem
 from services.domain.serving.tokens import new_token
 
 __all__ = [
@@ -84,13 +85,15 @@ class PointForm(BaseModel):
     request_id: str | None = Field(default=None, max_length=64)
 
     def policy(self) -> RolloutPolicy | None:
-        """The rollout's policy (None: at once). Raises HTTPException 422 when it could
-        not move, as the CLI refuses it."""
+        """The rollout's policy (None: at once). Raises HTTPException 422 with the serving
+        rules' own line when it could not move."""
         if self.at_once:
             return None
-        if self.max_surge == 0 and self.max_unavailable == 0:
-            raise HTTPException(422, "max surge and max unavailable cannot both be 0")
-        return RolloutPolicy(max_surge=self.max_surge, max_unavailable=self.max_unavailable)
+        policy = RolloutPolicy(max_surge=self.max_surge, max_unavailable=self.max_unavailable)
+        problem = policy_problem(policy)
+        if problem is not None:
+            raise HTTPException(422, problem)
+        return policy
 
 
 class ShareIn(BaseModel):
@@ -113,7 +116,7 @@ class AutoscaleForm(BaseModel):
     serving rules' own ``rule_problem`` before anything is sent."""
 
     off: bool = False
-    metric: Literal["rps_per_replica", "in_flight", "p95_ms"] | None = None
+    metric: AutoscaleMetric | None = None
     up: float | None = None
     down: float | None = None
     step: int = 1

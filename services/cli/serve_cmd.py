@@ -9,10 +9,11 @@ and only its SHA-256 is sent.
 
 import secrets
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
+from events import AutoscaleMetric
 from services.cli.options import Settings, api_errors, fail, out, print_json
 from services.cli.outcome import RequestIdOpt
 from services.cli.secret_cmd import SecretRefsOpt, secret_refs
@@ -52,8 +53,7 @@ WarmupOpt = Annotated[
 ]
 
 
-Metric = Literal["rps_per_replica", "in_flight", "p95_ms"]
-METRICS: dict[str, Metric] = {m: m for m in get_args(Metric)}
+METRICS: dict[str, AutoscaleMetric] = {m: m for m in get_args(AutoscaleMetric)}
 CommandArg = Annotated[list[str] | None, typer.Argument(help="Its command (after --).")]
 
 

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from services.adapters import nats_server
+from services.adapters.store_lock import alive
 from tests.support.cli_stack import FGPU, docker, fgpu_up, remove_agent_containers
 from tests.support.docker_env import require_docker
+from tests.support.haproxy_env import haproxy_pids
 
 pytestmark = pytest.mark.docker
 IMAGE = "fgpu/busybox:latest"
@@ -26,11 +28,7 @@ def _gone(pid: int, within_s: float) -> bool:
     """Whether process ``pid`` has exited (a zombie counts) within ``within_s``."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
-        except OSError:
-            return True
-        if state == "Z":
+        if not alive(pid):
             return True
         time.sleep(0.05)
     return False
@@ -101,31 +99,18 @@ def test_fgpu_down_stops_it_and_an_ephemeral_store_goes_with_it(tmp_path: Path) 
     assert again.returncode == 1 and "not running here" in again.stderr
 
 
-def _children(pid: int, name: str) -> list[int]:
-    """The processes named ``name`` whose parent is ``pid``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # ended while listed
-        comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :]
-        if comm == name and int(rest.split()[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_its_server_dies_with_it_and_an_orphan_is_stopped(tmp_path: Path) -> None:
     require_docker()
     home = tmp_path / "home"
     with fgpu_up(home, users=()) as up:
         server_pid = int((home / "store" / "nats-server.pid").read_text())
         assert up.process is not None
-        [proxy_pid] = _children(up.process.pid, "haproxy")  # the serving proxy's master
+        proxies = haproxy_pids(under=up.process.pid)  # the serving proxy's master, worker
+        assert proxies
         up.process.send_signal(signal.SIGKILL)
         up.process.wait(10)
         assert _gone(server_pid, 15), "nats-server outlived fgpu up"
-        assert _gone(proxy_pid, 15), "haproxy outlived fgpu up"
+        assert all(_gone(pid, 15) for pid in proxies), "haproxy outlived fgpu up"
     # A server left on the store some other way (not one fgpu up started): stopped first.
     orphan = nats_server.start(str(home / "store"))
     try:

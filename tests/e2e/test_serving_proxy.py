@@ -11,7 +11,6 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 from services.domain.container_spec import serving_network
 from tests.support.cli_stack import Stack, fgpu_up
 from tests.support.docker_env import require_docker
-from tests.support.haproxy_env import require_haproxy
+from tests.support.haproxy_env import haproxy_pids, require_haproxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NAME = "tiny"
@@ -39,33 +38,6 @@ def until(check: Callable[[], T | None], what: str, deadline_s: float = DEADLINE
     raise AssertionError(f"not within {deadline_s} s: {what}")
 
 
-def _haproxy_pids(under: int | None = None) -> set[int]:
-    """The running haproxy processes; with ``under``, only that process's descendants
-    (other tests, on another worker or another stack, run haproxies of their own)."""
-    parents = {}
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit():
-                stat = (d / "stat").read_text()
-                # comm may hold spaces: the fields after its closing parenthesis are fixed
-                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-                parents[int(d.name)] = (comm, int(stat[stat.rindex(")") + 2 :].split()[1]))
-        except (OSError, ValueError):
-            continue
-    pids = {pid for pid, (comm, _) in parents.items() if comm == "haproxy"}
-    if under is None:
-        return pids
-    return {pid for pid in pids if _descends(pid, under, parents)}
-
-
-def _descends(pid: int, ancestor: int, parents: dict[int, tuple[str, int]]) -> bool:
-    while pid in parents and pid > 1:
-        pid = parents[pid][1]
-        if pid == ancestor:
-            return True
-    return False
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
     require_docker()
@@ -75,10 +47,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, st
         up = json.loads((home / "up.json").read_text())
         assert up["serve_url"].startswith("http://127.0.0.1:")
         assert stack.process is not None
-        ours = _haproxy_pids(under=stack.process.pid)
+        ours = haproxy_pids(under=stack.process.pid)
         assert ours, "fgpu up started no haproxy"
         yield stack, up["serve_url"]
-    assert not (_haproxy_pids() & ours), "fgpu up left its haproxy running"
+    assert not (haproxy_pids() & ours), "fgpu up left its haproxy running"
     for name in ("alice", "bob"):  # the engine is shared: leave no network of ours on it
         key = stack.keys[name]["FGPU_ACCESS_KEY"]
         subprocess.run(["docker", "network", "rm", serving_network(key)], capture_output=True)

@@ -6,7 +6,6 @@ import signal
 import stat
 from collections.abc import AsyncIterator
 
-import anyio
 import httpx
 import msgspec
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from services.adapters import haproxy_admin as admin
 from services.adapters.haproxy_proxy import HaproxyProxy, haproxy_proxy
 from services.adapters.nats_server import free_port
+from services.adapters.store_lock import alive
 from services.domain.serving.route_table import Backend, HealthCheck, RouteTable
 from services.ports.proxy import ProxyUnavailable
 from tests.support.haproxy_env import require_haproxy
@@ -108,11 +108,7 @@ async def _worker_pid(haproxy: HaproxyProxy) -> int:
 
 async def _gone(pid: int) -> bool:
     """The process has exited (a zombie nobody reaped holds no socket either)."""
-    try:
-        status = await anyio.Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return status.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    return not alive(pid)
 
 
 async def _counted(haproxy: HaproxyProxy, n: int) -> bool:

@@ -108,7 +108,8 @@ function here() {
   return `/ui/endpoints/${encodeURIComponent(page.name)}`;
 }
 
-async function ask(path, body, result) {
+// `applied()`, if given, runs once the request is applied, before the page is read again.
+async function ask(path, body, result, applied = null) {
   const out = $(result);
   out.className = "muted";
   out.textContent = "asking…";
@@ -119,6 +120,7 @@ async function ask(path, body, result) {
     } else if (answer.applied) {
       out.className = "ok";
       out.textContent = "done";
+      if (applied) applied();
     } else {
       out.className = "error";
       out.textContent = `refused (${answer.code}): ${answer.refused}`;
@@ -161,8 +163,8 @@ async function split() {
   const shares = [...document.querySelectorAll("#endpoint-revisions input.share")]
     .map((box) => ({ revision: Number(box.dataset.share), traffic: Number(box.value) }))
     .filter((share) => share.traffic > 0); // a revision not named runs no replica
-  const answer = await ask(`${here()}/traffic`, { shares }, "#endpoint-traffic-result");
-  if (answer && answer.applied) { page.typed.clear(); refresh(); }
+  // Once applied, the rows show the shares as the endpoint has them, not as typed.
+  await ask(`${here()}/traffic`, { shares }, "#endpoint-traffic-result", () => page.typed.clear());
 }
 
 async function setAutoscale(event) {

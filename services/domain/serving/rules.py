@@ -52,7 +52,7 @@ from services.domain.tenancy.admin import DEFAULT, project_key
 from services.domain.tenancy.groups import DEFAULT_GROUP, admission_problem
 from services.domain.tenancy.model import Tenancy
 
-__all__ = ["MAX_REPLICAS", "decide", "may_see", "refusal", "rule_problem"]
+__all__ = ["MAX_REPLICAS", "decide", "may_see", "policy_problem", "refusal", "rule_problem"]
 
 MAX_REPLICAS = 64  # of one endpoint
 MAX_WAIT_S = 3600.0  # the longest drain time or warm-up deadline
@@ -207,14 +207,18 @@ def rule_problem(rule: AutoscaleRule) -> str | None:
     return None
 
 
-def _policy_refusal(p: RolloutPolicy | None) -> Refusal | None:
-    if p is None:
-        return None
+def policy_problem(p: RolloutPolicy) -> str | None:
+    """What is wrong with a rolling update's policy, in one line; None: nothing."""
     if not (0 <= p.max_surge <= MAX_REPLICAS and 0 <= p.max_unavailable <= MAX_REPLICAS):
-        return _bad(f"max surge and max unavailable must be between 0 and {MAX_REPLICAS}")
+        return f"max surge and max unavailable must be between 0 and {MAX_REPLICAS}"
     if p.max_surge == 0 and p.max_unavailable == 0:
-        return _bad("max surge and max unavailable cannot both be 0: the rollout could not move")
+        return "max surge and max unavailable cannot both be 0: the rollout could not move"
     return None
+
+
+def _policy_refusal(p: RolloutPolicy | None) -> Refusal | None:
+    problem = None if p is None else policy_problem(p)
+    return None if problem is None else _bad(problem)
 
 
 def _green_refusal(ep: EndpointView, c: AddRevision) -> Refusal | None:
